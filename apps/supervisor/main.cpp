@@ -1,0 +1,53 @@
+// supervisor: the one binary of troupe. `supervisor <command> --help` documents each command.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "apps/supervisor/commands.h"
+
+namespace troupe::cli {
+namespace {
+
+int version_main(int, char**) {
+  std::printf("troupe supervisor 0.1.0\n");
+  return 0;
+}
+
+const Subcommand kCommands[] = {
+    {"version", "print the version", version_main},
+};
+
+void print_usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: supervisor <command> [options]\n\n"
+               "commands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-14s %s\n", c.name, c.summary);
+  std::fprintf(out, "\n`supervisor <command> --help` describes each command.\n");
+}
+
+}  // namespace
+}  // namespace troupe::cli
+
+int main(int argc, char** argv) {
+  using namespace troupe::cli;
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    print_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    std::string name = std::string("supervisor ") + c.name;
+    argv[1] = name.data();
+    try {
+      return c.run(argc - 1, argv + 1);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "supervisor %s: error: %s\n", c.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "supervisor: unknown command '%s'\n\n", argv[1]);
+  print_usage(stderr);
+  return 2;
+}

@@ -1,0 +1,42 @@
+# Every dependency comes from a Debian package (scripts/setup.sh installs them).
+find_package(Threads REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(Boost REQUIRED COMPONENTS program_options)
+find_package(spdlog REQUIRED)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(ICU REQUIRED COMPONENTS uc)
+find_path(DOCTEST_INCLUDE_DIR doctest/doctest.h REQUIRED)
+
+# OpenBLAS: the pthread flavour Debian installs as libopenblas.
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS REQUIRED)
+find_path(CBLAS_INCLUDE_DIR cblas.h PATHS /usr/include/x86_64-linux-gnu/openblas-pthread REQUIRED)
+add_library(troupe_blas INTERFACE)
+target_link_libraries(troupe_blas INTERFACE ${BLAS_LIBRARIES})
+target_include_directories(troupe_blas INTERFACE ${CBLAS_INCLUDE_DIR})
+
+# CAF 0.17 ships no CMake package and no pkg-config file: wrap the libraries.
+find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
+find_library(CAF_CORE_LIBRARY NAMES caf_core REQUIRED)
+find_library(CAF_IO_LIBRARY NAMES caf_io REQUIRED)
+find_library(CAF_OPENSSL_LIBRARY NAMES caf_openssl)
+add_library(CAF::core SHARED IMPORTED)
+set_target_properties(CAF::core PROPERTIES IMPORTED_LOCATION "${CAF_CORE_LIBRARY}"
+  INTERFACE_INCLUDE_DIRECTORIES "${CAF_INCLUDE_DIR}" INTERFACE_LINK_LIBRARIES Threads::Threads)
+add_library(CAF::io SHARED IMPORTED)
+set_target_properties(CAF::io PROPERTIES IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
+  INTERFACE_LINK_LIBRARIES CAF::core)
+if(CAF_OPENSSL_LIBRARY)
+  add_library(CAF::openssl SHARED IMPORTED)
+  set_target_properties(CAF::openssl PROPERTIES IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
+    INTERFACE_LINK_LIBRARIES CAF::io)
+endif()
+
+# Gloo (libgloo-dev) installs a CMake package whose target is `gloo`.
+find_package(Gloo CONFIG QUIET PATHS /usr/share/cmake/Gloo)
+if(NOT TARGET gloo)
+  find_library(GLOO_LIBRARY NAMES gloo REQUIRED)
+  add_library(gloo SHARED IMPORTED)
+  set_target_properties(gloo PROPERTIES IMPORTED_LOCATION "${GLOO_LIBRARY}")
+endif()
