@@ -1,0 +1,40 @@
+#include "config/derived.h"
+
+namespace troupe::config {
+
+int64_t ffn_width(const ModelConfig& m) {
+  return m.ffn_width() > 0 ? m.ffn_width() : 4 * int64_t(m.width());
+}
+
+int64_t padded_vocab(const Config& c) {
+  const int64_t multiple = int64_t(c.model().vocab_pad_multiple()) * c.parallel().tensor();
+  const int64_t v = c.model().vocab_size();
+  return (v + multiple - 1) / multiple * multiple;
+}
+
+int64_t parameter_count(const Config& c) {
+  const auto& m = c.model();
+  const int64_t w = m.width(), f = ffn_width(m);
+  const int64_t per_layer = 4 * w * w + 2 * w * f + 9 * w + f;
+  return padded_vocab(c) * w + int64_t(m.max_positions()) * w + m.layers() * per_layer + 2 * w;
+}
+
+int64_t microbatches_per_replica(const Config& c) {
+  return c.batch().global_batch_size() /
+         (int64_t(c.batch().micro_batch_size()) * c.parallel().data());
+}
+
+int64_t tokens_per_update(const Config& c) {
+  return int64_t(c.batch().global_batch_size()) * c.batch().seq_length();
+}
+
+int64_t full_updates(const Config& c) {
+  return c.training().train_samples() / c.batch().global_batch_size();
+}
+
+int64_t decay_samples(const Config& c) {
+  return c.lr_schedule().decay_samples() > 0 ? c.lr_schedule().decay_samples()
+                                             : c.training().train_samples();
+}
+
+}  // namespace troupe::config

@@ -1,0 +1,37 @@
+// Quantities derived from a Config. Every part of troupe computes these here and
+// nowhere else, so that the planner, the model and the runtime agree.
+#pragma once
+
+#include <cstdint>
+
+#include "messages/config.pb.h"
+
+namespace troupe::config {
+
+// MLP inner width: model.ffn_width, or 4 * width when it is 0.
+int64_t ffn_width(const ModelConfig& m);
+
+// Embedding rows: vocab_size rounded up to a multiple of vocab_pad_multiple * tensor
+// (Megatron's make-vocab-size-divisible-by). Rows past vocab_size are never predicted.
+int64_t padded_vocab(const Config& c);
+
+// Parameters of the whole model, counted once (the tied LM head adds none):
+//   token embedding padded_vocab x width, positions max_positions x width,
+//   per layer 4 w^2 + 2 w f + 9 w + f (qkv, proj, fc, proj weights + biases, two LayerNorms),
+//   final LayerNorm 2 w.
+int64_t parameter_count(const Config& c);
+
+// Microbatches each data-parallel replica accumulates per update:
+// global_batch_size / (micro_batch_size * data).
+int64_t microbatches_per_replica(const Config& c);
+
+// Input tokens per update: global_batch_size * seq_length.
+int64_t tokens_per_update(const Config& c);
+
+// Full updates in training.train_samples (rounded down).
+int64_t full_updates(const Config& c);
+
+// lr_schedule.decay_samples, or training.train_samples when it is 0.
+int64_t decay_samples(const Config& c);
+
+}  // namespace troupe::config
