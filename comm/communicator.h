@@ -1,0 +1,60 @@
+// A communicator: one member's handle on a group of ranks that run collectives
+// together (a data-parallel group, a tensor-parallel group, the first and last
+// pipeline stage sharing the tied embedding). Implementations: in-process (threads of
+// one process, comm/inprocess.h); Gloo across processes and NCCL on GPUs arrive later
+// behind this same interface.
+//
+// Every collective blocks the calling thread until the group has finished it, so it
+// must only be called from a thread that may block (a detached actor or a worker),
+// never from CAF's shared scheduler. Members must call the same collectives in the
+// same order with the same sizes; a mismatch, a timeout or an abort raises CommError
+// in every blocked member instead of hanging.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+namespace troupe::comm {
+
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The group's name in logs and errors, e.g. "dp[pp0/tp0]".
+  virtual const std::string& name() const = 0;
+
+  // data <- sum over ranks of data, in place. Every rank receives the identical
+  // result: each element is summed in rank order 0, 1, ..., size-1.
+  virtual void all_reduce_sum(std::span<float> data) = 0;
+
+  // in holds size() chunks of out.size() elements on every rank; rank r receives
+  // out = sum over ranks q (in rank order) of q's chunk r.
+  virtual void reduce_scatter_sum(std::span<const float> in, std::span<float> out) = 0;
+
+  // out holds size() chunks of in.size() elements: chunk q is rank q's in.
+  virtual void all_gather(std::span<const float> in, std::span<float> out) = 0;
+
+  // data <- root's data on every rank.
+  virtual void broadcast(std::span<float> data, int root) = 0;
+
+  virtual void barrier() = 0;
+
+  // Point to point: a send is matched by the peer's recv with the same tag and size.
+  virtual void send(std::span<const float> data, int peer, int tag) = 0;
+  virtual void recv(std::span<float> data, int peer, int tag) = 0;
+
+  // Fails every collective now blocked or called later on any member with CommError
+  // naming `why`. Used when a member is known dead, so the others do not wait for it.
+  virtual void abort(const std::string& why) = 0;
+};
+
+}  // namespace troupe::comm
