@@ -1,0 +1,275 @@
+#include "actors/supervision.h"
+
+#include <deque>
+#include <optional>
+
+#include <fmt/format.h>
+
+namespace troupe::actors {
+namespace {
+
+using stop_timeout_atom = caf::atom_constant<caf::atom("stoptmo")>;
+using Clock = std::chrono::steady_clock;
+
+struct Child {
+  caf::actor handle;  // invalid while not running
+  int incarnation = -1;
+  bool running = false;
+};
+
+// A failure seen while a stop sequence was under way, handled after it.
+struct PendingFailure {
+  size_t index;
+  bool abnormal;
+};
+
+struct SupervisorState {
+  SupervisorSpec spec;
+  std::vector<Child> children;
+  std::map<caf::actor_addr, size_t> by_addr;
+  std::deque<Clock::time_point> restart_times;
+  Clock::time_point started_at = Clock::now();
+  SupervisorReport report;
+  // Stop sequence: children to stop, one at a time, then `then_`.
+  std::deque<size_t> stop_queue;
+  std::optional<size_t> stopping;
+  std::function<void()> then_;
+  std::vector<PendingFailure> pending;
+  bool exiting = false;
+};
+
+using Self = caf::stateful_actor<SupervisorState>;
+
+bool is_normal_exit(const caf::error& reason) {
+  return !reason || reason == caf::exit_reason::normal || reason == caf::exit_reason::user_shutdown;
+}
+
+Registry registry_of(const SupervisorState& st) {
+  Registry r;
+  for (size_t i = 0; i < st.children.size(); ++i)
+    if (st.children[i].running) r[st.spec.children[i].path] = st.children[i].handle;
+  return r;
+}
+
+void start_children(Self* self, const std::vector<size_t>& which) {
+  auto& st = self->state;
+  std::vector<std::string> started;
+  for (size_t i : which) {
+    auto& c = st.children[i];
+    c.incarnation += 1;
+    c.handle = st.spec.children[i].start(self, c.incarnation);
+    self->monitor(c.handle);
+    st.by_addr[c.handle.address()] = i;
+    c.running = true;
+    started.push_back(st.spec.children[i].path);
+  }
+  if (st.spec.on_start) st.spec.on_start(self, registry_of(st), started);
+}
+
+void handle_failure(Self* self, size_t index, bool abnormal);
+
+void run_pending(Self* self) {
+  auto& st = self->state;
+  while (!st.pending.empty() && !st.stopping && st.stop_queue.empty() && !st.exiting) {
+    auto f = st.pending.front();
+    st.pending.erase(st.pending.begin());
+    handle_failure(self, f.index, f.abnormal);
+  }
+}
+
+void stop_next(Self* self) {
+  auto& st = self->state;
+  while (!st.stop_queue.empty()) {
+    const size_t i = st.stop_queue.front();
+    st.stop_queue.pop_front();
+    auto& c = st.children[i];
+    if (!c.running) continue;
+    st.stopping = i;
+    self->send_exit(c.handle, caf::exit_reason::user_shutdown);
+    self->delayed_send(self, st.spec.shutdown_timeout, stop_timeout_atom::value, uint64_t(i),
+                       int32_t(c.incarnation));
+    return;
+  }
+  st.stopping.reset();
+  auto then = std::move(st.then_);
+  st.then_ = nullptr;
+  if (then) then();
+  run_pending(self);
+}
+
+// Stops `which` in the given order (callers pass reverse start order), then runs `then`.
+void stop_then(Self* self, std::vector<size_t> which, std::function<void()> then) {
+  auto& st = self->state;
+  st.stop_queue.assign(which.begin(), which.end());
+  st.then_ = std::move(then);
+  stop_next(self);
+}
+
+std::vector<size_t> running_reversed(const SupervisorState& st, size_t from = 0) {
+  std::vector<size_t> out;
+  for (size_t i = st.children.size(); i-- > from;)
+    if (st.children[i].running) out.push_back(i);
+  return out;
+}
+
+void finish(Self* self, caf::error reason) {
+  auto& st = self->state;
+  st.exiting = true;
+  int total = 0;
+  for (auto& [path, n] : st.report.restarts) total += n;
+  if (st.report.gave_up)
+    st.report.summary = fmt::format(
+        "{}: gave up after {} restart(s) in {:.1f} s: more than {} within {} ms; last failure: {} ({})",
+        st.spec.path, total,
+        std::chrono::duration<double>(Clock::now() - st.started_at).count(), st.spec.max_restarts,
+        st.spec.period.count(), st.report.failures.empty() ? "-" : st.report.failures.back().path,
+        st.report.failures.empty() ? "-" : st.report.failures.back().reason);
+  else
+    st.report.summary = fmt::format("{}: stopped after {} failure(s) and {} restart(s)", st.spec.path,
+                                    st.report.failures.size(), total);
+  if (st.spec.on_exit) st.spec.on_exit(st.report);
+  self->quit(std::move(reason));
+}
+
+void give_up(Self* self) {
+  self->state.report.gave_up = true;
+  stop_then(self, running_reversed(self->state),
+            [self] { finish(self, caf::make_error(supervision_errc::gave_up)); });
+}
+
+void handle_failure(Self* self, size_t index, bool abnormal) {
+  auto& st = self->state;
+  const auto& cs = st.spec.children[index];
+  const bool restart = cs.restart == Restart::Permanent || (cs.restart == Restart::Transient && abnormal);
+  if (!restart) {
+    if (st.spec.on_start) st.spec.on_start(self, registry_of(st), {});
+    return;
+  }
+  const auto now = Clock::now();
+  st.restart_times.push_back(now);
+  while (!st.restart_times.empty() && now - st.restart_times.front() > st.spec.period)
+    st.restart_times.pop_front();
+  if (int(st.restart_times.size()) > st.spec.max_restarts) {
+    give_up(self);
+    return;
+  }
+  switch (st.spec.strategy) {
+    case Strategy::OneForOne:
+      st.report.restarts[cs.path] += 1;
+      start_children(self, {index});
+      break;
+    case Strategy::OneForAll:
+    case Strategy::RestForOne: {
+      const size_t from = st.spec.strategy == Strategy::OneForAll ? 0 : index;
+      stop_then(self, running_reversed(st, from), [self, from] {
+        auto& s = self->state;
+        std::vector<size_t> again;
+        for (size_t i = from; i < s.children.size(); ++i) {
+          // Temporary children are stopped but never restarted (as in OTP).
+          if (s.spec.children[i].restart == Restart::Temporary) continue;
+          again.push_back(i);
+          s.report.restarts[s.spec.children[i].path] += 1;
+        }
+        start_children(self, again);
+      });
+      break;
+    }
+  }
+}
+
+void on_down(Self* self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  auto it = st.by_addr.find(dm.source);
+  if (it == st.by_addr.end()) return;
+  const size_t i = it->second;
+  st.by_addr.erase(it);
+  auto& c = st.children[i];
+  c.running = false;
+  c.handle = nullptr;
+  if (st.stopping && *st.stopping == i) {  // a stop we asked for
+    stop_next(self);
+    return;
+  }
+  const std::string reason = describe_exit(self->system(), dm.reason);
+  const bool abnormal = !is_normal_exit(dm.reason);
+  if (abnormal) {
+    st.report.failures.push_back(
+        {st.spec.children[i].path, reason,
+         std::chrono::duration<double>(Clock::now() - st.started_at).count()});
+    if (st.spec.on_failure) st.spec.on_failure(st.spec.children[i].path, reason);
+  }
+  if (st.exiting) return;
+  // Already being stopped as part of a sequence: nothing more to do for it.
+  for (size_t q : st.stop_queue)
+    if (q == i) return;
+  if (st.stopping || !st.stop_queue.empty()) {
+    st.pending.push_back({i, abnormal});
+    return;
+  }
+  handle_failure(self, i, abnormal);
+}
+
+}  // namespace
+
+const char* to_string(Restart r) {
+  switch (r) {
+    case Restart::Permanent: return "permanent";
+    case Restart::Transient: return "transient";
+    case Restart::Temporary: return "temporary";
+  }
+  return "?";
+}
+
+const char* to_string(Strategy s) {
+  switch (s) {
+    case Strategy::OneForOne: return "one_for_one";
+    case Strategy::OneForAll: return "one_for_all";
+    case Strategy::RestForOne: return "rest_for_one";
+  }
+  return "?";
+}
+
+std::string describe_exit(caf::actor_system& sys, const caf::error& reason) {
+  if (!reason) return "normal";
+  return sys.render(reason);
+}
+
+namespace {
+
+caf::behavior supervisor_impl(Self* self, SupervisorSpec spec) {
+  auto& st = self->state;
+  st.spec = std::move(spec);
+  st.report.path = st.spec.path;
+  st.children.resize(st.spec.children.size());
+  self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
+  // An exit request from our own parent: stop the children in order first.
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    if (self->state.exiting) return;
+    auto reason = em.reason;
+    stop_then(self, running_reversed(self->state), [self, reason] { finish(self, reason); });
+  });
+  std::vector<size_t> all(st.children.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  start_children(self, all);
+  return {
+      [self](registry_atom) { return registry_of(self->state); },
+      [self](shutdown_atom) {
+        if (self->state.exiting) return;
+        stop_then(self, running_reversed(self->state),
+                  [self] { finish(self, caf::exit_reason::normal); });
+      },
+      [self](stop_timeout_atom, uint64_t index, int32_t incarnation) {
+        auto& c = self->state.children[index];
+        if (self->state.stopping == index && c.running && c.incarnation == incarnation)
+          self->send_exit(c.handle, caf::exit_reason::kill);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_supervisor(caf::actor_system& sys, SupervisorSpec spec) {
+  return sys.spawn(supervisor_impl, std::move(spec));
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,102 @@
+// Supervision declared as data, in the manner of Erlang/OTP: a supervisor is
+// given child specs (how to start each child, its restart policy), a strategy and
+// an intensity limit; it starts the children in order, monitors them, restarts what
+// fails according to the strategy, and past the intensity limit stops every child in
+// reverse start order, reports and fails upward.
+//
+// Children are found by path (e.g. "stage/dp1/pp0/tp0"): the supervisor keeps the
+// path -> actor registry and hands it to `on_start` after every (re)start, which is
+// where a group wires its members to each other.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+namespace troupe::actors {
+
+enum class Restart : uint8_t {
+  Permanent,  // always restarted
+  Transient,  // restarted only after an abnormal exit
+  Temporary,  // never restarted
+};
+
+enum class Strategy : uint8_t {
+  OneForOne,   // restart the failed child only
+  OneForAll,   // stop all other children, restart all
+  RestForOne,  // stop the children started after the failed one, restart those and it
+};
+
+const char* to_string(Restart r);
+const char* to_string(Strategy s);
+
+using Registry = std::map<std::string, caf::actor>;
+
+struct ChildSpec {
+  std::string path;
+  Restart restart = Restart::Permanent;
+  // Spawns the child from the supervisor (plain self->spawn: the supervisor adds the
+  // monitor). `incarnation` counts this child's starts: 0 first, 1 after one restart.
+  std::function<caf::actor(caf::event_based_actor* self, int incarnation)> start;
+};
+
+struct FailureRecord {
+  std::string path;
+  std::string reason;
+  double seconds_since_start = 0;  // since the supervisor started
+};
+
+struct SupervisorReport {
+  std::string path;
+  std::vector<FailureRecord> failures;  // every abnormal exit, in order
+  std::map<std::string, int> restarts;  // restarts per child path
+  bool gave_up = false;                 // the intensity limit was exceeded
+  std::string summary;                  // one line for logs
+};
+
+struct SupervisorSpec {
+  std::string path;
+  Strategy strategy = Strategy::OneForOne;
+  // More than max_restarts restarts within `period` and the supervisor gives up.
+  int max_restarts = 3;
+  std::chrono::milliseconds period{60000};
+  // How long a child may take to stop after an exit request before it is killed.
+  std::chrono::milliseconds shutdown_timeout{10000};
+  std::vector<ChildSpec> children;
+  // After (re)starting children: the full registry and the paths just started.
+  std::function<void(caf::event_based_actor* self, const Registry& all,
+                     const std::vector<std::string>& started)>
+      on_start;
+  // A child exited abnormally (called before anything is stopped or restarted), e.g.
+  // to abort the communicators it belonged to so that its peers do not wait for it.
+  std::function<void(const std::string& path, const std::string& reason)> on_failure;
+  // Called once, just before the supervisor exits (normally or after giving up).
+  std::function<void(const SupervisorReport&)> on_exit;
+};
+
+// Messages a supervisor understands besides monitoring its children.
+using registry_atom = caf::atom_constant<caf::atom("registry")>;   // -> Registry
+using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;   // stop children in order, quit
+
+// Error codes a supervisor exits with.
+enum class supervision_errc : uint8_t { none = 0, gave_up = 1 };
+
+}  // namespace troupe::actors
+
+// CAF needs this at global scope, right after the enum.
+CAF_ERROR_CODE_ENUM(troupe::actors::supervision_errc, "supervise")
+
+namespace troupe::actors {
+
+// Spawns a supervisor for `spec` (event-based: it does no blocking work).
+caf::actor spawn_supervisor(caf::actor_system& sys, SupervisorSpec spec);
+
+// Renders an actor's exit reason readably ("normal", "kill", the error's text).
+std::string describe_exit(caf::actor_system& sys, const caf::error& reason);
+
+}  // namespace troupe::actors
