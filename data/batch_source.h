@@ -1,0 +1,72 @@
+// Global batches of packed samples for the runtime: which samples an update reads,
+// how they are split over data-parallel replicas and microbatches, and the
+// microbatch tensors themselves.
+//
+// Order: one epoch is every sample of the split once; position i of the run's
+// sample order is epoch e = i / samples_per_epoch, sample
+// perm_e(i % samples_per_epoch), where perm_e is a keyed permutation of
+// (training.seed, split, e). The global batch at consumed_samples c is positions
+// [c, c + G); replica dp gets [dp*G/DP, (dp+1)*G/DP) of it, and its microbatch j
+// the rows [j*mbs, (j+1)*mbs) of that block (Megatron's assignment). Everything is
+// a pure function of consumed_samples, so a resumed run reads exactly what an
+// uninterrupted one would.
+//
+// Sample IDs name packed windows of the split: 0 .. samples_per_epoch()-1.
+//
+// Thread-safe: every method is const and the object holds no mutable state; copies
+// share the mapped files and the index.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "data/batch.h"
+#include "data/split.h"
+#include "messages/config.pb.h"
+
+namespace troupe::data {
+
+class BatchSource {
+ public:
+  // Opens the dataset cfg.data names (cfg.data.prefix; empty = the embedded default,
+  // see default_corpus.h), loads or builds the cached sample index for `split`, and
+  // checks it against the config: token IDs < model.vocab_size, at least one
+  // sample of seq_length + 1 tokens, global_batch_size divisible by
+  // micro_batch_size * parallel.data. Throws DataError naming file/field on failure.
+  static BatchSource open(const Config& cfg, Split split = Split::Train);
+
+  // Microbatch `mb` (0 .. microbatches_per_replica-1) of replica `dp` for the global
+  // batch starting at consumed_samples; global_loss_tokens filled in.
+  Microbatch microbatch(int64_t consumed_samples, int dp, int mb) const;
+  BatchCounts global_counts(int64_t consumed_samples) const;
+  // Global batch sample IDs in assignment order (replica-major, microbatch, row).
+  std::vector<int64_t> global_batch_ids(int64_t consumed_samples) const;
+  int64_t epoch_of(int64_t consumed_samples) const;
+
+  // The sample at `position` of the run's sample order.
+  int64_t sample_at(int64_t position) const;
+  // Packs the given samples as the rows of one microbatch (global_loss_tokens = 0).
+  Microbatch samples(std::span<const int64_t> ids) const;
+
+  int64_t samples_per_epoch() const;
+  int64_t documents() const;     // in this split
+  int64_t split_tokens() const;  // tokens of this split's documents
+  Split split() const;
+  const std::string& prefix() const;
+  // Path of the cached sample index ("" when it could not be written), and whether
+  // this open loaded it rather than building it.
+  const std::string& index_path() const;
+  bool index_from_cache() const;
+  int32_t pad_id() const;
+
+ private:
+  struct State;
+  explicit BatchSource(std::shared_ptr<const State> s) : s_(std::move(s)) {}
+  void fill_sample(int64_t id, int row, Microbatch& mb) const;
+  std::shared_ptr<const State> s_;
+};
+
+}  // namespace troupe::data

@@ -1,0 +1,37 @@
+// The built-in tokenizer of the embedded default: each byte is its own ID.
+#include "data/error.h"
+#include "data/tokenizer.h"
+
+namespace troupe::data {
+namespace {
+
+class ByteTokenizer final : public Tokenizer {
+ public:
+  std::string name() const override { return "bytes"; }
+  int64_t vocab_size() const override { return 257; }
+  int32_t eod() const override { return 256; }
+  void encode(std::string_view text, std::vector<int32_t>& out) override {
+    const size_t base = out.size();
+    out.resize(base + text.size());
+    int32_t* dst = out.data() + base;
+    for (size_t i = 0; i < text.size(); ++i) dst[i] = int32_t(static_cast<unsigned char>(text[i]));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& vocab_json,
+                                          const std::string& merges_txt) {
+  if (name == "bytes") return make_byte_tokenizer();
+  if (name == "gpt2") {
+    if (vocab_json.empty() || merges_txt.empty()) {
+      throw DataError("tokenizer gpt2 needs a vocab.json and a merges.txt (--vocab, --merges)");
+    }
+    return make_gpt2_tokenizer(vocab_json, merges_txt);
+  }
+  throw DataError("unknown tokenizer '" + name + "' (expected bytes or gpt2)");
+}
+
+}  // namespace troupe::data

@@ -1,0 +1,179 @@
+#include "data/corpus_reader.h"
+
+#include <nlohmann/json.hpp>
+
+#include "data/error.h"
+#include "data/mapped_file.h"
+
+namespace troupe::data {
+namespace {
+
+bool blank(std::string_view s) {
+  for (char c : s) {
+    if (c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != '\f' && c != '\v') return false;
+  }
+  return true;
+}
+
+// Line [begin, end) without its '\n'; next is the offset after the '\n'.
+struct Line {
+  std::string_view text;
+  size_t begin;
+  size_t next;
+};
+
+Line line_at(std::string_view s, size_t pos) {
+  const size_t nl = s.find('\n', pos);
+  const size_t end = nl == std::string_view::npos ? s.size() : nl;
+  return {s.substr(pos, end - pos), pos, nl == std::string_view::npos ? s.size() : nl + 1};
+}
+
+bool percent_line(std::string_view line) { return line == "%" || line == "%\r"; }
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const std::string_view x(suffix);
+  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+}
+
+// Calls on_bytes in coarse steps so progress callbacks stay cheap.
+class ByteReporter {
+ public:
+  explicit ByteReporter(const std::function<void(size_t)>& f) : f_(f) {}
+  void at(size_t pos) {
+    if (f_ && pos - reported_ >= (size_t(1) << 20)) flush(pos);
+  }
+  void flush(size_t pos) {
+    if (f_ && pos > reported_) f_(pos - reported_);
+    reported_ = pos;
+  }
+
+ private:
+  const std::function<void(size_t)>& f_;
+  size_t reported_ = 0;
+};
+
+}  // namespace
+
+InputFormat parse_input_format(const std::string& name) {
+  if (name == "auto") return InputFormat::Auto;
+  if (name == "text") return InputFormat::Text;
+  if (name == "blank-lines") return InputFormat::BlankLines;
+  if (name == "jsonl") return InputFormat::Jsonl;
+  if (name == "fortune") return InputFormat::Fortune;
+  throw DataError("unknown input format '" + name + "' (expected auto, text, blank-lines, jsonl or fortune)");
+}
+
+const char* input_format_name(InputFormat f) {
+  switch (f) {
+    case InputFormat::Auto: return "auto";
+    case InputFormat::Text: return "text";
+    case InputFormat::BlankLines: return "blank-lines";
+    case InputFormat::Jsonl: return "jsonl";
+    case InputFormat::Fortune: return "fortune";
+  }
+  return "?";
+}
+
+InputFormat detect_format(const std::string& path, std::string_view s, InputFormat requested) {
+  if (requested != InputFormat::Auto) return requested;
+  if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson") || ends_with(path, ".json")) {
+    return InputFormat::Jsonl;
+  }
+  for (size_t pos = 0; pos < s.size();) {
+    const Line l = line_at(s, pos);
+    if (percent_line(l.text)) return InputFormat::Fortune;
+    pos = l.next;
+  }
+  return InputFormat::Text;
+}
+
+ReadStats read_documents(const std::string& path, InputFormat format,
+                         const std::function<void(std::string_view)>& on_document,
+                         const std::function<void(size_t)>& on_bytes) {
+  const MappedFile file = MappedFile::open(path);
+  const std::string_view s(reinterpret_cast<const char*>(file.data()), file.size());
+  format = detect_format(path, s, format);
+  ReadStats stats;
+  ByteReporter progress(on_bytes);
+  auto emit = [&](std::string_view doc) {
+    if (blank(doc)) {
+      ++stats.skipped_empty;
+      return;
+    }
+    ++stats.documents;
+    on_document(doc);
+  };
+
+  switch (format) {
+    case InputFormat::Auto:
+    case InputFormat::Text:
+      emit(s);
+      break;
+
+    case InputFormat::Fortune: {
+      size_t doc_begin = 0;
+      for (size_t pos = 0; pos < s.size();) {
+        const Line l = line_at(s, pos);
+        if (percent_line(l.text)) {
+          emit(s.substr(doc_begin, l.begin - doc_begin));
+          doc_begin = l.next;
+          progress.at(l.next);
+        }
+        pos = l.next;
+      }
+      if (doc_begin < s.size()) emit(s.substr(doc_begin));
+      break;
+    }
+
+    case InputFormat::BlankLines: {
+      size_t doc_begin = 0;
+      bool in_doc = false;
+      for (size_t pos = 0; pos < s.size();) {
+        const Line l = line_at(s, pos);
+        if (blank(l.text)) {
+          if (in_doc) emit(s.substr(doc_begin, l.begin - doc_begin));
+          in_doc = false;
+          progress.at(l.next);
+        } else if (!in_doc) {
+          in_doc = true;
+          doc_begin = l.begin;
+        }
+        pos = l.next;
+      }
+      if (in_doc) emit(s.substr(doc_begin));
+      break;
+    }
+
+    case InputFormat::Jsonl: {
+      int64_t line_no = 0;
+      for (size_t pos = 0; pos < s.size();) {
+        const Line l = line_at(s, pos);
+        ++line_no;
+        pos = l.next;
+        if (blank(l.text)) continue;
+        const std::string where = path + ":" + std::to_string(line_no);
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(l.text);
+        } catch (const nlohmann::json::parse_error& e) {
+          throw DataError(where + ": invalid JSON at column " + std::to_string(e.byte) +
+                          " (file offset " + std::to_string(l.begin + (e.byte > 0 ? e.byte - 1 : 0)) + ")");
+        }
+        const auto it = j.is_object() ? j.find("text") : j.end();
+        if (!j.is_object() || it == j.end()) {
+          throw DataError(where + ": no \"text\" field (file offset " + std::to_string(l.begin) + ")");
+        }
+        if (!it->is_string()) {
+          throw DataError(where + ": \"text\" is not a string (file offset " + std::to_string(l.begin) + ")");
+        }
+        emit(it->get_ref<const std::string&>());
+        progress.at(l.next);
+      }
+      break;
+    }
+  }
+  progress.flush(s.size());
+  return stats;
+}
+
+}  // namespace troupe::data

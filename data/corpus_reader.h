@@ -1,0 +1,42 @@
+// Documents out of raw corpus files. Files are memory-mapped; documents are
+// handed to the callback one at a time, so inputs larger than memory stream.
+//
+// Formats:
+//   text         the whole file is one document
+//   blank-lines  documents separated by one or more blank lines (empty or only
+//                spaces, tabs, '\r'); a document keeps its lines' newlines
+//   jsonl        one JSON object per line; its "text" string is the document
+//                (blank lines are skipped)
+//   fortune      fortune-cookie files: entries separated by lines holding only '%'
+//   auto         .jsonl/.ndjson/.json -> jsonl; a file with a line holding only '%'
+//                -> fortune; anything else -> text
+// Documents that are empty or only whitespace are skipped and counted.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace troupe::data {
+
+enum class InputFormat { Auto, Text, BlankLines, Jsonl, Fortune };
+
+InputFormat parse_input_format(const std::string& name);  // throws DataError
+const char* input_format_name(InputFormat f);
+
+// The concrete format of `path` for `requested` (resolves Auto).
+InputFormat detect_format(const std::string& path, std::string_view contents, InputFormat requested);
+
+struct ReadStats {
+  int64_t documents = 0;  // handed to the callback
+  int64_t skipped_empty = 0;
+};
+
+// Calls on_document(text) for each document of `path`, in file order.
+// on_bytes(n) reports progress: n more input bytes consumed.
+ReadStats read_documents(const std::string& path, InputFormat format,
+                         const std::function<void(std::string_view)>& on_document,
+                         const std::function<void(size_t)>& on_bytes = {});
+
+}  // namespace troupe::data

@@ -1,0 +1,91 @@
+#include "data/default_corpus.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "data/atomic_file.h"
+#include "data/error.h"
+#include "data/prepare.h"
+#include "data/tokenizer.h"
+
+namespace troupe::data {
+namespace fs = std::filesystem;
+namespace {
+
+// Fixed: the corpus is shared by every config, so its order does not follow training.seed.
+constexpr uint64_t kFortuneOrderSeed = 20240917;
+
+std::vector<std::string> fortune_files(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_symlink() || !e.is_regular_file()) continue;
+    const auto ext = e.path().extension();
+    if (ext == ".dat" || ext == ".u8") continue;
+    files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string listing(const std::vector<std::string>& files) {
+  std::ostringstream s;
+  s << "troupe default corpus v1: byte tokenizer, fortune format, order seed " << kFortuneOrderSeed << "\n";
+  for (const auto& f : files) {
+    struct stat st {};
+    ::stat(f.c_str(), &st);
+    s << f << " " << st.st_size << " " << int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec << "\n";
+  }
+  return s.str();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string default_data_dir() {
+  const char* env = std::getenv("TROUPE_DATA_DIR");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string("runs/data");
+}
+
+std::string ensure_default_corpus(const std::string& fortunes_dir, const std::string& data_dir) {
+  const std::string prefix = (fs::path(data_dir) / "fortunes-bytes").string();
+  const std::string sources = prefix + ".sources";
+  const std::vector<std::string> files = fortune_files(fortunes_dir);
+  if (files.empty()) {
+    throw DataError(fortunes_dir + ": no fortune files; the embedded default corpus needs Debian's "
+                    "fortunes package (scripts/setup.sh installs it), or set data.prefix");
+  }
+  const std::string want = listing(files);
+  if (read_text(sources) == want && fs::exists(prefix + ".bin") && fs::exists(prefix + ".idx")) {
+    return prefix;
+  }
+  spdlog::info("data: preparing the default corpus from {} into {}", fortunes_dir, prefix);
+  fs::create_directories(data_dir);
+  PrepareOptions opt;
+  opt.inputs = files;
+  opt.output_prefix = prefix;
+  opt.format = InputFormat::Fortune;
+  opt.shuffle_seed = kFortuneOrderSeed;
+  auto tok = make_byte_tokenizer();
+  const PrepareSummary sum = prepare_dataset(opt, *tok);
+  write_file_atomically(sources, want);
+  spdlog::info("data: default corpus: {} files, {} fortunes, {} tokens", sum.files, sum.documents, sum.tokens);
+  return prefix;
+}
+
+}  // namespace troupe::data

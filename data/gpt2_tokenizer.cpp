@@ -1,0 +1,196 @@
+// GPT-2 byte-level BPE. Each pre-tokenized piece (gpt2_pretokenize.h) is turned
+// into its UTF-8 bytes, each byte into the vocabulary entry of its printable
+// stand-in character (GPT-2's bytes_to_unicode table), and then adjacent pairs are
+// merged lowest merge rank first, every occurrence of that pair left to right, until
+// no pair in merges.txt remains — the algorithm of OpenAI's encoder.py.
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "data/error.h"
+#include "data/gpt2_pretokenize.h"
+#include "data/tokenizer.h"
+
+namespace troupe::data {
+namespace {
+
+std::string utf8(char32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += char(cp);
+  } else if (cp < 0x800) {
+    s += char(0xc0 | (cp >> 6));
+    s += char(0x80 | (cp & 0x3f));
+  } else {
+    s += char(0xe0 | (cp >> 12));
+    s += char(0x80 | ((cp >> 6) & 0x3f));
+    s += char(0x80 | (cp & 0x3f));
+  }
+  return s;
+}
+
+// GPT-2's reversible byte -> printable character table: printable Latin-1 bytes
+// stand for themselves; the other 68 bytes map to U+0100 onwards in byte order.
+std::array<std::string, 256> byte_stand_ins() {
+  std::array<std::string, 256> table;
+  auto printable = [](int b) {
+    return (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+  };
+  int next = 0;
+  for (int b = 0; b < 256; ++b) table[size_t(b)] = utf8(printable(b) ? char32_t(b) : char32_t(256 + next++));
+  return table;
+}
+
+std::string read_whole(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path + ": cannot open the GPT-2 " + std::string(what));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class Gpt2Tokenizer final : public Tokenizer {
+ public:
+  Gpt2Tokenizer(const std::string& vocab_path, const std::string& merges_path) {
+    std::unordered_map<std::string, int32_t> vocab;
+    {
+      const std::string text = read_whole(vocab_path, "vocabulary (vocab.json)");
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(text);
+      } catch (const nlohmann::json::parse_error& e) {
+        throw DataError(vocab_path + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+      }
+      if (!j.is_object()) throw DataError(vocab_path + ": expected a JSON object of token -> id");
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+            it.value().get<int64_t>() > INT32_MAX) {
+          throw DataError(vocab_path + ": entry \"" + it.key() + "\" has no valid integer id");
+        }
+        const int32_t id = it.value().get<int32_t>();
+        vocab.emplace(it.key(), id);
+        vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(id) + 1);
+      }
+    }
+    const auto eod = vocab.find("<|endoftext|>");
+    if (eod == vocab.end()) throw DataError(vocab_path + ": no \"<|endoftext|>\" entry (GPT-2's EOD)");
+    eod_ = eod->second;
+
+    const auto stand_ins = byte_stand_ins();
+    for (int b = 0; b < 256; ++b) {
+      const auto it = vocab.find(stand_ins[size_t(b)]);
+      if (it == vocab.end()) {
+        throw DataError(vocab_path + ": no entry for byte " + std::to_string(b) + " (\"" +
+                        stand_ins[size_t(b)] + "\"): not a byte-level BPE vocabulary");
+      }
+      byte_id_[size_t(b)] = it->second;
+    }
+
+    const std::string merges = read_whole(merges_path, "merges (merges.txt)");
+    std::istringstream lines(merges);
+    std::string line;
+    int64_t line_no = 0;
+    int32_t rank = 0;
+    while (std::getline(lines, line)) {
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+      const size_t sp = line.find(' ');
+      if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() ||
+          line.find(' ', sp + 1) != std::string::npos) {
+        throw DataError(merges_path + ":" + std::to_string(line_no) +
+                        ": expected two tokens separated by one space, got \"" + line + "\"");
+      }
+      const std::string a = line.substr(0, sp), b = line.substr(sp + 1);
+      const auto ia = vocab.find(a), ib = vocab.find(b), iab = vocab.find(a + b);
+      if (ia == vocab.end() || ib == vocab.end() || iab == vocab.end()) {
+        const std::string& missing = ia == vocab.end() ? a : ib == vocab.end() ? b : a + b;
+        throw DataError(merges_path + ":" + std::to_string(line_no) + ": \"" + missing +
+                        "\" is not in " + vocab_path);
+      }
+      merges_.emplace(key(ia->second, ib->second), Merge{rank++, iab->second});
+    }
+  }
+
+  std::string name() const override { return "gpt2"; }
+  int64_t vocab_size() const override { return vocab_size_; }
+  int32_t eod() const override { return eod_; }
+
+  void encode(std::string_view text, std::vector<int32_t>& out) override {
+    pieces_.clear();
+    gpt2_pretokenize(text, pieces_);
+    for (const std::string_view piece : pieces_) {
+      auto it = cache_.find(piece);
+      if (it == cache_.end()) {
+        if (cache_.size() >= kCacheEntries) cache_.clear();
+        it = cache_.emplace(std::string(piece), bpe(piece)).first;
+      }
+      out.insert(out.end(), it->second.begin(), it->second.end());
+    }
+  }
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t merged;
+  };
+  static uint64_t key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+
+  std::vector<int32_t> bpe(std::string_view piece) const {
+    std::vector<int32_t> sym(piece.size());
+    for (size_t i = 0; i < piece.size(); ++i) sym[i] = byte_id_[static_cast<unsigned char>(piece[i])];
+    while (sym.size() > 1) {
+      int32_t best_rank = INT32_MAX;
+      Merge best{};
+      int32_t best_a = 0, best_b = 0;
+      for (size_t i = 0; i + 1 < sym.size(); ++i) {
+        const auto it = merges_.find(key(sym[i], sym[i + 1]));
+        if (it != merges_.end() && it->second.rank < best_rank) {
+          best_rank = it->second.rank;
+          best = it->second;
+          best_a = sym[i];
+          best_b = sym[i + 1];
+        }
+      }
+      if (best_rank == INT32_MAX) break;
+      size_t w = 0;
+      for (size_t i = 0; i < sym.size();) {
+        if (i + 1 < sym.size() && sym[i] == best_a && sym[i + 1] == best_b) {
+          sym[w++] = best.merged;
+          i += 2;
+        } else {
+          sym[w++] = sym[i++];
+        }
+      }
+      sym.resize(w);
+    }
+    return sym;
+  }
+
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  static constexpr size_t kCacheEntries = 1 << 20;
+
+  std::array<int32_t, 256> byte_id_{};
+  std::unordered_map<uint64_t, Merge> merges_;
+  int64_t vocab_size_ = 0;
+  int32_t eod_ = 0;
+  std::vector<std::string_view> pieces_;
+  std::unordered_map<std::string, std::vector<int32_t>, Hash, std::equal_to<>> cache_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& vocab_json,
+                                               const std::string& merges_txt) {
+  return std::make_unique<Gpt2Tokenizer>(vocab_json, merges_txt);
+}
+
+}  // namespace troupe::data

@@ -1,0 +1,292 @@
+#include "data/indexed_dataset.h"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <limits>
+
+#include "data/error.h"
+#include "data/mapped_file.h"
+
+namespace troupe::data {
+namespace {
+
+constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+
+template <class T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+template <class T>
+void convert(const uint8_t* src, int64_t count, int32_t* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    T v;
+    std::memcpy(&v, src + i * int64_t(sizeof(T)), sizeof(T));
+    if constexpr (sizeof(T) > 4) {
+      out[i] = v > T(std::numeric_limits<int32_t>::max()) ? std::numeric_limits<int32_t>::max()
+               : v < T(std::numeric_limits<int32_t>::min()) ? std::numeric_limits<int32_t>::min()
+                                                            : int32_t(v);
+    } else {
+      out[i] = int32_t(v);
+    }
+  }
+}
+
+std::string stat_line(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return path + " missing";
+  return path + " size=" + std::to_string(st.st_size) +
+         " mtime_ns=" + std::to_string(int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
+size_t dtype_size(TokenDType t) {
+  switch (t) {
+    case TokenDType::UInt8:
+    case TokenDType::Int8: return 1;
+    case TokenDType::Int16:
+    case TokenDType::UInt16: return 2;
+    case TokenDType::Int32:
+    case TokenDType::Float32: return 4;
+    case TokenDType::Int64:
+    case TokenDType::Float64: return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(TokenDType t) {
+  switch (t) {
+    case TokenDType::UInt8: return "uint8";
+    case TokenDType::Int8: return "int8";
+    case TokenDType::Int16: return "int16";
+    case TokenDType::Int32: return "int32";
+    case TokenDType::Int64: return "int64";
+    case TokenDType::Float64: return "float64";
+    case TokenDType::Float32: return "float32";
+    case TokenDType::UInt16: return "uint16";
+  }
+  return "?";
+}
+
+TokenDType dtype_for_vocab(int64_t vocab_size) {
+  return vocab_size < 65500 ? TokenDType::UInt16 : TokenDType::Int32;
+}
+
+struct IndexedDataset::Files {
+  MappedFile idx;
+  MappedFile bin;
+};
+
+IndexedDataset IndexedDataset::open(const std::string& prefix) {
+  const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
+  struct stat st {};
+  if (::stat(idx_path.c_str(), &st) != 0) {
+    throw DataError(idx_path + ": missing (the index half of indexed dataset " + prefix + ")");
+  }
+  if (::stat(bin_path.c_str(), &st) != 0) {
+    throw DataError(bin_path + ": missing (the token half of indexed dataset " + prefix + ")");
+  }
+  auto files = std::make_shared<Files>();
+  files->idx = MappedFile::open(idx_path);
+  files->bin = MappedFile::open(bin_path);
+  const uint8_t* p = files->idx.data();
+  const size_t size = files->idx.size();
+
+  if (size < kIdxHeaderBytes) {
+    throw DataError(idx_path + ": truncated at offset " + std::to_string(size) +
+                    ": the header needs " + std::to_string(kIdxHeaderBytes) + " bytes");
+  }
+  if (std::memcmp(p, kMagic, sizeof kMagic) != 0) {
+    throw DataError(idx_path + ": bad magic at offset 0: expected \"MMIDIDX\\0\\0\" (not a Megatron indexed dataset index)");
+  }
+  const uint64_t version = load<uint64_t>(p + 9);
+  if (version != 1) {
+    throw DataError(idx_path + ": unsupported version " + std::to_string(version) +
+                    " at offset 9 (only version 1 exists)");
+  }
+  const uint8_t code = p[17];
+  if (code < 1 || code > 8) {
+    throw DataError(idx_path + ": unknown dtype code " + std::to_string(code) + " at offset 17");
+  }
+  const auto dtype = TokenDType(code);
+  if (dtype == TokenDType::Float32 || dtype == TokenDType::Float64) {
+    throw DataError(idx_path + ": dtype " + dtype_name(dtype) +
+                    " at offset 17 cannot hold token IDs");
+  }
+  const uint64_t seqs = load<uint64_t>(p + 18);
+  const uint64_t docs = load<uint64_t>(p + 26);
+  // Each sequence costs 12 index bytes and each document entry 8: counts past the
+  // file size are corrupt (and would overflow the size arithmetic below).
+  if (seqs > size / 12 || docs > size / 8) {
+    throw DataError(idx_path + ": truncated or corrupt: sequence count " + std::to_string(seqs) +
+                    " (offset 18) and document count " + std::to_string(docs) +
+                    " (offset 26) need more than the file's " + std::to_string(size) + " bytes");
+  }
+  const size_t expected = kIdxHeaderBytes + 12 * seqs + 8 * docs;
+  if (size < expected) {
+    throw DataError(idx_path + ": truncated at offset " + std::to_string(size) + ": " +
+                    std::to_string(seqs) + " sequences and " + std::to_string(docs) +
+                    " document entries need " + std::to_string(expected) + " bytes");
+  }
+  if (size != expected && size != expected + seqs) {
+    throw DataError(idx_path + ": " + std::to_string(size - expected) +
+                    " unexpected bytes after offset " + std::to_string(expected) +
+                    " (the index ends there, or one byte per sequence later for multimodal modes)");
+  }
+
+  IndexedDataset d;
+  d.prefix_ = prefix;
+  d.dtype_ = dtype;
+  d.sequences_ = int64_t(seqs);
+  d.doc_entries_ = int64_t(docs);
+  d.lengths_ = p + kIdxHeaderBytes;
+  d.pointers_ = d.lengths_ + 4 * seqs;
+  d.doc_index_ = d.pointers_ + 8 * seqs;
+  d.bin_ = files->bin.data();
+
+  const int64_t item = int64_t(dtype_size(dtype));
+  const int64_t bin_size = int64_t(files->bin.size());
+  for (int64_t i = 0; i < d.sequences_; ++i) {
+    const int32_t len = load<int32_t>(d.lengths_ + 4 * i);
+    const int64_t ptr = load<int64_t>(d.pointers_ + 8 * i);
+    const int64_t len_offset = int64_t(kIdxHeaderBytes) + 4 * i;
+    const int64_t ptr_offset = int64_t(kIdxHeaderBytes) + 4 * d.sequences_ + 8 * i;
+    if (len < 0) {
+      throw DataError(idx_path + ": sequence " + std::to_string(i) + " has negative length " +
+                      std::to_string(len) + " at offset " + std::to_string(len_offset));
+    }
+    if (ptr < 0 || ptr % item != 0 || ptr > bin_size || int64_t(len) * item > bin_size - ptr) {
+      throw DataError(idx_path + ": sequence " + std::to_string(i) + " pointer " +
+                      std::to_string(ptr) + " at offset " + std::to_string(ptr_offset) +
+                      " with length " + std::to_string(len) + " (offset " +
+                      std::to_string(len_offset) + ") points past the end of " + bin_path +
+                      " (" + std::to_string(bin_size) + " bytes)" +
+                      (ptr % item != 0 ? ", or is not a multiple of the token size" : ""));
+    }
+    d.total_tokens_ += len;
+  }
+  if (docs < 1) {
+    throw DataError(idx_path + ": document count 0 at offset 26: the document index must start with 0");
+  }
+  int64_t prev = -1;
+  for (int64_t i = 0; i < d.doc_entries_; ++i) {
+    const int64_t v = load<int64_t>(d.doc_index_ + 8 * i);
+    const int64_t off = int64_t(kIdxHeaderBytes) + 12 * d.sequences_ + 8 * i;
+    const bool bad = (i == 0 && v != 0) || v < prev || v > d.sequences_ ||
+                     (i == d.doc_entries_ - 1 && v != d.sequences_);
+    if (bad) {
+      throw DataError(idx_path + ": document index " + std::to_string(i) + " = " +
+                      std::to_string(v) + " at offset " + std::to_string(off) +
+                      " is invalid (entries must rise from 0 to the sequence count " +
+                      std::to_string(d.sequences_) + ")");
+    }
+    prev = v;
+  }
+  d.files_ = std::move(files);
+  return d;
+}
+
+int32_t IndexedDataset::sequence_length(int64_t i) const { return load<int32_t>(lengths_ + 4 * i); }
+int64_t IndexedDataset::sequence_pointer(int64_t i) const { return load<int64_t>(pointers_ + 8 * i); }
+int64_t IndexedDataset::document_index(int64_t i) const { return load<int64_t>(doc_index_ + 8 * i); }
+
+void IndexedDataset::read(int64_t seq, int64_t offset, int64_t count, int32_t* out) const {
+  const uint8_t* src = bin_ + sequence_pointer(seq) + offset * int64_t(dtype_size(dtype_));
+  switch (dtype_) {
+    case TokenDType::UInt16: convert<uint16_t>(src, count, out); break;
+    case TokenDType::Int32: convert<int32_t>(src, count, out); break;
+    case TokenDType::UInt8: convert<uint8_t>(src, count, out); break;
+    case TokenDType::Int8: convert<int8_t>(src, count, out); break;
+    case TokenDType::Int16: convert<int16_t>(src, count, out); break;
+    case TokenDType::Int64: convert<int64_t>(src, count, out); break;
+    case TokenDType::Float32:
+    case TokenDType::Float64: break;  // rejected by open()
+  }
+}
+
+std::vector<int32_t> IndexedDataset::sequence(int64_t seq) const {
+  std::vector<int32_t> v(size_t(sequence_length(seq)));
+  read(seq, 0, int64_t(v.size()), v.data());
+  return v;
+}
+
+std::string IndexedDataset::fingerprint() const {
+  return stat_line(idx_path()) + "\n" + stat_line(bin_path());
+}
+
+IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDType dtype,
+                                           int64_t vocab_size)
+    : prefix_(prefix), dtype_(dtype), vocab_size_(vocab_size) {
+  if (dtype != TokenDType::UInt16 && dtype != TokenDType::Int32) {
+    throw DataError(prefix + ": the writer stores tokens as uint16 or int32, not " +
+                    std::string(dtype_name(dtype)));
+  }
+  if (dtype == TokenDType::UInt16 && vocab_size > 65536) {
+    throw DataError(prefix + ": vocabulary of " + std::to_string(vocab_size) +
+                    " does not fit uint16 tokens");
+  }
+  bin_ = std::make_unique<AtomicFile>(prefix + ".bin");
+}
+
+IndexedDatasetWriter::~IndexedDatasetWriter() = default;
+
+void IndexedDatasetWriter::add_sequence(std::span<const int32_t> tokens) {
+  if (finished_) throw DataError(prefix_ + ": add_sequence after finish");
+  if (tokens.size() > size_t(std::numeric_limits<int32_t>::max())) {
+    throw DataError(prefix_ + ": sequence " + std::to_string(lengths_.size()) + " has " +
+                    std::to_string(tokens.size()) + " tokens, more than an int32 length holds");
+  }
+  const size_t item = dtype_size(dtype_);
+  scratch_.resize(tokens.size() * item);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t t = tokens[i];
+    if (t < 0 || t >= vocab_size_) {
+      throw DataError(prefix_ + ".bin: token " + std::to_string(t) + " at position " +
+                      std::to_string(i) + " of sequence " + std::to_string(lengths_.size()) +
+                      " is outside the vocabulary [0, " + std::to_string(vocab_size_) + ")");
+    }
+    if (dtype_ == TokenDType::UInt16) {
+      const uint16_t v = uint16_t(t);
+      std::memcpy(scratch_.data() + 2 * i, &v, 2);
+    } else {
+      std::memcpy(scratch_.data() + 4 * i, &t, 4);
+    }
+  }
+  bin_->write(scratch_.data(), scratch_.size());
+  lengths_.push_back(int32_t(tokens.size()));
+  tokens_ += int64_t(tokens.size());
+}
+
+void IndexedDatasetWriter::end_document() { doc_index_.push_back(int64_t(lengths_.size())); }
+
+void IndexedDatasetWriter::finish() {
+  if (finished_) return;
+  if (doc_index_.back() != int64_t(lengths_.size())) end_document();
+  AtomicFile idx(prefix_ + ".idx");
+  idx.write(kMagic, sizeof kMagic);
+  const uint64_t version = 1, seqs = lengths_.size(), docs = doc_index_.size();
+  const uint8_t code = uint8_t(dtype_);
+  idx.write(&version, 8);
+  idx.write(&code, 1);
+  idx.write(&seqs, 8);
+  idx.write(&docs, 8);
+  idx.write(lengths_.data(), 4 * lengths_.size());
+  std::vector<int64_t> pointers(lengths_.size());
+  int64_t ptr = 0;
+  for (size_t i = 0; i < lengths_.size(); ++i) {
+    pointers[i] = ptr;
+    ptr += int64_t(lengths_[i]) * int64_t(dtype_size(dtype_));
+  }
+  idx.write(pointers.data(), 8 * pointers.size());
+  idx.write(doc_index_.data(), 8 * doc_index_.size());
+  // .bin first: an .idx under the final name always describes a complete .bin.
+  bin_->commit();
+  idx.commit();
+  finished_ = true;
+}
+
+}  // namespace troupe::data

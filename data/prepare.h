@@ -1,0 +1,58 @@
+// Corpus files -> a Megatron indexed dataset: each document is tokenized, EOD is
+// appended, and it is written as one sequence = one document. Output goes to
+// temporary names and is renamed into place at the end (nothing half-written).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/corpus_reader.h"
+#include "data/tokenizer.h"
+
+namespace troupe::data {
+
+struct PrepareProgress {
+  int64_t bytes_done = 0;
+  int64_t bytes_total = 0;
+  int64_t documents = 0;
+  int64_t tokens = 0;
+  double seconds = 0;
+};
+
+struct PrepareOptions {
+  // Files, or directories (their regular files, not symlinks, sorted by name; in
+  // fortune format strfile's *.dat and the *.u8 links are skipped).
+  std::vector<std::string> inputs;
+  std::string output_prefix;
+  InputFormat format = InputFormat::Auto;
+  // When set, documents are held in memory and written in an order shuffled with
+  // this seed (the embedded default uses it so that a contiguous validation split
+  // is drawn from every fortune file, not from the last ones).
+  std::optional<uint64_t> shuffle_seed;
+  // Called about twice a second while working, and once at the end.
+  std::function<void(const PrepareProgress&)> progress;
+};
+
+struct PrepareSummary {
+  int64_t files = 0;
+  int64_t documents = 0;
+  int64_t skipped_empty = 0;
+  int64_t tokens = 0;  // EOD included
+  int64_t input_bytes = 0;
+  double seconds = 0;
+  std::string bin_path, idx_path;
+  std::string dtype;
+  double mb_per_s() const { return seconds > 0 ? double(input_bytes) / 1e6 / seconds : 0; }
+};
+
+// Expands directories as described above; throws DataError for a missing input.
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, InputFormat format);
+
+// Throws DataError (naming file and line/offset) on bad input, and when no
+// document at all was found (an empty corpus).
+PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokenizer);
+
+}  // namespace troupe::data

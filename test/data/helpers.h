@@ -1,0 +1,73 @@
+// Shared helpers of the data tests: scratch directories and tiny datasets.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "data/indexed_dataset.h"
+#include "messages/config.pb.h"
+
+namespace troupe::data::testing {
+
+// A fresh directory under /tmp, removed when the object goes away.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "troupe-data-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline void write_text(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Writes one sequence per document.
+inline void write_dataset(const std::string& prefix, const std::vector<std::vector<int32_t>>& docs,
+                          int64_t vocab = 257) {
+  IndexedDatasetWriter w(prefix, dtype_for_vocab(vocab), vocab);
+  for (const auto& d : docs) w.add_document(d);
+  w.finish();
+}
+
+// Files in `dir` whose name contains ".tmp." (left-over temporaries).
+inline int count_temporaries(const std::filesystem::path& dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) ++n;
+  }
+  return n;
+}
+
+inline Config small_config(const std::string& prefix, int seq, int mbs, int dp, int global_batch) {
+  Config c;
+  c.mutable_data()->set_prefix(prefix);
+  c.mutable_batch()->set_seq_length(seq);
+  c.mutable_batch()->set_micro_batch_size(mbs);
+  c.mutable_batch()->set_global_batch_size(global_batch);
+  c.mutable_parallel()->set_data(dp);
+  c.mutable_model()->set_vocab_size(257);
+  c.mutable_training()->set_seed(7);
+  return c;
+}
+
+}  // namespace troupe::data::testing

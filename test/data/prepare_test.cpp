@@ -1,0 +1,197 @@
+// prepare-data: input formats, EOD, summary, errors, atomic output, and the
+// embedded default corpus.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "data/corpus_reader.h"
+#include "data/default_corpus.h"
+#include "data/error.h"
+#include "data/indexed_dataset.h"
+#include "data/prepare.h"
+#include "test/data/helpers.h"
+
+using namespace troupe::data;
+using namespace troupe::data::testing;
+
+namespace {
+
+std::vector<std::string> docs_of(const std::string& path, InputFormat f) {
+  std::vector<std::string> out;
+  read_documents(path, f, [&](std::string_view d) { out.emplace_back(d); });
+  return out;
+}
+
+std::vector<int32_t> bytes_eod(const std::string& s) {
+  std::vector<int32_t> v;
+  for (unsigned char c : s) v.push_back(c);
+  v.push_back(256);
+  return v;
+}
+
+std::string prepare_error(const PrepareOptions& o) {
+  auto tok = make_byte_tokenizer();
+  try {
+    prepare_dataset(o, *tok);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("input formats split documents as documented") {
+  ScratchDir d;
+  write_text(d / "a.txt", "one whole\n\nfile\n");
+  CHECK(docs_of(d / "a.txt", InputFormat::Text) == std::vector<std::string>{"one whole\n\nfile\n"});
+  CHECK(docs_of(d / "a.txt", InputFormat::BlankLines) == std::vector<std::string>{"one whole\n", "file\n"});
+
+  write_text(d / "b.txt", "\n\npara one\nline two\n \t\n\npara two");
+  CHECK(docs_of(d / "b.txt", InputFormat::BlankLines) ==
+        std::vector<std::string>{"para one\nline two\n", "para two"});
+
+  write_text(d / "c.jsonl", "{\"text\": \"first\\ndoc\", \"id\": 1}\n\n{\"text\": \"caf\\u00e9\"}\n{\"text\": \"   \"}\n");
+  CHECK(docs_of(d / "c.jsonl", InputFormat::Auto) == std::vector<std::string>{"first\ndoc", "caf\xc3\xa9"});
+
+  write_text(d / "fortunes", "A fortune.\n%\nTwo\n  lines.\n%\n%\nLast, no separator\n");
+  CHECK(docs_of(d / "fortunes", InputFormat::Auto) ==
+        std::vector<std::string>{"A fortune.\n", "Two\n  lines.\n", "Last, no separator\n"});
+  CHECK(detect_format(d / "a.txt", read_text(d / "a.txt"), InputFormat::Auto) == InputFormat::Text);
+}
+
+TEST_CASE("JSON-lines errors name file, line and offset") {
+  ScratchDir d;
+  auto err = [&](const std::string& body) {
+    write_text(d / "x.jsonl", body);
+    try {
+      docs_of(d / "x.jsonl", InputFormat::Jsonl);
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(err("{\"text\": \"ok\"}\n{\"text\": oops}\n").find("x.jsonl:2: invalid JSON at column 10 (file offset 24)") != std::string::npos);
+  CHECK(err("{\"text\": \"ok\"}\n{\"body\": \"x\"}\n").find("x.jsonl:2: no \"text\" field (file offset 15)") != std::string::npos);
+  CHECK(err("{\"text\": 5}\n").find("x.jsonl:1: \"text\" is not a string") != std::string::npos);
+}
+
+TEST_CASE("prepare writes each document with EOD and reports a summary") {
+  ScratchDir d;
+  write_text(d / "f1", "alpha\n%\nbeta\n%\n");
+  write_text(d / "f2.jsonl", "{\"text\": \"gamma\"}\n{\"text\": \"\"}\n");
+  PrepareOptions o;
+  o.inputs = {d / "f1", d / "f2.jsonl"};
+  o.output_prefix = d / "out/corpus";
+  int progress_calls = 0;
+  o.progress = [&](const PrepareProgress&) { ++progress_calls; };
+  auto tok = make_byte_tokenizer();
+  const PrepareSummary s = prepare_dataset(o, *tok);
+  CHECK(s.files == 2);
+  CHECK(s.documents == 3);
+  CHECK(s.skipped_empty == 1);
+  CHECK(s.tokens == 6 + 5 + 5 + 3);
+  CHECK(s.dtype == "uint16");
+  CHECK(progress_calls >= 1);
+  const IndexedDataset ds = IndexedDataset::open(d / "out/corpus");
+  REQUIRE(ds.sequences() == 3);
+  CHECK(ds.sequence(0) == bytes_eod("alpha\n"));
+  CHECK(ds.sequence(1) == bytes_eod("beta\n"));
+  CHECK(ds.sequence(2) == bytes_eod("gamma"));
+  CHECK(count_temporaries(d.path() / "out") == 0);
+}
+
+TEST_CASE("prepare with a shuffle seed is deterministic and keeps every document") {
+  ScratchDir d;
+  std::string body;
+  for (int i = 0; i < 50; ++i) body += "fortune " + std::to_string(i) + "\n%\n";
+  write_text(d / "f", body);
+  PrepareOptions o;
+  o.inputs = {d / "f"};
+  o.shuffle_seed = 99;
+  auto tok = make_byte_tokenizer();
+  o.output_prefix = d / "a";
+  prepare_dataset(o, *tok);
+  o.output_prefix = d / "b";
+  prepare_dataset(o, *tok);
+  CHECK(read_text(d / "a.bin") == read_text(d / "b.bin"));
+  const IndexedDataset ds = IndexedDataset::open(d / "a");
+  CHECK(ds.sequences() == 50);
+  CHECK(ds.sequence(0) != bytes_eod("fortune 0\n"));  // shuffled
+  // Each entry "fortune i\n%\n" loses its 2-byte separator line and gains EOD; 2 bytes a token.
+  CHECK(std::filesystem::file_size(d / "a.bin") == 2 * (std::filesystem::file_size(d / "f") - 50));
+}
+
+TEST_CASE("prepare errors: missing input, empty corpus, bad line; nothing written") {
+  ScratchDir d;
+  PrepareOptions o;
+  o.output_prefix = d / "out";
+  o.inputs = {d / "nope.txt"};
+  CHECK(prepare_error(o).find("nope.txt: input does not exist") != std::string::npos);
+
+  write_text(d / "empty", "%\n  \n%\n");
+  o.inputs = {d / "empty"};
+  o.format = InputFormat::Fortune;
+  CHECK(prepare_error(o).find("empty corpus: no document in 1 input file(s)") != std::string::npos);
+
+  write_text(d / "bad.jsonl", "{\"text\": \"fine\"}\n[1, 2]\n");
+  o.inputs = {d / "bad.jsonl"};
+  o.format = InputFormat::Auto;
+  CHECK(prepare_error(o).find("bad.jsonl:2: no \"text\" field") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(d / "out.bin"));
+  CHECK_FALSE(std::filesystem::exists(d / "out.idx"));
+  CHECK(count_temporaries(d.path()) == 0);
+}
+
+TEST_CASE("directories expand to their regular files; fortune format skips .dat and .u8") {
+  ScratchDir d;
+  std::filesystem::create_directories(d / "fort");
+  write_text(d / "fort/b", "x\n%\n");
+  write_text(d / "fort/a", "y\n%\n");
+  write_text(d / "fort/a.dat", "\x01\x02");
+  std::filesystem::create_symlink("a", d / "fort/a.u8");
+  CHECK(expand_inputs({d / "fort"}, InputFormat::Fortune) ==
+        std::vector<std::string>{d / "fort/a", d / "fort/b"});
+  CHECK(expand_inputs({d / "fort"}, InputFormat::Auto).size() == 3);  // symlink skipped
+}
+
+TEST_CASE("default corpus: prepared once into the data dir, again when the sources change") {
+  ScratchDir d;
+  std::filesystem::create_directories(d / "fortunes");
+  write_text(d / "fortunes/wisdom", "Know thyself.\n%\nNothing in excess.\n%\n");
+  write_text(d / "fortunes/wisdom.dat", "binary");
+  std::filesystem::create_symlink("wisdom", d / "fortunes/wisdom.u8");
+  const std::string prefix = ensure_default_corpus(d / "fortunes", d / "cache");
+  CHECK(prefix == d / "cache/fortunes-bytes");
+  CHECK(IndexedDataset::open(prefix).sequences() == 2);
+  const auto mtime = std::filesystem::last_write_time(prefix + ".bin");
+  CHECK(ensure_default_corpus(d / "fortunes", d / "cache") == prefix);
+  CHECK(std::filesystem::last_write_time(prefix + ".bin") == mtime);  // not prepared again
+
+  write_text(d / "fortunes/more", "Third.\n%\n");
+  ensure_default_corpus(d / "fortunes", d / "cache");
+  CHECK(IndexedDataset::open(prefix).sequences() == 3);
+  CHECK(count_temporaries(d.path() / "cache") == 0);
+
+  ScratchDir none;
+  CHECK_THROWS_WITH_AS(ensure_default_corpus(none / "missing", none / "c"),
+                       doctest::Contains("needs Debian's fortunes package"), DataError);
+}
+
+TEST_CASE("default corpus from Debian's fortunes, when installed") {
+  if (!std::filesystem::exists(std::string(kFortunesDir) + "/fortunes")) {
+    MESSAGE("fortunes not installed: skipped");
+    return;
+  }
+  ScratchDir d;
+  const std::string prefix = ensure_default_corpus(kFortunesDir, d / "data");
+  const IndexedDataset ds = IndexedDataset::open(prefix);
+  CHECK(ds.sequences() > 1000);
+  CHECK(ds.dtype() == TokenDType::UInt16);
+  for (int64_t i = 0; i < ds.sequences(); i += 97) {
+    const auto s = ds.sequence(i);
+    REQUIRE(s.size() >= 2);
+    CHECK(s.back() == 256);
+    for (size_t k = 0; k + 1 < s.size(); ++k) CHECK(s[k] < 256);
+  }
+}

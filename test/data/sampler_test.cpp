@@ -1,0 +1,345 @@
+// BatchSource: deterministic epoch orders, resume equivalence, replica/microbatch
+// assignment, the validation split, the cached index, counts, and bad-input errors.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+#include <set>
+#include <thread>
+
+#include "config/derived.h"
+#include "data/batch_source.h"
+#include "data/error.h"
+#include "data/random.h"
+#include "data/sample_index.h"
+#include "test/data/helpers.h"
+
+using namespace troupe;
+using namespace troupe::data;
+using namespace troupe::data::testing;
+
+namespace {
+
+// 300 documents of 5..40 tokens; document d's tokens are (d + k) % 250, then EOD.
+std::vector<std::vector<int32_t>> make_docs(int n = 300) {
+  std::vector<std::vector<int32_t>> docs;
+  SplitMix64 rng(42);
+  for (int d = 0; d < n; ++d) {
+    std::vector<int32_t> doc;
+    const int len = 4 + int(rng.below(36));
+    for (int k = 0; k < len; ++k) doc.push_back((d + k) % 250);
+    doc.push_back(256);
+    docs.push_back(doc);
+  }
+  return docs;
+}
+
+std::string error_of(const Config& c, Split s = Split::Train) {
+  try {
+    BatchSource::open(c, s);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("keyed permutation is a bijection for every size") {
+  for (uint64_t n : {1ull, 2ull, 3ull, 7ull, 64ull, 100ull, 1000ull, 4097ull}) {
+    const KeyedPermutation p(n, 12345);
+    std::vector<int> seen(n, 0);
+    for (uint64_t i = 0; i < n; ++i) ++seen[p(i)];
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; }));
+  }
+  const KeyedPermutation a(1000, 1), b(1000, 2);
+  int same = 0, fixed = 0;
+  for (uint64_t i = 0; i < 1000; ++i) {
+    same += a(i) == b(i);
+    fixed += a(i) == i;
+  }
+  CHECK(same < 20);   // different keys, different orders (about 1 expected)
+  CHECK(fixed < 20);  // and not the identity
+}
+
+TEST_CASE("split documents follow Megatron's rounding") {
+  auto r = split_documents("98,2,0", 1000);
+  CHECK(r[0].begin == 0);
+  CHECK(r[0].end == 980);
+  CHECK(r[1].end == 1000);
+  CHECK(r[2].size() == 0);
+  r = split_documents("1/1/1", 10);  // 3.33 each: round -> 3,3,3, shifted so the last ends at 10
+  CHECK(r[0].end == 4);
+  CHECK(r[1].end == 7);
+  CHECK(r[2].end == 10);
+  r = split_documents("95", 7);
+  CHECK(r[0].size() == 7);
+  CHECK_THROWS_WITH_AS(split_documents("98,x,0", 10), doctest::Contains("data.split \"98,x,0\": 'x' is not a number"), DataError);
+  CHECK_THROWS_WITH_AS(split_documents("0,0,0", 10), doctest::Contains("sum to 0"), DataError);
+  CHECK_THROWS_WITH_AS(split_documents("1,2,3,4", 10), doctest::Contains("more than three"), DataError);
+}
+
+TEST_CASE("epochs: every sample once per epoch, deterministic, reshuffled each epoch") {
+  ScratchDir dir;
+  write_dataset(dir / "c", make_docs());
+  const Config cfg = small_config(dir / "c", 16, 2, 2, 8);
+  const BatchSource src = BatchSource::open(cfg);
+  const int64_t n = src.samples_per_epoch();
+  REQUIRE(n > 100);
+  std::vector<int64_t> e0, e1;
+  for (int64_t i = 0; i < n; ++i) e0.push_back(src.sample_at(i));
+  for (int64_t i = 0; i < n; ++i) e1.push_back(src.sample_at(n + i));
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  std::iota(all.begin(), all.end(), 0);
+  auto sorted = [](std::vector<int64_t> v) { std::sort(v.begin(), v.end()); return v; };
+  CHECK(sorted(e0) == all);
+  CHECK(sorted(e1) == all);
+  CHECK(e0 != e1);
+  CHECK(e0 != all);
+  CHECK(src.epoch_of(n - 1) == 0);
+  CHECK(src.epoch_of(n) == 1);
+  CHECK(src.epoch_of(5 * n + 3) == 5);
+
+  const BatchSource again = BatchSource::open(cfg);
+  CHECK(again.index_from_cache());
+  for (int64_t i = 0; i < 2 * n; i += 7) CHECK(again.sample_at(i) == src.sample_at(i));
+
+  Config other = cfg;
+  other.mutable_training()->set_seed(8);
+  const BatchSource reseeded = BatchSource::open(other);
+  int same = 0;
+  for (int64_t i = 0; i < n; ++i) same += reseeded.sample_at(i) == src.sample_at(i);
+  CHECK(same < n / 10);
+}
+
+TEST_CASE("resume from any consumed_samples reads what an uninterrupted run reads") {
+  ScratchDir dir;
+  write_dataset(dir / "c", make_docs());
+  const Config cfg = small_config(dir / "c", 16, 2, 2, 8);
+  const BatchSource run = BatchSource::open(cfg);
+  const int64_t n = run.samples_per_epoch();
+  // The uninterrupted run: batches at 0, 8, 16, ... across three epochs.
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<Microbatch> mbs;
+  for (int64_t c = 0; c < 3 * n; c += 8) {
+    ids.push_back(run.global_batch_ids(c));
+    mbs.push_back(run.microbatch(c, 1, 1));
+  }
+  for (int64_t resume : {int64_t(8), int64_t(64), (n / 8) * 8, (n / 8 + 1) * 8, 2 * ((n / 8) * 8)}) {
+    const BatchSource resumed = BatchSource::open(cfg);  // a fresh process's view
+    for (int64_t c = resume, k = resume / 8; c < 3 * n; c += 8, ++k) {
+      REQUIRE(resumed.global_batch_ids(c) == ids[size_t(k)]);
+      const Microbatch mb = resumed.microbatch(c, 1, 1);
+      REQUIRE(mb.tokens == mbs[size_t(k)].tokens);
+      REQUIRE(mb.loss_mask == mbs[size_t(k)].loss_mask);
+    }
+  }
+}
+
+TEST_CASE("replica and microbatch assignment covers the global batch exactly once") {
+  ScratchDir dir;
+  write_dataset(dir / "c", make_docs());
+  const Config cfg = small_config(dir / "c", 16, 2, 3, 12);  // 2 microbatches per replica
+  REQUIRE(config::microbatches_per_replica(cfg) == 2);
+  const BatchSource src = BatchSource::open(cfg);
+  for (int64_t c : {int64_t(0), int64_t(12), int64_t(36), src.samples_per_epoch() - 5}) {
+    const auto ids = src.global_batch_ids(c);
+    REQUIRE(ids.size() == 12);
+    const BatchCounts counts = src.global_counts(c);
+    std::vector<int64_t> assigned;
+    int64_t loss = 0, pad = 0;
+    for (int dp = 0; dp < 3; ++dp) {
+      for (int m = 0; m < 2; ++m) {
+        const Microbatch mb = src.microbatch(c, dp, m);
+        CHECK(mb.batch == 2);
+        CHECK(mb.seq == 16);
+        CHECK(mb.tokens.size() == 32);
+        CHECK(mb.global_loss_tokens == counts.loss_tokens);
+        assigned.insert(assigned.end(), mb.sample_ids.begin(), mb.sample_ids.end());
+        loss += mb.loss_tokens;
+        pad += mb.padding_tokens;
+        float s = 0;
+        for (float v : mb.loss_mask) s += v;
+        CHECK(int64_t(s) == mb.loss_tokens);
+      }
+    }
+    // Replica-major, then microbatch, then row: exactly the global batch's order.
+    CHECK(assigned == ids);
+    CHECK(counts.samples == 12);
+    CHECK(counts.input_tokens == 12 * 16);
+    CHECK(counts.loss_tokens == loss);
+    CHECK(counts.padding_tokens == pad);
+  }
+  CHECK_THROWS_AS(src.microbatch(0, 3, 0), std::out_of_range);
+  CHECK_THROWS_AS(src.microbatch(0, 0, 2), std::out_of_range);
+}
+
+TEST_CASE("microbatch rows are the packed windows of the dataset") {
+  ScratchDir dir;
+  const auto docs = make_docs();
+  write_dataset(dir / "c", docs);
+  const Config cfg = small_config(dir / "c", 16, 4, 1, 8);
+  const BatchSource src = BatchSource::open(cfg);
+  const Microbatch mb = src.microbatch(40, 0, 1);
+  for (int r = 0; r < 4; ++r) {
+    for (int j = 0; j < 16; ++j) {
+      const size_t i = size_t(r * 16 + j);
+      if (j + 1 < 16) CHECK(mb.targets[i] == mb.tokens[i + 1]);
+      if (mb.positions[i] == 0) continue;
+      // Inside a document consecutive tokens count up by one (mod 250) or end in EOD.
+      CHECK(mb.segments[i] == mb.segments[i - 1]);
+      CHECK((mb.tokens[i] == 256 || mb.tokens[i] == (mb.tokens[i - 1] + 1) % 250));
+    }
+    for (int j = 0; j < 16; ++j) {
+      const size_t i = size_t(r * 16 + j);
+      // The loss mask is 0 exactly where the input is EOD (a cross-document prediction).
+      CHECK((mb.loss_mask[i] == 0.f) == (mb.tokens[i] == 256));
+    }
+  }
+}
+
+TEST_CASE("validation split: its own documents, its own order; training never reads them") {
+  ScratchDir dir;
+  // Documents 0..269 use tokens below 100, documents 270..299 tokens from 150 on.
+  std::vector<std::vector<int32_t>> docs;
+  for (int d = 0; d < 300; ++d) {
+    std::vector<int32_t> doc;
+    for (int k = 0; k < 5 + d % 17; ++k) doc.push_back(d < 270 ? (d + k) % 100 : 150 + (d + k) % 100);
+    doc.push_back(256);
+    docs.push_back(doc);
+  }
+  write_dataset(dir / "c", docs);
+  Config cfg = small_config(dir / "c", 8, 1, 1, 4);
+  cfg.mutable_data()->set_split("90,10,0");
+  const BatchSource train = BatchSource::open(cfg, Split::Train);
+  const BatchSource valid = BatchSource::open(cfg, Split::Valid);
+  CHECK(train.documents() == 270);
+  CHECK(valid.documents() == 30);
+  CHECK(train.index_path() != valid.index_path());
+  auto token_range = [](const BatchSource& s) {
+    int32_t lo = 1 << 30, hi = -1;
+    for (int64_t id = 0; id < s.samples_per_epoch(); ++id) {
+      const Microbatch mb = s.samples(std::vector<int64_t>{id});
+      for (int32_t t : mb.tokens) {
+        if (t == 256) continue;
+        lo = std::min(lo, t);
+        hi = std::max(hi, t);
+      }
+    }
+    return std::pair{lo, hi};
+  };
+  const auto [tlo, thi] = token_range(train);
+  const auto [vlo, vhi] = token_range(valid);
+  CHECK(tlo >= 0);
+  CHECK(thi < 100);
+  CHECK(vlo >= 150);
+  CHECK(vhi < 250);
+  // Its own order: a permutation of its own samples, keyed apart from training's.
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < valid.samples_per_epoch(); ++i) order.push_back(valid.sample_at(i));
+  std::sort(order.begin(), order.end());
+  for (int64_t i = 0; i < valid.samples_per_epoch(); ++i) CHECK(order[size_t(i)] == i);
+  CHECK_THROWS_WITH_AS(BatchSource::open(cfg, Split::Test), doctest::Contains("the test split of"), DataError);
+}
+
+TEST_CASE("pad-to-boundary through BatchSource: padding counted and masked") {
+  ScratchDir dir;
+  write_dataset(dir / "c", make_docs());
+  Config cfg = small_config(dir / "c", 32, 2, 1, 4);
+  cfg.mutable_data()->set_pad_to_boundary(true);
+  const BatchSource src = BatchSource::open(cfg);
+  const BatchCounts c = src.global_counts(0);
+  CHECK(c.padding_tokens > 0);
+  const Microbatch mb = src.microbatch(0, 0, 0);
+  for (size_t i = 0; i < mb.tokens.size(); ++i) {
+    if (mb.loss_mask[i] != 0.f) CHECK(mb.tokens[i] != src.pad_id());
+  }
+  CHECK(mb.padding_tokens + mb.loss_tokens <= 2 * 32);
+}
+
+TEST_CASE("the sample index is cached, keyed, and rebuilt when stale") {
+  ScratchDir dir;
+  write_dataset(dir / "c", make_docs());
+  const Config cfg = small_config(dir / "c", 16, 1, 1, 4);
+  const BatchSource a = BatchSource::open(cfg);
+  CHECK_FALSE(a.index_from_cache());
+  REQUIRE(std::filesystem::exists(a.index_path()));
+  CHECK(BatchSource::open(cfg).index_from_cache());
+
+  Config longer = cfg;
+  longer.mutable_batch()->set_seq_length(24);
+  const BatchSource b = BatchSource::open(longer);
+  CHECK(b.index_path() != a.index_path());
+  CHECK_FALSE(b.index_from_cache());
+
+  // New data under the same prefix: the stored key no longer matches.
+  write_dataset(dir / "c", make_docs(200));
+  const BatchSource c = BatchSource::open(cfg);
+  CHECK_FALSE(c.index_from_cache());
+  CHECK(c.index_path() == a.index_path());
+  CHECK(c.documents() == 196);
+
+  // A damaged cache is rebuilt, not trusted.
+  std::string bytes = read_text(c.index_path());
+  bytes[bytes.size() / 2] ^= 0x5a;
+  write_text(c.index_path(), bytes);
+  const BatchSource d = BatchSource::open(cfg);
+  CHECK_FALSE(d.index_from_cache());
+  CHECK(d.samples_per_epoch() == c.samples_per_epoch());
+  CHECK(count_temporaries(dir.path()) == 0);
+}
+
+TEST_CASE("concurrent const calls agree with sequential ones") {
+  ScratchDir dir;
+  write_dataset(dir / "c", make_docs());
+  const Config cfg = small_config(dir / "c", 16, 2, 2, 8);
+  const BatchSource src = BatchSource::open(cfg);
+  std::vector<std::vector<int32_t>> want;
+  for (int64_t c = 0; c < 400; c += 8) want.push_back(src.microbatch(c, 1, 0).tokens);
+  std::vector<int> bad(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int64_t c = 0, k = 0; c < 400; c += 8, ++k) bad[size_t(t)] += src.microbatch(c, 1, 0).tokens != want[size_t(k)];
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(bad == std::vector<int>{0, 0, 0, 0});
+}
+
+TEST_CASE("bad inputs: one clear error each") {
+  ScratchDir dir;
+  write_dataset(dir / "c", make_docs());
+  Config cfg = small_config(dir / "c", 16, 2, 2, 8);
+
+  Config missing = cfg;
+  missing.mutable_data()->set_prefix(dir / "absent");
+  CHECK(contains(error_of(missing), "absent.idx: missing"));
+
+  Config small_vocab = cfg;
+  small_vocab.mutable_model()->set_vocab_size(200);
+  const std::string v = error_of(small_vocab);
+  CHECK(contains(v, "c.bin: token ID 256 at byte offset "));
+  CHECK(contains(v, "is >= model.vocab_size 200"));
+
+  Config window = cfg;
+  window.mutable_batch()->set_seq_length(100000);
+  CHECK(contains(error_of(window), "batch.seq_length 100000 needs windows of 100001 tokens, but the train split of"));
+
+  Config geometry = cfg;
+  geometry.mutable_batch()->set_global_batch_size(10);
+  CHECK(contains(error_of(geometry), "batch.global_batch_size 10 must be a positive multiple"));
+
+  write_dataset(dir / "empty", {});
+  Config empty = cfg;
+  empty.mutable_data()->set_prefix(dir / "empty");
+  CHECK(contains(error_of(empty), "empty corpus: " + (dir / "empty.idx")));
+
+  write_dataset(dir / "few", {{1, 2, 256}});
+  Config few = cfg;
+  few.mutable_data()->set_prefix(dir / "few");
+  CHECK(contains(error_of(few, Split::Valid), "the valid split of"));
+}

@@ -1,0 +1,135 @@
+// Tokenizers: bytes, GPT-2's hand-written pre-tokenizer, and GPT-2 BPE against
+// reference IDs from Hugging Face tokenizers (tools/data_gpt2_reference.py).
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "data/error.h"
+#include "data/gpt2_pretokenize.h"
+#include "data/tokenizer.h"
+#include "test/data/helpers.h"
+
+using namespace troupe::data;
+using namespace troupe::data::testing;
+
+namespace {
+
+const std::string kFixtures = std::string(TROUPE_SOURCE_DIR) + "/test/data/fixtures/";
+
+std::vector<std::string> pieces(std::string_view s) {
+  std::vector<std::string_view> p;
+  gpt2_pretokenize(s, p);
+  return std::vector<std::string>(p.begin(), p.end());
+}
+
+std::vector<int32_t> encode(Tokenizer& t, std::string_view s) {
+  std::vector<int32_t> ids;
+  t.encode(s, ids);
+  return ids;
+}
+
+nlohmann::json expected() {
+  std::ifstream in(kFixtures + "gpt2_expected.json");
+  return nlohmann::json::parse(in);
+}
+
+void check_cases(Tokenizer& tok, const char* column) {
+  const auto doc = expected();
+  REQUIRE(doc["cases"].size() >= 20);
+  for (const auto& c : doc["cases"]) {
+    const std::string text = c["text"];
+    const auto want = c[column].get<std::vector<int32_t>>();
+    INFO("text: \"" << text << "\"");
+    CHECK(encode(tok, text) == want);
+  }
+}
+
+std::string error_of(const std::string& vocab, const std::string& merges) {
+  try {
+    make_gpt2_tokenizer(vocab, merges);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("byte tokenizer: one ID per byte, EOD 256") {
+  auto t = make_byte_tokenizer();
+  CHECK(t->vocab_size() == 257);
+  CHECK(t->eod() == 256);
+  CHECK(encode(*t, std::string("A\0\xff", 3)) == std::vector<int32_t>{65, 0, 255});
+  CHECK(encode(*t, "caf\xc3\xa9") == std::vector<int32_t>{99, 97, 102, 0xc3, 0xa9});
+}
+
+TEST_CASE("GPT-2 pre-tokenizer follows the pattern alternative by alternative") {
+  CHECK(pieces("Hello world") == std::vector<std::string>{"Hello", " world"});
+  CHECK(pieces("I'm don't") == std::vector<std::string>{"I", "'m", " don", "'t"});
+  CHECK(pieces("they'll we've he'd it's") ==
+        std::vector<std::string>{"they", "'ll", " we", "'ve", " he", "'d", " it", "'s"});
+  // Only lower-case contractions; an apostrophe run is punctuation.
+  CHECK(pieces("IT'S") == std::vector<std::string>{"IT", "'", "S"});
+  CHECK(pieces("a!'s") == std::vector<std::string>{"a", "!'", "s"});
+  // Whitespace runs give their last character to the next word.
+  CHECK(pieces("a   b") == std::vector<std::string>{"a", "  ", " b"});
+  CHECK(pieces("a\tb") == std::vector<std::string>{"a", "\t", "b"});
+  CHECK(pieces("a\n\nb") == std::vector<std::string>{"a", "\n", "\n", "b"});
+  CHECK(pieces("end  ") == std::vector<std::string>{"end", "  "});
+  CHECK(pieces("x 42 3.5") == std::vector<std::string>{"x", " 42", " 3", ".", "5"});
+  CHECK(pieces(" !!?") == std::vector<std::string>{" !!?"});
+  // Unicode classes: letters (with combining marks as "other"), numbers, spaces.
+  CHECK(pieces("caf\xc3\xa9 \xd0\x9f\xd1\x80\xd0\xb8") ==
+        std::vector<std::string>{"caf\xc3\xa9", " \xd0\x9f\xd1\x80\xd0\xb8"});
+  CHECK(pieces("\xd9\xa3\xd9\xa4x") == std::vector<std::string>{"\xd9\xa3\xd9\xa4", "x"});
+  CHECK(pieces("a\xc2\xa0" "b") == std::vector<std::string>{"a", "\xc2\xa0", "b"});
+  // Invalid UTF-8 bytes are single "other" characters; nothing is lost.
+  CHECK(pieces("ab\xff\xfe" "c") == std::vector<std::string>{"ab", "\xff\xfe", "c"});
+  CHECK(pieces("").empty());
+}
+
+TEST_CASE("GPT-2 BPE matches the reference on the truncated GPT-2 files") {
+  const std::string dir = kFixtures + expected()["truncated_dir"].get<std::string>();
+  auto tok = make_gpt2_tokenizer(dir + "/vocab.json", dir + "/merges.txt");
+  CHECK(tok->eod() == 50256);
+  CHECK(tok->vocab_size() == 50257);
+  check_cases(*tok, "truncated");
+  // The word cache gives the same answer the second time.
+  check_cases(*tok, "truncated");
+}
+
+TEST_CASE("GPT-2 BPE matches the reference on the full GPT-2 files (TROUPE_GPT2_DIR)") {
+  const char* dir = std::getenv("TROUPE_GPT2_DIR");
+  if (dir == nullptr || !std::filesystem::exists(std::string(dir) + "/vocab.json")) {
+    MESSAGE("TROUPE_GPT2_DIR not set: full GPT-2 vocabulary check skipped");
+    return;
+  }
+  auto tok = make_gpt2_tokenizer(std::string(dir) + "/vocab.json", std::string(dir) + "/merges.txt");
+  CHECK(tok->vocab_size() == 50257);
+  check_cases(*tok, "full");
+}
+
+TEST_CASE("GPT-2 vocabulary and merges errors name file and line") {
+  ScratchDir d;
+  CHECK(error_of(d / "none.json", d / "none.txt").find("none.json: cannot open") != std::string::npos);
+  write_text(d / "bad.json", "{\"a\": 1,");
+  CHECK(error_of(d / "bad.json", d / "m.txt").find("bad.json: invalid JSON at byte") != std::string::npos);
+  write_text(d / "noeod.json", "{\"a\": 0}");
+  CHECK(error_of(d / "noeod.json", d / "m.txt").find("no \"<|endoftext|>\" entry") != std::string::npos);
+
+  const std::string dir = kFixtures + expected()["truncated_dir"].get<std::string>();
+  write_text(d / "m1.txt", "#version: 0.2\n\xc4\xa0 t\nonlyone\n");
+  CHECK(error_of(dir + "/vocab.json", d / "m1.txt").find("m1.txt:3: expected two tokens") != std::string::npos);
+  write_text(d / "m2.txt", "#version: 0.2\nzzzzqq x\n");
+  CHECK(error_of(dir + "/vocab.json", d / "m2.txt").find("m2.txt:2: \"zzzzqq\" is not in") != std::string::npos);
+}
+
+TEST_CASE("make_tokenizer by name") {
+  CHECK(make_tokenizer("bytes", "", "")->name() == "bytes");
+  CHECK_THROWS_AS(make_tokenizer("gpt2", "", ""), DataError);
+  CHECK_THROWS_AS(make_tokenizer("sentencepiece", "", ""), DataError);
+}
