@@ -1,0 +1,99 @@
+#include "kernels/cpu/cpu_device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kernels/cpu/gemm.h"
+
+namespace troupe::kernels::cpu {
+
+CpuDevice::CpuDevice(int threads) : pool_(threads) {
+  use_single_threaded_blas();
+  scratch_.per_thread.resize(size_t(threads));
+}
+
+std::string CpuDevice::describe() const {
+  return "cpu (" + std::to_string(pool_.size()) + " thread" + (pool_.size() == 1 ? "" : "s") +
+         ", OpenBLAS single-threaded per participant)";
+}
+
+Buffer CpuDevice::allocate(int64_t count, DType dtype) {
+  if (count < 0) throw std::invalid_argument("CpuDevice::allocate: negative count");
+  size_t bytes = size_t(count) * dtype_size(dtype);
+  bytes = (bytes + 63) / 64 * 64;
+  if (bytes == 0) bytes = 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, bytes);
+  return Buffer(this, p, count, dtype);
+}
+
+void CpuDevice::release(void* data) { std::free(data); }
+void CpuDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
+void CpuDevice::copy_from_host(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
+void CpuDevice::copy_to_host(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
+void CpuDevice::fill_zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
+
+void CpuDevice::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                     const float* B, int ldb, float beta, float* C, int ldc) {
+  cpu::gemm(pool_, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void CpuDevice::embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
+                                  const float* wte, const float* wpe, int N, int C) {
+  cpu::embedding_forward(pool_, out, tokens, positions, wte, wpe, N, C);
+}
+void CpuDevice::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                   const int32_t* tokens, const int32_t* positions, int N, int C) {
+  cpu::embedding_backward(pool_, dwte, dwpe, dout, tokens, positions, N, C);
+}
+void CpuDevice::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                  const float* weight, const float* bias, int N, int C, float eps) {
+  cpu::layernorm_forward(pool_, out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+void CpuDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const float* inp, const float* weight, const float* mean,
+                                   const float* rstd, int N, int C) {
+  cpu::layernorm_backward(pool_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+void CpuDevice::linear_forward(float* out, float* gelu_out, const float* inp, const float* weight,
+                               const float* bias, const float* residual, int N, int C, int OC) {
+  cpu::linear_forward(pool_, out, gelu_out, inp, weight, bias, residual, N, C, OC);
+}
+void CpuDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, const float* gelu_pre, int N,
+                                int C, int OC) {
+  cpu::linear_backward(pool_, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, C, OC);
+}
+void CpuDevice::attention_forward(float* out, float* att, const float* qkv,
+                                  const int32_t* doc_start, int B, int T, int C, int NH) {
+  cpu::attention_forward(pool_, scratch_, out, att, qkv, doc_start, B, T, C, NH);
+}
+void CpuDevice::attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                   const float* att, const int32_t* doc_start, int B, int T, int C,
+                                   int NH) {
+  cpu::attention_backward(pool_, scratch_, dqkv, dout, qkv, att, doc_start, B, T, C, NH);
+}
+void CpuDevice::gelu_forward(float* out, const float* inp, int64_t n) { cpu::gelu_forward(pool_, out, inp, n); }
+void CpuDevice::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  cpu::gelu_backward(pool_, dinp, inp, dout, n);
+}
+void CpuDevice::add(float* out, const float* a, const float* b, int64_t n) { cpu::add(pool_, out, a, b, n); }
+void CpuDevice::scale(float* x, int64_t n, float s) { cpu::scale(pool_, x, n, s); }
+void CpuDevice::crossentropy_forward(float* losses, float* lse, const float* logits,
+                                     const int32_t* targets, const float* mask, int N, int V, int ld) {
+  cpu::crossentropy_forward(pool_, losses, lse, logits, targets, mask, N, V, ld);
+}
+void CpuDevice::crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                                      const int32_t* targets, const float* mask, float scale, int N,
+                                      int V, int ld) {
+  cpu::crossentropy_backward(pool_, dlogits, logits, lse, targets, mask, scale, N, V, ld);
+}
+void CpuDevice::adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
+                             const AdamWArgs& args) {
+  cpu::adamw_update(pool_, param, grad, m, v, n, args);
+}
+double CpuDevice::sum_squares(const float* x, int64_t n) { return cpu::sum_squares(pool_, scratch_, x, n); }
+
+}  // namespace troupe::kernels::cpu

@@ -1,0 +1,85 @@
+// The CPU device: fp32 kernels on a private thread pool, GEMMs through OpenBLAS.
+//
+// Threads: the device owns `threads` compute participants (the calling thread plus
+// threads-1 workers). OpenBLAS runs single-threaded process-wide and the device
+// splits each GEMM over its own participants (see cpu/gemm.h), so several devices
+// in one process (one per stage actor) never fight over OpenBLAS's global thread
+// setting. Give each concurrently running device its share of the cores.
+//
+// Determinism: identical inputs and thread count give identical bits. Every kernel
+// other than gemm (and the layers built on it: linear_*) is also independent of the
+// thread count (see cpu/kernels.h).
+//
+// Memory: allocate() returns zeroed, 64-byte-aligned host memory; kernels allocate
+// nothing, except scratch that grows once to the largest T (attention) or element
+// count (sum_squares) seen.
+#pragma once
+
+#include <memory>
+
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/device.h"
+
+namespace troupe::kernels::cpu {
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(int threads = 1);
+
+  int threads() const { return pool_.size(); }
+  ThreadPool& pool() { return pool_; }
+
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  std::string describe() const override;
+
+  Buffer allocate(int64_t count, DType dtype) override;
+  void release(void* data) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void copy_from_host(void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+  void synchronize() override {}
+
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc) override;
+
+  void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
+                         const float* wte, const float* wpe, int N, int C) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                          const int32_t* positions, int N, int C) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C,
+                         float eps) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C) override;
+  void linear_forward(float* out, float* gelu_out, const float* inp, const float* weight,
+                      const float* bias, const float* residual, int N, int C, int OC) override;
+  void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, const float* gelu_pre, int N,
+                       int C, int OC) override;
+  void attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start,
+                         int B, int T, int C, int NH) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                          const int32_t* doc_start, int B, int T, int C, int NH) override;
+  void gelu_forward(float* out, const float* inp, int64_t n) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
+  void add(float* out, const float* a, const float* b, int64_t n) override;
+  void scale(float* x, int64_t n, float s) override;
+  void crossentropy_forward(float* losses, float* lse, const float* logits,
+                            const int32_t* targets, const float* mask, int N, int V,
+                            int ld) override;
+  void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                             const int32_t* targets, const float* mask, float scale, int N,
+                             int V, int ld) override;
+  void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
+                    const AdamWArgs& args) override;
+  double sum_squares(const float* x, int64_t n) override;
+
+ private:
+  ThreadPool pool_;
+  Scratch scratch_;
+};
+
+}  // namespace troupe::kernels::cpu

@@ -1,0 +1,65 @@
+// Cross-entropy over the V valid vocabulary columns of padded logits, with a loss mask.
+#include <cmath>
+
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace troupe::kernels::cpu {
+
+// losses[n] = mask[n] * (logsumexp(logits[n, :V]) - logits[n, targets[n]]); lse[n] saved.
+// Masked-out rows (padding, cross-document predictions) are skipped: loss 0, lse 0.
+void crossentropy_forward(ThreadPool& pool, float* losses, float* lse, const float* logits,
+                          const int32_t* targets, const float* mask, int N, int V, int ld) {
+  pool.parallel_for(N, 1, [&](int64_t b, int64_t e) {
+    for (int64_t n = b; n < e; ++n) {
+      if (mask[n] == 0.0f) {
+        losses[n] = 0.0f;
+        lse[n] = 0.0f;
+        continue;
+      }
+      const float* l = logits + n * ld;
+      __m256 mx = _mm256_set1_ps(-INFINITY);
+      for (int j = 0; j < V; j += 8) {
+        __m256 v = load_partial(l + j, V - j);
+        if (V - j < 8) v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), v, _mm256_castsi256_ps(tail_mask(V - j)));
+        mx = _mm256_max_ps(mx, v);
+      }
+      const float m = hmax8(mx);
+      const __m256 mv = _mm256_set1_ps(m);
+      __m256 acc = _mm256_setzero_ps();
+      for (int j = 0; j < V; j += 8) {
+        __m256 x = exp8(_mm256_sub_ps(load_partial(l + j, V - j), mv));
+        if (V - j < 8) x = _mm256_and_ps(x, _mm256_castsi256_ps(tail_mask(V - j)));
+        acc = _mm256_add_ps(acc, x);
+      }
+      const float s = m + std::log(hsum8(acc));
+      lse[n] = s;
+      losses[n] = mask[n] * (s - l[targets[n]]);
+    }
+  });
+}
+
+// dlogits[n, j] = mask[n] * scale * (exp(logits[n, j] - lse[n]) - [j == targets[n]]), j < V;
+// padding columns j >= V are set to 0.
+void crossentropy_backward(ThreadPool& pool, float* dlogits, const float* logits,
+                           const float* lse, const int32_t* targets, const float* mask,
+                           float scale, int N, int V, int ld) {
+  pool.parallel_for(N, 1, [&](int64_t b, int64_t e) {
+    for (int64_t n = b; n < e; ++n) {
+      const float* l = logits + n * ld;
+      float* d = dlogits + n * ld;
+      const float w = mask[n] * scale;
+      if (w == 0.0f) {
+        for (int j = 0; j < ld; j += 8) store_partial(d + j, _mm256_setzero_ps(), ld - j);
+        continue;
+      }
+      const __m256 sv = _mm256_set1_ps(lse[n]), wv = _mm256_set1_ps(w);
+      for (int j = 0; j < V; j += 8)
+        store_partial(d + j, _mm256_mul_ps(wv, exp8(_mm256_sub_ps(load_partial(l + j, V - j), sv))), V - j);
+      d[targets[n]] -= w;
+      for (int j = V; j < ld; ++j) d[j] = 0.0f;
+    }
+  });
+}
+
+}  // namespace troupe::kernels::cpu

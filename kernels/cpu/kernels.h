@@ -1,0 +1,79 @@
+// The CPU kernels as free functions over a ThreadPool; CpuDevice forwards to them.
+// Shapes and semantics are documented on the Device interface (kernels/device.h).
+//
+// Partitioning (why results do not depend on the thread count):
+//   row kernels (layernorm forward, attention, cross-entropy, embedding forward,
+//   elementwise) give each row or element to one participant and compute it the
+//   same way whatever the partition;
+//   reductions over rows (bias, LayerNorm and embedding gradients) are split over
+//   columns instead: each participant owns whole columns and adds rows in order 0..N-1;
+//   sum_squares adds fixed 64 Ki-element blocks (partials in double) in block order.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/device.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace troupe::kernels::cpu {
+
+// Per-participant scratch that kernels may grow on first use (never in steady state).
+struct Scratch {
+  std::vector<std::vector<float>> per_thread;  // one per participant
+  std::vector<double> partials;                // sum_squares block partials
+  float* thread_floats(int p, size_t n) {
+    auto& v = per_thread[size_t(p)];
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
+};
+
+void embedding_forward(ThreadPool& pool, float* out, const int32_t* tokens,
+                       const int32_t* positions, const float* wte, const float* wpe, int N, int C);
+void embedding_backward(ThreadPool& pool, float* dwte, float* dwpe, const float* dout,
+                        const int32_t* tokens, const int32_t* positions, int N, int C);
+
+void layernorm_forward(ThreadPool& pool, float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C, float eps);
+void layernorm_backward(ThreadPool& pool, float* dinp, float* dweight, float* dbias,
+                        const float* dout, const float* inp, const float* weight,
+                        const float* mean, const float* rstd, int N, int C);
+
+void linear_forward(ThreadPool& pool, float* out, float* gelu_out, const float* inp,
+                    const float* weight, const float* bias, const float* residual, int N, int C,
+                    int OC);
+void linear_backward(ThreadPool& pool, float* dinp, float* dweight, float* dbias,
+                     const float* dout, const float* inp, const float* weight,
+                     const float* gelu_pre, int N, int C, int OC);
+// dbias[OC] += column sums of dout[N, OC] (rows added in order).
+void bias_backward(ThreadPool& pool, float* dbias, const float* dout, int N, int OC);
+
+// Softmax of one attention row: p[i] = exp(scale * s[i] - max) / sum, i in [0, n).
+void softmax_row(float* p, const float* s, int n, float scale);
+// Its backward: ds[i] = p[i] * (dp[i] - sum_j p[j] dp[j]).
+void softmax_row_backward(float* ds, const float* p, const float* dp, int n);
+
+void attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att,
+                       const float* qkv, const int32_t* doc_start, int B, int T, int C, int NH);
+void attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const float* dout,
+                        const float* qkv, const float* att, const int32_t* doc_start, int B,
+                        int T, int C, int NH);
+
+void gelu_forward(ThreadPool& pool, float* out, const float* inp, int64_t n);
+void gelu_backward(ThreadPool& pool, float* dinp, const float* inp, const float* dout, int64_t n);
+
+void add(ThreadPool& pool, float* out, const float* a, const float* b, int64_t n);
+void scale(ThreadPool& pool, float* x, int64_t n, float s);
+
+void crossentropy_forward(ThreadPool& pool, float* losses, float* lse, const float* logits,
+                          const int32_t* targets, const float* mask, int N, int V, int ld);
+void crossentropy_backward(ThreadPool& pool, float* dlogits, const float* logits,
+                           const float* lse, const int32_t* targets, const float* mask,
+                           float scale, int N, int V, int ld);
+
+void adamw_update(ThreadPool& pool, float* param, const float* grad, float* m, float* v,
+                  int64_t n, const AdamWArgs& args);
+double sum_squares(ThreadPool& pool, Scratch& scratch, const float* x, int64_t n);
+
+}  // namespace troupe::kernels::cpu

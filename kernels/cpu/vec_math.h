@@ -1,0 +1,123 @@
+// AVX2 + FMA helpers shared by the CPU kernels (the build targets x86-64-v3).
+//
+// exp8 is a vectorised expf (range reduction to r in [-ln2/2, ln2/2] and a degree-6
+// polynomial, max error about 2 ulp over the clamped range). Every element of an
+// array, including the tail, goes through the same 8-wide code (tails use masked
+// loads/stores), so an element's result never depends on where it sits in memory.
+// That matters for the document-mask invariance tests and for determinism.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace troupe::kernels::cpu {
+
+// Lane mask selecting the first n (< 8) lanes, for masked tail loads/stores.
+inline __m256i tail_mask(int64_t n) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), idx);
+}
+
+// exp(x) for 8 lanes; inputs are clamped to [-87.3, 88.7] (exp underflows to about
+// 1e-38 there instead of denormals; overflow is impossible).
+inline __m256 exp8(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.7f), lo = _mm256_set1_ps(-87.3f);
+  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+  // n = round(x / ln2); r = x - n * ln2 (ln2 split in two for accuracy)
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  // e^r = 1 + r + r^2 * P(r), P a degree-5 minimax polynomial
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  // scale by 2^n through the exponent bits (n in [-126, 128] after the clamp; 128
+  // cannot occur because 88.7 / ln2 < 127.97)
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// tanh-approximation GELU and its derivative, 8 lanes:
+//   gelu(x)  = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
+//   gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+// with tanh(u) = 1 - 2 / (exp(2u) + 1).
+inline __m256 tanh_of_gelu_arg(__m256 x, __m256* du_dx) {
+  const __m256 k0 = _mm256_set1_ps(0.7978845608028654f), k1 = _mm256_set1_ps(0.044715f);
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  const __m256 u = _mm256_mul_ps(k0, _mm256_fmadd_ps(_mm256_mul_ps(k1, x2), x, x));
+  if (du_dx) *du_dx = _mm256_mul_ps(k0, _mm256_fmadd_ps(_mm256_set1_ps(3.0f * 0.044715f), x2, _mm256_set1_ps(1.0f)));
+  const __m256 e = exp8(_mm256_add_ps(u, u));
+  return _mm256_sub_ps(_mm256_set1_ps(1.0f),
+                       _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+}
+
+inline __m256 gelu8(__m256 x) {
+  const __m256 t = tanh_of_gelu_arg(x, nullptr);
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+}
+
+inline __m256 gelu_grad8(__m256 x) {
+  __m256 du;
+  const __m256 t = tanh_of_gelu_arg(x, &du);
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  const __m256 sech2 = _mm256_fnmadd_ps(t, t, one);
+  return _mm256_fmadd_ps(half, _mm256_add_ps(one, t), _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_mul_ps(sech2, du)));
+}
+
+// Horizontal sum of 8 lanes in a fixed order.
+inline float hsum8(__m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hmax8(__m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_max_ps(lo, hi);
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Loads n floats (n <= 8) with zeros in the unused lanes.
+inline __m256 load_partial(const float* p, int64_t n) {
+  return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask(n));
+}
+inline void store_partial(float* p, __m256 v, int64_t n) {
+  if (n >= 8)
+    _mm256_storeu_ps(p, v);
+  else
+    _mm256_maskstore_ps(p, tail_mask(n), v);
+}
+
+// sum_i a[i] * b[i] with 8 lane accumulators, combined in a fixed order.
+inline float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) acc = _mm256_fmadd_ps(load_partial(a + i, n - i), load_partial(b + i, n - i), acc);
+  return hsum8(acc);
+}
+
+// sum_i a[i]
+inline float sum(const float* a, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) acc = _mm256_add_ps(acc, load_partial(a + i, n - i));
+  return hsum8(acc);
+}
+
+// y[i] += s * x[i]
+inline void axpy(float* y, float s, const float* x, int64_t n) {
+  const __m256 sv = _mm256_set1_ps(s);
+  for (int64_t i = 0; i < n; i += 8)
+    store_partial(y + i, _mm256_fmadd_ps(sv, load_partial(x + i, n - i), load_partial(y + i, n - i)), n - i);
+}
+
+}  // namespace troupe::kernels::cpu

@@ -1,0 +1,145 @@
+// The kernel interface: one Device per compute context (a stage actor's CPU
+// threads today, a CUDA stream later). It owns its memory (allocate) and runs
+// every primitive the model and the optimizer need. Kernels are plain functions
+// in llm.c's style: raw pointers into device buffers, explicit dimensions, and a
+// comment stating the shapes. All tensors are row-major and contiguous unless a
+// leading dimension (ld*) says otherwise.
+//
+// Conventions:
+//   N   rows (tokens: B*T), C channels (width), OC output channels.
+//   "+=" in a shape comment: the kernel accumulates into that output (gradients);
+//   everything else is overwritten.
+// Determinism: a device gives bitwise identical results for identical inputs and
+// identical construction (thread count). The CPU device is stronger: every kernel
+// except gemm gives the same bits for any thread count (see cpu/cpu_device.h).
+// A Device is used by one thread at a time; distinct devices may run concurrently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/buffer.h"
+
+namespace troupe::kernels {
+
+enum class DeviceKind { kCpu, kCuda };
+
+// Scalars of one AdamW step over a range (see adamw_update).
+struct AdamWArgs {
+  float lr = 0;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0;      // 0 for the no-decay group
+  float bias_correction1 = 1;  // 1 - beta1^t
+  float bias_correction2 = 1;  // 1 - beta2^t
+  float grad_scale = 1;        // clip factor applied to every gradient first
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceKind kind() const = 0;
+  virtual std::string describe() const = 0;
+
+  // ---- memory ----------------------------------------------------------------
+  // A zero-filled, 64-byte-aligned block of `count` elements.
+  virtual Buffer allocate(int64_t count, DType dtype = DType::kF32) = 0;
+  // Frees memory from allocate(); called by Buffer's destructor only.
+  virtual void release(void* data) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;          // device -> device
+  virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // Returns when every kernel issued so far has finished (CPU: immediately).
+  virtual void synchronize() = 0;
+
+  // ---- general matrix multiply ------------------------------------------------
+  // C[M, N] = alpha * op(A)[M, K] * op(B)[K, N] + beta * C, row-major, op = transpose
+  // when trans_* is set (A is then stored [K, M] with leading dimension lda).
+  virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                    int lda, const float* B, int ldb, float beta, float* C, int ldc) = 0;
+
+  // ---- layers -----------------------------------------------------------------
+  // out[N, C] = wte[tokens[n], :] + wpe[positions[n], :]
+  virtual void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
+                                 const float* wte, const float* wpe, int N, int C) = 0;
+  // dwte[tokens[n], :] += dout[n, :];  dwpe[positions[n], :] += dout[n, :]
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const int32_t* tokens, const int32_t* positions, int N,
+                                  int C) = 0;
+
+  // out[N, C] = (inp - mean) * rstd * weight[C] + bias[C];  mean[N], rstd[N] saved for backward.
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C,
+                                 float eps) = 0;
+  // dinp[N, C] +=, dweight[C] +=, dbias[C] += from dout[N, C].
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C) = 0;
+
+  // Conv1D / linear with the weight stored [in, out] (Hugging Face GPT-2 layout):
+  //   out[N, OC] = residual[N, OC] (or 0 when null) + inp[N, C] * weight[C, OC] + bias[OC]
+  //   gelu_out[N, OC] = gelu(out)   when gelu_out is not null (fused MLP activation).
+  // out may alias residual.
+  virtual void linear_forward(float* out, float* gelu_out, const float* inp, const float* weight,
+                              const float* bias, const float* residual, int N, int C,
+                              int OC) = 0;
+  // dinp[N, C] = dout[N, OC] * weight^T, then, when gelu_pre[N, C] is given,
+  //   dinp *= gelu'(gelu_pre) (the backward of a GELU that produced inp from gelu_pre);
+  // dweight[C, OC] += inp^T * dout;  dbias[OC] += column sums of dout.
+  // dinp may be null (no input gradient wanted).
+  virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, const float* gelu_pre,
+                               int N, int C, int OC) = 0;
+
+  // Causal self-attention restricted to each token's document.
+  //   qkv[B, T, 3C]: per token q | k | v, head h in columns [h*hs, (h+1)*hs) of each (hs = C/NH)
+  //   doc_start[B*T]: index (within its row) of the first token of the token's document;
+  //                   token t attends to s in [doc_start[t], t].
+  //   out[B, T, C]: attention output, heads concatenated
+  //   att[B, NH, T, T]: softmax probabilities saved for backward (row t valid in [doc_start, t])
+  virtual void attention_forward(float* out, float* att, const float* qkv,
+                                 const int32_t* doc_start, int B, int T, int C, int NH) = 0;
+  // dqkv[B, T, 3C] = gradient of the attention w.r.t. qkv (overwritten) from dout[B, T, C].
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                  const float* att, const int32_t* doc_start, int B, int T,
+                                  int C, int NH) = 0;
+
+  // Elementwise tanh-GELU over n values: out = gelu(inp); dinp = dout * gelu'(inp)
+  // (dinp may alias dout).
+  virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+
+  // out[n] = a[n] + b[n] (residual add; summing tied gradients). out may alias a or b.
+  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;
+  // x[n] *= s
+  virtual void scale(float* x, int64_t n, float s) = 0;
+
+  // ---- loss -------------------------------------------------------------------
+  // logits[N, ld] holds V valid columns (the rest is vocab padding, never read).
+  //   lse[N] = log(sum_j<V exp(logits[n, j]))
+  //   losses[N] = mask[n] * (lse[n] - logits[n, targets[n]])   (0 where mask is 0)
+  // Targets of masked-out rows are ignored; others must lie in [0, V).
+  virtual void crossentropy_forward(float* losses, float* lse, const float* logits,
+                                    const int32_t* targets, const float* mask, int N, int V,
+                                    int ld) = 0;
+  // dlogits[N, ld] = mask[n] * scale * (softmax(logits[n]) - onehot(targets[n])) on the V
+  // valid columns, 0 on the padding columns. dlogits may alias logits.
+  virtual void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                                     const int32_t* targets, const float* mask, float scale,
+                                     int N, int V, int ld) = 0;
+
+  // ---- optimizer --------------------------------------------------------------
+  // One decoupled AdamW step on n elements (DESIGN.md section 4):
+  //   g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+  //   param = param * (1 - lr*wd) - lr * (m / bc1) / (sqrt(v / bc2) + eps)
+  virtual void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
+                            const AdamWArgs& args) = 0;
+  // sum of x[i]^2 in double, in an order fixed by n alone.
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+};
+
+}  // namespace troupe::kernels

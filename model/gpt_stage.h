@@ -1,0 +1,142 @@
+// A GPT-2 model object for a layer range of the config: a pipeline stage, or the
+// whole model when the range is [0, layers). No actors here; the stage actor of the
+// runtime owns one of these and calls it from its own thread.
+//
+// Architecture (GPT-2): x0 = wte[token] + wpe[position]; per block
+//   x = x + c_proj(attn(ln_1(x)));  x = x + mlp.c_proj(gelu(mlp.c_fc(ln_2(x))))
+// then ln_f and logits = ln_f(x) wte^T over the vocab_size real rows (padded rows
+// are never predicted). Attention is causal and restricted to the token's own
+// document (Microbatch::segments).
+//
+// Buffers: parameters and gradients are two flat fp32 device buffers laid out by
+// registry(). Gradients accumulate (+=) over backward calls; zero_grads() is explicit.
+//
+// Activation slots: the stage holds `slots` in-flight microbatches (1F1B needs up
+// to p - k at stage k, GPipe m). forward(slot, ...) saves in that slot everything
+// backward(slot) needs; a slot is free again once its backward has run. Slots are
+// allocated up front; forward and backward allocate nothing.
+//
+// The loss contract (DESIGN.md section 4): the last stage returns the SUM of
+// per-token cross-entropy over loss-bearing tokens of the microbatch and their
+// count. backward seeds d(loss)/d(logit) with loss_mask / mb.global_loss_tokens, so
+// the gradients of all microbatches of a step add up to the gradient of
+//   loss = (sum over the global batch of per-token losses) / global_loss_tokens.
+//
+// Inputs and outputs between stages (all [B*T, D] row-major fp32, device memory):
+//   first stage:  forward(slot, mb)             input from mb.tokens/positions
+//   other stages: forward(slot, mb, input)      `input` is copied into the slot; it
+//                                               need only live during the call
+//   non-last:     output(slot)                  valid from forward(slot) until the
+//                                               next forward into the same slot
+//   non-last:     backward(slot, grad_output)   copied at the start of the call
+//   non-first:    input_grad(slot)              valid from backward(slot) until the
+//                                               next forward into the same slot
+// Every stage needs the microbatch (segments build the attention mask in every
+// block; the last stage also reads targets, loss_mask and global_loss_tokens). A
+// microbatch may have fewer rows (and a shorter T) than the stage's capacity.
+//
+// One thread at a time per stage; distinct stages may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/batch.h"
+#include "kernels/buffer.h"
+#include "kernels/device.h"
+#include "messages/config.pb.h"
+#include "model/param_registry.h"
+#include "model/stage_range.h"
+
+namespace troupe::model {
+
+struct StageLoss {
+  double loss_sum = 0;      // sum of per-token losses (last stage; 0 elsewhere)
+  int64_t loss_tokens = 0;  // loss-bearing tokens of the microbatch (last stage; 0 elsewhere)
+};
+
+// Capacity of one activation slot.
+struct StageShape {
+  int micro_batch = 0;  // max rows B per microbatch
+  int seq = 0;          // max positions T
+  static StageShape from_config(const Config& c) {
+    return {c.batch().micro_batch_size(), c.batch().seq_length()};
+  }
+};
+
+class GptStage {
+ public:
+  // Parameters are initialised from (training.seed, tensor name) (model/init.h).
+  GptStage(const Config& c, StageRange range, kernels::Device& device, int slots,
+           StageShape shape);
+  GptStage(const Config& c, StageRange range, kernels::Device& device, int slots = 1)
+      : GptStage(c, range, device, slots, StageShape::from_config(c)) {}
+  ~GptStage();
+  GptStage(const GptStage&) = delete;
+  GptStage& operator=(const GptStage&) = delete;
+
+  const ParameterRegistry& registry() const { return registry_; }
+  StageRange range() const { return registry_.range(); }
+  bool is_first() const { return range().has_embedding(); }
+  bool is_last() const { return last_; }
+  int slots() const;
+  StageShape shape() const { return shape_; }
+  kernels::Device& device() { return device_; }
+
+  // Flat buffers of registry().total() floats (device memory).
+  float* params() { return params_.f32(); }
+  const float* params() const { return params_.f32(); }
+  float* grads() { return grads_.f32(); }
+  const float* grads() const { return grads_.f32(); }
+  int64_t param_count() const { return registry_.total(); }
+  // Pointers to one named tensor in each buffer.
+  float* param(std::string_view name) { return params() + registry_.at(name).offset; }
+  float* grad(std::string_view name) { return grads() + registry_.at(name).offset; }
+
+  void zero_grads();
+  // Re-runs the deterministic initialisation (model/init.h) into params().
+  void init_parameters();
+  // The same initial values written into host memory (registry().total() floats).
+  void init_parameters_into(float* host) const;
+
+  StageLoss forward(int slot, const data::Microbatch& mb, const float* input = nullptr);
+  void backward(int slot, const float* grad_output = nullptr);
+
+  const float* output(int slot) const;      // non-last stages
+  const float* input_grad(int slot) const;  // non-first stages
+
+  // Inspection (last stage), valid after forward(slot) and until backward(slot),
+  // which turns the logits into their gradient in place:
+  //   logits [B*T, padded_vocab] (vocab_size valid columns), token_losses [B*T].
+  const float* logits(int slot) const;
+  const float* token_losses(int slot) const;
+
+  // Floats held per activation slot, and in the scratch shared by all slots.
+  int64_t slot_floats() const { return slot_floats_; }
+  int64_t scratch_floats() const { return scratch_floats_; }
+
+ private:
+  struct Slot;
+  struct LayerActs;
+  Slot& check_slot(int slot, const char* what);
+  const Slot& check_slot(int slot, const char* what) const;
+  void load_microbatch(Slot& s, const data::Microbatch& mb);
+  LayerActs layer_acts(Slot& s, int local_layer);
+
+  Config config_;
+  kernels::Device& device_;
+  ParameterRegistry registry_;
+  StageShape shape_;
+  bool last_;
+  int D_, F_, NH_, V_, Vp_, P_;
+  float ln_eps_;
+  kernels::Buffer params_, grads_;
+  std::vector<Slot> slots_;
+  kernels::Buffer scratch_;  // dres [BT, D] | dsmall [BT, D] | dbig [BT, max(3D, F)]
+  // Host staging, sized once: microbatch IDs on the way in, per-token losses out.
+  std::vector<int32_t> host_ints_;
+  std::vector<float> host_losses_, host_mask_;
+  int64_t slot_floats_ = 0, scratch_floats_ = 0;
+};
+
+}  // namespace troupe::model

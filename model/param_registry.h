@@ -1,0 +1,123 @@
+// The parameter registry: every tensor a model object holds, as (name, shape,
+// offset, decay group) over ONE contiguous fp32 buffer. Gradients live in a second
+// buffer with the same layout, and so do the optimizer's m and v.
+//
+// Names and layouts are Hugging Face GPT-2's, so export and inspection copy tensors
+// directly:
+//   wte.weight                 [padded_vocab, D]  rows >= vocab_size are padding: zero,
+//                                                 never predicted, sliced off on export
+//   wpe.weight                 [max_positions, D]
+//   h.{i}.ln_1.weight/.bias    [D]
+//   h.{i}.attn.c_attn.weight   [D, 3D]  Conv1D: [in, out]; out columns are q | k | v,
+//   h.{i}.attn.c_attn.bias     [3D]     head h at columns [h*hs, (h+1)*hs) of each
+//   h.{i}.attn.c_proj.weight   [D, D],  .bias [D]
+//   h.{i}.ln_2.weight/.bias    [D]
+//   h.{i}.mlp.c_fc.weight      [D, F],  .bias [F]
+//   h.{i}.mlp.c_proj.weight    [F, D],  .bias [D]
+//   ln_f.weight/.bias          [D]
+// Layout in the flat buffer: wte, wpe (first stage); blocks in order, each in the
+// order above; ln_f (last stage); then, on a last stage that is not also the first,
+// its own copy of wte.weight for the tied LM head.
+//
+// Tied embeddings across pipeline stages: the first and the last stage each hold a
+// tensor named "wte.weight". After the last backward of a step the runtime must
+// make both gradients the sum of the two ("wte.weight" of the first stage plus
+// "wte.weight" of the last stage), then both stages apply the same update. The last
+// stage's copy has counts_in_norm = false so the global norm counts wte once.
+//
+// Decay groups (DESIGN.md section 4): 2-D weights decay (wte, wpe, the four matrices
+// of each block); biases and 1-D parameters (LayerNorm weights and biases) do not.
+//
+// Slices: each entry records the global shape of the tensor and the slice this
+// object holds (start and extent per dimension). Today every object holds whole
+// tensors; tensor parallelism will hold column or row slices of the same names.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "messages/config.pb.h"
+#include "model/stage_range.h"
+
+namespace troupe::model {
+
+enum class DecayGroup { kDecay, kNoDecay };
+const char* decay_group_name(DecayGroup g);
+
+// How a tensor starts (model.init_std rules, GPT-2's): normal(0, std) for weights,
+// std / sqrt(2 * layers) for the two residual projections, 0 for biases, 1 for norm scales.
+enum class InitKind { kNormal, kZeros, kOnes };
+
+struct ParamTensor {
+  std::string name;
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> slice_start;  // per dim, into global_shape
+  std::vector<int64_t> shape;        // extent per dim held here (row-major in the buffer)
+  int64_t offset = 0;                // first element in the flat buffers
+  int64_t numel = 0;
+  DecayGroup group = DecayGroup::kDecay;
+  bool counts_in_norm = true;        // false only for a tied copy (see above)
+  InitKind init = InitKind::kZeros;
+  float init_std = 0;
+  // Rows of dim 0 that hold real values; later rows are padding kept at zero
+  // (wte: vocab_size of padded_vocab). Equal to shape[0] for every other tensor.
+  int64_t valid_rows = 0;
+};
+
+// A contiguous range of the flat buffers, [begin, end).
+struct FlatRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+// A range whose elements share one decay group (adjacent tensors merged).
+struct DecaySpan {
+  int64_t begin = 0;
+  int64_t end = 0;
+  DecayGroup group = DecayGroup::kDecay;
+};
+
+// Offsets of one transformer block's tensors in the flat buffer.
+struct BlockOffsets {
+  int64_t ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b;
+  int64_t ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
+};
+
+class ParameterRegistry {
+ public:
+  ParameterRegistry(const Config& c, StageRange range);
+
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  // The tensor called `name`; throws std::out_of_range naming it and the stage.
+  const ParamTensor& at(std::string_view name) const;
+  const ParamTensor* find(std::string_view name) const;
+  int64_t total() const { return total_; }
+  StageRange range() const { return range_; }
+
+  // Names per decay group, in layout order (the startup log prints both lists).
+  std::vector<std::string> names(DecayGroup g) const;
+  std::vector<DecaySpan> decay_spans() const;
+  // Ranges whose squares make up this object's share of the global gradient norm.
+  std::vector<FlatRange> norm_ranges() const;
+
+  // Offsets of block `layer` (a global layer index inside the range).
+  const BlockOffsets& block(int layer) const { return blocks_.at(size_t(layer - range_.first_layer)); }
+  int64_t wte_offset() const { return wte_; }   // -1 when not held
+  int64_t wpe_offset() const { return wpe_; }   // -1 when not held
+  int64_t lnf_w_offset() const { return lnf_w_; }
+  int64_t lnf_b_offset() const { return lnf_b_; }
+
+ private:
+  int64_t add(std::string name, std::vector<int64_t> shape, DecayGroup g, InitKind init,
+              float std, int64_t valid_rows = -1);
+
+  StageRange range_;
+  std::vector<ParamTensor> tensors_;
+  std::vector<BlockOffsets> blocks_;
+  int64_t total_ = 0;
+  int64_t wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
+};
+
+}  // namespace troupe::model

@@ -1,0 +1,66 @@
+// AdamW over a contiguous range of a stage's flat buffers (DESIGN.md section 4):
+//   g = grad * clip_factor;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   p = p * (1 - lr * wd) - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+// with wd = optimizer.weight_decay for the decay group and 0 for the no-decay group
+// (biases and 1-D parameters; model/param_registry.h).
+//
+// One object owns the Adam moments m, v (fp32, device memory) and the step counter t
+// for the elements [range.begin, range.end) of the stage's flat parameter layout.
+// The whole range is an unsharded optimizer; a slice is one distributed-optimizer
+// shard. The same arithmetic runs either way, element by element, so shards of a
+// range reproduce the unsharded update exactly.
+//
+// The parameters it updates are the fp32 master weights. On the CPU that is the
+// model's own parameter buffer; a GPU shard keeps an fp32 master copy of its slice
+// and passes that here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/buffer.h"
+#include "kernels/device.h"
+#include "messages/config.pb.h"
+#include "model/param_registry.h"
+
+namespace troupe::optim {
+
+struct AdamWHyper {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  static AdamWHyper from_config(const Config& c);
+};
+
+class AdamW {
+ public:
+  // spans: the decay groups of the whole flat layout (ParameterRegistry::decay_spans());
+  // range: the elements this object updates.
+  AdamW(kernels::Device& device, AdamWHyper hyper, std::vector<model::DecaySpan> spans,
+        model::FlatRange range);
+
+  // One update of params[range] from grads[range] (both pointers to the START of the
+  // flat buffers), with learning rate lr and every gradient multiplied by grad_scale
+  // (the clip factor) first. Advances the step counter. Callers skip the call
+  // entirely for a skipped update (non-finite gradient norm).
+  void step(float* params, const float* grads, double lr, double grad_scale = 1.0);
+
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t t) { steps_ = t; }  // restoring a checkpoint
+  model::FlatRange range() const { return range_; }
+  const AdamWHyper& hyper() const { return hyper_; }
+
+  // Moments of the range: element i belongs to flat index range().begin + i.
+  float* m() { return m_.f32(); }
+  const float* m() const { return m_.f32(); }
+  float* v() { return v_.f32(); }
+  const float* v() const { return v_.f32(); }
+
+ private:
+  kernels::Device& device_;
+  AdamWHyper hyper_;
+  std::vector<model::DecaySpan> pieces_;  // spans clipped to range_
+  model::FlatRange range_;
+  kernels::Buffer m_, v_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace troupe::optim
