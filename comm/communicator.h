@@ -23,6 +23,16 @@ class CommError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Chunk r of n elements split across `parts` ranks: [n*r/parts, n*(r+1)/parts).
+// Chunks differ in length by at most one element; every element is in exactly one.
+struct Chunk {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+inline Chunk chunk_range(size_t n, int parts, int r) {
+  return {n * size_t(r) / size_t(parts), n * size_t(r + 1) / size_t(parts)};
+}
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -36,11 +46,14 @@ class Communicator {
   // result: each element is summed in rank order 0, 1, ..., size-1.
   virtual void all_reduce_sum(std::span<float> data) = 0;
 
-  // in holds size() chunks of out.size() elements on every rank; rank r receives
-  // out = sum over ranks q (in rank order) of q's chunk r.
+  // in holds n elements on every rank, cut into size() chunks by chunk_range(n, ...);
+  // rank r receives out = sum over ranks q (in rank order) of q's chunk r, so
+  // out.size() must be chunk r's length.
   virtual void reduce_scatter_sum(std::span<const float> in, std::span<float> out) = 0;
 
-  // out holds size() chunks of in.size() elements: chunk q is rank q's in.
+  // out holds n elements cut into size() chunks by chunk_range(n, ...); chunk q
+  // becomes rank q's in (in.size() is this rank's chunk length). `in` may be this
+  // rank's own chunk of `out` (in place).
   virtual void all_gather(std::span<const float> in, std::span<float> out) = 0;
 
   // data <- root's data on every rank.

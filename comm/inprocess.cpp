@@ -154,30 +154,34 @@ class InProcessCommunicator final : public Communicator {
 
   void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override {
     const int n = size();
-    if (in.size() != out.size() * n)
-      throw CommError(fmt::format("{}: reduce_scatter_sum needs in = {} x out, got in={} out={}",
-                                  name(), n, in.size(), out.size()));
-    g_->arrive(rank_, {"reduce_scatter_sum", in.size(), out.size(), -1}, in.data(), out.data());
-    const size_t chunk = out.size(), base = chunk * rank_;
-    const float* first = static_cast<const float*>(g_->in(0)) + base;
-    std::copy(first, first + chunk, out.begin());
+    const Chunk mine = chunk_range(in.size(), n, rank_);
+    if (out.size() != mine.size())
+      throw CommError(fmt::format("{}: reduce_scatter_sum of {} elements gives rank {} a chunk of {}, "
+                                  "but its output holds {}",
+                                  name(), in.size(), rank_, mine.size(), out.size()));
+    g_->arrive(rank_, {"reduce_scatter_sum", in.size(), 0, -1}, in.data(), out.data());
+    const float* first = static_cast<const float*>(g_->in(0)) + mine.begin;
+    std::copy(first, first + mine.size(), out.begin());
     for (int q = 1; q < n; ++q) {
-      const float* src = static_cast<const float*>(g_->in(q)) + base;
-      for (size_t i = 0; i < chunk; ++i) out[i] += src[i];
+      const float* src = static_cast<const float*>(g_->in(q)) + mine.begin;
+      for (size_t i = 0; i < mine.size(); ++i) out[i] += src[i];
     }
     g_->depart(rank_, "reduce_scatter_sum");
   }
 
   void all_gather(std::span<const float> in, std::span<float> out) override {
     const int n = size();
-    if (out.size() != in.size() * n)
-      throw CommError(fmt::format("{}: all_gather needs out = {} x in, got in={} out={}", name(), n,
-                                  in.size(), out.size()));
-    g_->arrive(rank_, {"all_gather", in.size(), out.size(), -1}, in.data(), out.data());
+    const Chunk mine = chunk_range(out.size(), n, rank_);
+    if (in.size() != mine.size())
+      throw CommError(fmt::format("{}: all_gather into {} elements expects rank {}'s chunk of {}, "
+                                  "got {}",
+                                  name(), out.size(), rank_, mine.size(), in.size()));
+    g_->arrive(rank_, {"all_gather", 0, out.size(), -1}, in.data(), out.data());
     for (int q = 0; q < n; ++q) {
+      const Chunk c = chunk_range(out.size(), n, q);
       const float* src = static_cast<const float*>(g_->in(q));
-      // An in-place all-gather passes in = its own chunk of out: nothing to copy.
-      if (src != out.data() + q * in.size()) std::copy(src, src + in.size(), out.begin() + q * in.size());
+      // In place: rank q's input already is its own chunk of this output.
+      if (src != out.data() + c.begin) std::copy(src, src + c.size(), out.begin() + c.begin);
     }
     g_->depart(rank_, "all_gather");
   }

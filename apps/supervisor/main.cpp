@@ -7,6 +7,9 @@
 #include "apps/supervisor/commands.h"
 
 namespace troupe::cli {
+
+int plan_main(int argc, char** argv);  // cmd_plan.cpp
+
 namespace {
 
 int version_main(int, char**) {
@@ -16,6 +19,7 @@ int version_main(int, char**) {
 
 const Subcommand kCommands[] = {
     {"version", "print the version", version_main},
+    {"plan", "print the arithmetic of a config: batch, bubble, budget, LR, memory, calendar", plan_main},
 };
 
 void print_usage(std::FILE* out) {

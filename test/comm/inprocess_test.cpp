@@ -60,22 +60,41 @@ TEST_CASE("all_reduce_sum adds in rank order, so every rank holds the same bits"
     for (float x : result[r]) CHECK(x == (1e8f + 1.0f) - 1e8f);
 }
 
-TEST_CASE("reduce_scatter_sum and all_gather round trip") {
+TEST_CASE("reduce_scatter_sum and all_gather round trip, with uneven chunks") {
   const int n = 4;
-  const size_t chunk = 257;
-  run_group(n, [&](int r, comm::Communicator& c) {
-    std::vector<float> in(n * chunk), part(chunk), full(n * chunk);
-    for (size_t i = 0; i < in.size(); ++i) in[i] = float(i) * (r + 1);
-    c.reduce_scatter_sum(in, part);
-    for (size_t i = 0; i < chunk; ++i) REQUIRE(part[i] == float(r * chunk + i) * (1 + 2 + 3 + 4));
-    c.all_gather(part, full);
-    for (size_t i = 0; i < full.size(); ++i) REQUIRE(full[i] == float(i) * 10);
-    // In place: this rank's input is its own chunk of the output.
-    std::vector<float> inplace(n * chunk, -1.0f);
-    for (size_t i = 0; i < chunk; ++i) inplace[r * chunk + i] = float(r);
-    c.all_gather(std::span<const float>(inplace.data() + r * chunk, chunk), inplace);
-    for (size_t i = 0; i < inplace.size(); ++i) REQUIRE(inplace[i] == float(i / chunk));
-  });
+  for (size_t total : {size_t(4 * 257), size_t(1031), size_t(3)}) {
+    CAPTURE(total);
+    run_group(n, [&](int r, comm::Communicator& c) {
+      const auto mine = comm::chunk_range(total, n, r);
+      std::vector<float> in(total), part(mine.size()), full(total);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = float(i) * (r + 1);
+      c.reduce_scatter_sum(in, part);
+      for (size_t i = 0; i < part.size(); ++i) REQUIRE(part[i] == float(mine.begin + i) * (1 + 2 + 3 + 4));
+      c.all_gather(part, full);
+      for (size_t i = 0; i < full.size(); ++i) REQUIRE(full[i] == float(i) * 10);
+      // In place: this rank's input is its own chunk of the output.
+      std::vector<float> inplace(total, -1.0f);
+      for (size_t i = mine.begin; i < mine.end; ++i) inplace[i] = float(r);
+      c.all_gather(std::span<const float>(inplace.data() + mine.begin, mine.size()), inplace);
+      for (int q = 0; q < n; ++q) {
+        const auto cq = comm::chunk_range(total, n, q);
+        for (size_t i = cq.begin; i < cq.end; ++i) REQUIRE(inplace[i] == float(q));
+      }
+    });
+  }
+}
+
+TEST_CASE("chunk ranges cover every element once") {
+  for (size_t total : {0, 1, 5, 64, 1001})
+    for (int parts : {1, 2, 3, 8}) {
+      size_t next = 0;
+      for (int r = 0; r < parts; ++r) {
+        auto c = comm::chunk_range(total, parts, r);
+        CHECK(c.begin == next);
+        next = c.end;
+      }
+      CHECK(next == total);
+    }
 }
 
 TEST_CASE("broadcast, barrier and send/recv") {

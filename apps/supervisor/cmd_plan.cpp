@@ -1,0 +1,116 @@
+// `supervisor plan`: the seed articles' arithmetic for a config, as tables.
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+
+#include <boost/program_options.hpp>
+
+#include "apps/supervisor/config_args.h"
+#include "config/error.h"
+#include "config/validate.h"
+#include "sched/planner.h"
+#include "sched/planner_report.h"
+
+namespace troupe::cli {
+namespace {
+
+namespace po = boost::program_options;
+
+const char* kUsage =
+    "usage: supervisor plan [CONFIG] [--set PATH=VALUE]... [--megatron-args FILE]\n"
+    "                       [--gpus N] [--throughput TOKENS_PER_S] [--calendar-efficiency F]\n"
+    "                       [--scaling FILE] [--token-budget T]\n\n"
+    "Prints the plan of a config: tokens per update, microbatches per data-parallel group,\n"
+    "ideal pipeline idle, causal position pairs, updates and shortfall against the token\n"
+    "budget, warmup, the LR at its turning points, the main-state memory ledger per GPU\n"
+    "and, given a throughput, the calendar. docs/planner.md explains every line.\n\n"
+    "options:\n";
+
+const char* kPlanOptions =
+    "  --gpus N                 plan for N GPUs: data parallel = N / (TP x PP x CP)\n"
+    "  --throughput T           measured tokens/s of the whole cluster: adds the calendar\n"
+    "  --calendar-efficiency F  share of wall time spent training, in (0, 1] (default 0.9);\n"
+    "                           use 1 when T was measured over whole wall time\n"
+    "  --scaling FILE           rows \"GPUs [tokens_per_s]\": speed-up and scaling\n"
+    "                           efficiency per step, and a ledger row per cluster size\n"
+    "  --token-budget T         tokens to plan against (default training.token_budget, or\n"
+    "                           train tokens rounded up to 2 significant figures)\n"
+    "  -h, --help               this text\n";
+
+// A positive number from an option value ("1.6e6", "1600000").
+double positive_number(const std::string& option, const std::string& text) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || !(v > 0) || !std::isfinite(v))
+    throw std::invalid_argument("--" + option + " " + text + ": expected a positive number");
+  return v;
+}
+
+// A positive whole number, also written in float notation ("1e13").
+int64_t positive_count(const std::string& option, const std::string& text) {
+  const double v = positive_number(option, text);
+  if (v != std::floor(v) || v > 9.0e18)
+    throw std::invalid_argument("--" + option + " " + text + ": expected a whole number");
+  return int64_t(v);
+}
+
+}  // namespace
+
+int plan_main(int argc, char** argv) {
+  ConfigArgs config_args;
+  std::string gpus, throughput, efficiency, scaling, budget;
+  po::options_description options;
+  po::positional_options_description positional;
+  add_config_options(options, positional, config_args);
+  options.add_options()
+      ("gpus", po::value<std::string>(&gpus))
+      ("throughput", po::value<std::string>(&throughput))
+      ("calendar-efficiency", po::value<std::string>(&efficiency))
+      ("scaling", po::value<std::string>(&scaling))
+      ("token-budget", po::value<std::string>(&budget))
+      ("help,h", "");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "supervisor plan: %s (see supervisor plan --help)\n", e.what());
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::printf("%s%s%s", kUsage, config_options_help(), kPlanOptions);
+    return 0;
+  }
+
+  LoadedConfig loaded = load_config(config_args);
+  sched::PlanInputs in;
+  if (!gpus.empty()) {
+    const int64_t n = positive_count("gpus", gpus);
+    const auto& p = loaded.config.parallel();
+    const int64_t per_replica = int64_t(p.tensor()) * p.pipeline() * p.context();
+    if (n % per_replica != 0 || n / per_replica > INT32_MAX)
+      throw std::invalid_argument("--gpus " + gpus + ": not a multiple of TP x PP x CP = " +
+                                  std::to_string(per_replica));
+    loaded.config.mutable_parallel()->set_data(int32_t(n / per_replica));
+    loaded.origins.set("parallel.data", "--gpus " + gpus);
+    config::validate(loaded.config, loaded.origins);
+  }
+  if (!throughput.empty()) in.tokens_per_s = positive_number("throughput", throughput);
+  if (!efficiency.empty()) {
+    in.calendar_efficiency = positive_number("calendar-efficiency", efficiency);
+    if (in.calendar_efficiency > 1.0)
+      throw std::invalid_argument("--calendar-efficiency " + efficiency + ": must be in (0, 1]");
+  }
+  if (!budget.empty()) in.token_budget = positive_count("token-budget", budget);
+  if (!scaling.empty()) in.scaling = sched::read_scaling_file(scaling);
+
+  std::printf("Plan for %s%s\n\n%s", loaded.describe().c_str(),
+              gpus.empty() ? "" : (" on " + gpus + " GPUs").c_str(),
+              sched::render_plan(loaded.config, in).c_str());
+  return 0;
+}
+
+}  // namespace troupe::cli

@@ -1,0 +1,336 @@
+#include "config/megatron_args.h"
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "config/error.h"
+
+namespace troupe::config {
+namespace {
+
+struct Token {
+  std::string text;
+  int line;  // 1-based
+};
+
+// Splits the fragment into words with their line numbers. Quotes ('...' or "...")
+// group a word with spaces; '#' at the start of a word comments out the rest of
+// the line; a lone '\' (a shell line continuation) is dropped.
+std::vector<Token> tokenize(std::string_view text, const std::string& source) {
+  std::vector<Token> out;
+  int line = 1;
+  size_t i = 0;
+  while (i < text.size()) {
+    const char ch = text[i];
+    if (ch == '\n') {
+      ++line;
+      ++i;
+    } else if (ch == ' ' || ch == '\t' || ch == '\r') {
+      ++i;
+    } else if (ch == '#') {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else {
+      std::string word;
+      while (i < text.size() && text[i] != ' ' && text[i] != '\t' && text[i] != '\r' &&
+             text[i] != '\n') {
+        if (text[i] == '"' || text[i] == '\'') {
+          const char q = text[i++];
+          const size_t end = text.find(q, i);
+          if (end == std::string_view::npos || text.substr(i, end - i).find('\n') != std::string_view::npos)
+            throw ConfigError(fmt::format("{}:{}: unterminated quote", source, line));
+          word += text.substr(i, end - i);
+          i = end + 1;
+        } else {
+          word += text[i++];
+        }
+      }
+      if (word != "\\") out.push_back({word, line});
+    }
+  }
+  return out;
+}
+
+// One flag occurrence: "--name" with its value (if it takes one).
+struct Occurrence {
+  std::string name;
+  std::optional<std::string> value;
+  int line;
+};
+
+struct Context {
+  Config& cfg;
+  Origins& origins;
+  const std::string& source;
+  const Occurrence& occ;
+
+  std::string where() const { return fmt::format("{}:{} (--{})", source, occ.line, occ.name); }
+  ConfigError error(const std::string& what) const {
+    return ConfigError(fmt::format("{}:{}: --{}: {}", source, occ.line, occ.name, what));
+  }
+  void mark(const std::string& field) const { origins.set(field, where()); }
+
+  int64_t integer(int64_t lo, int64_t hi) const {
+    const std::string& v = *occ.value;
+    int64_t x = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || end != v.data() + v.size())
+      throw error(fmt::format("expected an integer, got \"{}\"", v));
+    if (x < lo || x > hi) throw error(fmt::format("{} is outside [{}, {}]", x, lo, hi));
+    return x;
+  }
+  int32_t int32() const {
+    return int32_t(integer(std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+  }
+  double number() const {
+    const std::string& v = *occ.value;
+    double x = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || end != v.data() + v.size() || !std::isfinite(x))
+      throw error(fmt::format("expected a number, got \"{}\"", v));
+    return x;
+  }
+  // The value must be one of `allowed` (Megatron's spelling); returns its index.
+  size_t choice(std::initializer_list<const char*> allowed, const std::string& why) const {
+    size_t k = 0;
+    for (const char* a : allowed) {
+      if (*occ.value == a) return k;
+      ++k;
+    }
+    throw error(fmt::format("\"{}\" is not supported: {}", *occ.value, why));
+  }
+};
+
+struct Flag {
+  bool takes_value;
+  std::function<void(const Context&)> apply;
+};
+
+
+Flag int32_flag(const char* field, void (*set)(Config&, int32_t)) {
+  return {true, [=](const Context& c) { set(c.cfg, c.int32()); c.mark(field); }};
+}
+Flag int64_flag(const char* field, void (*set)(Config&, int64_t)) {
+  return {true, [=](const Context& c) {
+            set(c.cfg, c.integer(0, std::numeric_limits<int64_t>::max()));
+            c.mark(field);
+          }};
+}
+Flag number_flag(const char* field, void (*set)(Config&, double)) {
+  return {true, [=](const Context& c) { set(c.cfg, c.number()); c.mark(field); }};
+}
+Flag string_flag(const char* field, void (*set)(Config&, const std::string&)) {
+  return {true, [=](const Context& c) { set(c.cfg, *c.occ.value); c.mark(field); }};
+}
+// A switch for behaviour troupe always has: accepted, changes nothing.
+Flag always() {
+  return {false, [](const Context&) {}};
+}
+
+const std::map<std::string, Flag>& flags() {
+  static const std::map<std::string, Flag> table = {
+      // Parallel layout.
+      {"tensor-model-parallel-size",
+       int32_flag("parallel.tensor", [](Config& c, int32_t v) { c.mutable_parallel()->set_tensor(v); })},
+      {"pipeline-model-parallel-size",
+       int32_flag("parallel.pipeline", [](Config& c, int32_t v) { c.mutable_parallel()->set_pipeline(v); })},
+      {"context-parallel-size",
+       int32_flag("parallel.context", [](Config& c, int32_t v) { c.mutable_parallel()->set_context(v); })},
+      {"data-parallel-size",  // troupe's addition: Megatron derives DP from the world size
+       int32_flag("parallel.data", [](Config& c, int32_t v) { c.mutable_parallel()->set_data(v); })},
+      {"sequence-parallel", {false, [](const Context& c) {
+         c.cfg.mutable_parallel()->set_sequence_parallel(true);
+         c.mark("parallel.sequence_parallel");
+       }}},
+      {"use-distributed-optimizer", {false, [](const Context& c) {
+         c.cfg.mutable_parallel()->set_distributed_optimizer(true);
+         c.mark("parallel.distributed_optimizer");
+       }}},
+      {"overlap-grad-reduce", always()},
+      {"overlap-param-gather", always()},
+      // Batch.
+      {"micro-batch-size",
+       int32_flag("batch.micro_batch_size", [](Config& c, int32_t v) { c.mutable_batch()->set_micro_batch_size(v); })},
+      {"global-batch-size",
+       int32_flag("batch.global_batch_size", [](Config& c, int32_t v) { c.mutable_batch()->set_global_batch_size(v); })},
+      {"seq-length",
+       int32_flag("batch.seq_length", [](Config& c, int32_t v) { c.mutable_batch()->set_seq_length(v); })},
+      // Precision: bf16 on GPU (fp32 on CPU) is what troupe always does.
+      {"bf16", always()},
+      // Optimizer: AdamW (Megatron's "adam" with decoupled weight decay).
+      {"optimizer", {true, [](const Context& c) {
+         c.choice({"adam"}, "troupe implements AdamW only (--optimizer adam)");
+       }}},
+      {"adam-beta1", number_flag("optimizer.beta1", [](Config& c, double v) { c.mutable_optimizer()->set_beta1(v); })},
+      {"adam-beta2", number_flag("optimizer.beta2", [](Config& c, double v) { c.mutable_optimizer()->set_beta2(v); })},
+      {"adam-eps", number_flag("optimizer.eps", [](Config& c, double v) { c.mutable_optimizer()->set_eps(v); })},
+      {"weight-decay",
+       number_flag("optimizer.weight_decay", [](Config& c, double v) { c.mutable_optimizer()->set_weight_decay(v); })},
+      {"weight-decay-incr-style", {true, [](const Context& c) {
+         c.choice({"constant"}, "troupe keeps weight decay constant (--weight-decay-incr-style constant)");
+       }}},
+      {"clip-grad", number_flag("optimizer.clip_grad", [](Config& c, double v) { c.mutable_optimizer()->set_clip_grad(v); })},
+      {"lr", number_flag("optimizer.lr", [](Config& c, double v) { c.mutable_optimizer()->set_lr(v); })},
+      {"min-lr", number_flag("optimizer.min_lr", [](Config& c, double v) { c.mutable_optimizer()->set_min_lr(v); })},
+      {"lr-warmup-init",
+       number_flag("optimizer.warmup_init", [](Config& c, double v) { c.mutable_optimizer()->set_warmup_init(v); })},
+      // LR schedule and length of training, in samples.
+      {"lr-decay-style", {true, [](const Context& c) {
+         static const LrScheduleConfig::DecayStyle styles[] = {
+             LrScheduleConfig::COSINE, LrScheduleConfig::LINEAR, LrScheduleConfig::CONSTANT};
+         const size_t k = c.choice({"cosine", "linear", "constant"},
+                                   "troupe decays cosine, linear or constant");
+         c.cfg.mutable_lr_schedule()->set_decay_style(styles[k]);
+         c.mark("lr_schedule.decay_style");
+       }}},
+      {"lr-warmup-samples", int64_flag("lr_schedule.warmup_samples",
+                                       [](Config& c, int64_t v) { c.mutable_lr_schedule()->set_warmup_samples(v); })},
+      {"lr-decay-samples", int64_flag("lr_schedule.decay_samples",
+                                      [](Config& c, int64_t v) { c.mutable_lr_schedule()->set_decay_samples(v); })},
+      {"train-samples",
+       int64_flag("training.train_samples", [](Config& c, int64_t v) { c.mutable_training()->set_train_samples(v); })},
+      {"seed", int64_flag("training.seed", [](Config& c, int64_t v) {
+         c.mutable_training()->set_seed(uint64_t(v));
+       })},
+      // Model.
+      {"num-layers", int32_flag("model.layers", [](Config& c, int32_t v) { c.mutable_model()->set_layers(v); })},
+      {"hidden-size", int32_flag("model.width", [](Config& c, int32_t v) { c.mutable_model()->set_width(v); })},
+      {"num-attention-heads", int32_flag("model.heads", [](Config& c, int32_t v) { c.mutable_model()->set_heads(v); })},
+      {"ffn-hidden-size", int32_flag("model.ffn_width", [](Config& c, int32_t v) { c.mutable_model()->set_ffn_width(v); })},
+      {"vocab-size", int32_flag("model.vocab_size", [](Config& c, int32_t v) { c.mutable_model()->set_vocab_size(v); })},
+      {"make-vocab-size-divisible-by", int32_flag("model.vocab_pad_multiple", [](Config& c, int32_t v) {
+         c.mutable_model()->set_vocab_pad_multiple(v);
+       })},
+      {"max-position-embeddings", int32_flag("model.max_positions", [](Config& c, int32_t v) {
+         c.mutable_model()->set_max_positions(v);
+       })},
+      {"init-method-std", number_flag("model.init_std", [](Config& c, double v) {
+         c.mutable_model()->set_init_std(float(v));
+       })},
+      {"layernorm-epsilon", number_flag("model.layernorm_eps", [](Config& c, double v) {
+         c.mutable_model()->set_layernorm_eps(float(v));
+       })},
+      {"untie-embeddings-and-output-weights", {false, [](const Context& c) {
+         c.cfg.mutable_model()->set_tied_embeddings(false);
+         c.mark("model.tied_embeddings");
+       }}},
+      {"position-embedding-type", {true, [](const Context& c) {
+         c.choice({"learned_absolute"}, "troupe's GPT-2 model learns absolute position embeddings");
+       }}},
+      {"normalization", {true, [](const Context& c) {
+         c.choice({"LayerNorm"}, "troupe's GPT-2 model uses LayerNorm");
+       }}},
+      {"attention-dropout", {true, [](const Context& c) {
+         if (c.number() != 0.0) throw c.error("troupe has no dropout; only 0 is accepted");
+       }}},
+      {"hidden-dropout", {true, [](const Context& c) {
+         if (c.number() != 0.0) throw c.error("troupe has no dropout; only 0 is accepted");
+       }}},
+      // Data, checkpoints, logging.
+      {"data-path", string_flag("data.prefix", [](Config& c, const std::string& v) { c.mutable_data()->set_prefix(v); })},
+      {"split", string_flag("data.split", [](Config& c, const std::string& v) { c.mutable_data()->set_split(v); })},
+      {"tokenizer-type", {true, [](const Context& c) {
+         c.choice({"GPT2BPETokenizer"}, "troupe reads GPT2BPETokenizer vocabularies (or bytes, from a textproto)");
+         c.cfg.mutable_data()->set_tokenizer(DataConfig::GPT2);
+         c.mark("data.tokenizer");
+       }}},
+      {"vocab-file", string_flag("data.vocab_file", [](Config& c, const std::string& v) { c.mutable_data()->set_vocab_file(v); })},
+      {"merge-file", string_flag("data.merges_file", [](Config& c, const std::string& v) { c.mutable_data()->set_merges_file(v); })},
+      {"save", string_flag("checkpoint.dir", [](Config& c, const std::string& v) { c.mutable_checkpoint()->set_dir(v); })},
+      {"load", string_flag("checkpoint.load", [](Config& c, const std::string& v) { c.mutable_checkpoint()->set_load(v); })},
+      {"save-interval", int32_flag("checkpoint.interval_steps", [](Config& c, int32_t v) {
+         c.mutable_checkpoint()->set_interval_steps(v);
+       })},
+      {"eval-interval", int32_flag("training.eval_interval", [](Config& c, int32_t v) {
+         c.mutable_training()->set_eval_interval(v);
+       })},
+      {"log-interval", int32_flag("logging.log_interval", [](Config& c, int32_t v) {
+         c.mutable_logging()->set_log_interval(v);
+       })},
+  };
+  return table;
+}
+
+// Why a few well-known flags are unsupported, shown next to them in the error.
+const std::map<std::string, const char*>& reasons() {
+  static const std::map<std::string, const char*> table = {
+      {"fp16", "troupe computes in bf16 on GPU; use --bf16"},
+      {"train-iters", "troupe counts training in samples; use --train-samples"},
+      {"lr-decay-iters", "troupe counts the schedule in samples; use --lr-decay-samples"},
+      {"lr-warmup-iters", "troupe counts the schedule in samples; use --lr-warmup-samples"},
+      {"lr-warmup-fraction", "troupe counts the schedule in samples; use --lr-warmup-samples"},
+      {"swiglu", "troupe's MLP is GELU"},
+      {"num-query-groups", "troupe's attention is multi-head (no grouped queries)"},
+      {"group-query-attention", "troupe's attention is multi-head (no grouped queries)"},
+      {"use-rotary-position-embeddings", "troupe learns absolute position embeddings"},
+      {"rampup-batch-size", "troupe keeps the global batch fixed"},
+      {"recompute-activations", "troupe does not recompute activations"},
+      {"num-layers-per-virtual-pipeline-stage", "troupe's pipeline is not interleaved"},
+  };
+  return table;
+}
+
+}  // namespace
+
+ParsedConfig parse_megatron_args(std::string_view text, const std::string& source_name) {
+  const std::vector<Token> tokens = tokenize(text, source_name);
+
+  // Pass 1: group words into flag occurrences; collect every unsupported flag.
+  std::vector<Occurrence> occurrences;
+  std::vector<std::string> unsupported;
+  for (size_t i = 0; i < tokens.size();) {
+    const Token& t = tokens[i];
+    if (t.text.size() < 3 || t.text.compare(0, 2, "--") != 0)
+      throw ConfigError(fmt::format("{}:{}: expected a flag (--name), got \"{}\"", source_name,
+                                    t.line, t.text));
+    Occurrence occ{t.text.substr(2), std::nullopt, t.line};
+    if (const auto eq = occ.name.find('='); eq != std::string::npos) {
+      occ.value = occ.name.substr(eq + 1);
+      occ.name.resize(eq);
+    }
+    ++i;
+    const auto it = flags().find(occ.name);
+    if (it == flags().end()) {
+      const auto why = reasons().find(occ.name);
+      unsupported.push_back(fmt::format("--{} (line {}{}{})", occ.name, occ.line,
+                                        why == reasons().end() ? "" : ": ",
+                                        why == reasons().end() ? "" : why->second));
+      // Skip its values: the words up to the next flag.
+      while (i < tokens.size() && tokens[i].text.compare(0, 2, "--") != 0) ++i;
+      continue;
+    }
+    if (it->second.takes_value && !occ.value) {
+      if (i >= tokens.size() || tokens[i].text.compare(0, 2, "--") == 0)
+        throw ConfigError(fmt::format("{}:{}: --{}: expects a value", source_name, occ.line, occ.name));
+      occ.value = tokens[i++].text;
+    } else if (!it->second.takes_value && occ.value) {
+      throw ConfigError(fmt::format("{}:{}: --{}: takes no value (got \"{}\")", source_name,
+                                    occ.line, occ.name, *occ.value));
+    }
+    occurrences.push_back(std::move(occ));
+  }
+  if (!unsupported.empty()) {
+    std::string list;
+    for (const auto& u : unsupported) list += (list.empty() ? "" : ", ") + u;
+    throw ConfigError(fmt::format("{}: unsupported Megatron-LM flag{}: {}", source_name,
+                                  unsupported.size() > 1 ? "s" : "", list));
+  }
+
+  // Pass 2: apply, in order (a repeated flag: the last one wins, as in argparse).
+  ParsedConfig out{Config(), Origins(source_name)};
+  for (const auto& occ : occurrences)
+    flags().at(occ.name).apply(Context{out.config, out.origins, source_name, occ});
+  return out;
+}
+
+ParsedConfig parse_megatron_args_file(const std::string& path) {
+  return parse_megatron_args(read_config_file(path), path);
+}
+
+}  // namespace troupe::config

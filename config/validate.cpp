@@ -1,0 +1,313 @@
+#include "config/validate.h"
+
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "config/derived.h"
+#include "config/error.h"
+
+namespace troupe::config {
+namespace {
+
+class Checker {
+ public:
+  std::vector<Violation> out;
+
+  void fail(std::string field, std::string rule, std::vector<std::string> related = {}) {
+    out.push_back({std::move(field), std::move(rule), std::move(related)});
+  }
+  template <class T>
+  void positive(const std::string& field, T v) {
+    if (!(v > 0)) fail(field, fmt::format("must be positive, got {}", v));
+  }
+  template <class T>
+  void non_negative(const std::string& field, T v) {
+    if (!(v >= 0)) fail(field, fmt::format("must not be negative, got {}", v));
+  }
+  void finite(const std::string& field, double v) {
+    if (!std::isfinite(v)) fail(field, fmt::format("must be a finite number, got {}", v));
+  }
+};
+
+bool is_lower_alpha(char c) { return c >= 'a' && c <= 'z'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// Field-by-field rules: each looks at one field only.
+void check_fields(const Config& c, Checker& k) {
+  const auto& m = c.model();
+  k.positive("model.layers", m.layers());
+  k.positive("model.heads", m.heads());
+  k.positive("model.width", m.width());
+  k.non_negative("model.ffn_width", m.ffn_width());
+  k.positive("model.vocab_size", m.vocab_size());
+  k.positive("model.vocab_pad_multiple", m.vocab_pad_multiple());
+  k.positive("model.max_positions", m.max_positions());
+  if (!m.tied_embeddings())
+    k.fail("model.tied_embeddings",
+           "false is not supported: troupe always ties the LM head to the token embedding");
+  k.finite("model.init_std", m.init_std());
+  k.positive("model.init_std", m.init_std());
+  k.finite("model.layernorm_eps", m.layernorm_eps());
+  k.positive("model.layernorm_eps", m.layernorm_eps());
+
+  const auto& p = c.parallel();
+  k.positive("parallel.tensor", p.tensor());
+  k.positive("parallel.pipeline", p.pipeline());
+  k.positive("parallel.data", p.data());
+  if (p.context() != 1)
+    k.fail("parallel.context",
+           fmt::format("{} is not supported: context parallelism must be 1", p.context()));
+
+  const auto& b = c.batch();
+  k.positive("batch.micro_batch_size", b.micro_batch_size());
+  k.positive("batch.global_batch_size", b.global_batch_size());
+  k.positive("batch.seq_length", b.seq_length());
+
+  const auto& o = c.optimizer();
+  for (auto [name, v] : {std::pair{"lr", o.lr()}, {"min_lr", o.min_lr()},
+                         {"warmup_init", o.warmup_init()}, {"weight_decay", o.weight_decay()},
+                         {"clip_grad", o.clip_grad()}}) {
+    const std::string field = std::string("optimizer.") + name;
+    k.finite(field, v);
+    k.non_negative(field, v);
+  }
+  k.finite("optimizer.eps", o.eps());
+  k.positive("optimizer.eps", o.eps());
+  for (auto [name, v] : {std::pair{"beta1", o.beta1()}, {"beta2", o.beta2()}}) {
+    if (!(v >= 0.0 && v < 1.0))
+      k.fail(std::string("optimizer.") + name, fmt::format("{} is outside [0, 1)", v));
+  }
+
+  const auto& s = c.lr_schedule();
+  k.non_negative("lr_schedule.warmup_samples", s.warmup_samples());
+  k.non_negative("lr_schedule.decay_samples", s.decay_samples());
+
+  const auto& t = c.training();
+  k.positive("training.train_samples", t.train_samples());
+  k.non_negative("training.eval_interval", t.eval_interval());
+  k.non_negative("training.eval_samples", t.eval_samples());
+  k.non_negative("training.token_budget", t.token_budget());
+
+  const auto& d = c.data();
+  k.positive("data.prefetch_microbatches", d.prefetch_microbatches());
+  {
+    // Megatron --split: one to three comma-separated non-negative weights, train > 0.
+    std::vector<double> w;
+    bool ok = true;
+    size_t start = 0;
+    const std::string& sp = d.split();
+    while (ok) {
+      const auto end = sp.find(',', start);
+      const std::string part = sp.substr(start, end == std::string::npos ? end : end - start);
+      size_t used = 0;
+      double v = -1;
+      try {
+        v = std::stod(part, &used);
+      } catch (const std::exception&) {
+        ok = false;
+      }
+      if (!ok || used != part.size() || !(v >= 0) || !std::isfinite(v)) ok = false;
+      w.push_back(v);
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+    if (!ok || w.empty() || w.size() > 3)
+      k.fail("data.split", fmt::format("\"{}\" is not 1 to 3 comma-separated non-negative "
+                                       "weights (train,valid,test)", sp));
+    else if (!(w[0] > 0))
+      k.fail("data.split", fmt::format("\"{}\" gives the training split no weight", sp));
+  }
+  if (d.tokenizer() == DataConfig::GPT2) {
+    if (d.vocab_file().empty())
+      k.fail("data.vocab_file", "the GPT2 tokenizer needs vocab_file (GPT-2's vocab.json)");
+    if (d.merges_file().empty())
+      k.fail("data.merges_file", "the GPT2 tokenizer needs merges_file (GPT-2's merges.txt)");
+  }
+
+  const auto& ck = c.checkpoint();
+  k.non_negative("checkpoint.interval_steps", ck.interval_steps());
+  k.finite("checkpoint.interval_seconds", ck.interval_seconds());
+  k.non_negative("checkpoint.interval_seconds", ck.interval_seconds());
+  k.non_negative("checkpoint.keep_last", ck.keep_last());
+
+  const auto& sv = c.supervision();
+  k.non_negative("supervision.max_restarts", sv.max_restarts());
+  k.finite("supervision.intensity_period_s", sv.intensity_period_s());
+  k.positive("supervision.intensity_period_s", sv.intensity_period_s());
+  k.finite("supervision.heartbeat_interval_s", sv.heartbeat_interval_s());
+  k.positive("supervision.heartbeat_interval_s", sv.heartbeat_interval_s());
+  k.finite("supervision.step_watchdog_s", sv.step_watchdog_s());
+  k.non_negative("supervision.step_watchdog_s", sv.step_watchdog_s());
+
+  for (int i = 0; i < c.faults().fault_size(); ++i) {
+    const auto& f = c.faults().fault(i);
+    const std::string at = fmt::format("faults.fault[{}]", i);
+    if (!f.has_actor())
+      k.fail(at + ".actor", "is required (an actor path such as \"stage/dp1/pp0/tp0\")");
+    else if (auto why = actor_path_problem(f.actor()))
+      k.fail(at + ".actor", fmt::format("\"{}\" is not an actor path: {}", f.actor(), *why));
+    if (f.step() < 1) k.fail(at + ".step", fmt::format("must be 1 or more (updates count from 1), got {}", f.step()));
+  }
+
+  k.non_negative("device.threads", c.device().threads());
+
+  const auto& lg = c.logging();
+  static const std::set<std::string> kLevels = {"trace", "debug", "info",    "warn",
+                                                "error", "critical", "off"};
+  if (!kLevels.count(lg.level()))
+    k.fail("logging.level", fmt::format("\"{}\" is not one of trace, debug, info, warn, error, "
+                                        "critical, off", lg.level()));
+  k.positive("logging.log_interval", lg.log_interval());
+  if (lg.run_dir().empty()) k.fail("logging.run_dir", "must not be empty");
+}
+
+// Rules that combine fields; every field they read is known to be in range.
+void check_relations(const Config& c, Checker& k) {
+  const auto& m = c.model();
+  const auto& p = c.parallel();
+  const auto& b = c.batch();
+
+  if (m.width() % m.heads() != 0)
+    k.fail("model.width", fmt::format("{} is not divisible by model.heads = {}", m.width(), m.heads()), {"model.heads"});
+  if (m.heads() % p.tensor() != 0)
+    k.fail("model.heads",
+           fmt::format("{} is not divisible by parallel.tensor = {}", m.heads(), p.tensor()),
+           {"parallel.tensor"});
+  const int64_t ffn = ffn_width(m);
+  if (ffn % p.tensor() != 0)
+    k.fail("model.ffn_width",
+           fmt::format("{} is not divisible by parallel.tensor = {}", ffn, p.tensor()),
+           {"parallel.tensor", "model.width"});
+  // padded_vocab is a multiple of vocab_pad_multiple * tensor by construction, so
+  // the embedding rows always split evenly across tensor-parallel ranks.
+  if (m.layers() % p.pipeline() != 0)
+    k.fail("model.layers", fmt::format("{} is not divisible by parallel.pipeline = {}",
+                                       m.layers(), p.pipeline()),
+           {"parallel.pipeline"});
+  if (p.sequence_parallel() && b.seq_length() % p.tensor() != 0)
+    k.fail("parallel.sequence_parallel",
+           fmt::format("needs batch.seq_length ({}) divisible by parallel.tensor = {}",
+                       b.seq_length(), p.tensor()),
+           {"batch.seq_length", "parallel.tensor"});
+
+  const int64_t per_step = int64_t(b.micro_batch_size()) * p.data();
+  if (b.global_batch_size() % per_step != 0)
+    k.fail("batch.global_batch_size",
+           fmt::format("{} is not divisible by micro_batch_size x parallel.data = {}",
+                       b.global_batch_size(), per_step),
+           {"batch.micro_batch_size", "parallel.data"});
+  if (b.seq_length() > m.max_positions())
+    k.fail("batch.seq_length", fmt::format("{} exceeds model.max_positions = {}", b.seq_length(),
+                                           m.max_positions()),
+           {"model.max_positions"});
+  if (c.data().tokenizer() == DataConfig::BYTES && m.vocab_size() < 257)
+    k.fail("model.vocab_size",
+           fmt::format("{} is too small for the BYTES tokenizer (256 bytes + EOD = 257)",
+                       m.vocab_size()),
+           {"data.tokenizer"});
+
+  const auto& o = c.optimizer();
+  if (o.min_lr() > o.lr())
+    k.fail("optimizer.min_lr", fmt::format("{} exceeds optimizer.lr = {}", o.min_lr(), o.lr()),
+           {"optimizer.lr"});
+  if (o.warmup_init() > o.lr())
+    k.fail("optimizer.warmup_init",
+           fmt::format("{} exceeds optimizer.lr = {}", o.warmup_init(), o.lr()),
+           {"optimizer.lr"});
+
+  const auto& s = c.lr_schedule();
+  const int64_t decay = decay_samples(c);
+  if (s.warmup_samples() > decay)
+    k.fail("lr_schedule.warmup_samples",
+           fmt::format("{} exceeds the decay end {} ({})", s.warmup_samples(), decay,
+                       s.decay_samples() > 0 ? "lr_schedule.decay_samples"
+                                             : "training.train_samples, as decay_samples is 0"),
+           {"lr_schedule.decay_samples", "training.train_samples"});
+
+  if (c.training().train_samples() < b.global_batch_size())
+    k.fail("training.train_samples",
+           fmt::format("{} is less than one global batch (batch.global_batch_size = {})",
+                       c.training().train_samples(), b.global_batch_size()),
+           {"batch.global_batch_size"});
+
+  const auto& sv = c.supervision();
+  if (sv.step_watchdog_s() > 0 && sv.step_watchdog_s() <= sv.heartbeat_interval_s())
+    k.fail("supervision.step_watchdog_s",
+           fmt::format("{} must exceed supervision.heartbeat_interval_s = {} (or be 0: off)",
+                       sv.step_watchdog_s(), sv.heartbeat_interval_s()),
+           {"supervision.heartbeat_interval_s"});
+
+  for (int i = 0; i < c.faults().fault_size(); ++i) {
+    const auto& f = c.faults().fault(i);
+    const bool checkpoint_kind = f.kind() == Fault::CORRUPT_SHARD ||
+                                 f.kind() == Fault::TRUNCATE_SHARD || f.kind() == Fault::FAIL_WRITE;
+    if (checkpoint_kind && f.phase() != Fault::CHECKPOINT_WRITE)
+      k.fail(fmt::format("faults.fault[{}].phase", i),
+             fmt::format("{} does not fit kind {}: checkpoint faults (CORRUPT_SHARD, "
+                         "TRUNCATE_SHARD, FAIL_WRITE) need phase CHECKPOINT_WRITE",
+                         Fault::Phase_Name(f.phase()), Fault::Kind_Name(f.kind())),
+             {fmt::format("faults.fault[{}].kind", i)});
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> actor_path_problem(std::string_view path) {
+  if (path.empty()) return "it is empty";
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (true) {
+    const auto end = path.find('/', start);
+    parts.push_back(path.substr(start, end == std::string_view::npos ? end : end - start));
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  const auto kind = parts[0];
+  if (kind.empty() || !is_lower_alpha(kind[0])) return "it must start with an actor kind such as \"stage\"";
+  for (char ch : kind)
+    if (!is_lower_alpha(ch) && !is_digit(ch) && ch != '_')
+      return fmt::format("actor kind \"{}\" may hold only a-z, 0-9 and _", kind);
+  std::set<std::string_view> seen;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const auto part = parts[i];
+    if (part.empty()) return "it has an empty segment (\"//\" or a trailing \"/\")";
+    size_t letters = 0;
+    while (letters < part.size() && is_lower_alpha(part[letters])) ++letters;
+    bool digits_only = letters < part.size();
+    for (size_t j = letters; j < part.size(); ++j) digits_only = digits_only && is_digit(part[j]);
+    if (letters == 0 || !digits_only)
+      return fmt::format("segment \"{}\" is not a coordinate like dp1, pp0 or tp0", part);
+    if (!seen.insert(part.substr(0, letters)).second)
+      return fmt::format("coordinate \"{}\" appears twice", part.substr(0, letters));
+  }
+  return std::nullopt;
+}
+
+std::vector<Violation> violations(const Config& c) {
+  Checker k;
+  check_fields(c, k);
+  if (k.out.empty()) check_relations(c, k);
+  return k.out;
+}
+
+std::string describe(const Violation& v, const Origins& origins) {
+  std::string where = origins.where(v.field);
+  if (!origins.has(v.field)) {
+    for (const auto& r : v.related) {
+      if (origins.has(r)) {
+        where = origins.where(r);
+        break;
+      }
+    }
+  }
+  return fmt::format("{}: {}: {}", where, v.field, v.rule);
+}
+
+void validate(const Config& c, const Origins& origins) {
+  const auto all = violations(c);
+  if (!all.empty()) throw ConfigError(describe(all.front(), origins));
+}
+
+}  // namespace troupe::config

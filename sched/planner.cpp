@@ -1,0 +1,156 @@
+#include "sched/planner.h"
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "config/derived.h"
+#include "sched/lr_schedule.h"
+#include "sched/pipeline_schedule.h"
+
+namespace troupe::sched {
+
+int64_t causal_pairs(int64_t seq_length) { return seq_length * (seq_length + 1) / 2; }
+
+int64_t round_up_significant(int64_t x, int digits) {
+  if (x <= 0) return x;
+  int64_t scale = 1;
+  for (int64_t v = x; v >= 10; v /= 10) scale *= 10;  // 10^(number of digits - 1)
+  for (int d = 1; d < digits && scale > 1; ++d) scale /= 10;
+  return (x + scale - 1) / scale * scale;
+}
+
+int64_t updates_covering(int64_t tokens, int64_t tokens_per_update) {
+  return (tokens + tokens_per_update - 1) / tokens_per_update;
+}
+
+TokenPlan token_plan(const Config& c, int64_t budget_override) {
+  TokenPlan p;
+  p.full_updates = config::full_updates(c);
+  p.samples = p.full_updates * c.batch().global_batch_size();
+  p.tokens = p.samples * c.batch().seq_length();
+  if (budget_override > 0) {
+    p.budget = budget_override;
+  } else if (c.training().token_budget() > 0) {
+    p.budget = c.training().token_budget();
+  } else {
+    p.budget = round_up_significant(c.training().train_samples() * c.batch().seq_length(), 2);
+    p.budget_derived = true;
+  }
+  p.shortfall = p.budget - p.tokens;
+  return p;
+}
+
+WarmupPlan warmup_plan(const Config& c) {
+  WarmupPlan w;
+  w.samples = c.lr_schedule().warmup_samples();
+  w.updates = updates_covering(w.samples, c.batch().global_batch_size());
+  w.tokens = w.updates * config::tokens_per_update(c);
+  return w;
+}
+
+LrPoints lr_points(const Config& c) {
+  const LrSchedule s(c);
+  LrPoints p;
+  p.warmup_end_sample = s.warmup_samples();
+  p.end_sample = s.decay_samples();
+  p.midpoint_sample = (p.warmup_end_sample + p.end_sample) / 2;
+  p.warmup_end = s.lr_at(p.warmup_end_sample);
+  p.midpoint = s.lr_at(p.midpoint_sample);
+  p.end = s.lr_at(p.end_sample);
+  return p;
+}
+
+AdamwStep adamw_step(double p, double u, double lr, double weight_decay) {
+  AdamwStep s;
+  s.after_decay = p * (1.0 - lr * weight_decay);
+  s.after_update = s.after_decay - lr * u;
+  return s;
+}
+
+double params_per_gpu(const Config& c) {
+  return double(config::parameter_count(c)) /
+         double(int64_t(c.parallel().tensor()) * c.parallel().pipeline());
+}
+
+double main_state_bytes_per_gpu(double params, int64_t data_parallel, bool distributed_optimizer) {
+  const double sharded = distributed_optimizer ? 12.0 / double(data_parallel) : 12.0;
+  return params * (6.0 + sharded);
+}
+
+Layout layout_for(const Config& c, int64_t data_parallel) {
+  Layout l;
+  l.data_parallel = data_parallel;
+  l.gpus = int64_t(c.parallel().tensor()) * c.parallel().pipeline() * c.parallel().context() *
+           data_parallel;
+  const int64_t per_step = int64_t(c.batch().micro_batch_size()) * data_parallel;
+  if (c.batch().global_batch_size() % per_step == 0) {
+    l.microbatches = c.batch().global_batch_size() / per_step;
+    l.pipeline_idle = ideal_idle_fraction(c.parallel().pipeline(), int32_t(*l.microbatches));
+  }
+  l.main_state_bytes = main_state_bytes_per_gpu(params_per_gpu(c), data_parallel,
+                                                c.parallel().distributed_optimizer());
+  return l;
+}
+
+Calendar calendar(double tokens, double tokens_per_s, double efficiency) {
+  Calendar cal;
+  cal.compute_days = tokens / tokens_per_s / 86400.0;
+  cal.calendar_days = cal.compute_days / efficiency;
+  return cal;
+}
+
+ScalingStep scaling_step(const ScalingPoint& a, const ScalingPoint& b) {
+  ScalingStep s;
+  s.speedup = *b.tokens_per_s / *a.tokens_per_s;
+  s.efficiency = s.speedup / (double(b.gpus) / double(a.gpus));
+  return s;
+}
+
+std::vector<ScalingPoint> parse_scaling(const std::string& text, const std::string& source) {
+  std::vector<ScalingPoint> out;
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string x; words >> x;) w.push_back(x);
+    if (w.empty()) continue;
+    auto fail = [&](const std::string& what) {
+      return std::runtime_error(source + ":" + std::to_string(n) + ": " + what);
+    };
+    if (w.size() > 2) throw fail("expected \"GPUs [tokens_per_s]\", got " + std::to_string(w.size()) + " values");
+    ScalingPoint p;
+    {
+      const auto [end, ec] = std::from_chars(w[0].data(), w[0].data() + w[0].size(), p.gpus);
+      if (ec != std::errc() || end != w[0].data() + w[0].size() || p.gpus <= 0)
+        throw fail("GPUs must be a positive integer, got \"" + w[0] + "\"");
+    }
+    if (w.size() == 2) {
+      double t = 0;
+      const auto [end, ec] = std::from_chars(w[1].data(), w[1].data() + w[1].size(), t);
+      if (ec != std::errc() || end != w[1].data() + w[1].size() || !(t > 0) || !std::isfinite(t))
+        throw fail("tokens_per_s must be a positive number, got \"" + w[1] + "\"");
+      p.tokens_per_s = t;
+    }
+    if (!out.empty() && p.gpus <= out.back().gpus)
+      throw fail("GPUs must ascend: " + std::to_string(p.gpus) + " after " +
+                 std::to_string(out.back().gpus));
+    out.push_back(p);
+  }
+  if (out.empty()) throw std::runtime_error(source + ": no \"GPUs [tokens_per_s]\" rows");
+  return out;
+}
+
+std::vector<ScalingPoint> read_scaling_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return parse_scaling(s.str(), path);
+}
+
+}  // namespace troupe::sched

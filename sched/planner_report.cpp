@@ -1,0 +1,251 @@
+#include "sched/planner_report.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "config/derived.h"
+#include "sched/pipeline_schedule.h"
+
+namespace troupe::sched {
+namespace {
+
+// A table of text cells. With a header (a numeric table) the first column is
+// left-aligned and the others right-aligned; without one (label: value lines) every
+// column is left-aligned.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header = {}) : numeric_(!header.empty()) {
+    if (numeric_) rows_.push_back(std::move(header));
+  }
+  void row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  std::string str(const std::string& indent = "  ") const {
+    std::vector<size_t> width;
+    for (const auto& r : rows_)
+      for (size_t i = 0; i < r.size(); ++i) {
+        if (width.size() <= i) width.push_back(0);
+        width[i] = std::max(width[i], r[i].size());
+      }
+    std::string out;
+    for (const auto& r : rows_) {
+      std::string line = indent;
+      for (size_t i = 0; i < r.size(); ++i) {
+        if (i == 0)
+          line += fmt::format("{:<{}}", r[i], width[i]);
+        else if (!numeric_)
+          line += fmt::format("  {:<{}}", r[i], width[i]);
+        else
+          line += fmt::format("  {:>{}}", r[i], width[i]);
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  bool numeric_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string percent(double f, int decimals = 1) { return fmt::format("{:.{}f}%", 100.0 * f, decimals); }
+std::string gb(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
+std::string lr(double v) { return fmt::format("{:.6g}", v); }
+
+const char* style_name(LrScheduleConfig::DecayStyle s) {
+  switch (s) {
+    case LrScheduleConfig::COSINE: return "cosine";
+    case LrScheduleConfig::LINEAR: return "linear";
+    case LrScheduleConfig::CONSTANT: return "constant";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string group_digits(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (v < 0 ? "-" : "") + out;
+}
+
+std::string render_plan(const Config& c, const PlanInputs& in) {
+  const auto& m = c.model();
+  const auto& p = c.parallel();
+  const auto& b = c.batch();
+  const int64_t tp = p.tensor(), pp = p.pipeline(), cp = p.context(), dp = p.data();
+  const int64_t mb = config::microbatches_per_replica(c);
+  const int64_t params = config::parameter_count(c);
+  std::string o;
+
+  o += "Model\n";
+  {
+    Table t;
+    t.row({"layers x width", fmt::format("{} x {}", m.layers(), group_digits(m.width()))});
+    t.row({"heads (head size)", fmt::format("{} ({})", m.heads(), m.width() / m.heads())});
+    t.row({"ffn width", group_digits(config::ffn_width(m))});
+    t.row({"vocab (padded)", fmt::format("{} ({})", group_digits(m.vocab_size()),
+                                         group_digits(config::padded_vocab(c)))});
+    t.row({"parameters", fmt::format("{} ({:.2f}B)", group_digits(params), double(params) / 1e9)});
+    o += t.str();
+  }
+
+  o += "\nLayout\n";
+  {
+    Table t;
+    t.row({"TP x PP x CP x DP", fmt::format("{} x {} x {} x {} = {} GPUs", tp, pp, cp, dp,
+                                            group_digits(tp * pp * cp * dp))});
+    t.row({"sequence parallel", p.sequence_parallel() ? "on" : "off"});
+    t.row({"pipeline schedule", p.schedule() == ParallelConfig::GPIPE ? "GPipe" : "1F1B"});
+    t.row({"distributed optimizer", p.distributed_optimizer() ? "on" : "off"});
+    o += t.str();
+  }
+
+  o += "\nBatch\n";
+  {
+    Table t;
+    t.row({"micro batch", fmt::format("{} sequence{}", b.micro_batch_size(),
+                                      b.micro_batch_size() == 1 ? "" : "s")});
+    t.row({"microbatches per data-parallel group", group_digits(mb)});
+    t.row({"sequences per update", fmt::format("{} = {} x {} x {}", group_digits(b.global_batch_size()),
+                                               b.micro_batch_size(), group_digits(mb), dp)});
+    t.row({"tokens per update", fmt::format("{} = {} x {}", group_digits(config::tokens_per_update(c)),
+                                            group_digits(b.global_batch_size()),
+                                            group_digits(b.seq_length()))});
+    o += t.str();
+  }
+
+  o += fmt::format("\nIdeal pipeline idle (p-1)/(m+p-1), p = {}\n", pp);
+  {
+    Table t({"microbatches m", "idle"});
+    if (mb % 2 == 0) t.row({fmt::format("{} (half)", group_digits(mb / 2)), percent(ideal_idle_fraction(int32_t(pp), int32_t(mb / 2)))});
+    t.row({fmt::format("{} (this config)", group_digits(mb)), percent(ideal_idle_fraction(int32_t(pp), int32_t(mb)))});
+    t.row({fmt::format("{} (double)", group_digits(2 * mb)), percent(ideal_idle_fraction(int32_t(pp), int32_t(2 * mb)))});
+    o += t.str();
+  }
+
+  o += "\nCausal attention position pairs per sequence, L(L+1)/2\n";
+  {
+    Table t({"sequence length L", "pairs"});
+    const int64_t L = b.seq_length();
+    if (L % 2 == 0) t.row({fmt::format("{} (half)", group_digits(L / 2)), group_digits(causal_pairs(L / 2))});
+    t.row({fmt::format("{} (this config)", group_digits(L)), group_digits(causal_pairs(L))});
+    o += t.str();
+    if (L % 2 == 0)
+      o += fmt::format("  at equal total tokens: {:.2f}x the pairs per sequence, {:.2f}x per token\n",
+                       double(causal_pairs(L)) / double(causal_pairs(L / 2)),
+                       double(causal_pairs(L)) / double(causal_pairs(L / 2)) / 2.0);
+  }
+
+  const TokenPlan tokens = token_plan(c, in.token_budget);
+  o += "\nTraining length\n";
+  {
+    Table t;
+    t.row({"token budget", group_digits(tokens.budget)});
+    t.row({"full updates in train_samples", group_digits(tokens.full_updates)});
+    t.row({"samples they read", group_digits(tokens.samples)});
+    t.row({"tokens they read", group_digits(tokens.tokens)});
+    t.row({tokens.shortfall >= 0 ? "shortfall to the budget" : "excess over the budget",
+           fmt::format("{} ({:.6f}%)", group_digits(std::abs(tokens.shortfall)),
+                       100.0 * double(std::abs(tokens.shortfall)) / double(tokens.budget))});
+    o += t.str();
+    if (tokens.budget_derived)
+      o += "  (training.token_budget is 0: the budget is train_samples x seq_length\n"
+           "  rounded up to 2 significant figures)\n";
+  }
+
+  const WarmupPlan w = warmup_plan(c);
+  o += "\nWarmup\n";
+  {
+    Table t;
+    t.row({"samples", group_digits(w.samples)});
+    t.row({"updates (rounded up)", group_digits(w.updates)});
+    t.row({"tokens of those updates", group_digits(w.tokens)});
+    o += t.str();
+  }
+
+  const LrPoints lp = lr_points(c);
+  o += fmt::format("\nLearning rate: warmup {} -> {}, then {} to {}\n", lr(c.optimizer().warmup_init()),
+                   lr(c.optimizer().lr()), style_name(c.lr_schedule().decay_style()),
+                   lr(c.optimizer().min_lr()));
+  {
+    Table t({"point", "sample", "lr"});
+    t.row({"warmup end", group_digits(lp.warmup_end_sample), lr(lp.warmup_end)});
+    t.row({"decay midpoint", group_digits(lp.midpoint_sample), lr(lp.midpoint)});
+    t.row({"decay end", group_digits(lp.end_sample), lr(lp.end)});
+    o += t.str();
+  }
+
+  const AdamwStep step = adamw_step(0.5, 0.5, c.optimizer().lr(), c.optimizer().weight_decay());
+  o += fmt::format("\nOne AdamW step at peak lr {} with weight decay {}: parameter 0.5, Adam update 0.5\n",
+                   lr(c.optimizer().lr()), lr(c.optimizer().weight_decay()));
+  {
+    Table t;
+    t.row({"after decay, p x (1 - lr x wd)", fmt::format("{:.6f}", step.after_decay)});
+    t.row({"after update, minus lr x u", fmt::format("{:.6f}", step.after_update)});
+    o += t.str();
+  }
+
+  // Layout rows: DP 1, this config's DP, and every cluster size of the scaling table.
+  std::set<int64_t> dps = {1, dp};
+  for (const auto& s : in.scaling)
+    if (s.gpus % (tp * pp * cp) == 0) dps.insert(s.gpus / (tp * pp * cp));
+  o += fmt::format("\nMain state per GPU, params/(TP x PP) x ({}) bytes; {} params per GPU\n",
+                   p.distributed_optimizer() ? "6 + 12/DP" : "6 + 12, optimizer not distributed",
+                   group_digits(int64_t(std::llround(params_per_gpu(c)))));
+  {
+    Table t({"DP", "GPUs", "microbatches per group", "ideal pipeline idle", "main state per GPU"});
+    for (int64_t d : dps) {
+      const Layout l = layout_for(c, d);
+      t.row({fmt::format("{}{}", d, d == dp ? " (this config)" : ""), group_digits(l.gpus),
+             l.microbatches ? group_digits(*l.microbatches) : "not divisible",
+             l.microbatches ? percent(l.pipeline_idle) : "-", gb(l.main_state_bytes)});
+    }
+    o += t.str();
+    o += "  bf16 weights + fp32 gradients (6 bytes) on every GPU; fp32 master weights and Adam\n"
+         "  moments (12 bytes) sharded over DP. Excludes activations, communication buffers,\n"
+         "  uneven shards and the allocator's slack: measure the peak on the real model.\n";
+  }
+
+  if (in.tokens_per_s) {
+    const Calendar cal = calendar(double(tokens.budget), *in.tokens_per_s, in.calendar_efficiency);
+    o += fmt::format("\nCalendar for the token budget at {} tokens/s\n", group_digits(std::llround(*in.tokens_per_s)));
+    Table t;
+    t.row({"days of pure compute", fmt::format("{:.2f}", cal.compute_days)});
+    t.row({fmt::format("calendar days at {} efficiency", percent(in.calendar_efficiency, 0)),
+           fmt::format("{:.2f}", cal.calendar_days)});
+    o += t.str();
+    o += "  (efficiency applies once: if the throughput was measured over whole wall time,\n"
+         "  including saves and restarts, use --calendar-efficiency 1)\n";
+  }
+
+  if (!in.scaling.empty()) {
+    o += "\nScaling, each step against the previous measured row\n";
+    Table t({"GPUs", "DP", "tokens/s", "speed-up", "scaling efficiency"});
+    const ScalingPoint* prev = nullptr;
+    for (const auto& s : in.scaling) {
+      std::vector<std::string> r = {group_digits(s.gpus),
+                                    s.gpus % (tp * pp * cp) == 0 ? group_digits(s.gpus / (tp * pp * cp)) : "-",
+                                    s.tokens_per_s ? group_digits(std::llround(*s.tokens_per_s)) : "not measured",
+                                    "-", "-"};
+      if (s.tokens_per_s) {
+        if (prev) {
+          const ScalingStep st = scaling_step(*prev, s);
+          r[3] = fmt::format("{:.2f}x", st.speedup);
+          r[4] = percent(st.efficiency, 0);
+        }
+        prev = &s;
+      }
+      t.row(r);
+    }
+    o += t.str();
+  }
+  return o;
+}
+
+}  // namespace troupe::sched

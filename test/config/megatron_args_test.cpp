@@ -1,0 +1,137 @@
+// Importing Megatron-LM argument fragments.
+#include <doctest/doctest.h>
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "config/megatron_args.h"
+#include "config/validate.h"
+#include "test/config/util.h"
+
+using namespace troupe;
+using namespace troupe::config;
+using namespace troupe::config::testing;
+
+namespace {
+std::string import_error(const std::string& text) {
+  return error_of([&] {
+    auto p = parse_megatron_args(text, "m.args");
+    validate(p.config, p.origins);
+  });
+}
+}  // namespace
+
+TEST_CASE("the seed fragment imports to exactly configs/seed-500b.textproto") {
+  const auto m = parse_megatron_args_file(source_path("configs/seed-500b.megatron-args"));
+  validate(m.config, m.origins);
+  const Config t = load_config_file(source_path("configs/seed-500b.textproto"));
+  std::string diff;
+  google::protobuf::util::MessageDifferencer d;
+  d.set_message_field_comparison(google::protobuf::util::MessageDifferencer::EQUIVALENT);
+  d.ReportDifferencesToString(&diff);
+  CHECK_MESSAGE(d.Compare(t, m.config), diff);
+
+  const Config& c = m.config;
+  CHECK(c.parallel().tensor() == 8);
+  CHECK(c.parallel().pipeline() == 8);
+  CHECK(c.parallel().context() == 1);
+  CHECK(c.parallel().data() == 80);
+  CHECK(c.parallel().sequence_parallel());
+  CHECK(c.batch().micro_batch_size() == 1);
+  CHECK(c.batch().global_batch_size() == 1920);
+  CHECK(c.batch().seq_length() == 8192);
+  CHECK(c.optimizer().lr() == 8e-5);
+  CHECK(c.optimizer().min_lr() == 8e-6);
+  CHECK(c.optimizer().beta2() == 0.95);
+  CHECK(c.optimizer().eps() == 1e-8);
+  CHECK(c.optimizer().weight_decay() == 0.1);
+  CHECK(c.optimizer().clip_grad() == 1.0);
+  CHECK(c.lr_schedule().warmup_samples() == 2442240);
+  CHECK(c.lr_schedule().decay_samples() == 1220701440);
+  CHECK(c.lr_schedule().decay_style() == LrScheduleConfig::COSINE);
+  CHECK(c.training().train_samples() == 1220701440);
+}
+
+TEST_CASE("origins name file, line and flag") {
+  const auto p = parse_megatron_args("# comment\n--lr 1e-4 --min-lr=1e-5\n\n--seq-length 64 \\\n", "m.args");
+  CHECK(p.config.optimizer().lr() == 1e-4);
+  CHECK(p.config.optimizer().min_lr() == 1e-5);
+  CHECK(p.origins.where("optimizer.lr") == "m.args:2 (--lr)");
+  CHECK(p.origins.where("optimizer.min_lr") == "m.args:2 (--min-lr)");
+  CHECK(p.origins.where("batch.seq_length") == "m.args:4 (--seq-length)");
+}
+
+TEST_CASE("validation errors point at the flag") {
+  CHECK(import_error("--micro-batch-size 2\n--global-batch-size 10\n--data-parallel-size 2\n") ==
+        "m.args:2 (--global-batch-size): batch.global_batch_size: 10 is not divisible by "
+        "micro_batch_size x parallel.data = 4");
+  CHECK(import_error("--seq-length 8192") ==
+        "m.args:1 (--seq-length): batch.seq_length: 8192 exceeds model.max_positions = 256");
+  CHECK(import_error("--untie-embeddings-and-output-weights") ==
+        "m.args:1 (--untie-embeddings-and-output-weights): model.tied_embeddings: false is not "
+        "supported: troupe always ties the LM head to the token embedding");
+  CHECK(import_error("--context-parallel-size 2") ==
+        "m.args:1 (--context-parallel-size): parallel.context: 2 is not supported: context "
+        "parallelism must be 1");
+}
+
+TEST_CASE("every unsupported flag is listed in one error") {
+  CHECK(import_error("--lr 1e-4\n--fp16\n--foo-bar 3 4\n--lr-decay-iters 100 --swiglu\n") ==
+        "m.args: unsupported Megatron-LM flags: --fp16 (line 2: troupe computes in bf16 on GPU; "
+        "use --bf16), --foo-bar (line 3), --lr-decay-iters (line 4: troupe counts the schedule "
+        "in samples; use --lr-decay-samples), --swiglu (line 4: troupe's MLP is GELU)");
+  CHECK(import_error("--tensor-model-parallel-size 2 --num-query-groups 8") ==
+        "m.args: unsupported Megatron-LM flag: --num-query-groups (line 1: troupe's attention is "
+        "multi-head (no grouped queries))");
+}
+
+TEST_CASE("behaviour switches are accepted; choices are checked") {
+  CHECK(import_error("--bf16 --use-distributed-optimizer --overlap-grad-reduce "
+                     "--overlap-param-gather --optimizer adam --weight-decay-incr-style constant "
+                     "--position-embedding-type learned_absolute --normalization LayerNorm "
+                     "--attention-dropout 0 --hidden-dropout 0.0") == "(no error)");
+  CHECK(import_error("--optimizer sgd") ==
+        "m.args:1: --optimizer: \"sgd\" is not supported: troupe implements AdamW only "
+        "(--optimizer adam)");
+  CHECK(import_error("\n--weight-decay-incr-style linear") ==
+        "m.args:2: --weight-decay-incr-style: \"linear\" is not supported: troupe keeps weight "
+        "decay constant (--weight-decay-incr-style constant)");
+  CHECK(import_error("--lr-decay-style WSD") ==
+        "m.args:1: --lr-decay-style: \"WSD\" is not supported: troupe decays cosine, linear or constant");
+  CHECK(import_error("--position-embedding-type rope") ==
+        "m.args:1: --position-embedding-type: \"rope\" is not supported: troupe's GPT-2 model "
+        "learns absolute position embeddings");
+  CHECK(import_error("--hidden-dropout 0.1") ==
+        "m.args:1: --hidden-dropout: troupe has no dropout; only 0 is accepted");
+}
+
+TEST_CASE("decay style, tokenizer and data flags") {
+  const auto p = parse_megatron_args(
+      "--lr-decay-style linear --tokenizer-type GPT2BPETokenizer --vocab-file v.json "
+      "--merge-file m.txt --data-path /d/corpus_text_document --split 949,50,1 "
+      "--save ck --load ck --save-interval 100 --eval-interval 50 --log-interval 5",
+      "m.args");
+  CHECK(p.config.lr_schedule().decay_style() == LrScheduleConfig::LINEAR);
+  CHECK(p.config.data().tokenizer() == DataConfig::GPT2);
+  CHECK(p.config.data().vocab_file() == "v.json");
+  CHECK(p.config.data().merges_file() == "m.txt");
+  CHECK(p.config.data().prefix() == "/d/corpus_text_document");
+  CHECK(p.config.data().split() == "949,50,1");
+  CHECK(p.config.checkpoint().dir() == "ck");
+  CHECK(p.config.checkpoint().load() == "ck");
+  CHECK(p.config.checkpoint().interval_steps() == 100);
+  CHECK(p.config.training().eval_interval() == 50);
+  CHECK(p.config.logging().log_interval() == 5);
+}
+
+TEST_CASE("malformed values and words") {
+  CHECK(import_error("--lr fast") == "m.args:1: --lr: expected a number, got \"fast\"");
+  CHECK(import_error("--num-layers 2.5") == "m.args:1: --num-layers: expected an integer, got \"2.5\"");
+  CHECK(import_error("--num-layers 3000000000") ==
+        "m.args:1: --num-layers: 3000000000 is outside [-2147483648, 2147483647]");
+  CHECK(import_error("--train-samples -5") ==
+        "m.args:1: --train-samples: -5 is outside [0, 9223372036854775807]");
+  CHECK(import_error("--lr\n--min-lr 1e-5") == "m.args:1: --lr: expects a value");
+  CHECK(import_error("--bf16=yes") == "m.args:1: --bf16: takes no value (got \"yes\")");
+  CHECK(import_error("--lr 1e-4 stray") == "m.args:1: expected a flag (--name), got \"stray\"");
+  CHECK(import_error("--data-path \"/a b") == "m.args:1: unterminated quote");
+}

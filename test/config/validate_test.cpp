@@ -1,0 +1,269 @@
+// Every validation rule, each with the exact message a user sees.
+#include <doctest/doctest.h>
+
+#include "config/derived.h"
+#include "config/validate.h"
+#include "test/config/util.h"
+
+using namespace troupe;
+using namespace troupe::config;
+using namespace troupe::config::testing;
+
+TEST_CASE("batch: global batch divisible by micro batch x data") {
+  CHECK(load_error("parallel { data: 2 }\nbatch { micro_batch_size: 3 global_batch_size: 8 }") ==
+        "t.textproto:2: batch.global_batch_size: 8 is not divisible by micro_batch_size x "
+        "parallel.data = 6");
+}
+
+TEST_CASE("model: width % heads, heads % tensor, ffn % tensor, layers % pipeline") {
+  CHECK(load_error("model { width: 66 }") ==
+        "t.textproto:1: model.width: 66 is not divisible by model.heads = 4");
+  CHECK(load_error("model { heads: 6 width: 96 }\nparallel { tensor: 4 }") ==
+        "t.textproto:1: model.heads: 6 is not divisible by parallel.tensor = 4");
+  CHECK(load_error("model {\n  ffn_width: 130\n}\nparallel { tensor: 4 }") ==
+        "t.textproto:2: model.ffn_width: 130 is not divisible by parallel.tensor = 4");
+  CHECK(load_error("model { layers: 3 }\nparallel {\n  pipeline: 2\n}") ==
+        "t.textproto:1: model.layers: 3 is not divisible by parallel.pipeline = 2");
+}
+
+TEST_CASE("padded vocab always splits across tensor-parallel ranks") {
+  Config c;
+  c.mutable_parallel()->set_tensor(8);
+  c.mutable_model()->set_heads(8);
+  c.mutable_model()->set_vocab_size(50257);
+  c.mutable_model()->set_vocab_pad_multiple(1);
+  CHECK(config::padded_vocab(c) % 8 == 0);
+  CHECK(violations(c).empty());
+}
+
+TEST_CASE("sequence parallel needs seq_length % tensor == 0") {
+  CHECK(load_error("parallel {\n  tensor: 4\n  sequence_parallel: true\n}\nbatch { seq_length: 30 }") ==
+        "t.textproto:3: parallel.sequence_parallel: needs batch.seq_length (30) divisible by "
+        "parallel.tensor = 4");
+  CHECK(load_error("parallel { tensor: 4 sequence_parallel: true }\nbatch { seq_length: 32 }") ==
+        "(no error)");
+}
+
+TEST_CASE("seq_length may not exceed max_positions") {
+  CHECK(load_error("batch { seq_length: 512 }") ==
+        "t.textproto:1: batch.seq_length: 512 exceeds model.max_positions = 256");
+}
+
+TEST_CASE("context parallelism must be 1") {
+  CHECK(load_error("parallel { context: 2 }") ==
+        "t.textproto:1: parallel.context: 2 is not supported: context parallelism must be 1");
+}
+
+TEST_CASE("tied embeddings must stay true") {
+  CHECK(load_error("model { tied_embeddings: false }") ==
+        "t.textproto:1: model.tied_embeddings: false is not supported: troupe always ties the "
+        "LM head to the token embedding");
+}
+
+TEST_CASE("non-positive sizes") {
+  CHECK(load_error("model { layers: 0 }") == "t.textproto:1: model.layers: must be positive, got 0");
+  CHECK(load_error("model { heads: -2 }") == "t.textproto:1: model.heads: must be positive, got -2");
+  CHECK(load_error("model { width: 0 }") == "t.textproto:1: model.width: must be positive, got 0");
+  CHECK(load_error("model { ffn_width: -1 }") ==
+        "t.textproto:1: model.ffn_width: must not be negative, got -1");
+  CHECK(load_error("model { vocab_size: 0 }") ==
+        "t.textproto:1: model.vocab_size: must be positive, got 0");
+  CHECK(load_error("model { max_positions: 0 }") ==
+        "t.textproto:1: model.max_positions: must be positive, got 0");
+  CHECK(load_error("parallel { tensor: 0 }") ==
+        "t.textproto:1: parallel.tensor: must be positive, got 0");
+  CHECK(load_error("parallel { pipeline: 0 }") ==
+        "t.textproto:1: parallel.pipeline: must be positive, got 0");
+  CHECK(load_error("parallel { data: -1 }") ==
+        "t.textproto:1: parallel.data: must be positive, got -1");
+  CHECK(load_error("batch { micro_batch_size: 0 }") ==
+        "t.textproto:1: batch.micro_batch_size: must be positive, got 0");
+  CHECK(load_error("batch { global_batch_size: 0 }") ==
+        "t.textproto:1: batch.global_batch_size: must be positive, got 0");
+  CHECK(load_error("batch { seq_length: 0 }") ==
+        "t.textproto:1: batch.seq_length: must be positive, got 0");
+  CHECK(load_error("training { train_samples: 0 }") ==
+        "t.textproto:1: training.train_samples: must be positive, got 0");
+  CHECK(load_error("data { prefetch_microbatches: 0 }") ==
+        "t.textproto:1: data.prefetch_microbatches: must be positive, got 0");
+  CHECK(load_error("logging { log_interval: 0 }") ==
+        "t.textproto:1: logging.log_interval: must be positive, got 0");
+}
+
+TEST_CASE("negative lr, eps, clip, weight decay; non-finite values") {
+  CHECK(load_error("optimizer { lr: -1e-3 }") ==
+        "t.textproto:1: optimizer.lr: must not be negative, got -0.001");
+  CHECK(load_error("optimizer { min_lr: -1 }") ==
+        "t.textproto:1: optimizer.min_lr: must not be negative, got -1");
+  CHECK(load_error("optimizer { eps: -1e-8 }") ==
+        "t.textproto:1: optimizer.eps: must be positive, got -1e-08");
+  CHECK(load_error("optimizer { eps: 0 }") == "t.textproto:1: optimizer.eps: must be positive, got 0");
+  CHECK(load_error("optimizer { clip_grad: -1 }") ==
+        "t.textproto:1: optimizer.clip_grad: must not be negative, got -1");
+  CHECK(load_error("optimizer { weight_decay: -0.1 }") ==
+        "t.textproto:1: optimizer.weight_decay: must not be negative, got -0.1");
+  CHECK(load_error("optimizer { lr: inf }") ==
+        "t.textproto:1: optimizer.lr: must be a finite number, got inf");
+  CHECK(load_error("optimizer { lr: nan }") ==
+        "t.textproto:1: optimizer.lr: must be a finite number, got nan");
+  CHECK(load_error("optimizer { clip_grad: 0 }") == "(no error)");  // 0 disables clipping
+}
+
+TEST_CASE("betas in [0, 1)") {
+  CHECK(load_error("optimizer { beta1: 1.0 }") == "t.textproto:1: optimizer.beta1: 1 is outside [0, 1)");
+  CHECK(load_error("optimizer { beta2: -0.5 }") ==
+        "t.textproto:1: optimizer.beta2: -0.5 is outside [0, 1)");
+  CHECK(load_error("optimizer { beta1: 0 beta2: 0.999 }") == "(no error)");
+}
+
+TEST_CASE("min_lr and warmup_init may not exceed lr") {
+  CHECK(load_error("optimizer {\n  lr: 1e-4\n  min_lr: 2e-4\n}") ==
+        "t.textproto:3: optimizer.min_lr: 0.0002 exceeds optimizer.lr = 0.0001");
+  CHECK(load_error("optimizer { warmup_init: 0.1 }") ==
+        "t.textproto:1: optimizer.warmup_init: 0.1 exceeds optimizer.lr = 0.001");
+}
+
+TEST_CASE("warmup_samples may not exceed the decay end") {
+  CHECK(load_error("lr_schedule {\n  warmup_samples: 400\n  decay_samples: 300\n}") ==
+        "t.textproto:2: lr_schedule.warmup_samples: 400 exceeds the decay end 300 "
+        "(lr_schedule.decay_samples)");
+  CHECK(load_error("lr_schedule { warmup_samples: 400 }") ==
+        "t.textproto:1: lr_schedule.warmup_samples: 400 exceeds the decay end 320 "
+        "(training.train_samples, as decay_samples is 0)");
+  CHECK(load_error("lr_schedule { warmup_samples: -1 }") ==
+        "t.textproto:1: lr_schedule.warmup_samples: must not be negative, got -1");
+  CHECK(load_error("lr_schedule { decay_samples: -1 }") ==
+        "t.textproto:1: lr_schedule.decay_samples: must not be negative, got -1");
+}
+
+TEST_CASE("train_samples must hold at least one global batch") {
+  CHECK(load_error("training { train_samples: 7 }") ==
+        "t.textproto:1: training.train_samples: 7 is less than one global batch "
+        "(batch.global_batch_size = 8)");
+}
+
+TEST_CASE("other non-negative counters") {
+  CHECK(load_error("training { eval_interval: -1 }") ==
+        "t.textproto:1: training.eval_interval: must not be negative, got -1");
+  CHECK(load_error("training { eval_samples: -1 }") ==
+        "t.textproto:1: training.eval_samples: must not be negative, got -1");
+  CHECK(load_error("training { token_budget: -1 }") ==
+        "t.textproto:1: training.token_budget: must not be negative, got -1");
+  CHECK(load_error("checkpoint { interval_steps: -1 }") ==
+        "t.textproto:1: checkpoint.interval_steps: must not be negative, got -1");
+  CHECK(load_error("checkpoint { interval_seconds: -5 }") ==
+        "t.textproto:1: checkpoint.interval_seconds: must not be negative, got -5");
+  CHECK(load_error("checkpoint { keep_last: -1 }") ==
+        "t.textproto:1: checkpoint.keep_last: must not be negative, got -1");
+  CHECK(load_error("device { threads: -1 }") ==
+        "t.textproto:1: device.threads: must not be negative, got -1");
+}
+
+TEST_CASE("model: init_std, layernorm_eps, vocab_pad_multiple, byte vocabulary") {
+  CHECK(load_error("model { init_std: 0 }") == "t.textproto:1: model.init_std: must be positive, got 0");
+  CHECK(load_error("model { layernorm_eps: -1e-5 }") ==
+        "t.textproto:1: model.layernorm_eps: must be positive, got -1e-05");
+  CHECK(load_error("model { vocab_pad_multiple: 0 }") ==
+        "t.textproto:1: model.vocab_pad_multiple: must be positive, got 0");
+  CHECK(load_error("model { vocab_size: 256 }") ==
+        "t.textproto:1: model.vocab_size: 256 is too small for the BYTES tokenizer (256 bytes "
+        "+ EOD = 257)");
+}
+
+TEST_CASE("data: split weights, GPT-2 files") {
+  CHECK(load_error("data { split: \"98,2,x\" }") ==
+        "t.textproto:1: data.split: \"98,2,x\" is not 1 to 3 comma-separated non-negative "
+        "weights (train,valid,test)");
+  CHECK(load_error("data { split: \"1,1,1,1\" }") ==
+        "t.textproto:1: data.split: \"1,1,1,1\" is not 1 to 3 comma-separated non-negative "
+        "weights (train,valid,test)");
+  CHECK(load_error("data { split: \"0,50,50\" }") ==
+        "t.textproto:1: data.split: \"0,50,50\" gives the training split no weight");
+  CHECK(load_error("data { split: \"100\" }") == "(no error)");
+  CHECK(load_error("model { vocab_size: 50257 }\ndata {\n  tokenizer: GPT2\n}") ==
+        "t.textproto:2: data.vocab_file: the GPT2 tokenizer needs vocab_file (GPT-2's vocab.json)");
+  CHECK(load_error("data {\n  tokenizer: GPT2\n  vocab_file: \"v.json\"\n}") ==
+        "t.textproto:1: data.merges_file: the GPT2 tokenizer needs merges_file (GPT-2's "
+        "merges.txt)");
+}
+
+TEST_CASE("supervision: periods positive, watchdog longer than a heartbeat") {
+  CHECK(load_error("supervision { max_restarts: -1 }") ==
+        "t.textproto:1: supervision.max_restarts: must not be negative, got -1");
+  CHECK(load_error("supervision { intensity_period_s: 0 }") ==
+        "t.textproto:1: supervision.intensity_period_s: must be positive, got 0");
+  CHECK(load_error("supervision { heartbeat_interval_s: 0 }") ==
+        "t.textproto:1: supervision.heartbeat_interval_s: must be positive, got 0");
+  CHECK(load_error("supervision {\n  heartbeat_interval_s: 2\n  step_watchdog_s: 1\n}") ==
+        "t.textproto:3: supervision.step_watchdog_s: 1 must exceed "
+        "supervision.heartbeat_interval_s = 2 (or be 0: off)");
+  CHECK(load_error("supervision { step_watchdog_s: 0 }") == "(no error)");
+}
+
+TEST_CASE("logging: level and run_dir") {
+  CHECK(load_error("logging { level: \"verbose\" }") ==
+        "t.textproto:1: logging.level: \"verbose\" is not one of trace, debug, info, warn, error, "
+        "critical, off");
+  CHECK(load_error("logging { run_dir: \"\" }") == "t.textproto:1: logging.run_dir: must not be empty");
+}
+
+TEST_CASE("faults: actor path syntax, required actor, step, phase of checkpoint faults") {
+  CHECK(load_error("faults {\n  fault { actor: \"stage/dp1/pp0/tp0\" step: 3 phase: BACKWARD }\n"
+                   "  fault { actor: \"coordinator\" kind: HANG }\n"
+                   "  fault { actor: \"writer/dp0/pp1/tp0\" kind: CORRUPT_SHARD phase: CHECKPOINT_WRITE }\n"
+                   "  fault { actor: \"writer/dp0/pp1/tp0\" kind: KILL phase: CHECKPOINT_WRITE }\n}") ==
+        "(no error)");
+  CHECK(load_error("faults {\n  fault { step: 2 }\n}") ==
+        "t.textproto:2: faults.fault[0].actor: is required (an actor path such as "
+        "\"stage/dp1/pp0/tp0\")");
+  CHECK(load_error("faults {\n  fault { actor: \"loader/dp0\" }\n  fault {\n    actor: \"stage/dp1//tp0\"\n  }\n}") ==
+        "t.textproto:4: faults.fault[1].actor: \"stage/dp1//tp0\" is not an actor path: it has an "
+        "empty segment (\"//\" or a trailing \"/\")");
+  CHECK(load_error("faults { fault { actor: \"stage/dp1/pp/tp0\" } }") ==
+        "t.textproto:1: faults.fault[0].actor: \"stage/dp1/pp/tp0\" is not an actor path: segment "
+        "\"pp\" is not a coordinate like dp1, pp0 or tp0");
+  CHECK(load_error("faults { fault { actor: \"Stage/dp1\" } }") ==
+        "t.textproto:1: faults.fault[0].actor: \"Stage/dp1\" is not an actor path: it must start "
+        "with an actor kind such as \"stage\"");
+  CHECK(load_error("faults { fault { actor: \"stage/dp1/dp2\" } }") ==
+        "t.textproto:1: faults.fault[0].actor: \"stage/dp1/dp2\" is not an actor path: coordinate "
+        "\"dp\" appears twice");
+  CHECK(load_error("faults { fault { actor: \"stage-x\" } }") ==
+        "t.textproto:1: faults.fault[0].actor: \"stage-x\" is not an actor path: actor kind "
+        "\"stage-x\" may hold only a-z, 0-9 and _");
+  CHECK(load_error("faults { fault { actor: \"\" } }") ==
+        "t.textproto:1: faults.fault[0].actor: \"\" is not an actor path: it is empty");
+  CHECK(load_error("faults { fault { actor: \"coordinator\" step: 0 } }") ==
+        "t.textproto:1: faults.fault[0].step: must be 1 or more (updates count from 1), got 0");
+  CHECK(load_error("faults {\n  fault {\n    actor: \"writer/dp0\"\n    kind: TRUNCATE_SHARD\n  }\n}") ==
+        "t.textproto:4: faults.fault[0].phase: FORWARD does not fit kind TRUNCATE_SHARD: checkpoint "
+        "faults (CORRUPT_SHARD, TRUNCATE_SHARD, FAIL_WRITE) need phase CHECKPOINT_WRITE");
+}
+
+TEST_CASE("single-field rules come before the rules that combine fields") {
+  // micro_batch_size 0 would divide by zero in the divisibility rule.
+  const auto v = violations([] {
+    Config c;
+    c.mutable_batch()->set_micro_batch_size(0);
+    c.mutable_model()->set_width(66);
+    return c;
+  }());
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].field == "batch.micro_batch_size");
+}
+
+TEST_CASE("a rule on a field left at its default points at the related field that was set") {
+  Config c;
+  c.mutable_optimizer()->set_lr(1e-5);  // below the default min_lr 1e-4
+  Origins o("cfg.textproto");
+  o.set("optimizer.lr", "cfg.textproto:7");
+  CHECK(error_of([&] { validate(c, o); }) ==
+        "cfg.textproto:7: optimizer.min_lr: 0.0001 exceeds optimizer.lr = 1e-05");
+  CHECK(load_error("batch {\n  seq_length: 300\n}") ==
+        "t.textproto:2: batch.seq_length: 300 exceeds model.max_positions = 256");
+  CHECK(load_error("\nmodel {\n  max_positions: 32\n}") ==
+        "t.textproto:3: batch.seq_length: 64 exceeds model.max_positions = 32");
+  // Nothing relevant set: the source as a whole.
+  CHECK(error_of([&] { validate(c, Origins("cfg.textproto")); }) ==
+        "cfg.textproto: optimizer.min_lr: 0.0001 exceeds optimizer.lr = 1e-05");
+}

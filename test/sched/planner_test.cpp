@@ -1,0 +1,202 @@
+// The planner against every number of DESIGN.md section 7, computed from
+// configs/seed-500b.textproto, and the two routes to that config printing one plan.
+#include <doctest/doctest.h>
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "config/derived.h"
+#include "config/megatron_args.h"
+#include "config/text_format.h"
+#include "config/validate.h"
+#include "sched/pipeline_schedule.h"
+#include "sched/planner.h"
+#include "sched/planner_report.h"
+
+using namespace troupe;
+using namespace troupe::sched;
+
+namespace {
+
+std::string source(const std::string& relative) {
+  return std::string(TROUPE_SOURCE_DIR) + "/" + relative;
+}
+
+const Config& seed() {
+  static const Config c = config::load_config_file(source("configs/seed-500b.textproto"));
+  return c;
+}
+
+std::string pct(double f) { return fmt::format("{:.1f}%", 100 * f); }
+std::string gb(double bytes) { return fmt::format("{:.2f}", bytes / 1e9); }
+std::string fixed2(double v) { return fmt::format("{:.2f}", v); }
+
+bool has_line(const std::string& text, const std::string& line) {
+  return text.find("\n" + line + "\n") != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("sequences and tokens per update: 1,920 / 15,728,640") {
+  CHECK(config::microbatches_per_replica(seed()) == 24);
+  CHECK(seed().batch().global_batch_size() == 1 * 24 * 80);
+  CHECK(config::tokens_per_update(seed()) == 15728640);
+  CHECK(group_digits(config::tokens_per_update(seed())) == "15,728,640");
+}
+
+TEST_CASE("ideal pipeline idle at p=8, m=12/24/48: 36.8% / 22.6% / 12.7%") {
+  CHECK(pct(ideal_idle_fraction(8, 12)) == "36.8%");
+  CHECK(pct(ideal_idle_fraction(8, 24)) == "22.6%");
+  CHECK(pct(ideal_idle_fraction(8, 48)) == "12.7%");
+  CHECK(ideal_idle_fraction(8, 24) == doctest::Approx(7.0 / 31.0));
+  CHECK(layout_for(seed(), 80).pipeline_idle == doctest::Approx(7.0 / 31.0));
+}
+
+TEST_CASE("causal position pairs at 4,096 / 8,192: 8,390,656 / 33,558,528") {
+  CHECK(causal_pairs(4096) == 8390656);
+  CHECK(causal_pairs(8192) == 33558528);
+  CHECK(causal_pairs(seed().batch().seq_length()) == 33558528);
+}
+
+TEST_CASE("full updates in 10T tokens: 635,782; 1,220,701,440; 9,999,986,196,480; 13,803,520") {
+  const TokenPlan t = token_plan(seed());
+  CHECK(t.budget_derived);
+  CHECK(t.budget == 10000000000000);
+  CHECK(t.full_updates == 635782);
+  CHECK(t.samples == 1220701440);
+  CHECK(t.tokens == 9999986196480);
+  CHECK(t.shortfall == 13803520);
+  // An explicit budget replaces the derived one.
+  const TokenPlan e = token_plan(seed(), 12000000000000);
+  CHECK_FALSE(e.budget_derived);
+  CHECK(e.shortfall == 12000000000000 - 9999986196480);
+}
+
+TEST_CASE("warmup: 20B tokens rounded up to 1,272 updates = 2,442,240 samples = 20,006,830,080 tokens") {
+  CHECK(updates_covering(20000000000, config::tokens_per_update(seed())) == 1272);
+  const WarmupPlan w = warmup_plan(seed());
+  CHECK(w.samples == 2442240);
+  CHECK(w.updates == 1272);
+  CHECK(w.tokens == 20006830080);
+}
+
+TEST_CASE("cosine midpoint between 8e-5 and 8e-6: 4.4e-5") {
+  const LrPoints p = lr_points(seed());
+  CHECK(p.warmup_end == 8e-5);
+  CHECK(p.midpoint == doctest::Approx(4.4e-5).epsilon(1e-12));
+  CHECK(fmt::format("{:.6g}", p.midpoint) == "4.4e-05");
+  CHECK(p.end == doctest::Approx(8e-6).epsilon(1e-12));
+  CHECK(p.midpoint_sample == (2442240 + 1220701440) / 2);
+}
+
+TEST_CASE("AdamW on p=0.5, u=0.5, lr 8e-5, wd 0.1: 0.499996 after decay, 0.499956 after update") {
+  const AdamwStep s = adamw_step(0.5, 0.5, seed().optimizer().lr(), seed().optimizer().weight_decay());
+  CHECK(s.after_decay == doctest::Approx(0.499996).epsilon(1e-12));
+  CHECK(s.after_update == doctest::Approx(0.499956).epsilon(1e-12));
+  CHECK(fmt::format("{:.6f}", s.after_update) == "0.499956");
+}
+
+TEST_CASE("main state per GPU: DP1 140.63 GB, DP8 58.59 GB, DP80 48.05 GB") {
+  // The articles' 7.8125e9 params per GPU, and this config's (just above it).
+  CHECK(gb(main_state_bytes_per_gpu(7.8125e9, 8)) == "58.59");
+  CHECK(gb(main_state_bytes_per_gpu(7.8125e9, 80)) == "48.05");
+  CHECK(params_per_gpu(seed()) == doctest::Approx(7.8125e9).epsilon(1e-5));
+  CHECK(params_per_gpu(seed()) >= 7.8125e9);
+  CHECK(gb(layout_for(seed(), 1).main_state_bytes) == "140.63");
+  CHECK(gb(layout_for(seed(), 8).main_state_bytes) == "58.59");
+  CHECK(gb(layout_for(seed(), 80).main_state_bytes) == "48.05");
+  // Without a distributed optimizer the 12 bytes are not sharded.
+  CHECK(main_state_bytes_per_gpu(1.0, 80, false) == 18.0);
+}
+
+TEST_CASE("scaling 512 -> 1,024 GPUs at 180k -> 320k tokens/s: 1.78x, 89%") {
+  const ScalingStep s = scaling_step({512, 180000.0}, {1024, 320000.0});
+  CHECK(fixed2(s.speedup) == "1.78");
+  CHECK(fmt::format("{:.0f}%", 100 * s.efficiency) == "89%");
+  CHECK(s.efficiency == doctest::Approx(32.0 / 36.0));
+}
+
+TEST_CASE("10T tokens at 1.6M tokens/s: 72.34 days; at 90% calendar efficiency 80.38 days") {
+  const Calendar c = calendar(double(token_plan(seed()).budget), 1.6e6, 0.9);
+  CHECK(fixed2(c.compute_days) == "72.34");
+  CHECK(fixed2(c.calendar_days) == "80.38");
+}
+
+TEST_CASE("microbatches per group for DP 8/16/40/80 at 1,920 sequences: 240 / 120 / 48 / 24") {
+  CHECK(*layout_for(seed(), 8).microbatches == 240);
+  CHECK(*layout_for(seed(), 16).microbatches == 120);
+  CHECK(*layout_for(seed(), 40).microbatches == 48);
+  CHECK(*layout_for(seed(), 80).microbatches == 24);
+  CHECK(layout_for(seed(), 80).gpus == 5120);
+  CHECK_FALSE(layout_for(seed(), 7).microbatches.has_value());
+}
+
+TEST_CASE("round_up_significant") {
+  CHECK(round_up_significant(9999986196480, 2) == 10000000000000);
+  CHECK(round_up_significant(1000, 2) == 1000);
+  CHECK(round_up_significant(1001, 2) == 1100);
+  CHECK(round_up_significant(20480, 2) == 21000);
+  CHECK(round_up_significant(7, 2) == 7);
+  CHECK(round_up_significant(12345, 1) == 20000);
+}
+
+TEST_CASE("the printed plan carries the articles' numbers") {
+  PlanInputs in;
+  in.tokens_per_s = 1.6e6;
+  in.scaling = read_scaling_file(source("configs/seed-500b.scaling"));
+  const std::string text = render_plan(seed(), in);
+  for (const char* s : {"15,728,640", "1,920", "36.8%", "22.6%", "12.7%", "8,390,656", "33,558,528",
+                        "635,782", "1,220,701,440", "9,999,986,196,480", "13,803,520", "1,272",
+                        "2,442,240", "20,006,830,080", "4.4e-05", "0.499996", "0.499956", "140.63 GB",
+                        "58.59 GB", "48.05 GB", "1.78x", "89%", "72.34", "80.38", "240", "120"}) {
+    CAPTURE(s);
+    CHECK(text.find(s) != std::string::npos);
+  }
+  CHECK(has_line(text, "  tokens per update                     15,728,640 = 1,920 x 8,192"));
+  CHECK(has_line(text, "  1,024  16       320,000     1.78x                 89%"));
+  CHECK(has_line(text, "  days of pure compute             72.34"));
+  CHECK(has_line(text, "  calendar days at 90% efficiency  80.38"));
+}
+
+TEST_CASE("textproto and Megatron arguments print the identical plan") {
+  auto m = config::parse_megatron_args_file(source("configs/seed-500b.megatron-args"));
+  config::validate(m.config, m.origins);
+  PlanInputs in;
+  in.tokens_per_s = 1.6e6;
+  in.scaling = read_scaling_file(source("configs/seed-500b.scaling"));
+  const std::string a = render_plan(seed(), in);
+  const std::string b = render_plan(m.config, in);
+  CHECK(a == b);
+  CHECK(a.size() > 2000);
+}
+
+TEST_CASE("the embedded default plans too") {
+  const Config c = config::load_config_file(source("configs/default.textproto"));
+  const std::string text = render_plan(c, PlanInputs{});
+  CHECK(text.find("microbatches per data-parallel group  4") != std::string::npos);
+  CHECK(text.find("2 x 1 x 1 x 2 = 4 GPUs") == std::string::npos);  // TP1 PP2 DP2
+  CHECK(text.find("1 x 2 x 1 x 2 = 4 GPUs") != std::string::npos);
+}
+
+TEST_CASE("scaling files: rows, comments, unmeasured rows, errors with file:line") {
+  const auto rows = parse_scaling("# GPUs tps\n512 180000\n\n1024 3.2e5  # second\n2560\n", "s.txt");
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[1].gpus == 1024);
+  CHECK(*rows[1].tokens_per_s == 320000.0);
+  CHECK_FALSE(rows[2].tokens_per_s.has_value());
+  auto err = [](const std::string& text) {
+    try {
+      parse_scaling(text, "s.txt");
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK(err("512 1 2") == "s.txt:1: expected \"GPUs [tokens_per_s]\", got 3 values");
+  CHECK(err("\nx 100") == "s.txt:2: GPUs must be a positive integer, got \"x\"");
+  CHECK(err("512 -5") == "s.txt:1: tokens_per_s must be a positive number, got \"-5\"");
+  CHECK(err("1024 1\n512 1") == "s.txt:2: GPUs must ascend: 512 after 1024");
+  CHECK(err("# nothing\n") == "s.txt: no \"GPUs [tokens_per_s]\" rows");
+}
