@@ -48,7 +48,7 @@ class Communicator {
 
   // in holds n elements on every rank, cut into size() chunks by chunk_range(n, ...);
   // rank r receives out = sum over ranks q (in rank order) of q's chunk r, so
-  // out.size() must be chunk r's length.
+  // out.size() must be chunk r's length. `out` may be this rank's own chunk of `in`.
   virtual void reduce_scatter_sum(std::span<const float> in, std::span<float> out) = 0;
 
   // out holds n elements cut into size() chunks by chunk_range(n, ...); chunk q

@@ -160,11 +160,20 @@ class InProcessCommunicator final : public Communicator {
                                   "but its output holds {}",
                                   name(), in.size(), rank_, mine.size(), out.size()));
     g_->arrive(rank_, {"reduce_scatter_sum", in.size(), 0, -1}, in.data(), out.data());
-    const float* first = static_cast<const float*>(g_->in(0)) + mine.begin;
-    std::copy(first, first + mine.size(), out.begin());
-    for (int q = 1; q < n; ++q) {
-      const float* src = static_cast<const float*>(g_->in(q)) + mine.begin;
-      for (size_t i = 0; i < mine.size(); ++i) out[i] += src[i];
+    // Blocks of the chunk are summed into a local buffer before they are stored, so
+    // `out` may be this rank's own chunk of `in` (in place): every member's chunk r
+    // is read before chunk r of anything is written, and only rank r touches it.
+    constexpr size_t kBlock = 1024;
+    float sum[kBlock];
+    for (size_t lo = 0; lo < mine.size(); lo += kBlock) {
+      const size_t len = std::min(kBlock, mine.size() - lo);
+      const float* first = static_cast<const float*>(g_->in(0)) + mine.begin + lo;
+      std::copy(first, first + len, sum);
+      for (int q = 1; q < n; ++q) {
+        const float* src = static_cast<const float*>(g_->in(q)) + mine.begin + lo;
+        for (size_t i = 0; i < len; ++i) sum[i] += src[i];
+      }
+      std::copy(sum, sum + len, out.begin() + lo);
     }
     g_->depart(rank_, "reduce_scatter_sum");
   }

@@ -72,6 +72,10 @@ TEST_CASE("reduce_scatter_sum and all_gather round trip, with uneven chunks") {
       for (size_t i = 0; i < part.size(); ++i) REQUIRE(part[i] == float(mine.begin + i) * (1 + 2 + 3 + 4));
       c.all_gather(part, full);
       for (size_t i = 0; i < full.size(); ++i) REQUIRE(full[i] == float(i) * 10);
+      // In place: the output is this rank's own chunk of the input.
+      std::vector<float> self_in(in);
+      c.reduce_scatter_sum(self_in, std::span<float>(self_in.data() + mine.begin, mine.size()));
+      for (size_t i = 0; i < mine.size(); ++i) REQUIRE(self_in[mine.begin + i] == part[i]);
       // In place: this rank's input is its own chunk of the output.
       std::vector<float> inplace(total, -1.0f);
       for (size_t i = mine.begin; i < mine.end; ++i) inplace[i] = float(r);
