@@ -8,6 +8,8 @@
 
 namespace troupe::cli {
 
+int prepare_data_main(int argc, char** argv);  // cmd_prepare_data.cpp
+
 int plan_main(int argc, char** argv);  // cmd_plan.cpp
 
 namespace {
@@ -19,6 +21,7 @@ int version_main(int, char**) {
 
 const Subcommand kCommands[] = {
     {"version", "print the version", version_main},
+    {"prepare-data", "tokenize corpus files into a Megatron indexed dataset (.bin/.idx)", prepare_data_main},
     {"plan", "print the arithmetic of a config: batch, bubble, budget, LR, memory, calendar", plan_main},
 };
 

@@ -1,0 +1,93 @@
+// `supervisor prepare-data`: corpus files -> a Megatron indexed dataset
+// (PREFIX.bin + PREFIX.idx). See data/prepare.h and data/corpus_reader.h.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "data/corpus_reader.h"
+#include "data/prepare.h"
+#include "data/tokenizer.h"
+
+namespace troupe::cli {
+
+int prepare_data_main(int argc, char** argv) {
+  namespace po = boost::program_options;
+  std::vector<std::string> inputs;
+  std::string output, tokenizer, vocab, merges, format;
+  uint64_t shuffle_seed = 0;
+  po::options_description opts(
+      "usage: supervisor prepare-data --input PATH... --output PREFIX [options]\n\n"
+      "Tokenizes documents, appends EOD to each, and writes PREFIX.bin + PREFIX.idx in\n"
+      "Megatron-LM's indexed dataset format (uint16 tokens when the vocabulary has\n"
+      "fewer than 65500 entries, int32 otherwise). Output is written to temporary\n"
+      "names and renamed into place at the end.\n\noptions");
+  opts.add_options()
+      ("help,h", "show this help")
+      ("input,i", po::value(&inputs)->multitoken()->required(),
+       "input files, or directories (their regular files, sorted; not symlinks)")
+      ("output,o", po::value(&output)->required(), "output prefix (PREFIX.bin, PREFIX.idx)")
+      ("tokenizer,t", po::value(&tokenizer)->default_value("bytes"), "bytes | gpt2")
+      ("vocab", po::value(&vocab), "GPT-2 vocab.json (tokenizer gpt2)")
+      ("merges", po::value(&merges), "GPT-2 merges.txt (tokenizer gpt2)")
+      ("format,f", po::value(&format)->default_value("auto"),
+       "auto | text (one document per file) | blank-lines | jsonl (\"text\" field) | "
+       "fortune ('%' lines)")
+      ("shuffle-seed", po::value(&shuffle_seed),
+       "write documents in an order shuffled with this seed (holds them in memory)")
+      ("quiet,q", "no progress lines");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    if (vm.count("help")) {
+      std::cout << opts << "\n";
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << argv[0] << ": " << e.what() << "\n\n" << opts << "\n";
+    return 2;
+  }
+
+  data::PrepareOptions o;
+  o.inputs = inputs;
+  o.output_prefix = output;
+  o.format = data::parse_input_format(format);
+  if (vm.count("shuffle-seed")) o.shuffle_seed = shuffle_seed;
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  double last_line = -10;
+  if (!vm.count("quiet")) {
+    o.progress = [&](const data::PrepareProgress& p) {
+      // Only inputs that take a while get progress lines. On a terminal the line
+      // updates in place; in logs, one line every 5 s.
+      if (p.seconds < 1 || (!tty && p.seconds - last_line < 5 && p.bytes_done < p.bytes_total)) return;
+      last_line = p.seconds;
+      const double pct = p.bytes_total > 0 ? 100.0 * double(p.bytes_done) / double(p.bytes_total) : 100;
+      std::fprintf(stderr, "%sprepare-data: %.1f / %.1f MB (%.0f%%), %lld documents, %lld tokens, %.1f MB/s%s",
+                   tty ? "\r" : "", double(p.bytes_done) / 1e6, double(p.bytes_total) / 1e6, pct,
+                   static_cast<long long>(p.documents), static_cast<long long>(p.tokens),
+                   p.seconds > 0 ? double(p.bytes_done) / 1e6 / p.seconds : 0.0, tty ? "" : "\n");
+      std::fflush(stderr);
+    };
+  }
+  auto tok = data::make_tokenizer(tokenizer, vocab, merges);
+  const data::PrepareSummary s = data::prepare_dataset(o, *tok);
+  if (tty && o.progress && s.seconds >= 1) std::fprintf(stderr, "\n");
+  std::printf("prepare-data: %lld files, %lld documents (%lld empty skipped), %lld tokens (%s, %s, "
+              "vocabulary %lld, EOD %d)\n",
+              static_cast<long long>(s.files), static_cast<long long>(s.documents),
+              static_cast<long long>(s.skipped_empty), static_cast<long long>(s.tokens), tok->name().c_str(),
+              s.dtype.c_str(), static_cast<long long>(tok->vocab_size()), tok->eod());
+  std::printf("prepare-data: %.2f MB in %.3f s = %.1f MB/s\n", double(s.input_bytes) / 1e6, s.seconds,
+              s.mb_per_s());
+  std::printf("prepare-data: wrote %s (%.2f MB) and %s\n", s.bin_path.c_str(),
+              double(std::filesystem::file_size(s.bin_path)) / 1e6, s.idx_path.c_str());
+  return 0;
+}
+
+}  // namespace troupe::cli
