@@ -1,0 +1,149 @@
+#include "metrics/json_records.h"
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "metrics/error.h"
+
+namespace troupe::metrics {
+
+using nlohmann::json;
+
+json json_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+double number_from_json(const json& v, const char* field) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
+    const auto& s = v.get_ref<const std::string&>();
+    if (s == "nan") return std::nan("");
+    if (s == "inf") return INFINITY;
+    if (s == "-inf") return -INFINITY;
+  }
+  throw MetricsError(std::string("field \"") + field + "\": expected a number or \"nan\"/\"inf\"/\"-inf\", got " +
+                     v.dump());
+}
+
+json to_json(const StartupRecord& r) {
+  json j = {{"type", "startup"},
+            {"time", r.wall_time},
+            {"config_path", r.config_path},
+            {"run_dir", r.run_dir},
+            {"parameters", r.parameters},
+            {"data_parallel", r.data_parallel},
+            {"pipeline_parallel", r.pipeline_parallel},
+            {"tensor_parallel", r.tensor_parallel},
+            {"global_batch_size", r.global_batch_size},
+            {"seq_length", r.seq_length},
+            {"microbatches_per_replica", r.microbatches_per_replica},
+            {"train_steps", r.train_steps},
+            {"actor_paths", r.actor_paths}};
+  j["resumed_from_step"] = r.resumed_from_step ? json(*r.resumed_from_step) : json(nullptr);
+  return j;
+}
+
+json to_json(const StepRecord& r) {
+  return {{"type", "step"},
+          {"time", r.wall_time},
+          {"step", r.step},
+          {"consumed_samples", r.consumed_samples},
+          {"loss", json_number(r.loss)},
+          {"lr", json_number(r.lr)},
+          {"grad_norm", json_number(r.grad_norm)},
+          {"clipped", r.clipped},
+          {"skipped", r.skipped},
+          {"tokens_per_s", json_number(tokens_per_second(r))},
+          {"input_tokens", r.input_tokens},
+          {"loss_tokens", r.loss_tokens},
+          {"padding_tokens", r.padding_tokens},
+          {"step_time_s", json_number(r.step_time_s)},
+          {"restarts", r.restarts},
+          {"recomputed", r.recomputed}};
+}
+
+json to_json(const EvalRecord& r) {
+  return {{"type", "eval"},
+          {"time", r.wall_time},
+          {"step", r.step},
+          {"consumed_samples", r.consumed_samples},
+          {"loss", json_number(r.loss)},
+          {"samples", r.samples},
+          {"loss_tokens", r.loss_tokens},
+          {"time_s", json_number(r.time_s)}};
+}
+
+json to_json(const FailureRecord& r) {
+  json j = {{"type", "failure"}, {"time", r.wall_time}, {"step", r.step},   {"actor", r.actor},
+            {"phase", r.phase},  {"reason", r.reason},  {"action", r.action}, {"restarts", r.restarts}};
+  j["resume_step"] = r.resume_step ? json(*r.resume_step) : json(nullptr);
+  return j;
+}
+
+json to_json(const RunSummary& r) {
+  json j = {{"type", "summary"},
+            {"time", r.wall_time},
+            {"status", r.status},
+            {"steps", r.steps},
+            {"skipped_steps", r.skipped_steps},
+            {"clipped_steps", r.clipped_steps},
+            {"consumed_samples", r.consumed_samples},
+            {"input_tokens", r.input_tokens},
+            {"loss_tokens", r.loss_tokens},
+            {"padding_tokens", r.padding_tokens},
+            {"first_loss", json_number(r.first_loss)},
+            {"last_loss", json_number(r.last_loss)},
+            {"elapsed_s", json_number(r.elapsed_s)},
+            {"train_time_s", json_number(r.train_time_s)},
+            {"tokens_per_s", json_number(tokens_per_second(r))},
+            {"restarts", r.restarts},
+            {"spikes", r.spikes}};
+  j["last_eval_loss"] = r.last_eval_loss ? json_number(*r.last_eval_loss) : json(nullptr);
+  return j;
+}
+
+namespace {
+
+const json& field(const json& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end()) throw MetricsError(std::string("step record: missing field \"") + name + "\"");
+  return *it;
+}
+
+template <class T>
+T typed(const json& j, const char* name) {
+  const json& v = field(j, name);
+  bool ok = std::is_same_v<T, bool> ? v.is_boolean() : v.is_number_integer();
+  if (!ok)
+    throw MetricsError(std::string("step record: field \"") + name + "\": expected " +
+                       (std::is_same_v<T, bool> ? "true/false" : "an integer") + ", got " + v.dump());
+  return v.get<T>();
+}
+
+}  // namespace
+
+StepRecord step_from_json(const json& j) {
+  if (!j.is_object() || j.value("type", "") != "step")
+    throw MetricsError("step record: expected an object with \"type\": \"step\", got " + j.dump().substr(0, 80));
+  StepRecord r;
+  r.wall_time = number_from_json(field(j, "time"), "time");
+  r.step = typed<int64_t>(j, "step");
+  r.consumed_samples = typed<int64_t>(j, "consumed_samples");
+  r.loss = number_from_json(field(j, "loss"), "loss");
+  r.lr = number_from_json(field(j, "lr"), "lr");
+  r.grad_norm = number_from_json(field(j, "grad_norm"), "grad_norm");
+  r.clipped = typed<bool>(j, "clipped");
+  r.skipped = typed<bool>(j, "skipped");
+  r.input_tokens = typed<int64_t>(j, "input_tokens");
+  r.loss_tokens = typed<int64_t>(j, "loss_tokens");
+  r.padding_tokens = typed<int64_t>(j, "padding_tokens");
+  r.step_time_s = number_from_json(field(j, "step_time_s"), "step_time_s");
+  r.restarts = typed<int64_t>(j, "restarts");
+  r.recomputed = typed<bool>(j, "recomputed");
+  return r;
+}
+
+}  // namespace troupe::metrics

@@ -1,0 +1,112 @@
+// The records the coordinator fills and every metrics sink reads: the console, the
+// JSON-lines file (metrics.jsonl) and the TensorBoard event file. One struct per kind
+// of line, so that a field added here reaches every sink through its one formatter.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace troupe::metrics {
+
+// One optimizer update, successful or skipped (DESIGN.md section 4).
+struct StepRecord {
+  int64_t step = 0;              // update index, 1-based; skipped updates count
+  int64_t consumed_samples = 0;  // samples read so far, this step's included (Megatron's counter)
+  // Sum of per-token losses / loss-bearing tokens of the global batch. May be
+  // non-finite on a skipped step.
+  double loss = 0;
+  double lr = 0;         // LR of this update (the one it would have used when skipped)
+  double grad_norm = 0;  // global L2 norm before clipping; non-finite means skipped
+  bool clipped = false;  // grad_norm > clip, gradients scaled by clip / grad_norm
+  bool skipped = false;  // no weights changed; the LR schedule did not advance
+
+  // Counts over this step's global batch (data::BatchCounts).
+  int64_t input_tokens = 0;    // samples * seq_length, padding included
+  int64_t loss_tokens = 0;     // loss-bearing predictions
+  int64_t padding_tokens = 0;  // padding positions among the inputs
+
+  double step_time_s = 0;  // wall time of the whole update, data to updated weights
+  int64_t restarts = 0;    // restarts of the training group so far in this run
+  // This step had completed once before a failure and was run again after the
+  // restart from an older checkpoint.
+  bool recomputed = false;
+  double wall_time = 0;  // Unix seconds when the step finished
+};
+
+// Throughput of a step: non-padding input tokens per second of step time. 0 when
+// step_time_s is not positive. Every sink uses this one definition.
+double tokens_per_second(const StepRecord& r);
+
+// Non-padding input tokens of a step.
+inline int64_t real_tokens(const StepRecord& r) { return r.input_tokens - r.padding_tokens; }
+
+// What the run is, written once when it starts (and again after each restart).
+struct StartupRecord {
+  std::string config_path;  // the file the user passed ("" for the embedded default)
+  std::string run_dir;
+  int64_t parameters = 0;  // config::parameter_count
+  int32_t data_parallel = 1, pipeline_parallel = 1, tensor_parallel = 1;
+  int64_t global_batch_size = 0;
+  int64_t seq_length = 0;
+  int64_t microbatches_per_replica = 0;
+  int64_t train_steps = 0;                   // full updates of the run
+  std::optional<int64_t> resumed_from_step;  // set when loaded from a checkpoint
+  std::vector<std::string> actor_paths;      // "stage/dp0/pp0/tp0", ...
+  double wall_time = 0;
+};
+
+// One validation pass.
+struct EvalRecord {
+  int64_t step = 0;  // the update after which it ran
+  int64_t consumed_samples = 0;
+  double loss = 0;  // token-weighted over the whole validation set
+  int64_t samples = 0;
+  int64_t loss_tokens = 0;
+  double time_s = 0;
+  double wall_time = 0;
+};
+
+// A failure of an actor and what the supervisor did about it.
+struct FailureRecord {
+  int64_t step = 0;      // the step in flight when it failed
+  std::string actor;     // actor path, e.g. "stage/dp1/pp0/tp0"
+  std::string phase;     // "forward", "backward", "reduce", "optimizer", "checkpoint_write", ...
+  std::string reason;    // the exit reason or exception text
+  std::string action;    // "restart" or "stop"
+  int64_t restarts = 0;  // restarts so far, this one included when action is "restart"
+  // When action is "restart": the checkpoint step training resumes after (0: from scratch).
+  std::optional<int64_t> resume_step;
+  double wall_time = 0;
+};
+
+// The end of a run (also written on Ctrl-C and on giving up after failures).
+struct RunSummary {
+  std::string status;  // "completed", "interrupted", "failed"
+  int64_t steps = 0;   // updates attempted (successful + skipped)
+  int64_t skipped_steps = 0;
+  int64_t clipped_steps = 0;
+  int64_t consumed_samples = 0;
+  int64_t input_tokens = 0;  // over the whole run
+  int64_t loss_tokens = 0;
+  int64_t padding_tokens = 0;
+  double first_loss = 0;  // loss of the first step of the run
+  double last_loss = 0;
+  std::optional<double> last_eval_loss;
+  double elapsed_s = 0;      // wall time from startup to the summary
+  double train_time_s = 0;   // sum of step times
+  int64_t restarts = 0;
+  int64_t spikes = 0;        // loss spikes recorded
+  double wall_time = 0;
+};
+
+// Mean throughput of a run: non-padding input tokens / summed step time (0 if none).
+double tokens_per_second(const RunSummary& s);
+
+// Folds one step into a summary: counts, first/last loss, summed step time, and
+// restarts (the largest seen). Leaves status, eval loss, elapsed time, spikes and
+// wall time to the caller.
+void accumulate(RunSummary& s, const StepRecord& r);
+
+}  // namespace troupe::metrics
