@@ -232,6 +232,12 @@ void check_relations(const Config& c, Checker& k) {
                        c.training().train_samples(), b.global_batch_size()),
            {"batch.global_batch_size"});
 
+  if (c.training().eval_interval() > 0 && c.training().eval_samples() == 0)
+    k.fail("training.eval_interval",
+           fmt::format("{} asks for validation every {} updates, but training.eval_samples is 0",
+                       c.training().eval_interval(), c.training().eval_interval()),
+           {"training.eval_samples"});
+
   const auto& sv = c.supervision();
   if (sv.step_watchdog_s() > 0 && sv.step_watchdog_s() <= sv.heartbeat_interval_s())
     k.fail("supervision.step_watchdog_s",
@@ -241,6 +247,12 @@ void check_relations(const Config& c, Checker& k) {
 
   for (int i = 0; i < c.faults().fault_size(); ++i) {
     const auto& f = c.faults().fault(i);
+    if (f.step() > full_updates(c))
+      k.fail(fmt::format("faults.fault[{}].step", i),
+             fmt::format("{} is past the last update ({} = train_samples / global_batch_size): "
+                         "the fault would never fire",
+                         f.step(), full_updates(c)),
+             {"training.train_samples"});
     const bool checkpoint_kind = f.kind() == Fault::CORRUPT_SHARD ||
                                  f.kind() == Fault::TRUNCATE_SHARD || f.kind() == Fault::FAIL_WRITE;
     if (checkpoint_kind && f.phase() != Fault::CHECKPOINT_WRITE)

@@ -187,6 +187,14 @@ TEST_CASE("data: split weights, GPT-2 files") {
         "merges.txt)");
 }
 
+TEST_CASE("validation every N updates needs validation samples") {
+  CHECK(load_error("training {\n  eval_interval: 10\n}") ==
+        "t.textproto:2: training.eval_interval: 10 asks for validation every 10 updates, but "
+        "training.eval_samples is 0");
+  CHECK(load_error("training { eval_interval: 10 eval_samples: 8 }") == "(no error)");
+  CHECK(load_error("training { eval_samples: 8 }") == "(no error)");  // only at the end
+}
+
 TEST_CASE("supervision: periods positive, watchdog longer than a heartbeat") {
   CHECK(load_error("supervision { max_restarts: -1 }") ==
         "t.textproto:1: supervision.max_restarts: must not be negative, got -1");
@@ -235,6 +243,10 @@ TEST_CASE("faults: actor path syntax, required actor, step, phase of checkpoint 
         "t.textproto:1: faults.fault[0].actor: \"\" is not an actor path: it is empty");
   CHECK(load_error("faults { fault { actor: \"coordinator\" step: 0 } }") ==
         "t.textproto:1: faults.fault[0].step: must be 1 or more (updates count from 1), got 0");
+  CHECK(load_error("faults {\n  fault {\n    actor: \"coordinator\"\n    step: 41\n  }\n}") ==
+        "t.textproto:4: faults.fault[0].step: 41 is past the last update (40 = train_samples / "
+        "global_batch_size): the fault would never fire");
+  CHECK(load_error("faults { fault { actor: \"coordinator\" step: 40 } }") == "(no error)");
   CHECK(load_error("faults {\n  fault {\n    actor: \"writer/dp0\"\n    kind: TRUNCATE_SHARD\n  }\n}") ==
         "t.textproto:4: faults.fault[0].phase: FORWARD does not fit kind TRUNCATE_SHARD: checkpoint "
         "faults (CORRUPT_SHARD, TRUNCATE_SHARD, FAIL_WRITE) need phase CHECKPOINT_WRITE");
