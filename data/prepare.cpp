@@ -1,5 +1,7 @@
 #include "data/prepare.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -10,6 +12,15 @@
 
 namespace troupe::data {
 namespace fs = std::filesystem;
+namespace {
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+}  // namespace
 
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, InputFormat format) {
   std::vector<std::string> files;
@@ -41,6 +52,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, I
 PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokenizer) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
+  const double cpu_start = thread_cpu_seconds();
   const std::vector<std::string> files = expand_inputs(options.inputs, options.format);
   if (files.empty()) throw DataError("prepare-data: no input files");
 
@@ -100,6 +112,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
   summary.tokens = progress.tokens;
   summary.input_bytes = progress.bytes_total;
   summary.seconds = std::chrono::duration<double>(clock::now() - start).count();
+  summary.cpu_seconds = thread_cpu_seconds() - cpu_start;
   summary.bin_path = options.output_prefix + ".bin";
   summary.idx_path = options.output_prefix + ".idx";
   summary.dtype = dtype_name(dtype_for_vocab(tokenizer.vocab_size()));

@@ -42,10 +42,14 @@ struct PrepareSummary {
   int64_t skipped_empty = 0;
   int64_t tokens = 0;  // EOD included
   int64_t input_bytes = 0;
-  double seconds = 0;
+  double seconds = 0;      // wall clock, fsync included
+  double cpu_seconds = 0;  // CPU time of the calling thread (prepare is single-threaded)
   std::string bin_path, idx_path;
   std::string dtype;
   double mb_per_s() const { return seconds > 0 ? double(input_bytes) / 1e6 / seconds : 0; }
+  // Throughput per core: input MB per CPU second (not counting waits for the disk
+  // or for other processes on a busy machine).
+  double mb_per_cpu_s() const { return cpu_seconds > 0 ? double(input_bytes) / 1e6 / cpu_seconds : 0; }
 };
 
 // Expands directories as described above; throws DataError for a missing input.

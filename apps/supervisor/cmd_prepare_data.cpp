@@ -83,8 +83,8 @@ int prepare_data_main(int argc, char** argv) {
               static_cast<long long>(s.files), static_cast<long long>(s.documents),
               static_cast<long long>(s.skipped_empty), static_cast<long long>(s.tokens), tok->name().c_str(),
               s.dtype.c_str(), static_cast<long long>(tok->vocab_size()), tok->eod());
-  std::printf("prepare-data: %.2f MB in %.3f s = %.1f MB/s\n", double(s.input_bytes) / 1e6, s.seconds,
-              s.mb_per_s());
+  std::printf("prepare-data: %.2f MB in %.3f s = %.1f MB/s (%.3f s of CPU = %.1f MB/s per core)\n",
+              double(s.input_bytes) / 1e6, s.seconds, s.mb_per_s(), s.cpu_seconds, s.mb_per_cpu_s());
   std::printf("prepare-data: wrote %s (%.2f MB) and %s\n", s.bin_path.c_str(),
               double(std::filesystem::file_size(s.bin_path)) / 1e6, s.idx_path.c_str());
   return 0;
