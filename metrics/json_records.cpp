@@ -8,15 +8,15 @@
 
 namespace troupe::metrics {
 
-using nlohmann::json;
 
-json json_number(double v) {
+
+Json json_number(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return v;
 }
 
-double number_from_json(const json& v, const char* field) {
+double number_from_json(const Json& v, const char* field) {
   if (v.is_number()) return v.get<double>();
   if (v.is_string()) {
     const auto& s = v.get_ref<const std::string&>();
@@ -28,8 +28,8 @@ double number_from_json(const json& v, const char* field) {
                      v.dump());
 }
 
-json to_json(const StartupRecord& r) {
-  json j = {{"type", "startup"},
+Json to_json(const StartupRecord& r) {
+  Json j = {{"type", "startup"},
             {"time", r.wall_time},
             {"config_path", r.config_path},
             {"run_dir", r.run_dir},
@@ -42,11 +42,11 @@ json to_json(const StartupRecord& r) {
             {"microbatches_per_replica", r.microbatches_per_replica},
             {"train_steps", r.train_steps},
             {"actor_paths", r.actor_paths}};
-  j["resumed_from_step"] = r.resumed_from_step ? json(*r.resumed_from_step) : json(nullptr);
+  j["resumed_from_step"] = r.resumed_from_step ? Json(*r.resumed_from_step) : Json(nullptr);
   return j;
 }
 
-json to_json(const StepRecord& r) {
+Json to_json(const StepRecord& r) {
   return {{"type", "step"},
           {"time", r.wall_time},
           {"step", r.step},
@@ -65,7 +65,7 @@ json to_json(const StepRecord& r) {
           {"recomputed", r.recomputed}};
 }
 
-json to_json(const EvalRecord& r) {
+Json to_json(const EvalRecord& r) {
   return {{"type", "eval"},
           {"time", r.wall_time},
           {"step", r.step},
@@ -76,15 +76,15 @@ json to_json(const EvalRecord& r) {
           {"time_s", json_number(r.time_s)}};
 }
 
-json to_json(const FailureRecord& r) {
-  json j = {{"type", "failure"}, {"time", r.wall_time}, {"step", r.step},   {"actor", r.actor},
+Json to_json(const FailureRecord& r) {
+  Json j = {{"type", "failure"}, {"time", r.wall_time}, {"step", r.step},   {"actor", r.actor},
             {"phase", r.phase},  {"reason", r.reason},  {"action", r.action}, {"restarts", r.restarts}};
-  j["resume_step"] = r.resume_step ? json(*r.resume_step) : json(nullptr);
+  j["resume_step"] = r.resume_step ? Json(*r.resume_step) : Json(nullptr);
   return j;
 }
 
-json to_json(const RunSummary& r) {
-  json j = {{"type", "summary"},
+Json to_json(const RunSummary& r) {
+  Json j = {{"type", "summary"},
             {"time", r.wall_time},
             {"status", r.status},
             {"steps", r.steps},
@@ -101,21 +101,21 @@ json to_json(const RunSummary& r) {
             {"tokens_per_s", json_number(tokens_per_second(r))},
             {"restarts", r.restarts},
             {"spikes", r.spikes}};
-  j["last_eval_loss"] = r.last_eval_loss ? json_number(*r.last_eval_loss) : json(nullptr);
+  j["last_eval_loss"] = r.last_eval_loss ? json_number(*r.last_eval_loss) : Json(nullptr);
   return j;
 }
 
 namespace {
 
-const json& field(const json& j, const char* name) {
+const Json& field(const Json& j, const char* name) {
   auto it = j.find(name);
   if (it == j.end()) throw MetricsError(std::string("step record: missing field \"") + name + "\"");
   return *it;
 }
 
 template <class T>
-T typed(const json& j, const char* name) {
-  const json& v = field(j, name);
+T typed(const Json& j, const char* name) {
+  const Json& v = field(j, name);
   bool ok = std::is_same_v<T, bool> ? v.is_boolean() : v.is_number_integer();
   if (!ok)
     throw MetricsError(std::string("step record: field \"") + name + "\": expected " +
@@ -125,7 +125,7 @@ T typed(const json& j, const char* name) {
 
 }  // namespace
 
-StepRecord step_from_json(const json& j) {
+StepRecord step_from_json(const Json& j) {
   if (!j.is_object() || j.value("type", "") != "step")
     throw MetricsError("step record: expected an object with \"type\": \"step\", got " + j.dump().substr(0, 80));
   StepRecord r;

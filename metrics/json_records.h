@@ -5,25 +5,25 @@
 // Python's float() and json_number() below read back.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include "metrics/json.h"
 
 #include "metrics/step_record.h"
 
 namespace troupe::metrics {
 
-nlohmann::json to_json(const StartupRecord& r);
-nlohmann::json to_json(const StepRecord& r);
-nlohmann::json to_json(const EvalRecord& r);
-nlohmann::json to_json(const FailureRecord& r);
-nlohmann::json to_json(const RunSummary& r);
+Json to_json(const StartupRecord& r);
+Json to_json(const StepRecord& r);
+Json to_json(const EvalRecord& r);
+Json to_json(const FailureRecord& r);
+Json to_json(const RunSummary& r);
 
 // A double as JSON: a number when finite, else "nan" / "inf" / "-inf".
-nlohmann::json json_number(double v);
+Json json_number(double v);
 // The inverse of json_number; throws MetricsError naming `field` on anything else.
-double number_from_json(const nlohmann::json& v, const char* field);
+double number_from_json(const Json& v, const char* field);
 
 // Reads a "step" object back (metrics.jsonl consumers: reports, tests). Throws
 // MetricsError naming the missing or mistyped field.
-StepRecord step_from_json(const nlohmann::json& j);
+StepRecord step_from_json(const Json& j);
 
 }  // namespace troupe::metrics

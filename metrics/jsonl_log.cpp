@@ -7,12 +7,12 @@ namespace troupe::metrics {
 
 JsonlLog::JsonlLog(const std::string& path) : file_(path, AppendFile::Create::kAppend, /*line_oriented=*/true) {}
 
-void JsonlLog::write(const nlohmann::json& object, bool durable) {
+void JsonlLog::write(const Json& object, bool durable) {
   if (!object.is_object() || !object.contains("type"))
     throw MetricsError(path() + ": refusing to write a line that is not an object with a \"type\"");
   // dump() escapes control characters, so the line holds no raw newline; invalid
   // UTF-8 in strings (an exception text, say) is replaced rather than thrown on.
-  std::string line = object.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string line = object.dump(-1, ' ', false, Json::error_handler_t::replace);
   line.push_back('\n');
   file_.append(line);
   if (durable) file_.sync();
@@ -39,7 +39,7 @@ JsonlContents read_jsonl(const std::string& path) {
     std::string_view line(text.data() + pos, nl - pos);
     pos = nl + 1;
     if (line.empty()) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded())
       throw MetricsError(path + ":" + std::to_string(line_no) + ": not valid JSON: " +
                          std::string(line.substr(0, 80)));

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "metrics/json.h"
 
 #include "metrics/files.h"
 #include "metrics/step_record.h"
@@ -25,7 +25,7 @@ class JsonlLog {
   void failure(const FailureRecord& r);
   void summary(const RunSummary& r);
   // Any other object (it must be a JSON object with a "type").
-  void write(const nlohmann::json& object, bool durable = false);
+  void write(const Json& object, bool durable = false);
 
   const std::string& path() const { return file_.path(); }
   // Bytes of an unfinished line removed when the file was reopened.
@@ -39,7 +39,7 @@ class JsonlLog {
 // while writing it) is left out and reported in `unterminated_tail`; any other line
 // that is not a JSON object throws MetricsError naming the file and line number.
 struct JsonlContents {
-  std::vector<nlohmann::json> objects;
+  std::vector<Json> objects;
   bool unterminated_tail = false;
 };
 JsonlContents read_jsonl(const std::string& path);

@@ -77,17 +77,17 @@ std::optional<SpikeRecord> SpikeDetector::observe(const StepDetail& d) {
   return r;
 }
 
-nlohmann::json to_json(const SpikeRecord& r) {
+Json to_json(const SpikeRecord& r) {
   char hash[24];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(r.content_hash));
-  nlohmann::json mbs = nlohmann::json::array();
+  Json mbs = Json::array();
   for (const auto& mb : r.microbatches)
     mbs.push_back({{"replica", mb.replica},
                    {"index", mb.index},
                    {"sample_ids", mb.sample_ids},
                    {"loss", json_number(mb.loss)},
                    {"loss_tokens", mb.loss_tokens}});
-  nlohmann::json j = {{"type", "spike"},
+  Json j = {{"type", "spike"},
                       {"step", r.step},
                       {"loss", json_number(r.loss)},
                       {"median", json_number(r.median)},
@@ -99,7 +99,7 @@ nlohmann::json to_json(const SpikeRecord& r) {
                       {"sample_ids", r.sample_ids},
                       {"content_hash", hash},
                       {"microbatches", mbs}};
-  j["repeat_of_step"] = r.repeat_of_step ? nlohmann::json(*r.repeat_of_step) : nlohmann::json(nullptr);
+  j["repeat_of_step"] = r.repeat_of_step ? Json(*r.repeat_of_step) : Json(nullptr);
   return j;
 }
 

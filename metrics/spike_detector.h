@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "metrics/json.h"
 
 namespace troupe::metrics {
 
@@ -89,7 +89,7 @@ class SpikeDetector {
 
 // The JSON of a spike (a line of RUN_DIR/spikes.jsonl, "type": "spike"). The hash is
 // a 16-digit hex string (JSON numbers lose 64-bit precision in most readers).
-nlohmann::json to_json(const SpikeRecord& r);
+Json to_json(const SpikeRecord& r);
 
 // Loads spikes.jsonl into `detector` (remember() for each line). A missing file is
 // no history; a malformed line throws MetricsError naming the file and line.

@@ -60,7 +60,8 @@ std::string peer_group(const std::string& actor_path) {
 StragglerReport straggler_report(const TimingLog& log, double threshold, size_t max_named) {
   StragglerReport r;
   r.threshold = threshold;
-  std::map<std::string, std::vector<double>> group_medians;
+  // Compute medians of each peer group, by actor.
+  std::map<std::string, std::map<std::string, double>> groups;
   for (const auto& [actor, series] : log.actors()) {
     ActorTiming t;
     t.actor = actor;
@@ -69,13 +70,16 @@ StragglerReport straggler_report(const TimingLog& log, double threshold, size_t 
     t.wait = series.wait.stats();
     const double busy = t.compute.total_s + t.wait.total_s;
     t.wait_fraction = busy > 0 ? t.wait.total_s / busy : 0;
-    if (t.compute.count > 0) group_medians[t.peer_group].push_back(t.compute.median_s);
+    if (t.compute.count > 0) groups[t.peer_group][actor] = t.compute.median_s;
     r.actors.push_back(std::move(t));
   }
   for (auto& t : r.actors) {
-    const auto it = group_medians.find(t.peer_group);
-    const double ref = it == group_medians.end() ? 0 : median_of(it->second);
-    t.slowdown = (ref > 0 && t.compute.count > 0) ? t.compute.median_s / ref : 1;
+    if (t.compute.count == 0) continue;
+    std::vector<double> others;
+    for (const auto& [actor, med] : groups[t.peer_group])
+      if (actor != t.actor) others.push_back(med);
+    const double ref = median_of(others);
+    t.slowdown = ref > 0 ? t.compute.median_s / ref : 1;
   }
   std::vector<const ActorTiming*> named;
   for (const auto& t : r.actors)

@@ -69,7 +69,9 @@ struct ActorTiming {
   DurationStats compute, wait;
   // wait total / (compute total + wait total); 0 when both are 0.
   double wait_fraction = 0;
-  // compute median / median of the compute medians of the actor's peer group (1 alone).
+  // compute median / median of the compute medians of the actor's peers, itself
+  // left out (so that with two replicas the slow one is measured against the other,
+  // not against their mean). 1 with no peers or no compute recorded.
   double slowdown = 1;
 };
 

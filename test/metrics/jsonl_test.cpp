@@ -52,6 +52,8 @@ TEST_CASE("step record JSON: fields, derived throughput, non-finite values") {
   CHECK(j["restarts"] == 1);
   // (512 - 16) / 0.125
   CHECK(j["tokens_per_s"].get<double>() == 3968.0);
+  // Fields keep their documented order on the line.
+  CHECK(j.dump().substr(0, 66) == "{\"type\":\"step\",\"time\":1700000003.0,\"step\":3,\"consumed_samples\":24,");
 
   r.loss = NAN;
   r.grad_norm = INFINITY;
@@ -63,7 +65,7 @@ TEST_CASE("step record JSON: fields, derived throughput, non-finite values") {
   // Dumped text is strict JSON (no bare NaN).
   CHECK(k.dump().find("NaN") == std::string::npos);
 
-  const StepRecord back = step_from_json(nlohmann::json::parse(k.dump()));
+  const StepRecord back = step_from_json(Json::parse(k.dump()));
   CHECK(std::isnan(back.loss));
   CHECK(std::isinf(back.grad_norm));
   CHECK(back.step == 3);
@@ -72,7 +74,7 @@ TEST_CASE("step record JSON: fields, derived throughput, non-finite values") {
   CHECK(back.padding_tokens == 16);
   CHECK(back.skipped);
 
-  nlohmann::json bad = to_json(make_step(1));
+  Json bad = to_json(make_step(1));
   bad.erase("loss_tokens");
   CHECK_THROWS_WITH_AS(step_from_json(bad), "step record: missing field \"loss_tokens\"", MetricsError);
   bad = to_json(make_step(1));
@@ -180,7 +182,7 @@ TEST_CASE("read_jsonl names the file and line of a bad line") {
                        MetricsError);
   CHECK_THROWS_AS(read_jsonl(dir / "missing.jsonl"), MetricsError);
   JsonlLog log(dir / "x.jsonl");
-  CHECK_THROWS_AS(log.write(nlohmann::json::array()), MetricsError);
+  CHECK_THROWS_AS(log.write(Json::array()), MetricsError);
   CHECK_THROWS_AS(log.write({{"no_type", 1}}), MetricsError);
 }
 

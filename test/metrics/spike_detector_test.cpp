@@ -165,7 +165,7 @@ TEST_CASE("spike records go to spikes.jsonl and teach a resumed run's detector")
   REQUIRE(j["microbatches"].size() == 4);
   CHECK(j["microbatches"][2]["replica"] == 1);
   CHECK(j["microbatches"][2]["index"] == 0);
-  CHECK(j["microbatches"][2]["sample_ids"] == nlohmann::json::array({20, 21}));
+  CHECK(j["microbatches"][2]["sample_ids"] == Json::array({20, 21}));
   CHECK(j["microbatches"][2]["loss_tokens"] == 110);
   CHECK(j["microbatches"][2]["loss"].get<double>() == doctest::Approx(7.2));
 

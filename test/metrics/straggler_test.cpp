@@ -66,10 +66,11 @@ TEST_CASE("straggler report names the rank slower than its peers") {
   CHECK(r.actors[0].compute.p95_s == doctest::Approx(0.0104));
   CHECK(r.actors[0].wait.median_s == doctest::Approx(0.001));
   CHECK(r.actors[0].wait_fraction == doctest::Approx(0.020 / (0.204 + 0.020)));
-  // Peer median of stage 0 medians {0.0102, 0.0102, 0.0152} is 0.0102.
+  // dp2's peers at stage 0 have medians {0.0102, 0.0102}; dp0's peers {0.0102, 0.0152}.
   const auto& slow = r.actors[4];
   CHECK(slow.actor == "stage/dp2/pp0/tp0");
   CHECK(slow.slowdown == doctest::Approx(0.0152 / 0.0102));
+  CHECK(r.actors[0].slowdown == doctest::Approx(0.0102 / 0.0127));
   CHECK(r.actors[1].slowdown == doctest::Approx(1.0));  // stage/dp0/pp1/tp0
   CHECK(r.slowest == std::vector<std::string>{"stage/dp2/pp0/tp0"});
 
@@ -77,6 +78,18 @@ TEST_CASE("straggler report names the rank slower than its peers") {
   CHECK(text.find("stage/dp2/pp0/tp0       20       15.20       15.40        1.00        1.00   6.2%     1.49x") !=
         std::string::npos);
   CHECK(text.find("slowest ranks: stage/dp2/pp0/tp0 (1.49x its peers, median 15.20 ms)\n") != std::string::npos);
+}
+
+TEST_CASE("with two replicas the slow one is measured against the other") {
+  TimingLog log;
+  for (int mb = 0; mb < 10; ++mb) {
+    log.compute("stage/dp0/pp0/tp0", 0.010);
+    log.compute("stage/dp1/pp0/tp0", 0.013);
+  }
+  const auto r = straggler_report(log);
+  CHECK(r.actors[0].slowdown == doctest::Approx(0.010 / 0.013));
+  CHECK(r.actors[1].slowdown == doctest::Approx(1.3));
+  CHECK(r.slowest == std::vector<std::string>{"stage/dp1/pp0/tp0"});
 }
 
 TEST_CASE("straggler report with balanced ranks names none") {

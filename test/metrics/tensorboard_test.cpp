@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "metrics/json.h"
 
 #include "messages/tensorboard.pb.h"
 #include "metrics/files.h"
@@ -177,7 +177,7 @@ TEST_CASE("TensorBoard's own reader parses the event files (skips without the te
   const std::string reader_stderr = read_file(dir / "stderr.txt");
   INFO("reader stderr: " << reader_stderr);
   REQUIRE(rc == 0);
-  const auto j = nlohmann::json::parse(out);
+  const auto j = Json::parse(out);
   CHECK(j["file_version"] == 2.0);
   const auto& s = j["scalars"];
   for (const char* tag : kStepScalarTags) CHECK(s.contains(tag));
