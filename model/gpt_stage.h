@@ -10,6 +10,9 @@
 //
 // Buffers: parameters and gradients are two flat fp32 device buffers laid out by
 // registry(). Gradients accumulate (+=) over backward calls; zero_grads() is explicit.
+// Rounding follows the order of backward calls (the embedding gradient adds token
+// rows one by one), so runs that must agree bit for bit call backward in the same
+// microbatch order.
 //
 // Activation slots: the stage holds `slots` in-flight microbatches (1F1B needs up
 // to p - k at stage k, GPipe m). forward(slot, ...) saves in that slot everything
