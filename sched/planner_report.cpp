@@ -50,7 +50,17 @@ class Table {
 };
 
 std::string percent(double f, int decimals = 1) { return fmt::format("{:.{}f}%", 100.0 * f, decimals); }
-std::string gb(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
+// Decimal units, as the articles use them (1 GB = 1e9 bytes).
+std::string bytes_text(double bytes) {
+  if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.2f} MB", bytes / 1e6);
+  return fmt::format("{:.2f} kB", bytes / 1e3);
+}
+std::string count_text(int64_t n) {
+  if (n >= 1000000000) return fmt::format("{:.2f}B", double(n) / 1e9);
+  if (n >= 1000000) return fmt::format("{:.2f}M", double(n) / 1e6);
+  return fmt::format("{:.2f}k", double(n) / 1e3);
+}
 std::string lr(double v) { return fmt::format("{:.6g}", v); }
 
 const char* style_name(LrScheduleConfig::DecayStyle s) {
@@ -91,7 +101,7 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
     t.row({"ffn width", group_digits(config::ffn_width(m))});
     t.row({"vocab (padded)", fmt::format("{} ({})", group_digits(m.vocab_size()),
                                          group_digits(config::padded_vocab(c)))});
-    t.row({"parameters", fmt::format("{} ({:.2f}B)", group_digits(params), double(params) / 1e9)});
+    t.row({"parameters", fmt::format("{} ({})", group_digits(params), count_text(params))});
     o += t.str();
   }
 
@@ -204,7 +214,7 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
       const Layout l = layout_for(c, d);
       t.row({fmt::format("{}{}", d, d == dp ? " (this config)" : ""), group_digits(l.gpus),
              l.microbatches ? group_digits(*l.microbatches) : "not divisible",
-             l.microbatches ? percent(l.pipeline_idle) : "-", gb(l.main_state_bytes)});
+             l.microbatches ? percent(l.pipeline_idle) : "-", bytes_text(l.main_state_bytes)});
     }
     o += t.str();
     o += "  bf16 weights + fp32 gradients (6 bytes) on every GPU; fp32 master weights and Adam\n"
