@@ -7,6 +7,7 @@
 #include <array>
 #include <climits>
 #include <fstream>
+#include <queue>
 #include <sstream>
 #include <unordered_map>
 
@@ -125,6 +126,11 @@ class Gpt2Tokenizer final : public Tokenizer {
     pieces_.clear();
     gpt2_pretokenize(text, pieces_);
     for (const std::string_view piece : pieces_) {
+      if (piece.size() > kLongPiece) {  // long runs: O(n log n), and not worth caching
+        const auto ids = bpe_long(piece);
+        out.insert(out.end(), ids.begin(), ids.end());
+        continue;
+      }
       auto it = cache_.find(piece);
       if (it == cache_.end()) {
         if (cache_.size() >= kCacheEntries) cache_.clear();
@@ -140,6 +146,50 @@ class Gpt2Tokenizer final : public Tokenizer {
     int32_t merged;
   };
   static uint64_t key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+
+  // The same merges for long pieces (a run of letters or punctuation can be
+  // megabytes): symbols in a linked list, candidate pairs in a min-heap ordered by
+  // (rank, position). Popping the lowest rank, leftmost first, and skipping pairs
+  // whose symbols have changed merges exactly what the round-by-round loop of bpe()
+  // merges, in the same order.
+  std::vector<int32_t> bpe_long(std::string_view piece) const {
+    const int n = int(piece.size());
+    const size_t len = piece.size();
+    std::vector<int32_t> sym(len), prev(len), next(len);
+    std::vector<char> alive(len, 1);
+    for (int i = 0; i < n; ++i) {
+      sym[size_t(i)] = byte_id_[static_cast<unsigned char>(piece[size_t(i)])];
+      prev[size_t(i)] = i - 1;
+      next[size_t(i)] = i + 1 < n ? i + 1 : -1;
+    }
+    struct Cand {
+      int32_t rank, pos, left, right;  // pos: left symbol's slot; left/right: IDs when queued
+      bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+    auto push = [&](int pos) {
+      if (pos < 0 || next[size_t(pos)] < 0) return;
+      const int32_t a = sym[size_t(pos)], b = sym[size_t(next[size_t(pos)])];
+      const auto it = merges_.find(key(a, b));
+      if (it != merges_.end()) heap.push({it->second.rank, pos, a, b});
+    };
+    for (int i = 0; i + 1 < n; ++i) push(i);
+    while (!heap.empty()) {
+      const Cand c = heap.top();
+      heap.pop();
+      const int r = next[size_t(c.pos)];
+      if (!alive[size_t(c.pos)] || r < 0 || sym[size_t(c.pos)] != c.left || sym[size_t(r)] != c.right) continue;
+      sym[size_t(c.pos)] = merges_.at(key(c.left, c.right)).merged;
+      alive[size_t(r)] = 0;
+      next[size_t(c.pos)] = next[size_t(r)];
+      if (next[size_t(r)] >= 0) prev[size_t(next[size_t(r)])] = c.pos;
+      push(prev[size_t(c.pos)]);
+      push(c.pos);
+    }
+    std::vector<int32_t> out;
+    for (int i = 0; i >= 0; i = next[size_t(i)]) out.push_back(sym[size_t(i)]);
+    return out;
+  }
 
   std::vector<int32_t> bpe(std::string_view piece) const {
     std::vector<int32_t> sym(piece.size());
@@ -177,6 +227,7 @@ class Gpt2Tokenizer final : public Tokenizer {
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   static constexpr size_t kCacheEntries = 1 << 20;
+  static constexpr size_t kLongPiece = 64;
 
   std::array<int32_t, 256> byte_id_{};
   std::unordered_map<uint64_t, Merge> merges_;

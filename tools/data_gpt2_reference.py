@@ -55,6 +55,28 @@ TEXTS = [
 ]
 
 
+def _long_cases():
+    """Pieces longer than 64 bytes take the tokenizer's heap-based BPE path."""
+    state = 12345
+
+    def rand(n):
+        nonlocal state
+        state = (state * 1103515245 + 12345) % (1 << 31)
+        return state % n
+
+    letters = "etaoinshrdlucmfwypvbgkjqxz"
+    word = "".join(letters[min(rand(26), rand(26))] for _ in range(3000))
+    marks = "!?.,;:-_()[]{}<>/|@#$%^&*~`+="
+    punct = "".join(marks[rand(len(marks))] for _ in range(600))
+    digits = "".join(str(rand(10)) for _ in range(400))
+    accents = "".join("\u00e9\u00e8\u00e0\u00fc\u00f6\u00df\u0101\u0113"[rand(8)] + letters[rand(26)] for _ in range(200))
+    return [word, punct, "see: " + digits + " ok", " " * 300 + "spaced", accents,
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"]
+
+
+TEXTS += _long_cases()
+
+
 def load(vocab, merges):
     return ByteLevelBPETokenizer(vocab, merges, add_prefix_space=False)
 
@@ -103,8 +125,11 @@ def main():
         "cases": cases,
     }
     with open(os.path.join(args.out, "gpt2_expected.json"), "w", encoding="utf-8") as f:
-        json.dump(doc, f, ensure_ascii=False, indent=1)
-        f.write("\n")
+        # One case per line: readable diffs without one line per ID.
+        head = {k: v for k, v in doc.items() if k != "cases"}
+        f.write(json.dumps(head, ensure_ascii=False)[:-1] + ', "cases": [\n')
+        f.write(",\n".join(json.dumps(c, ensure_ascii=False) for c in cases))
+        f.write("\n]}\n")
     print(f"wrote {len(cases)} cases; truncated vocab in {small_dir}")
 
 
