@@ -36,6 +36,10 @@ BatchSource BatchSource::open(const Config& cfg, Split split) {
   }
 
   auto s = std::make_shared<State>();
+  if (cfg.data().prefix().empty() && cfg.data().tokenizer() != DataConfig::BYTES) {
+    throw DataError("data.tokenizer is not BYTES but data.prefix is empty: the embedded default corpus "
+                    "is byte-tokenized; set data.prefix to a dataset prepared with that tokenizer");
+  }
   const std::string prefix = cfg.data().prefix().empty() ? ensure_default_corpus() : cfg.data().prefix();
   s->data = IndexedDataset::open(prefix);
   if (s->data.total_tokens() == 0) {

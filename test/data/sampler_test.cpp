@@ -10,6 +10,7 @@
 
 #include "config/derived.h"
 #include "data/batch_source.h"
+#include "data/default_corpus.h"
 #include "data/error.h"
 #include "data/random.h"
 #include "data/sample_index.h"
@@ -338,8 +339,32 @@ TEST_CASE("bad inputs: one clear error each") {
   empty.mutable_data()->set_prefix(dir / "empty");
   CHECK(contains(error_of(empty), "empty corpus: " + (dir / "empty.idx")));
 
+  Config gpt2_default = cfg;
+  gpt2_default.mutable_data()->set_prefix("");
+  gpt2_default.mutable_data()->set_tokenizer(DataConfig::GPT2);
+  CHECK(contains(error_of(gpt2_default), "the embedded default corpus is byte-tokenized"));
+
   write_dataset(dir / "few", {{1, 2, 256}});
   Config few = cfg;
   few.mutable_data()->set_prefix(dir / "few");
   CHECK(contains(error_of(few, Split::Valid), "the valid split of"));
+}
+
+TEST_CASE("empty data.prefix opens the embedded default under TROUPE_DATA_DIR") {
+  if (!std::filesystem::exists(std::string(kFortunesDir) + "/fortunes")) {
+    MESSAGE("fortunes not installed: skipped");
+    return;
+  }
+  ScratchDir dir;
+  const char* old = std::getenv("TROUPE_DATA_DIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TROUPE_DATA_DIR", (dir / "data").c_str(), 1);
+  Config cfg = small_config("", 128, 2, 2, 16);
+  const BatchSource train = BatchSource::open(cfg);
+  CHECK(train.prefix() == dir / "data/fortunes-bytes");
+  CHECK(train.samples_per_epoch() > 10000);
+  const BatchSource valid = BatchSource::open(cfg, Split::Valid);
+  CHECK(valid.documents() * 40 < train.documents());  // 2% of the fortunes
+  CHECK(BatchSource::open(cfg).index_from_cache());
+  if (old) ::setenv("TROUPE_DATA_DIR", saved.c_str(), 1); else ::unsetenv("TROUPE_DATA_DIR");
 }
