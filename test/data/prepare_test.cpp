@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "data/corpus_reader.h"
 #include "data/default_corpus.h"
@@ -176,6 +177,23 @@ TEST_CASE("default corpus: prepared once into the data dir, again when the sourc
   ScratchDir none;
   CHECK_THROWS_WITH_AS(ensure_default_corpus(none / "missing", none / "c"),
                        doctest::Contains("needs Debian's fortunes package"), DataError);
+}
+
+TEST_CASE("default corpus: two preparations racing both succeed and agree") {
+  ScratchDir d;
+  std::filesystem::create_directories(d / "fortunes");
+  std::string body;
+  for (int i = 0; i < 2000; ++i) body += "Fortune number " + std::to_string(i) + ".\n%\n";
+  write_text(d / "fortunes/many", body);
+  std::string a, b;
+  std::thread t1([&] { a = ensure_default_corpus(d / "fortunes", d / "cache"); });
+  std::thread t2([&] { b = ensure_default_corpus(d / "fortunes", d / "cache"); });
+  t1.join();
+  t2.join();
+  CHECK(a == b);
+  const IndexedDataset ds = IndexedDataset::open(a);
+  CHECK(ds.sequences() == 2000);
+  CHECK(count_temporaries(d.path() / "cache") == 0);
 }
 
 TEST_CASE("default corpus from Debian's fortunes, when installed") {
