@@ -11,6 +11,8 @@ namespace troupe::cli {
 int prepare_data_main(int argc, char** argv);  // cmd_prepare_data.cpp
 
 int plan_main(int argc, char** argv);  // cmd_plan.cpp
+int inspect_main(int argc, char** argv);  // cmd_inspect.cpp
+int export_main(int argc, char** argv);   // cmd_export.cpp
 
 namespace {
 
@@ -23,6 +25,8 @@ const Subcommand kCommands[] = {
     {"version", "print the version", version_main},
     {"prepare-data", "tokenize corpus files into a Megatron indexed dataset (.bin/.idx)", prepare_data_main},
     {"plan", "print the arithmetic of a config: batch, bubble, budget, LR, memory, calendar", plan_main},
+    {"inspect", "print a checkpoint's manifest and verify every shard (exit 1 on damage)", inspect_main},
+    {"export", "write a checkpoint's weights as a Hugging Face GPT-2 model (safetensors)", export_main},
 };
 
 void print_usage(std::FILE* out) {

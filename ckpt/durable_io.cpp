@@ -1,0 +1,152 @@
+#include "ckpt/durable_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "ckpt/error.h"
+#include "util/crc32c.h"
+
+namespace troupe::ckpt {
+namespace {
+
+constexpr size_t kBufferBytes = size_t(1) << 20;
+
+[[noreturn]] void fail(const std::string& path, const char* what, int err) {
+  throw CheckpointError(path + ": " + what + ": " + std::strerror(err));
+}
+
+void write_all(int fd, const char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(path, "write failed", errno);
+    }
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+}  // namespace
+
+OutputFile::OutputFile(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(path_, "cannot create", errno);
+  buffer_.reserve(kBufferBytes);
+}
+
+OutputFile::~OutputFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void OutputFile::flush() {
+  if (buffer_.empty()) return;
+  write_all(fd_, buffer_.data(), buffer_.size(), path_);
+  buffer_.clear();
+}
+
+void OutputFile::write(const void* bytes, size_t n) {
+  if (fd_ < 0) throw CheckpointError(path_ + ": write after close");
+  const char* p = static_cast<const char*>(bytes);
+  crc_ = util::crc32c(p, n, crc_);
+  if (buffer_.size() + n <= kBufferBytes) {
+    buffer_.insert(buffer_.end(), p, p + n);
+  } else {
+    flush();
+    if (n < kBufferBytes)
+      buffer_.insert(buffer_.end(), p, p + n);
+    else
+      write_all(fd_, p, n, path_);
+  }
+  size_ += n;
+}
+
+void OutputFile::pad_to(uint64_t alignment) {
+  static const char zeros[64] = {};
+  while (size_ % alignment != 0) {
+    uint64_t n = alignment - size_ % alignment;
+    write(zeros, n < sizeof zeros ? size_t(n) : sizeof zeros);
+  }
+}
+
+void OutputFile::sync() {
+  flush();
+  if (::fsync(fd_) != 0) fail(path_, "fsync failed", errno);
+}
+
+void OutputFile::close() {
+  if (fd_ < 0) return;
+  flush();
+  int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail(path_, "close failed", errno);
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail(dir, "cannot open directory", errno);
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    fail(dir, "fsync of directory failed", err);
+  }
+  ::close(fd);
+}
+
+void rename_path(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    throw CheckpointError(from + ": cannot rename to " + to + ": " + std::strerror(errno));
+}
+
+void make_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0) fail(dir, "cannot create directory", errno);
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec) throw CheckpointError(path + ": cannot remove: " + ec.message());
+}
+
+std::string read_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, "cannot open", errno);
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      fail(path, "read failed", err);
+    }
+    if (r == 0) break;
+    out.append(buf, size_t(r));
+  }
+  ::close(fd);
+  return out;
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  const std::string temp = path + ".tmp";
+  OutputFile f(temp);
+  f.write(bytes.data(), bytes.size());
+  f.sync();
+  f.close();
+  rename_path(temp, path);
+  fsync_dir(parent_dir(path));
+}
+
+std::string parent_dir(const std::string& path) {
+  auto parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+}  // namespace troupe::ckpt

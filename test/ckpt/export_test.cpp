@@ -1,0 +1,238 @@
+// `supervisor export`: a Hugging Face GPT-2 directory whose tensors round-trip
+// exactly, whose config.json describes the model, and which transformers loads
+// and runs to the same logits as a reference forward (skipped without transformers).
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/commit.h"
+#include "ckpt/error.h"
+#include "ckpt/hf_export.h"
+#include "ckpt/manifest.h"
+#include "ckpt/reader.h"
+#include "ckpt/safetensors.h"
+#include "config/derived.h"
+#include "test/ckpt/ckpt_test_util.h"
+#include "test/ckpt/gpt2_reference.h"
+
+using namespace troupe;
+using namespace troupe::ckpt;
+using namespace troupe::ckpt::testing;
+
+namespace {
+
+Config export_config() {
+  Config c;
+  auto* m = c.mutable_model();
+  m->set_layers(2);
+  m->set_heads(2);
+  m->set_width(16);
+  m->set_ffn_width(48);
+  m->set_vocab_size(50);  // padded to 64 rows
+  m->set_max_positions(16);
+  m->set_layernorm_eps(1e-5f);
+  c.mutable_parallel()->set_pipeline(2);
+  return c;
+}
+
+// GPT-2-like values: small weights, LayerNorm scales near 1. The padding rows of
+// wte hold garbage on purpose: export must drop them.
+std::vector<float> weight_values(const std::string& name, const Shape& shape) {
+  std::vector<float> v(size_t(shape_elements(shape)));
+  const bool norm_scale = name.find("ln_") != std::string::npos && name.ends_with(".weight");
+  const bool bias = name.ends_with(".bias");
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float r = test_value(name, TensorPiece::PARAM, int64_t(i));
+    v[i] = norm_scale ? 1.0f + 0.1f * r : (bias ? 0.1f * r : 0.2f * r);
+  }
+  return v;
+}
+
+// Writes the params of `config` as a PP2 checkpoint (tied wte on both stages),
+// leaving out `skip` and adding `extra` when given.
+std::string write_model_checkpoint(const std::string& root, const Config& config,
+                                   const std::string& skip = "", const std::string& extra = "") {
+  auto commit = CheckpointCommit::begin(root, 7);
+  CheckpointManifest m;
+  set_manifest_config(m, config);
+  m.set_step(7);
+  m.mutable_topology()->set_pipeline(2);
+  const auto shapes = gpt2_parameter_shapes(config);
+  for (int stage = 0; stage < 2; ++stage) {
+    ShardWriter w(commit.partial_dir(), "pp" + std::to_string(stage) + ".shard");
+    for (const auto& [name, shape] : shapes) {
+      const bool first = name == "wte.weight" || name == "wpe.weight" || name.starts_with("h.0.");
+      const bool tied = name == "wte.weight";
+      if (name == skip || !((stage == 0 && first) || (stage == 1 && (!first || tied)))) continue;
+      w.add(PieceSpec::whole(name, TensorPiece::PARAM, shape), weight_values(name, shape));
+    }
+    if (stage == 1 && !extra.empty())
+      w.add(PieceSpec::whole(extra, TensorPiece::PARAM, {4}), std::vector<float>(4, 1.0f));
+    *m.add_shard() = w.finish();
+  }
+  return commit.commit(m, 0);
+}
+
+int run_python_check(const std::string& model_dir, const std::string& expected,
+                     std::string& output) {
+  const std::string log = model_dir + "/../hf_check.log";
+  const std::string cmd = "python3 " + std::string(TROUPE_SOURCE_DIR) +
+                          "/tools/ckpt_hf_check.py " + model_dir + " --expected " + expected +
+                          " > " + log + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  output = file_bytes(log);
+  if (status == -1 || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+}  // namespace
+
+TEST_CASE("GPT-2 parameter list follows the config") {
+  const Config c = export_config();
+  const auto shapes = gpt2_parameter_shapes(c);
+  CHECK(shapes.size() == 2 + 12 * 2 + 2);
+  CHECK(shapes[0] == std::pair<std::string, Shape>{"wte.weight", {64, 16}});
+  CHECK(shapes[4] == std::pair<std::string, Shape>{"h.0.attn.c_attn.weight", {16, 48}});
+  CHECK(shapes[10] == std::pair<std::string, Shape>{"h.0.mlp.c_fc.weight", {16, 48}});
+  CHECK(shapes[12] == std::pair<std::string, Shape>{"h.0.mlp.c_proj.weight", {48, 16}});
+  int64_t total = 0;
+  for (const auto& [name, shape] : shapes) total += shape_elements(shape);
+  CHECK(total == config::parameter_count(c));
+}
+
+TEST_CASE("export writes safetensors + config.json that round-trip exactly") {
+  ScratchDir scratch;
+  const Config config = export_config();
+  const std::string dir = write_model_checkpoint(scratch / "ckpt", config);
+  const Checkpoint c = Checkpoint::open(dir);
+  const std::string out = scratch / "hf";
+  const HfExportResult result = export_hf_gpt2(c, out);
+  CHECK(result.tensors == 28);
+  CHECK(result.parameters == config::parameter_count(config) - (64 - 50) * 16);
+  CHECK(dir_entries(out) == std::vector<std::string>{"config.json", "model.safetensors"});
+
+  // Every tensor bitwise, in Hugging Face order, wte cut to vocab_size rows.
+  const auto tensors = read_safetensors(result.safetensors_path);
+  const auto shapes = gpt2_parameter_shapes(config);
+  REQUIRE(tensors.size() == shapes.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    CAPTURE(tensors[i].name);
+    CHECK(tensors[i].name == shapes[i].first);
+    auto want = weight_values(shapes[i].first, shapes[i].second);
+    Shape want_shape = shapes[i].second;
+    if (shapes[i].first == "wte.weight") {
+      want_shape[0] = 50;
+      want.resize(50 * 16);
+    }
+    CHECK(tensors[i].shape == want_shape);
+    CHECK(bitwise_equal(tensors[i].data, want));
+  }
+
+  // The header is 8-byte aligned JSON with the metadata.
+  const std::string bytes = file_bytes(result.safetensors_path);
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  CHECK(n % 8 == 0);
+  const auto header = nlohmann::json::parse(bytes.substr(8, n));
+  CHECK(header["__metadata__"]["format"] == "pt");
+  CHECK(header["__metadata__"]["troupe_step"] == "7");
+  CHECK(header["wte.weight"]["dtype"] == "F32");
+
+  const auto j = nlohmann::json::parse(file_bytes(result.config_path));
+  CHECK(j["architectures"] == nlohmann::json::array({"GPT2LMHeadModel"}));
+  CHECK(j["model_type"] == "gpt2");
+  CHECK(j["n_layer"] == 2);
+  CHECK(j["n_head"] == 2);
+  CHECK(j["n_embd"] == 16);
+  CHECK(j["n_inner"] == 48);
+  CHECK(j["vocab_size"] == 50);
+  CHECK(j["n_positions"] == 16);
+  CHECK(j["layer_norm_epsilon"].get<double>() == doctest::Approx(1e-5));
+  CHECK(j["activation_function"] == "gelu_new");
+  CHECK(j["tie_word_embeddings"] == true);
+
+  // With the "transformer." prefix, only the names change.
+  const auto prefixed = export_hf_gpt2(c, scratch / "hf_prefixed", {.transformer_prefix = true});
+  const auto ptensors = read_safetensors(prefixed.safetensors_path);
+  CHECK(ptensors.front().name == "transformer.wte.weight");
+  CHECK(bitwise_equal(ptensors.back().data, tensors.back().data));
+}
+
+TEST_CASE("export refuses a checkpoint that is not the config's GPT-2") {
+  ScratchDir scratch;
+  const Config config = export_config();
+  SUBCASE("missing parameter") {
+    const Checkpoint c = Checkpoint::open(write_model_checkpoint(scratch / "a", config, "h.1.ln_2.bias"));
+    CHECK_THROWS_WITH_AS(export_hf_gpt2(c, scratch / "out"),
+                         doctest::Contains("GPT-2 parameter h.1.ln_2.bias (param) is missing"),
+                         CheckpointError);
+  }
+  SUBCASE("unknown parameter") {
+    const Checkpoint c = Checkpoint::open(write_model_checkpoint(scratch / "b", config, "", "h.9.extra"));
+    CHECK_THROWS_WITH_AS(export_hf_gpt2(c, scratch / "out"),
+                         doctest::Contains("parameter h.9.extra is not part of GPT-2"),
+                         CheckpointError);
+  }
+  SUBCASE("shape does not match the config") {
+    Config other = config;
+    other.mutable_model()->set_ffn_width(32);
+    // Weights of a 48-wide MLP under a manifest that claims 32.
+    auto commit = CheckpointCommit::begin(scratch / "c", 1);
+    CheckpointManifest m;
+    set_manifest_config(m, other);
+    m.set_step(1);
+    ShardWriter w(commit.partial_dir(), "all.shard");
+    for (const auto& [name, shape] : gpt2_parameter_shapes(config))
+      w.add(PieceSpec::whole(name, TensorPiece::PARAM, shape), weight_values(name, shape));
+    *m.add_shard() = w.finish();
+    const Checkpoint c = Checkpoint::open(commit.commit(m, 0));
+    CHECK_THROWS_WITH_AS(export_hf_gpt2(c, scratch / "out"),
+                         doctest::Contains("h.0.mlp.c_fc.weight (param) has shape [16, 48], the "
+                                           "config implies [16, 32]"),
+                         CheckpointError);
+  }
+  CHECK_FALSE(std::filesystem::exists(scratch / "out"));
+}
+
+TEST_CASE("transformers loads the export and reproduces the reference logits") {
+  ScratchDir scratch;
+  const Config config = export_config();
+  const Checkpoint c = Checkpoint::open(write_model_checkpoint(scratch / "ckpt", config));
+  const std::string out = scratch / "hf";
+  export_hf_gpt2(c, out);
+
+  // Reference logits from the checkpoint's (unpadded) weights.
+  std::map<std::string, std::vector<float>> weights;
+  for (const auto& [name, shape] : gpt2_parameter_shapes(config))
+    weights[name] = c.read(name, TensorPiece::PARAM);
+  const std::vector<int> tokens = {49, 0, 7, 13, 7, 42, 1, 30, 30, 5, 11};
+  const Gpt2Dims dims{2, 2, 16, 48, 50, 1e-5};
+  const auto logits = gpt2_reference_logits(
+      dims, [&](const std::string& n) -> const std::vector<float>& { return weights.at(n); },
+      tokens);
+  nlohmann::json expected;
+  expected["tokens"] = tokens;
+  for (size_t t = 0; t < tokens.size(); ++t)
+    expected["logits"].push_back(std::vector<double>(logits.begin() + long(t * 50),
+                                                     logits.begin() + long((t + 1) * 50)));
+  std::ofstream(scratch / "expected.json") << expected.dump();
+  // The reference itself is not degenerate: logits vary across tokens and positions.
+  CHECK(std::abs(logits[0] - logits[50]) > 1e-3);
+
+  std::string output;
+  const int status = run_python_check(out, scratch / "expected.json", output);
+  if (status == 77 || status == 127) {
+    MESSAGE("SKIPPED: transformers check (python3 with transformers, torch and safetensors "
+            "not available): "
+            << output);
+    return;
+  }
+  INFO(output);
+  CHECK(status == 0);
+  CHECK(output.find("\nOK\n") != std::string::npos);
+}
