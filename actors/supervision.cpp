@@ -4,6 +4,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace troupe::actors {
 namespace {
@@ -115,8 +116,7 @@ std::vector<size_t> running_reversed(const SupervisorState& st, size_t from = 0)
 void finish(Self* self, caf::error reason) {
   auto& st = self->state;
   st.exiting = true;
-  int total = 0;
-  for (auto& [path, n] : st.report.restarts) total += n;
+  const int total = st.report.restart_events;
   if (st.report.gave_up)
     st.report.summary = fmt::format(
         "{}: gave up after {} restart(s) in {:.1f} s: more than {} within {} ms; last failure: {} ({})",
@@ -153,6 +153,7 @@ void handle_failure(Self* self, size_t index, bool abnormal) {
     give_up(self);
     return;
   }
+  st.report.restart_events += 1;
   switch (st.spec.strategy) {
     case Strategy::OneForOne:
       st.report.restarts[cs.path] += 1;
@@ -231,7 +232,26 @@ const char* to_string(Strategy s) {
 
 std::string describe_exit(caf::actor_system& sys, const caf::error& reason) {
   if (!reason) return "normal";
+  // An error carrying a text (exit_on_exception) renders as that text.
+  if (reason.category() == caf::atom("system") && !reason.context().empty() &&
+      reason.context().match_elements<std::string>())
+    return reason.context().get_as<std::string>(0);
   return sys.render(reason);
+}
+
+void exit_on_exception(caf::scheduled_actor* self, std::string path) {
+  self->set_exception_handler([path](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
+    std::string what;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      what = x.what();
+    } catch (...) {
+      what = "unknown exception";
+    }
+    spdlog::error("{}: {}", path, what);
+    return caf::make_error(caf::sec::runtime_error, path + ": " + what);
+  });
 }
 
 namespace {

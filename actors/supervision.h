@@ -55,6 +55,7 @@ struct SupervisorReport {
   std::string path;
   std::vector<FailureRecord> failures;  // every abnormal exit, in order
   std::map<std::string, int> restarts;  // restarts per child path
+  int restart_events = 0;               // times the strategy restarted children
   bool gave_up = false;                 // the intensity limit was exceeded
   std::string summary;                  // one line for logs
 };
@@ -98,5 +99,10 @@ caf::actor spawn_supervisor(caf::actor_system& sys, SupervisorSpec spec);
 
 // Renders an actor's exit reason readably ("normal", "kill", the error's text).
 std::string describe_exit(caf::actor_system& sys, const caf::error& reason);
+
+// Makes an exception thrown by one of the actor's handlers end the actor with
+// sec::runtime_error carrying "<path>: <what>" as its reason (CAF's default only
+// says "runtime_error"), and logs it.
+void exit_on_exception(caf::scheduled_actor* self, std::string path);
 
 }  // namespace troupe::actors

@@ -13,6 +13,7 @@ int prepare_data_main(int argc, char** argv);  // cmd_prepare_data.cpp
 int plan_main(int argc, char** argv);  // cmd_plan.cpp
 int inspect_main(int argc, char** argv);  // cmd_inspect.cpp
 int export_main(int argc, char** argv);   // cmd_export.cpp
+int run_main(int argc, char** argv);      // cmd_run.cpp
 
 namespace {
 
@@ -23,6 +24,7 @@ int version_main(int, char**) {
 
 const Subcommand kCommands[] = {
     {"version", "print the version", version_main},
+    {"run", "train a model with the actor runtime (the embedded default without CONFIG)", run_main},
     {"prepare-data", "tokenize corpus files into a Megatron indexed dataset (.bin/.idx)", prepare_data_main},
     {"plan", "print the arithmetic of a config: batch, bubble, budget, LR, memory, calendar", plan_main},
     {"inspect", "print a checkpoint's manifest and verify every shard (exit 1 on damage)", inspect_main},

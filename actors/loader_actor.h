@@ -1,0 +1,29 @@
+// The data loader actor: one per data-parallel replica. It streams the replica's
+// training microbatches, step after step from where the run starts, to every stage
+// of its replica (one shared handle: nothing is copied), keeping at most
+// data.prefetch_microbatches ahead of what the replica's first stage has consumed
+// (credit_atom returns one). After the last microbatch of a step it sends the
+// replica's counts and sample IDs to the coordinator. Evaluation microbatches are
+// produced on request (RunStep with kind Eval), all at once.
+//
+// Producing a microbatch is a few memcpys from the memory-mapped dataset, so the
+// loader is event-based on CAF's shared scheduler.
+//
+// Messages in: wire_atom + Registry, start_atom (first step, consumed samples, last
+// step), credit_atom (step, microbatch), RunStep (Eval).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include "messages/config.pb.h"
+
+namespace troupe::actors {
+
+struct LoaderArgs {
+  Config config;
+  int32_t dp = 0;
+};
+
+caf::actor spawn_loader(caf::event_based_actor* parent, LoaderArgs args);
+
+}  // namespace troupe::actors

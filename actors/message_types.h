@@ -1,0 +1,53 @@
+// Declares the runtime's message types (messages/runtime.h) to CAF. They carry
+// pointers and shared_ptrs, so they may only travel inside one process.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include "actors/supervision.h"
+#include "messages/runtime.h"
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::RunStep)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::MicrobatchReady)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ActivationsReady)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::GradientsReady)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::LossReport)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ReplicaCounts)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::GradShardReady)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::NormPartial)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::UpdateCommand)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ShardApplied)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::StageDone)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::Heartbeat)
+
+namespace troupe::actors {
+
+// Wiring: the coordinator hands every member of the training group the registry of
+// its peers (path -> actor); each answers wired_atom once it has looked them up.
+using wire_atom = caf::atom_constant<caf::atom("wire")>;
+using wired_atom = caf::atom_constant<caf::atom("wired")>;
+// loader -> coordinator at start: where its stream of training microbatches begins.
+using start_atom = caf::atom_constant<caf::atom("start")>;
+// first stage -> its loader: one microbatch consumed, one credit back.
+using credit_atom = caf::atom_constant<caf::atom("credit")>;
+// request -> StageSnapshot / OptimSnapshot copies of the state.
+using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
+// coordinator -> the run's client: training is over (RunOutcome).
+using finished_atom = caf::atom_constant<caf::atom("finished")>;
+// coordinator -> itself: check for Ctrl-C and the step watchdog.
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
+}  // namespace troupe::actors
+
+#include "actors/run_outcome.h"
+#include "engine/state_snapshot.h"
+#include "metrics/step_record.h"
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::engine::StageSnapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::engine::OptimSnapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::RunOutcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::SupervisorReport)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::metrics::StartupRecord)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::metrics::StepRecord)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::metrics::EvalRecord)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::metrics::FailureRecord)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::metrics::RunSummary)

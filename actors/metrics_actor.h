@@ -1,0 +1,30 @@
+// The metrics actor: every record of the run goes through it to the console (step
+// lines under a header, a progress bar with ETA on a terminal, the final summary),
+// to RUN_DIR/metrics.jsonl and to the TensorBoard event file (metrics/ formats all
+// three). Restarted one_for_one: it holds nothing that cannot be reopened.
+//
+// Messages in: metrics::StartupRecord, StepRecord, EvalRecord, FailureRecord,
+// RunSummary.
+#pragma once
+
+#include <string>
+
+#include <caf/all.hpp>
+
+#include "messages/config.pb.h"
+#include "metrics/run_dir.h"
+
+namespace troupe::actors {
+
+struct MetricsArgs {
+  metrics::RunDirLayout layout;
+  bool console = true;       // step lines and the summary on stdout
+  bool progress_bar = true;  // only drawn when stdout is a terminal
+  bool tensorboard = true;
+  int32_t log_interval = 1;  // print every n-th step line
+  int64_t total_steps = 0;
+};
+
+caf::actor spawn_metrics(caf::event_based_actor* parent, MetricsArgs args);
+
+}  // namespace troupe::actors

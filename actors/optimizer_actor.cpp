@@ -1,0 +1,96 @@
+#include "actors/optimizer_actor.h"
+
+#include <optional>
+
+#include "actors/message_types.h"
+#include "comm/communicator.h"
+#include "engine/optimizer_shard.h"
+#include "engine/stage_worker.h"
+#include "kernels/cpu/cpu_device.h"
+
+namespace troupe::actors {
+namespace {
+
+struct OptimizerState {
+  OptimizerArgs args;
+  std::string path;
+  std::unique_ptr<kernels::cpu::CpuDevice> device;
+  std::unique_ptr<model::ParameterRegistry> registry;
+  std::unique_ptr<engine::OptimizerShard> shard;
+  caf::actor coordinator, stage;
+  std::optional<msg::GradShardReady> pending;  // this step's buffers, until the update
+};
+
+using Self = caf::stateful_actor<OptimizerState>;
+
+void maybe_fault(Self* self, int64_t step) {
+  auto& st = self->state;
+  if (st.args.faults && st.args.faults->targets(st.path))
+    if (auto f = st.args.faults->take(st.path, step, Fault::OPTIMIZER)) engine::raise_fault(*f, st.path, step);
+}
+
+caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
+  auto& st = self->state;
+  st.path = engine::optim_path(args.rank);
+  st.args = std::move(args);
+  exit_on_exception(self, st.path);
+  const auto& c = st.args.config;
+  const auto& r = st.args.rank;
+  const int dp = c.parallel().data();
+  st.device = std::make_unique<kernels::cpu::CpuDevice>(engine::threads_per_stage(c));
+  st.registry = std::make_unique<model::ParameterRegistry>(
+      c, model::StageRange::pipeline(c, r.pp, c.parallel().pipeline()));
+  // The flat range this rank owns; must match engine::StageWorker::shard_range.
+  const bool distributed = c.parallel().distributed_optimizer();
+  model::FlatRange range{0, st.registry->total()};
+  if (distributed) {
+    const auto chunk = comm::chunk_range(size_t(st.registry->total()), dp, r.dp);
+    range = {int64_t(chunk.begin), int64_t(chunk.end)};
+  }
+  st.shard = std::make_unique<engine::OptimizerShard>(c, *st.device, *st.registry, range,
+                                                      /*counts_in_norm=*/distributed || r.dp == 0);
+  return {
+      [self](wire_atom, const Registry& peers) {
+        self->state.coordinator = peers.at(engine::coordinator_path());
+        self->state.stage = peers.at(engine::stage_path(self->state.args.rank));
+        return wired_atom::value;
+      },
+      [self](const msg::GradShardReady& g) {
+        auto& s = self->state;
+        const auto range = s.shard->range();
+        if (g.shard_begin != range.begin || g.shard_end != range.end)
+          throw std::logic_error(s.path + ": stage handed shard [" + std::to_string(g.shard_begin) + ", " +
+                                 std::to_string(g.shard_end) + ") but this shard owns [" +
+                                 std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
+        s.pending = g;
+        const auto& rk = s.args.rank;
+        self->send(s.coordinator, msg::NormPartial{g.step, rk.dp, rk.pp, rk.tp, s.shard->norm_partial(g.grads)});
+      },
+      [self](const msg::UpdateCommand& u) {
+        auto& s = self->state;
+        if (!s.pending || s.pending->step != u.step)
+          throw std::logic_error(s.path + ": update for step " + std::to_string(u.step) +
+                                 " without its gradients");
+        maybe_fault(self, u.step);
+        if (!u.skip) s.shard->apply(s.pending->params, s.pending->grads, u.lr, u.clip_factor);
+        s.pending.reset();
+        self->send(s.stage, msg::ShardApplied{u.step});
+      },
+      [self](snapshot_atom) {
+        auto& s = self->state;
+        const auto& a = s.shard->adamw();
+        const auto n = a.range().end - a.range().begin;
+        return engine::OptimSnapshot{s.args.rank, a.range(), a.steps(),
+                                     std::vector<float>(a.m(), a.m() + n),
+                                     std::vector<float>(a.v(), a.v() + n)};
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_optimizer(caf::event_based_actor* parent, OptimizerArgs args) {
+  return parent->spawn<caf::detached>(optimizer_impl, std::move(args));
+}
+
+}  // namespace troupe::actors

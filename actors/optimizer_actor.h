@@ -1,0 +1,32 @@
+// The optimizer shard actor: one (dp, pp, tp) rank of the distributed optimizer. It
+// owns an engine::OptimizerShard (fp32 Adam moments of the flat range of its stage
+// that its data-parallel rank owns). Per step: GradShardReady from its stage ->
+// NormPartial to the coordinator -> UpdateCommand from the coordinator -> AdamW on
+// its range (unless skipped) -> ShardApplied to its stage.
+//
+// Runs detached: the update is compute. It has its own CPU device (AdamW and the sum
+// of squares give the same bits for any thread count).
+//
+// Messages in: wire_atom + Registry, GradShardReady, UpdateCommand,
+// snapshot_atom (-> OptimSnapshot).
+#pragma once
+
+#include <memory>
+
+#include <caf/all.hpp>
+
+#include "engine/faults.h"
+#include "engine/topology.h"
+#include "messages/config.pb.h"
+
+namespace troupe::actors {
+
+struct OptimizerArgs {
+  Config config;
+  engine::Rank rank;
+  std::shared_ptr<engine::FaultPlan> faults;
+};
+
+caf::actor spawn_optimizer(caf::event_based_actor* parent, OptimizerArgs args);
+
+}  // namespace troupe::actors

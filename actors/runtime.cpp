@@ -1,0 +1,192 @@
+#include "actors/runtime.h"
+
+#include <csignal>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/message_types.h"
+#include "actors/metrics_actor.h"
+#include "actors/training_group.h"
+#include "config/derived.h"
+#include "data/batch_source.h"
+#include "engine/topology.h"
+#include "metrics/run_dir.h"
+#include "model/param_registry.h"
+
+
+namespace troupe::actors {
+namespace {
+
+using group_exit_atom = caf::atom_constant<caf::atom("groupexit")>;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void on_signal(int sig) { request_stop(sig); }
+
+std::string join(const std::vector<std::string>& v, size_t max_items = 1000) {
+  std::string out;
+  for (size_t i = 0; i < v.size() && i < max_items; ++i) out += (i ? ", " : "") + v[i];
+  if (v.size() > max_items) out += fmt::format(", ... ({} more)", v.size() - max_items);
+  return out;
+}
+
+metrics::StartupRecord startup_record(const Config& c, const std::string& source,
+                                      const std::string& run_dir) {
+  metrics::StartupRecord r;
+  r.config_path = source;
+  r.run_dir = run_dir;
+  r.parameters = config::parameter_count(c);
+  r.data_parallel = c.parallel().data();
+  r.pipeline_parallel = c.parallel().pipeline();
+  r.tensor_parallel = c.parallel().tensor();
+  r.global_batch_size = c.batch().global_batch_size();
+  r.seq_length = c.batch().seq_length();
+  r.microbatches_per_replica = config::microbatches_per_replica(c);
+  r.train_steps = config::full_updates(c);
+  r.actor_paths = engine::all_paths(engine::Topology::of(c));
+  r.wall_time = unix_now();
+  return r;
+}
+
+// Copies of every stage's parameters and every shard's moments.
+engine::NamedState collect_state(caf::scoped_actor& self, const caf::actor& group, const Config& c) {
+  Registry reg;
+  self->request(group, std::chrono::seconds(30), registry_atom::value)
+      .receive([&](Registry& r) { reg = std::move(r); },
+               [&](caf::error& e) { throw std::runtime_error("registry: " + self->system().render(e)); });
+  const auto topo = engine::Topology::of(c);
+  std::vector<engine::StageSnapshot> stages;
+  std::vector<engine::OptimSnapshot> shards;
+  for (const auto& r : topo.all_ranks()) {
+    self->request(reg.at(engine::stage_path(r)), std::chrono::seconds(60), snapshot_atom::value)
+        .receive([&](engine::StageSnapshot& s) { stages.push_back(std::move(s)); },
+                 [&](caf::error& e) { throw std::runtime_error("snapshot: " + self->system().render(e)); });
+    self->request(reg.at(engine::optim_path(r)), std::chrono::seconds(60), snapshot_atom::value)
+        .receive([&](engine::OptimSnapshot& s) { shards.push_back(std::move(s)); },
+                 [&](caf::error& e) { throw std::runtime_error("snapshot: " + self->system().render(e)); });
+  }
+  return engine::assemble_state(topo, stages, shards);
+}
+
+}  // namespace
+
+int RunResult::exit_code() const {
+  if (outcome.status == "completed") return 0;
+  if (outcome.status == "interrupted") return stop_signal() == SIGTERM ? 143 : 130;
+  return 1;
+}
+
+void print_startup(const Config& c, const std::string& source) {
+  const auto topo = engine::Topology::of(c);
+  const auto& m = c.model();
+  const auto& o = c.optimizer();
+  spdlog::info("troupe: training {}", source.empty() ? "the embedded default config" : source);
+  spdlog::info("model: {} layers, {} heads, width {}, ffn {}, vocab {} (padded {}), {} positions, {} parameters",
+               m.layers(), m.heads(), m.width(), config::ffn_width(m), m.vocab_size(), config::padded_vocab(c),
+               m.max_positions(), config::parameter_count(c));
+  spdlog::info("batch: {} sequences x {} tokens per update ({} tokens), micro batch {}, {} microbatches per replica",
+               c.batch().global_batch_size(), c.batch().seq_length(), config::tokens_per_update(c),
+               c.batch().micro_batch_size(), config::microbatches_per_replica(c));
+  spdlog::info("optimizer: AdamW (decoupled decay) lr {:g} -> min {:g}, warmup from {:g} over {} samples, {} decay to "
+               "{} samples; beta1 {:g} beta2 {:g} eps {:g} weight decay {:g} clip {:g}",
+               o.lr(), o.min_lr(), o.warmup_init(), c.lr_schedule().warmup_samples(),
+               LrScheduleConfig::DecayStyle_Name(c.lr_schedule().decay_style()), config::decay_samples(c),
+               o.beta1(), o.beta2(), o.eps(), o.weight_decay(), o.clip_grad());
+  const model::ParameterRegistry whole(c, model::StageRange::whole(c));
+  const auto decay = whole.names(model::DecayGroup::kDecay);
+  const auto no_decay = whole.names(model::DecayGroup::kNoDecay);
+  spdlog::info("parameter group decay ({} tensors, weight decay {:g}): {}", decay.size(), o.weight_decay(),
+               join(decay, 12));
+  spdlog::info("parameter group no_decay ({} tensors, weight decay 0): {}", no_decay.size(), join(no_decay, 12));
+  spdlog::info("training: {} samples = {} updates, seed {}", c.training().train_samples(), config::full_updates(c),
+               c.training().seed());
+  spdlog::info("topology: DP{} x PP{} x TP{} ({} schedule, {} optimizer), {} actors:", topo.dp, topo.pp, topo.tp,
+               ParallelConfig::Schedule_Name(c.parallel().schedule()),
+               c.parallel().distributed_optimizer() ? "distributed" : "replicated",
+               engine::all_paths(topo).size());
+  spdlog::info("  {}", join(engine::all_paths(topo)));
+}
+
+RunResult run_training(const Config& c, const RunOptions& options) {
+  // Data first: preparing the default corpus or building a sample index happens
+  // here, once, not inside an actor.
+  data::BatchSource::open(c, data::Split::Train);
+  if (c.training().eval_samples() > 0) data::BatchSource::open(c, data::Split::Valid);
+  const auto run_dir = metrics::prepare_run_dir(c.logging().run_dir(), options.config_text);
+  if (options.console) print_startup(c, options.config_source);
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", std::max(2u, std::thread::hardware_concurrency()));
+  caf::actor_system sys{cfg};
+  caf::scoped_actor client{sys};
+  auto faults = std::make_shared<engine::FaultPlan>(c);
+
+  MetricsArgs margs;
+  margs.layout = run_dir.layout;
+  margs.console = options.console;
+  margs.progress_bar = c.logging().progress_bar();
+  margs.tensorboard = c.logging().tensorboard();
+  margs.log_interval = c.logging().log_interval();
+  margs.total_steps = config::full_updates(c);
+
+  RunResult result;
+  caf::actor client_handle = caf::actor_cast<caf::actor>(client);
+
+  // This function is the root of the tree: the metrics actor under a one_for_one
+  // supervisor of its own, started first, then the training group supervisor.
+  caf::actor metrics_actor;
+  auto metrics_sup = spawn_supervisor(sys, [&] {
+    SupervisorSpec s;
+    s.path = "metrics-supervisor";
+    s.strategy = Strategy::OneForOne;
+    s.max_restarts = 3;
+    s.children.push_back({"metrics", Restart::Permanent, [margs](caf::event_based_actor* self, int) {
+                            return spawn_metrics(self, margs);
+                          }});
+    return s;
+  }());
+  client->request(metrics_sup, std::chrono::seconds(30), registry_atom::value)
+      .receive([&](Registry& r) { metrics_actor = r.at("metrics"); },
+               [&](caf::error& e) { throw std::runtime_error("metrics: " + sys.render(e)); });
+  client->send(metrics_actor, startup_record(c, options.config_source, run_dir.layout.root));
+
+  GroupArgs g{c, faults, metrics_actor, client_handle, {}};
+  g.on_exit = [client_handle](const SupervisorReport& r) { caf::anon_send(client_handle, group_exit_atom::value, r); };
+  auto group = spawn_supervisor(sys, training_group_spec(std::move(g)));
+
+  bool running = true;
+  client->receive_while([&] { return running; })(
+      [&](finished_atom, RunOutcome& o) {
+        result.outcome = std::move(o);
+        running = false;
+      },
+      [&](group_exit_atom, SupervisorReport& r) {
+        result.failure = std::move(r);
+        result.outcome.status = "failed";
+        result.outcome.error = result.failure->summary;
+        running = false;
+      },
+      caf::after(options.timeout) >> [&] {
+        result.outcome.status = "failed";
+        result.outcome.error = fmt::format("the run did not finish within {} s", options.timeout.count());
+        running = false;
+      });
+
+  if (options.collect_state && result.outcome.status != "failed") result.state = collect_state(client, group, c);
+
+  client->send(group, shutdown_atom::value);
+  client->wait_for(group);
+  client->send(metrics_sup, shutdown_atom::value);
+  client->wait_for(metrics_sup);
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  return result;
+}
+
+}  // namespace troupe::actors

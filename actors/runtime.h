@@ -1,0 +1,42 @@
+// Running a training job: the one entry point behind `supervisor run` and the
+// runtime's tests. It prepares the data and the run directory, starts the actor
+// system with the supervision tree (root supervisor -> metrics, training group),
+// waits until the coordinator reports the end (or the group gives up), optionally
+// collects the final training state from the actors, and shuts everything down in
+// order.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "actors/coordinator_actor.h"
+#include "actors/supervision.h"
+#include "engine/state_snapshot.h"
+#include "messages/config.pb.h"
+
+namespace troupe::actors {
+
+struct RunOptions {
+  bool console = true;          // startup block, step lines and summary on stdout
+  bool collect_state = false;   // copy weights and Adam moments out at the end
+  std::string config_source;    // for the startup block ("" = embedded default)
+  std::string config_text;      // copied into the run directory
+  // Upper bound on the whole run; past it the run is stopped and reported failed.
+  std::chrono::seconds timeout{std::chrono::hours(24 * 365)};
+};
+
+struct RunResult {
+  RunOutcome outcome;                       // status, summary, every step record
+  std::optional<SupervisorReport> failure;  // set when the training group gave up
+  std::optional<engine::NamedState> state;  // with collect_state, after the last step
+  int exit_code() const;                    // 0 completed, 130/143 on SIGINT/SIGTERM, 1 failed
+};
+
+RunResult run_training(const Config& config, const RunOptions& options = {});
+
+// Prints the startup block: config summary, optimizer settings, parameter groups
+// by name and count, topology with every actor path.
+void print_startup(const Config& config, const std::string& source);
+
+}  // namespace troupe::actors

@@ -1,0 +1,259 @@
+#include "actors/stage_actor.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/message_types.h"
+#include "config/derived.h"
+#include "engine/stage_worker.h"
+#include "engine/state_snapshot.h"
+#include "sched/pipeline_schedule.h"
+
+namespace troupe::actors {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using msg::StepKind;
+
+// Messages for one (kind, step, microbatch) wait here until their op runs.
+using Key = std::tuple<StepKind, int64_t, int32_t>;
+
+struct StageState {
+  StageArgs args;
+  std::string path;
+  engine::Topology topo;
+  std::unique_ptr<engine::StageWorker> worker;
+  std::vector<sched::PipelineOp> train_ops;
+
+  caf::actor coordinator, optimizer, loader, next, prev;
+
+  // The step in progress.
+  int64_t step = -1;
+  StepKind kind = StepKind::Train;
+  std::vector<sched::PipelineOp> ops;
+  size_t next_op = 0;
+  bool waiting_for_update = false;
+  Clock::time_point step_start;
+  msg::StageTiming timing;
+  Clock::time_point idle_since;
+
+  std::map<Key, std::shared_ptr<const data::Microbatch>> batches;
+  std::map<Key, msg::Activations> inputs;
+  std::map<Key, msg::Activations> grads;
+};
+
+using Self = caf::stateful_actor<StageState>;
+
+double since(Clock::time_point t0, Clock::time_point t) {
+  return std::chrono::duration<double>(t - t0).count();
+}
+
+void maybe_fault(Self* self, Fault::Phase phase) {
+  auto& st = self->state;
+  if (!st.args.faults || !st.args.faults->targets(st.path)) return;
+  auto not_nan = [](const Fault& f) { return f.kind() != Fault::NAN_GRADIENT; };
+  if (auto f = st.args.faults->take(st.path, st.step, phase, not_nan)) {
+    if (f->kind() == Fault::HANG) {
+      spdlog::warn("{}: injected hang at step {} during {}", st.path, st.step, engine::phase_name(phase));
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+    engine::raise_fault(*f, st.path, st.step);
+  }
+}
+
+// Poisons the gradients when a NAN_GRADIENT fault targets this microbatch.
+void maybe_poison(Self* self, int32_t mb) {
+  auto& st = self->state;
+  if (!st.args.faults || !st.args.faults->targets(st.path)) return;
+  auto this_mb = [mb](const Fault& f) { return f.kind() == Fault::NAN_GRADIENT && f.microbatch() == mb; };
+  if (st.args.faults->take(st.path, st.step, Fault::BACKWARD, this_mb)) {
+    spdlog::warn("{}: injected NaN gradient at step {} microbatch {}", st.path, st.step, mb);
+    st.worker->model().grads()[0] = std::numeric_limits<float>::quiet_NaN();
+  }
+}
+
+bool op_ready(const StageState& st, const sched::PipelineOp& op) {
+  const Key key{st.kind, st.step, op.microbatch};
+  if (op.kind == sched::OpKind::Forward)
+    return st.batches.count(key) && (st.worker->is_first() || st.inputs.count(key));
+  return st.worker->is_last() || st.grads.count(key);
+}
+
+msg::Activations handle(const float* data, const data::Microbatch& b, int64_t width, bool copy) {
+  msg::Activations a;
+  a.rows = int64_t(b.batch) * b.seq;
+  a.cols = width;
+  if (copy) {
+    auto owned = std::make_shared<std::vector<float>>(data, data + a.rows * a.cols);
+    a.data = owned->data();
+    a.owner = std::move(owned);
+  } else {
+    a.data = data;
+  }
+  return a;
+}
+
+void run_forward(Self* self, int32_t mb) {
+  auto& st = self->state;
+  const Key key{st.kind, st.step, mb};
+  maybe_fault(self, Fault::FORWARD);
+  const auto& batch = st.batches.at(key);
+  const float* input = nullptr;
+  if (!st.worker->is_first()) input = st.inputs.at(key).data;
+  const auto loss = st.worker->forward(mb, *batch, input);
+  st.inputs.erase(key);
+  const auto& r = st.args.rank;
+  if (st.worker->is_last()) {
+    self->send(st.coordinator, msg::LossReport{st.step, st.kind, r.dp, mb, loss.loss_sum, loss.loss_tokens,
+                                               std::isfinite(loss.loss_sum)});
+  } else {
+    // Evaluation has no backward to pace the slots: hand over a copy.
+    const bool copy = st.kind == StepKind::Eval;
+    self->send(st.next, msg::ActivationsReady{st.step, st.kind, mb,
+                                              handle(st.worker->output(mb), *batch, st.worker->width(), copy)});
+  }
+  if (st.worker->is_first() && st.kind == StepKind::Train && r.tp == 0)
+    self->send(st.loader, credit_atom::value, st.step, mb);
+  if (st.kind == StepKind::Eval) st.batches.erase(key);
+}
+
+void run_backward(Self* self, int32_t mb) {
+  auto& st = self->state;
+  const Key key{st.kind, st.step, mb};
+  maybe_fault(self, Fault::BACKWARD);
+  const float* grad = st.worker->is_last() ? nullptr : st.grads.at(key).data;
+  st.worker->backward(mb, grad);
+  maybe_poison(self, mb);
+  st.grads.erase(key);
+  if (!st.worker->is_first()) {
+    const auto& batch = *st.batches.at(key);
+    self->send(st.prev, msg::GradientsReady{st.step, mb, handle(st.worker->input_grad(mb), batch, st.worker->width(), false)});
+  }
+  st.batches.erase(key);
+}
+
+// After the last op of a step: gradients to the optimizer (train), or done (eval).
+void end_of_ops(Self* self) {
+  auto& st = self->state;
+  const auto& r = st.args.rank;
+  if (st.kind == StepKind::Eval) {
+    self->send(st.coordinator, msg::StageDone{st.step, st.kind, r.dp, r.pp, r.tp, std::move(st.timing)});
+    st.step = -1;
+    return;
+  }
+  maybe_fault(self, Fault::REDUCE);
+  const auto range = st.worker->reduce_gradients();
+  st.waiting_for_update = true;
+  self->send(st.optimizer, msg::GradShardReady{st.step, st.worker->model().grads(), st.worker->model().params(),
+                                               range.begin, range.end});
+}
+
+// Runs every op whose inputs are here, in schedule order.
+void advance(Self* self) {
+  auto& st = self->state;
+  if (st.step < 0 || st.waiting_for_update) return;
+  while (st.next_op < st.ops.size() && op_ready(st, st.ops[st.next_op])) {
+    const auto op = st.ops[st.next_op++];
+    const auto t0 = Clock::now();
+    st.timing.wait_s += since(st.idle_since, t0);
+    if (op.kind == sched::OpKind::Forward)
+      run_forward(self, op.microbatch);
+    else
+      run_backward(self, op.microbatch);
+    const auto t1 = Clock::now();
+    st.timing.busy.emplace_back(since(st.step_start, t0), since(st.step_start, t1));
+    st.timing.compute_s += since(t0, t1);
+    st.idle_since = t1;
+  }
+  if (st.next_op == st.ops.size()) end_of_ops(self);
+}
+
+void start_step(Self* self, const msg::RunStep& rs) {
+  auto& st = self->state;
+  if (st.step >= 0)
+    throw std::logic_error(st.path + ": step " + std::to_string(rs.step) + " started while step " +
+                           std::to_string(st.step) + " is still running");
+  st.step = rs.step;
+  st.kind = rs.kind;
+  st.next_op = 0;
+  st.waiting_for_update = false;
+  st.timing = {};
+  st.step_start = st.idle_since = Clock::now();
+  if (rs.kind == StepKind::Train) {
+    st.ops = st.train_ops;
+    st.worker->begin_step();
+  } else {
+    st.ops.clear();
+    for (int32_t i = 0; i < rs.microbatches; ++i) st.ops.push_back({sched::OpKind::Forward, i});
+  }
+  advance(self);
+}
+
+caf::behavior stage_impl(Self* self, StageArgs args) {
+  auto& st = self->state;
+  st.path = engine::stage_path(args.rank);
+  st.topo = engine::Topology::of(args.config);
+  st.args = std::move(args);
+  exit_on_exception(self, st.path);
+  const auto& c = st.args.config;
+  st.worker = std::make_unique<engine::StageWorker>(c, st.args.rank, st.args.comms);
+  st.train_ops = sched::build_pipeline_schedule(c.parallel().schedule(), c.parallel().pipeline(),
+                                                int32_t(config::microbatches_per_replica(c)))
+                     .ops[size_t(st.args.rank.pp)];
+  return {
+      [self](wire_atom, const Registry& peers) {
+        auto& s = self->state;
+        const auto& r = s.args.rank;
+        s.coordinator = peers.at(engine::coordinator_path());
+        s.optimizer = peers.at(engine::optim_path(r));
+        s.loader = peers.at(engine::loader_path(r.dp));
+        if (r.pp + 1 < s.topo.pp) s.next = peers.at(engine::stage_path({r.dp, r.pp + 1, r.tp}));
+        if (r.pp > 0) s.prev = peers.at(engine::stage_path({r.dp, r.pp - 1, r.tp}));
+        return wired_atom::value;
+      },
+      [self](const msg::RunStep& rs) { start_step(self, rs); },
+      [self](const msg::MicrobatchReady& m) {
+        self->state.batches[{m.kind, m.step, m.microbatch}] = m.batch;
+        advance(self);
+      },
+      [self](const msg::ActivationsReady& a) {
+        self->state.inputs[{a.kind, a.step, a.microbatch}] = a.x;
+        advance(self);
+      },
+      [self](const msg::GradientsReady& g) {
+        self->state.grads[{StepKind::Train, g.step, g.microbatch}] = g.dx;
+        advance(self);
+      },
+      [self](const msg::ShardApplied& a) {
+        auto& s = self->state;
+        if (!s.waiting_for_update || a.step != s.step)
+          throw std::logic_error(s.path + ": unexpected ShardApplied for step " + std::to_string(a.step));
+        s.worker->gather_parameters();
+        s.timing.sync_s = s.worker->sync_seconds();
+        const auto& r = s.args.rank;
+        self->send(s.coordinator, msg::StageDone{s.step, s.kind, r.dp, r.pp, r.tp, std::move(s.timing)});
+        s.step = -1;
+        s.waiting_for_update = false;
+      },
+      [self](snapshot_atom) {
+        auto& s = self->state;
+        auto& model = s.worker->model();
+        return engine::StageSnapshot{
+            s.args.rank, model.registry().tensors(),
+            std::vector<float>(model.params(), model.params() + model.param_count())};
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_stage(caf::event_based_actor* parent, StageArgs args) {
+  return parent->spawn<caf::detached>(stage_impl, std::move(args));
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,35 @@
+// The stage actor: one (dp, pp, tp) rank of the model. It owns an
+// engine::StageWorker (its layers, device and activation slots) and walks its
+// pipeline schedule's op list each step, running an op as soon as the inputs it
+// needs have arrived: the microbatch from its loader, activations from the previous
+// stage (forward), gradients from the next stage (backward). After its last backward
+// it reduces gradients over its data-parallel group, hands its shard to its
+// optimizer actor, gathers the updated parameters and reports StageDone.
+//
+// Runs detached (its own thread): forward, backward and collectives block it, never
+// CAF's shared scheduler.
+//
+// Messages in: wire_atom + Registry, RunStep, MicrobatchReady, ActivationsReady,
+// GradientsReady, ShardApplied, snapshot_atom (-> StageSnapshot).
+#pragma once
+
+#include <memory>
+
+#include <caf/all.hpp>
+
+#include "engine/faults.h"
+#include "engine/topology.h"
+#include "messages/config.pb.h"
+
+namespace troupe::actors {
+
+struct StageArgs {
+  Config config;
+  engine::Rank rank;
+  engine::RankComms comms;
+  std::shared_ptr<engine::FaultPlan> faults;
+};
+
+caf::actor spawn_stage(caf::event_based_actor* parent, StageArgs args);
+
+}  // namespace troupe::actors

@@ -1,0 +1,89 @@
+#include "engine/stage_worker.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "config/derived.h"
+
+namespace troupe::engine {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int activation_slots(ParallelConfig::Schedule schedule, int pipeline, int pp, int microbatches) {
+  if (schedule == ParallelConfig::GPIPE) return microbatches;
+  return std::max(1, std::min(microbatches, pipeline - pp + 1));
+}
+
+int threads_per_stage(const Config& c) {
+  int total = c.device().threads();
+  if (total <= 0) total = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int stages = c.parallel().data() * c.parallel().pipeline() * c.parallel().tensor();
+  return std::max(1, total / stages);
+}
+
+StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms)
+    : rank_(rank),
+      comms_(std::move(comms)),
+      distributed_(c.parallel().distributed_optimizer()),
+      width_(c.model().width()),
+      device_(threads_per_stage(c)) {
+  const int p = c.parallel().pipeline();
+  const int m = int(config::microbatches_per_replica(c));
+  model_ = std::make_unique<model::GptStage>(
+      c, model::StageRange::pipeline(c, rank.pp, p), device_,
+      activation_slots(c.parallel().schedule(), p, rank.pp, m));
+  const size_t n = size_t(model_->param_count());
+  if (distributed_) {
+    const auto chunk = comm::chunk_range(n, comms_.data_parallel->size(), comms_.data_parallel->rank());
+    shard_ = {int64_t(chunk.begin), int64_t(chunk.end)};
+  } else {
+    shard_ = {0, int64_t(n)};
+  }
+}
+
+void StageWorker::begin_step() { model_->zero_grads(); }
+
+model::StageLoss StageWorker::forward(int mb, const data::Microbatch& batch, const float* input) {
+  return model_->forward(slot(mb), batch, input);
+}
+
+void StageWorker::backward(int mb, const float* grad_output) { model_->backward(slot(mb), grad_output); }
+
+const float* StageWorker::output(int mb) const { return model_->output(slot(mb)); }
+const float* StageWorker::input_grad(int mb) const { return model_->input_grad(slot(mb)); }
+
+model::FlatRange StageWorker::reduce_gradients() {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (comms_.embedding) {
+    const auto& wte = model_->registry().at("wte.weight");
+    comms_.embedding->all_reduce_sum({model_->grads() + wte.offset, size_t(wte.numel)});
+  }
+  const size_t n = size_t(model_->param_count());
+  auto& dp = *comms_.data_parallel;
+  if (dp.size() > 1) {
+    std::span<float> all(model_->grads(), n);
+    if (distributed_)
+      dp.reduce_scatter_sum(all, all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)));
+    else
+      dp.all_reduce_sum(all);
+  }
+  sync_s_ = seconds_since(t0);
+  return shard_;
+}
+
+void StageWorker::gather_parameters() {
+  auto& dp = *comms_.data_parallel;
+  if (!distributed_ || dp.size() == 1) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::span<float> all(model_->params(), size_t(model_->param_count()));
+  dp.all_gather(all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)), all);
+  sync_s_ += seconds_since(t0);
+}
+
+}  // namespace troupe::engine

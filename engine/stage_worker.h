@@ -1,0 +1,82 @@
+// One stage rank's compute, without actors: its model stage (a layer range on its
+// own device), its activation slots, and the collectives that end a step. The stage
+// actor owns one and calls it from its own thread in the order its pipeline schedule
+// gives; nothing here decides order or talks to other actors.
+//
+// End of a step (the order every rank of a group follows, so collectives match):
+//   1. tied embeddings with pp > 1: the first and the last stage all-reduce their
+//      wte.weight gradients over the embedding group (each ends with the sum);
+//   2. data parallel: the flat gradient buffer is reduce-scattered in place over the
+//      DP group, so chunk r of rank r holds the DP sum (distributed optimizer), or
+//      all-reduced (every rank holds the sum) without it;
+//   3. the optimizer shard updates the parameters of its chunk (optimizer_shard.h);
+//   4. with the distributed optimizer, the chunks are all-gathered in place, so every
+//      replica holds the same updated parameters again.
+#pragma once
+
+#include <memory>
+
+#include "engine/topology.h"
+#include "kernels/cpu/cpu_device.h"
+#include "model/gpt_stage.h"
+
+namespace troupe::engine {
+
+// Activation slots stage `pp` needs so that an output or input-gradient handed to a
+// neighbour by pointer stays valid until the neighbour has copied it: with
+// round-robin slots (slot = microbatch mod slots) GPipe uses one per microbatch and
+// 1F1B uses p - pp + 1 (its peak of p - pp in flight, plus one), at most m.
+int activation_slots(ParallelConfig::Schedule schedule, int pipeline, int pp, int microbatches);
+
+// Compute threads for each stage device: the configured threads (0: the machine's
+// cores) divided among the stage ranks that run at once, at least 1.
+int threads_per_stage(const Config& c);
+
+class StageWorker {
+ public:
+  StageWorker(const Config& c, Rank rank, RankComms comms);
+
+  const Rank& rank() const { return rank_; }
+  model::GptStage& model() { return *model_; }
+  kernels::Device& device() { return device_; }
+  bool is_first() const { return model_->is_first(); }
+  bool is_last() const { return model_->is_last(); }
+
+  // Zeroes the gradients: the start of every training step.
+  void begin_step();
+
+  // Forward of microbatch `mb` (slot mb mod slots). `input` ([B*T, D], the previous
+  // stage's output) is copied before this returns; null on the first stage.
+  model::StageLoss forward(int mb, const data::Microbatch& batch, const float* input);
+  // Backward of microbatch `mb`; `grad_output` ([B*T, D]) null on the last stage.
+  void backward(int mb, const float* grad_output);
+  // Valid until the forward of microbatch mb + slots (see activation_slots).
+  const float* output(int mb) const;
+  const float* input_grad(int mb) const;
+  int64_t width() const { return width_; }
+
+  // Steps 1 and 2 above; returns the flat range this rank's optimizer shard owns
+  // (the whole buffer without the distributed optimizer).
+  model::FlatRange reduce_gradients();
+  // Step 4 above (nothing without the distributed optimizer).
+  void gather_parameters();
+
+  model::FlatRange shard_range() const { return shard_; }
+  bool distributed_optimizer() const { return distributed_; }
+  // Seconds spent in the two collective phases of the last step.
+  double sync_seconds() const { return sync_s_; }
+
+ private:
+  int slot(int mb) const { return mb % model_->slots(); }
+
+  Rank rank_;
+  RankComms comms_;
+  bool distributed_;
+  int64_t width_;
+  kernels::cpu::CpuDevice device_;
+  std::unique_ptr<model::GptStage> model_;
+  model::FlatRange shard_;
+  double sync_s_ = 0;
+};
+
+}  // namespace troupe::engine

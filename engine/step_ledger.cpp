@@ -1,0 +1,128 @@
+#include "engine/step_ledger.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace troupe::engine {
+namespace {
+
+template <class T>
+void put(std::vector<std::optional<T>>& slots, size_t i, T value, int32_t& seen, const std::string& what) {
+  if (i >= slots.size()) throw std::logic_error(what + ": outside the topology");
+  if (slots[i]) throw std::logic_error(what + ": reported twice");
+  slots[i] = std::move(value);
+  ++seen;
+}
+
+}  // namespace
+
+StepLedger::StepLedger(const Topology& t, msg::StepKind kind, int64_t step, int32_t microbatches)
+    : topo_(t),
+      kind_(kind),
+      step_(step),
+      microbatches_(microbatches),
+      losses_(size_t(t.dp) * microbatches),
+      counts_(size_t(t.dp)),
+      norms_(kind == msg::StepKind::Train ? size_t(t.ranks()) : 0),
+      stages_(size_t(t.ranks())) {}
+
+void StepLedger::add(const msg::LossReport& r) {
+  const auto what = fmt::format("step {} loss of dp{}/mb{}", r.step, r.dp, r.microbatch);
+  if (r.step != step_ || r.kind != kind_) throw std::logic_error(what + ": not the current step");
+  if (r.microbatch < 0 || r.microbatch >= microbatches_) throw std::logic_error(what + ": no such microbatch");
+  put(losses_, size_t(r.dp) * microbatches_ + r.microbatch, r, losses_seen_, what);
+}
+
+void StepLedger::add(const msg::ReplicaCounts& r) {
+  const auto what = fmt::format("step {} counts of dp{}", r.step, r.dp);
+  if (r.step != step_ || r.kind != kind_) throw std::logic_error(what + ": not the current step");
+  put(counts_, size_t(r.dp), r, counts_seen_, what);
+}
+
+void StepLedger::add(const msg::NormPartial& r) {
+  const auto what = fmt::format("step {} norm partial of dp{}/pp{}/tp{}", r.step, r.dp, r.pp, r.tp);
+  if (r.step != step_ || kind_ != msg::StepKind::Train) throw std::logic_error(what + ": not the current step");
+  put(norms_, size_t(topo_.index({r.dp, r.pp, r.tp})), r.sum_squares, norms_seen_, what);
+}
+
+void StepLedger::add(const msg::StageDone& r) {
+  const auto what = fmt::format("step {} done of {}", r.step, stage_path({r.dp, r.pp, r.tp}));
+  if (r.step != step_ || r.kind != kind_) throw std::logic_error(what + ": not the current step");
+  put(stages_, size_t(topo_.index({r.dp, r.pp, r.tp})), r.timing, stages_seen_, what);
+}
+
+double StepLedger::total_sum_squares() const {
+  double s = 0;
+  for (const auto& n : norms_) s += n.value_or(0.0);
+  return s;
+}
+
+double StepLedger::loss_sum() const {
+  double s = 0;
+  for (const auto& l : losses_) s += l ? l->loss_sum : 0.0;
+  return s;
+}
+
+int64_t StepLedger::loss_tokens() const {
+  int64_t n = 0;
+  for (const auto& l : losses_) n += l ? l->loss_tokens : 0;
+  return n;
+}
+
+data::BatchCounts StepLedger::counts() const {
+  data::BatchCounts c;
+  for (const auto& r : counts_) {
+    if (!r) continue;
+    c.samples += r->counts.samples;
+    c.input_tokens += r->counts.input_tokens;
+    c.loss_tokens += r->counts.loss_tokens;
+    c.padding_tokens += r->counts.padding_tokens;
+  }
+  return c;
+}
+
+std::vector<int64_t> StepLedger::sample_ids() const {
+  std::vector<int64_t> ids;
+  for (const auto& r : counts_)
+    if (r) ids.insert(ids.end(), r->sample_ids.begin(), r->sample_ids.end());
+  return ids;
+}
+
+std::vector<double> StepLedger::microbatch_losses() const {
+  std::vector<double> out;
+  for (const auto& l : losses_) out.push_back(l ? l->loss_sum : 0.0);
+  return out;
+}
+
+std::vector<int64_t> StepLedger::microbatch_loss_tokens() const {
+  std::vector<int64_t> out;
+  for (const auto& l : losses_) out.push_back(l ? l->loss_tokens : 0);
+  return out;
+}
+
+std::vector<msg::StageTiming> StepLedger::timings() const {
+  std::vector<msg::StageTiming> out;
+  for (const auto& s : stages_) out.push_back(s.value_or(msg::StageTiming{}));
+  return out;
+}
+
+std::string StepLedger::missing() const {
+  std::vector<std::string> parts;
+  for (int32_t d = 0; d < topo_.dp; ++d) {
+    for (int32_t mb = 0; mb < microbatches_; ++mb)
+      if (!losses_[size_t(d) * microbatches_ + mb]) parts.push_back(fmt::format("loss dp{}/mb{}", d, mb));
+    if (!counts_[size_t(d)]) parts.push_back(fmt::format("counts {}", loader_path(d)));
+  }
+  for (const auto& r : topo_.all_ranks()) {
+    const size_t i = size_t(topo_.index(r));
+    if (!norms_.empty() && !norms_[i]) parts.push_back(fmt::format("norm {}", optim_path(r)));
+    if (!stages_[i]) parts.push_back(fmt::format("done {}", stage_path(r)));
+  }
+  std::string out;
+  for (size_t i = 0; i < parts.size() && i < 8; ++i) out += (i ? ", " : "") + parts[i];
+  if (parts.size() > 8) out += fmt::format(" and {} more", parts.size() - 8);
+  return out;
+}
+
+}  // namespace troupe::engine

@@ -1,0 +1,69 @@
+#include "engine/topology.h"
+
+#include <fmt/format.h>
+
+#include "comm/inprocess.h"
+
+namespace troupe::engine {
+
+Topology Topology::of(const Config& c) {
+  return {c.parallel().data(), c.parallel().pipeline(), c.parallel().tensor()};
+}
+
+std::vector<Rank> Topology::all_ranks() const {
+  std::vector<Rank> out;
+  for (int32_t d = 0; d < dp; ++d)
+    for (int32_t p = 0; p < pp; ++p)
+      for (int32_t t = 0; t < tp; ++t) out.push_back({d, p, t});
+  return out;
+}
+
+std::string stage_path(const Rank& r) { return fmt::format("stage/dp{}/pp{}/tp{}", r.dp, r.pp, r.tp); }
+std::string optim_path(const Rank& r) { return fmt::format("optim/dp{}/pp{}/tp{}", r.dp, r.pp, r.tp); }
+std::string writer_path(const Rank& r) { return fmt::format("writer/dp{}/pp{}/tp{}", r.dp, r.pp, r.tp); }
+std::string loader_path(int32_t dp) { return fmt::format("loader/dp{}", dp); }
+
+std::vector<std::string> all_paths(const Topology& t) {
+  std::vector<std::string> out{coordinator_path(), metrics_path()};
+  for (int32_t d = 0; d < t.dp; ++d) out.push_back(loader_path(d));
+  for (const auto& r : t.all_ranks()) {
+    out.push_back(stage_path(r));
+    out.push_back(optim_path(r));
+  }
+  return out;
+}
+
+void CommPlan::abort_all(const std::string& why) const {
+  for (const auto& c : all_members) c->abort(why);
+}
+
+CommPlan make_inprocess_comms(const Topology& t, std::chrono::milliseconds timeout) {
+  CommPlan plan;
+  plan.ranks.resize(t.ranks());
+  auto keep = [&](const std::vector<std::shared_ptr<comm::Communicator>>& g) {
+    plan.all_members.insert(plan.all_members.end(), g.begin(), g.end());
+  };
+  for (int32_t p = 0; p < t.pp; ++p)
+    for (int32_t k = 0; k < t.tp; ++k) {
+      auto g = comm::make_inprocess_group(t.dp, fmt::format("dp[pp{}/tp{}]", p, k), timeout);
+      keep(g);
+      for (int32_t d = 0; d < t.dp; ++d) plan.ranks[t.index({d, p, k})].data_parallel = g[d];
+    }
+  for (int32_t d = 0; d < t.dp; ++d)
+    for (int32_t p = 0; p < t.pp; ++p) {
+      auto g = comm::make_inprocess_group(t.tp, fmt::format("tp[dp{}/pp{}]", d, p), timeout);
+      keep(g);
+      for (int32_t k = 0; k < t.tp; ++k) plan.ranks[t.index({d, p, k})].tensor_parallel = g[k];
+    }
+  if (t.pp > 1)
+    for (int32_t d = 0; d < t.dp; ++d)
+      for (int32_t k = 0; k < t.tp; ++k) {
+        auto g = comm::make_inprocess_group(2, fmt::format("embedding[dp{}/tp{}]", d, k), timeout);
+        keep(g);
+        plan.ranks[t.index({d, 0, k})].embedding = g[0];
+        plan.ranks[t.index({d, t.pp - 1, k})].embedding = g[1];
+      }
+  return plan;
+}
+
+}  // namespace troupe::engine

@@ -1,0 +1,68 @@
+// The layout of one training run as data: which ranks exist, the path of every
+// actor, and the communicator groups they share. Paths name actors in logs, metrics
+// and fault injection:
+//   coordinator, metrics, loader/dp1, stage/dp1/pp0/tp0, optim/dp0/pp1/tp0, writer/dp0/pp1/tp0
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "messages/config.pb.h"
+
+namespace troupe::engine {
+
+struct Rank {
+  int32_t dp = 0, pp = 0, tp = 0;
+  bool operator==(const Rank&) const = default;
+};
+
+struct Topology {
+  int32_t dp = 1, pp = 1, tp = 1;
+
+  static Topology of(const Config& c);
+
+  int32_t ranks() const { return dp * pp * tp; }
+  // Every rank in (dp, pp, tp) order: the fixed order in which the coordinator sums
+  // partial results, so that the sum does not depend on message arrival.
+  std::vector<Rank> all_ranks() const;
+  int32_t index(const Rank& r) const { return (r.dp * pp + r.pp) * tp + r.tp; }
+
+  bool first_stage(const Rank& r) const { return r.pp == 0; }
+  bool last_stage(const Rank& r) const { return r.pp == pp - 1; }
+};
+
+std::string stage_path(const Rank& r);
+std::string optim_path(const Rank& r);
+std::string writer_path(const Rank& r);
+std::string loader_path(int32_t dp);
+inline const char* coordinator_path() { return "coordinator"; }
+inline const char* metrics_path() { return "metrics"; }
+
+// Every actor path the topology has (for validating fault injection targets).
+std::vector<std::string> all_paths(const Topology& t);
+
+// The communicators one stage rank uses.
+struct RankComms {
+  // The data-parallel group of (pp, tp): gradients reduce-scatter, parameters all-gather.
+  std::shared_ptr<comm::Communicator> data_parallel;
+  // First and last stage of one (dp, tp) with tied embeddings and pp > 1: the two
+  // copies of wte sum their gradients. Null elsewhere.
+  std::shared_ptr<comm::Communicator> embedding;
+  // The tensor-parallel group of (dp, pp).
+  std::shared_ptr<comm::Communicator> tensor_parallel;
+};
+
+// In-process communicators for every rank, indexed by Topology::index, and every
+// group created (so a supervisor can abort them all when a member dies).
+struct CommPlan {
+  std::vector<RankComms> ranks;
+  std::vector<std::shared_ptr<comm::Communicator>> all_members;
+  void abort_all(const std::string& why) const;
+};
+CommPlan make_inprocess_comms(const Topology& t, std::chrono::milliseconds timeout);
+
+}  // namespace troupe::engine

@@ -1,0 +1,157 @@
+// The typed messages of the training runtime, declared in one place.
+//
+// One step as data (DESIGN.md section 3):
+//   coordinator --RunStep--> loaders, stages
+//   loader[dp] --MicrobatchReady--> stage[dp][*]          (one handle, every stage of the replica)
+//   stage[dp][p] --ActivationsReady--> stage[dp][p+1]      (forward)
+//   stage[dp][p] <--GradientsReady-- stage[dp][p+1]        (backward)
+//   stage[dp][last] --LossReport--> coordinator
+//   stage --GradShardReady--> optim shard --NormPartial--> coordinator
+//   coordinator --UpdateCommand--> optim shards --ShardApplied--> stage
+//   stage --StageDone--> coordinator --StepRecord--> metrics
+//
+// Inside one process tensors travel by handle (a pointer with a documented
+// lifetime, or a shared_ptr): nothing is copied into a message. These types are
+// therefore in-process only (actors/message_types.h declares them to CAF); across
+// processes the payload goes through a communicator and the message carries only
+// the metadata. Plain structs: the engine and tests use them without CAF.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/batch.h"
+
+namespace troupe::msg {
+
+// What a step is for.
+enum class StepKind : uint8_t {
+  Train,  // forward + backward + update
+  Eval,   // forward only on the validation split; weights, RNG and data position untouched
+};
+
+// coordinator -> loaders and stages: start step `step`. For Train, the global batch
+// begins at `consumed_samples`; for Eval, `consumed_samples` indexes the validation order.
+struct RunStep {
+  int64_t step = 0;
+  StepKind kind = StepKind::Train;
+  int64_t consumed_samples = 0;
+  int32_t microbatches = 0;  // per replica
+};
+
+// loader[dp] -> every stage of replica dp (and the counts to the coordinator).
+struct MicrobatchReady {
+  int64_t step = 0;
+  StepKind kind = StepKind::Train;
+  int32_t microbatch = 0;
+  std::shared_ptr<const data::Microbatch> batch;
+};
+
+// A float tensor passed by handle: rows x cols, row-major, at `data`. During
+// training `data` points into the sender's activation slot, which stays valid until
+// the receiver has consumed it (engine::activation_slots); `owner` is set when the
+// sender copied the values into a buffer of their own instead (evaluation, where no
+// backward paces the slots), and keeps it alive.
+struct Activations {
+  const float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::shared_ptr<const std::vector<float>> owner;
+};
+
+// stage[dp][p] -> stage[dp][p+1]: the output of stage p for one microbatch.
+struct ActivationsReady {
+  int64_t step = 0;
+  StepKind kind = StepKind::Train;
+  int32_t microbatch = 0;
+  Activations x;
+};
+
+// stage[dp][p+1] -> stage[dp][p]: d(loss)/d(stage p's output) for one microbatch.
+struct GradientsReady {
+  int64_t step = 0;
+  int32_t microbatch = 0;
+  Activations dx;
+};
+
+// last stage -> coordinator: the un-normalised loss of one microbatch. The step's
+// loss is the sum over all microbatches / the global batch's loss-bearing tokens.
+struct LossReport {
+  int64_t step = 0;
+  StepKind kind = StepKind::Train;
+  int32_t dp = 0;
+  int32_t microbatch = 0;
+  double loss_sum = 0;
+  int64_t loss_tokens = 0;
+  bool finite = true;
+};
+
+// loader -> coordinator: what replica dp's part of the global batch holds.
+struct ReplicaCounts {
+  int64_t step = 0;
+  StepKind kind = StepKind::Train;
+  int32_t dp = 0;
+  data::BatchCounts counts;
+  std::vector<int64_t> sample_ids;  // in microbatch, then row order (the sample audit)
+};
+
+// stage -> its optimizer shard: the stage's flat gradient and parameter buffers
+// (pointers to their first element). Elements [shard_begin, shard_end) of `grads`
+// hold the data-parallel sum this shard owns; the shard overwrites the same range of
+// `params` with the updated values. The stage does not touch either buffer until
+// ShardApplied arrives.
+struct GradShardReady {
+  int64_t step = 0;
+  const float* grads = nullptr;
+  float* params = nullptr;
+  int64_t shard_begin = 0;
+  int64_t shard_end = 0;
+};
+
+// optimizer shard -> coordinator: sum of squares of the gradient elements this shard
+// counts in the global norm (each parameter counted once across replicas and stages).
+struct NormPartial {
+  int64_t step = 0;
+  int32_t dp = 0, pp = 0, tp = 0;
+  double sum_squares = 0;
+};
+
+// coordinator -> optimizer shards: what to do with this step's gradients.
+struct UpdateCommand {
+  int64_t step = 0;
+  double lr = 0;
+  double clip_factor = 1;  // gradients are multiplied by this first
+  bool skip = false;       // non-finite norm: touch nothing
+};
+
+// optimizer shard -> its stage: the parameter slice holds the updated values.
+struct ShardApplied {
+  int64_t step = 0;
+};
+
+// Busy intervals of one stage in one step, in seconds since the step began.
+struct StageTiming {
+  std::vector<std::pair<double, double>> busy;  // [start, end) of each op
+  double compute_s = 0;
+  double wait_s = 0;
+  double sync_s = 0;  // gradient reduce-scatter + parameter all-gather
+};
+
+// stage -> coordinator: the stage finished step `step` (weights updated for Train).
+struct StageDone {
+  int64_t step = 0;
+  StepKind kind = StepKind::Train;
+  int32_t dp = 0, pp = 0, tp = 0;
+  StageTiming timing;
+};
+
+// every actor -> supervisor/coordinator: alive, and where it is.
+struct Heartbeat {
+  std::string path;
+  int64_t step = 0;
+};
+
+}  // namespace troupe::msg
+
