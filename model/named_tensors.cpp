@@ -82,7 +82,9 @@ void import_tensors(const ParameterRegistry& reg, const StFile& file, float* hos
   }
   if (!problems.empty()) {
     std::string msg = file.path + ": cannot load the " + reg.range().str() + " weights:";
-    for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : " ") + problems[i];
+    constexpr size_t kShown = 6;
+    for (size_t i = 0; i < problems.size() && i < kShown; ++i) msg += (i ? "; " : " ") + problems[i];
+    if (problems.size() > kShown) msg += "; and " + std::to_string(problems.size() - kShown) + " more";
     throw std::runtime_error(msg);
   }
 }

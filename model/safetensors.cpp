@@ -50,6 +50,13 @@ StTensor StTensor::i32(std::string name, std::vector<int64_t> shape, const int32
   return t;
 }
 
+StTensor StTensor::i64(std::string name, std::vector<int64_t> shape, const int64_t* data) {
+  StTensor t{std::move(name), StDtype::kI64, std::move(shape), {}};
+  t.bytes.resize(size_t(t.numel()) * 8);
+  std::memcpy(t.bytes.data(), data, t.bytes.size());
+  return t;
+}
+
 int64_t StTensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

@@ -27,6 +27,7 @@ struct StTensor {
 
   static StTensor f32(std::string name, std::vector<int64_t> shape, const float* data);
   static StTensor i32(std::string name, std::vector<int64_t> shape, const int32_t* data);
+  static StTensor i64(std::string name, std::vector<int64_t> shape, const int64_t* data);
   int64_t numel() const;
   // Typed copies; throw std::runtime_error naming the tensor on a dtype mismatch.
   std::vector<float> as_f32() const;

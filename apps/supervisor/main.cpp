@@ -14,6 +14,7 @@ int plan_main(int argc, char** argv);  // cmd_plan.cpp
 int inspect_main(int argc, char** argv);  // cmd_inspect.cpp
 int export_main(int argc, char** argv);   // cmd_export.cpp
 int run_main(int argc, char** argv);      // cmd_run.cpp
+int inspect_update_main(int argc, char** argv);  // cmd_inspect_update.cpp
 
 namespace {
 
@@ -29,6 +30,7 @@ const Subcommand kCommands[] = {
     {"plan", "print the arithmetic of a config: batch, bubble, budget, LR, memory, calendar", plan_main},
     {"inspect", "print a checkpoint's manifest and verify every shard (exit 1 on damage)", inspect_main},
     {"export", "write a checkpoint's weights as a Hugging Face GPT-2 model (safetensors)", export_main},
+    {"inspect-update", "run and record one update on one device (weights, batch, grads, Adam state)", inspect_update_main},
 };
 
 void print_usage(std::FILE* out) {
