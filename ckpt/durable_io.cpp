@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "ckpt/crc32c_combine.h"
 #include "ckpt/error.h"
 #include "util/crc32c.h"
 
@@ -52,9 +53,13 @@ void OutputFile::flush() {
 }
 
 void OutputFile::write(const void* bytes, size_t n) {
+  write(bytes, n, util::crc32c(bytes, n));
+}
+
+void OutputFile::write(const void* bytes, size_t n, uint32_t crc_of_bytes) {
   if (fd_ < 0) throw CheckpointError(path_ + ": write after close");
   const char* p = static_cast<const char*>(bytes);
-  crc_ = util::crc32c(p, n, crc_);
+  crc_ = crc32c_combine(crc_, crc_of_bytes, n);
   if (buffer_.size() + n <= kBufferBytes) {
     buffer_.insert(buffer_.end(), p, p + n);
   } else {

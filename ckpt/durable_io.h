@@ -25,6 +25,8 @@ class OutputFile {
   ~OutputFile();  // closes the descriptor; never removes the file
 
   void write(const void* bytes, size_t n);
+  // The same, for bytes whose CRC-32C the caller already computed.
+  void write(const void* bytes, size_t n, uint32_t crc_of_bytes);
   // Writes zero bytes until size() is a multiple of `alignment`.
   void pad_to(uint64_t alignment);
   // Flushes the buffer and fsyncs the file's data and metadata.

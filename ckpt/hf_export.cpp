@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -13,6 +15,17 @@
 #include "config/derived.h"
 
 namespace troupe::ckpt {
+namespace {
+
+// A float config value as the double with the float's shortest decimal form
+// (1e-05, not 9.999999747378752e-06).
+double shortest(float f) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, f);
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+
+}  // namespace
 
 std::vector<std::pair<std::string, Shape>> gpt2_parameter_shapes(const Config& config) {
   const auto& m = config.model();
@@ -53,10 +66,10 @@ std::string hf_gpt2_config_json(const Config& config) {
   j["n_positions"] = m.max_positions();
   j["n_ctx"] = m.max_positions();
   j["vocab_size"] = m.vocab_size();
-  j["layer_norm_epsilon"] = m.layernorm_eps();
+  j["layer_norm_epsilon"] = shortest(m.layernorm_eps());
   j["activation_function"] = "gelu_new";
   j["tie_word_embeddings"] = true;
-  j["initializer_range"] = m.init_std();
+  j["initializer_range"] = shortest(m.init_std());
   // troupe trains without dropout.
   j["attn_pdrop"] = 0.0;
   j["embd_pdrop"] = 0.0;

@@ -65,8 +65,10 @@ void ShardWriter::add(const PieceSpec& spec, std::span<const float> data) {
   TensorPiece* piece = record_.add_piece();
   set_piece_geometry(*piece, spec.name, spec.kind, spec.global_shape, spec.region);
   piece->set_byte_offset(out_->size());
-  piece->set_crc32c(util::crc32c(data.data(), data.size_bytes()));
-  out_->write(data.data(), data.size_bytes());
+  // One pass over the data: the piece's CRC also extends the file's.
+  const uint32_t crc = util::crc32c(data.data(), data.size_bytes());
+  piece->set_crc32c(crc);
+  out_->write(data.data(), data.size_bytes(), crc);
 }
 
 ShardFile ShardWriter::finish() {

@@ -4,10 +4,12 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "ckpt/commit.h"
+#include "ckpt/crc32c_combine.h"
 #include "ckpt/error.h"
 #include "ckpt/manifest.h"
 #include "ckpt/reader.h"
 #include "test/ckpt/ckpt_test_util.h"
+#include "util/crc32c.h"
 
 using namespace troupe;
 using namespace troupe::ckpt;
@@ -113,4 +115,23 @@ TEST_CASE("reading a tensor the checkpoint lacks names it") {
                        doctest::Contains("no tensor h.7.ln_1.weight (param)"), CheckpointError);
   CHECK_THROWS_WITH_AS(c.read("wpe.weight", TensorPiece::PARAM, Region{{{0, 7}, {0, 8}}, 0, 56}),
                        doctest::Contains("outside global shape [6, 8]"), CheckpointError);
+}
+
+TEST_CASE("CRC-32C of a concatenation from the parts' CRCs") {
+  std::string s(5000, '\0');
+  for (size_t i = 0; i < s.size(); ++i) s[i] = char((i * 131 + 7) ^ (i >> 3));
+  const uint32_t whole = util::crc32c(s.data(), s.size());
+  for (size_t cut : {0, 1, 3, 8, 63, 64, 1000, 4999, 5000}) {
+    CAPTURE(cut);
+    const uint32_t a = util::crc32c(s.data(), cut), b = util::crc32c(s.data() + cut, s.size() - cut);
+    CHECK(crc32c_combine(a, b, s.size() - cut) == whole);
+  }
+  // The shard writer's file CRC (built by combining) equals a plain CRC of the file.
+  ScratchDir root;
+  const std::string dir = save_test_checkpoint(root.path(), 1, 2, 2, 0);
+  const CheckpointManifest manifest = read_manifest(dir);
+  for (const auto& shard : manifest.shard()) {
+    const std::string bytes = file_bytes(dir + "/" + shard.file());
+    CHECK(util::crc32c(bytes.data(), bytes.size()) == shard.crc32c());
+  }
 }
