@@ -11,8 +11,9 @@
 #include "ckpt/durable_io.h"
 #include "ckpt/error.h"
 #include "ckpt/manifest.h"
-#include "ckpt/safetensors.h"
 #include "config/derived.h"
+#include "model/param_registry.h"
+#include "model/safetensors.h"
 
 namespace troupe::ckpt {
 namespace {
@@ -28,29 +29,9 @@ double shortest(float f) {
 }  // namespace
 
 std::vector<std::pair<std::string, Shape>> gpt2_parameter_shapes(const Config& config) {
-  const auto& m = config.model();
-  const int64_t w = m.width(), f = config::ffn_width(m);
-  std::vector<std::pair<std::string, Shape>> out = {
-      {"wte.weight", {config::padded_vocab(config), w}},
-      {"wpe.weight", {m.max_positions(), w}},
-  };
-  for (int i = 0; i < m.layers(); ++i) {
-    const std::string h = "h." + std::to_string(i) + ".";
-    out.push_back({h + "ln_1.weight", {w}});
-    out.push_back({h + "ln_1.bias", {w}});
-    out.push_back({h + "attn.c_attn.weight", {w, 3 * w}});
-    out.push_back({h + "attn.c_attn.bias", {3 * w}});
-    out.push_back({h + "attn.c_proj.weight", {w, w}});
-    out.push_back({h + "attn.c_proj.bias", {w}});
-    out.push_back({h + "ln_2.weight", {w}});
-    out.push_back({h + "ln_2.bias", {w}});
-    out.push_back({h + "mlp.c_fc.weight", {w, f}});
-    out.push_back({h + "mlp.c_fc.bias", {f}});
-    out.push_back({h + "mlp.c_proj.weight", {f, w}});
-    out.push_back({h + "mlp.c_proj.bias", {w}});
-  }
-  out.push_back({"ln_f.weight", {w}});
-  out.push_back({"ln_f.bias", {w}});
+  const model::ParameterRegistry registry(config, model::StageRange::whole(config));
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const auto& t : registry.tensors()) out.emplace_back(t.name, t.global_shape);
   return out;
 }
 
@@ -85,18 +66,18 @@ std::string hf_gpt2_config_json(const Config& config) {
 HfExportResult export_hf_gpt2(const Checkpoint& checkpoint, const std::string& out_dir,
                               const HfExportOptions& options) {
   const Config config = manifest_config(checkpoint.manifest(), checkpoint.dir());
-  const auto expected = gpt2_parameter_shapes(config);
+  const model::ParameterRegistry registry(config, model::StageRange::whole(config));
 
   std::set<std::string> expected_names;
-  for (const auto& [name, shape] : expected) {
-    expected_names.insert(name);
-    if (!checkpoint.has(name, TensorPiece::PARAM))
-      throw CheckpointError(checkpoint.dir() + ": GPT-2 parameter " + name +
+  for (const auto& t : registry.tensors()) {
+    expected_names.insert(t.name);
+    if (!checkpoint.has(t.name, TensorPiece::PARAM))
+      throw CheckpointError(checkpoint.dir() + ": GPT-2 parameter " + t.name +
                             " (param) is missing from the checkpoint");
-    if (checkpoint.shape(name, TensorPiece::PARAM) != shape)
-      throw CheckpointError(checkpoint.dir() + ": " + name + " (param) has shape " +
-                            shape_string(checkpoint.shape(name, TensorPiece::PARAM)) +
-                            ", the config implies " + shape_string(shape));
+    if (checkpoint.shape(t.name, TensorPiece::PARAM) != t.global_shape)
+      throw CheckpointError(checkpoint.dir() + ": " + t.name + " (param) has shape " +
+                            shape_string(checkpoint.shape(t.name, TensorPiece::PARAM)) +
+                            ", the config implies " + shape_string(t.global_shape));
   }
   for (const auto& t : checkpoint.tensors())
     if (t.kind == TensorPiece::PARAM && !expected_names.count(t.name))
@@ -104,22 +85,19 @@ HfExportResult export_hf_gpt2(const Checkpoint& checkpoint, const std::string& o
                             " is not part of GPT-2 for this config; refusing to drop it");
 
   const std::string prefix = options.transformer_prefix ? "transformer." : "";
-  std::vector<std::vector<float>> values;
-  std::vector<TensorView> views;
-  values.reserve(expected.size());
+  std::vector<model::StTensor> tensors;
   HfExportResult result;
-  for (const auto& [name, shape] : expected) {
-    Shape out_shape = shape;
-    Region region = Region::whole(shape);
-    if (name == "wte.weight") {
-      // Rows past vocab_size are padding: never predicted, not part of the HF model.
-      out_shape[0] = config.model().vocab_size();
-      region.box[0].extent = out_shape[0];
-      region.flat_end = shape_elements(out_shape);
-    }
-    values.push_back(checkpoint.read(name, TensorPiece::PARAM, region));
-    views.push_back({prefix + name, out_shape, values.back()});
-    result.parameters += int64_t(values.back().size());
+  for (const auto& t : registry.tensors()) {
+    // Rows past valid_rows are the vocabulary padding of wte: never predicted, not
+    // part of the Hugging Face model.
+    Shape out_shape = t.global_shape;
+    out_shape[0] = t.valid_rows;
+    Region region = Region::whole(t.global_shape);
+    region.box[0].extent = t.valid_rows;
+    region.flat_end = shape_elements(out_shape);
+    const std::vector<float> values = checkpoint.read(t.name, TensorPiece::PARAM, region);
+    tensors.push_back(model::StTensor::f32(prefix + t.name, out_shape, values.data()));
+    result.parameters += int64_t(values.size());
   }
 
   std::error_code ec;
@@ -127,12 +105,12 @@ HfExportResult export_hf_gpt2(const Checkpoint& checkpoint, const std::string& o
   if (ec) throw CheckpointError(out_dir + ": cannot create: " + ec.message());
   result.safetensors_path = out_dir + "/model.safetensors";
   result.config_path = out_dir + "/config.json";
-  write_safetensors(result.safetensors_path, views,
+  model::write_safetensors(result.safetensors_path, tensors,
                     {{"format", "pt"},
                      {"troupe_step", std::to_string(checkpoint.step())},
                      {"troupe_config_hash", std::to_string(checkpoint.manifest().config_hash())}});
   write_file_atomically(result.config_path, hf_gpt2_config_json(config));
-  result.tensors = int(views.size());
+  result.tensors = int(tensors.size());
   return result;
 }
 

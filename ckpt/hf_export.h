@@ -14,7 +14,8 @@ namespace troupe::ckpt {
 
 // GPT-2's parameters for `config` as checkpoints store them ("param" kind, names
 // without the "transformer." prefix, Conv1D weights [in, out], wte padded to
-// config::padded_vocab rows), in Hugging Face's order.
+// config::padded_vocab rows), in Hugging Face's order: the whole model's
+// model::ParameterRegistry, the one source of these names.
 std::vector<std::pair<std::string, Shape>> gpt2_parameter_shapes(const Config& config);
 
 // config.json for `config`: GPT2Config fields (n_layer, n_head, n_embd, vocab_size
@@ -35,8 +36,8 @@ struct HfExportResult {
   int64_t parameters = 0;  // exported values (wte sliced to vocab_size rows)
 };
 
-// Writes OUT_DIR/model.safetensors and OUT_DIR/config.json (each atomically;
-// OUT_DIR is created). The checkpoint must hold exactly the parameters of
+// Writes OUT_DIR/model.safetensors (model/safetensors.h) and OUT_DIR/config.json
+// (each atomically; OUT_DIR is created). The checkpoint must hold exactly the parameters of
 // gpt2_parameter_shapes(its config), with those shapes; otherwise CheckpointError
 // names the tensor. wte.weight is sliced to the first vocab_size rows.
 HfExportResult export_hf_gpt2(const Checkpoint& checkpoint, const std::string& out_dir,

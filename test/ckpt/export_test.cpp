@@ -15,8 +15,8 @@
 #include "ckpt/hf_export.h"
 #include "ckpt/manifest.h"
 #include "ckpt/reader.h"
-#include "ckpt/safetensors.h"
 #include "config/derived.h"
+#include "model/safetensors.h"
 #include "test/ckpt/ckpt_test_util.h"
 #include "test/ckpt/gpt2_reference.h"
 
@@ -117,7 +117,8 @@ TEST_CASE("export writes safetensors + config.json that round-trip exactly") {
   CHECK(dir_entries(out) == std::vector<std::string>{"config.json", "model.safetensors"});
 
   // Every tensor bitwise, in Hugging Face order, wte cut to vocab_size rows.
-  const auto tensors = read_safetensors(result.safetensors_path);
+  const model::StFile file = model::read_safetensors(result.safetensors_path);
+  const auto& tensors = file.tensors;
   const auto shapes = gpt2_parameter_shapes(config);
   REQUIRE(tensors.size() == shapes.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -130,8 +131,9 @@ TEST_CASE("export writes safetensors + config.json that round-trip exactly") {
       want.resize(50 * 16);
     }
     CHECK(tensors[i].shape == want_shape);
-    CHECK(bitwise_equal(tensors[i].data, want));
+    CHECK(bitwise_equal(tensors[i].as_f32(), want));
   }
+  CHECK(file.metadata.at("troupe_step") == "7");
 
   // The header is 8-byte aligned JSON with the metadata.
   const std::string bytes = file_bytes(result.safetensors_path);
@@ -158,9 +160,9 @@ TEST_CASE("export writes safetensors + config.json that round-trip exactly") {
 
   // With the "transformer." prefix, only the names change.
   const auto prefixed = export_hf_gpt2(c, scratch / "hf_prefixed", {.transformer_prefix = true});
-  const auto ptensors = read_safetensors(prefixed.safetensors_path);
-  CHECK(ptensors.front().name == "transformer.wte.weight");
-  CHECK(bitwise_equal(ptensors.back().data, tensors.back().data));
+  const model::StFile pfile = model::read_safetensors(prefixed.safetensors_path);
+  CHECK(pfile.tensors.front().name == "transformer.wte.weight");
+  CHECK(bitwise_equal(pfile.tensors.back().as_f32(), tensors.back().as_f32()));
 }
 
 TEST_CASE("export refuses a checkpoint that is not the config's GPT-2") {
