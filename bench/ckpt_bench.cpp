@@ -18,10 +18,12 @@
 
 #include "ckpt/commit.h"
 #include "ckpt/durable_io.h"
-#include "ckpt/hf_export.h"
+#include "ckpt/flat_layout.h"
 #include "ckpt/manifest.h"
 #include "ckpt/reader.h"
 #include "ckpt/shard_writer.h"
+#include "model/init.h"
+#include "model/param_registry.h"
 
 using namespace troupe;
 using namespace troupe::ckpt;
@@ -47,7 +49,7 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Pseudo-random floats (xorshift), so that nothing compresses or dedups.
+// Pseudo-random floats (xorshift) for the dd-like write, so that nothing compresses.
 void fill(std::vector<float>& v, uint64_t seed) {
   uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
   for (auto& f : v) {
@@ -58,45 +60,30 @@ void fill(std::vector<float>& v, uint64_t seed) {
   }
 }
 
+// One pipeline stage's state: the registry's flat layout and four buffers (param,
+// master, exp_avg, exp_avg_sq). Values derive from the initial weights, so the
+// tied wte copies of the first and last stage agree bitwise.
 struct StageState {
-  std::vector<std::pair<std::string, Shape>> tensors;  // registry order
+  FlatLayout layout;
   int64_t total = 0;
-  std::vector<float> kinds[4];  // param, master, exp_avg, exp_avg_sq: flat stage buffers
+  std::vector<float> kinds[4];
 };
 
 std::vector<StageState> make_stages(const Config& config, int pp) {
-  const auto all = gpt2_parameter_shapes(config);
-  const int layers = config.model().layers();
-  std::vector<StageState> stages{size_t(pp)};
+  std::vector<StageState> stages;
   for (int s = 0; s < pp; ++s) {
-    const int first = s * layers / pp, last = (s + 1) * layers / pp;
-    for (const auto& t : all) {
-      bool mine;
-      if (t.first == "wte.weight" || t.first == "wpe.weight") mine = s == 0;
-      else if (t.first.rfind("ln_f.", 0) == 0) mine = s == pp - 1;
-      else {
-        const int layer = std::stoi(t.first.substr(2));
-        mine = layer >= first && layer < last;
-      }
-      if (mine) stages[s].tensors.push_back(t);
-    }
-    if (s == pp - 1 && s != 0) stages[s].tensors.push_back(all[0]);  // tied wte
-    for (const auto& t : stages[s].tensors) stages[s].total += shape_elements(t.second);
-  }
-  // The tied copies hold the same values on both stages.
-  std::vector<float> wte(size_t(shape_elements(all[0].second)));
-  for (int k = 0; k < 4; ++k) {
-    fill(wte, 1000 + k);
-    for (int s = 0; s < pp; ++s) {
-      auto& buf = stages[s].kinds[k];
-      buf.resize(size_t(stages[s].total));
-      fill(buf, uint64_t(s * 16 + k));
-      int64_t at = 0;
-      for (const auto& t : stages[s].tensors) {
-        if (t.first == "wte.weight") std::copy(wte.begin(), wte.end(), buf.begin() + at);
-        at += shape_elements(t.second);
-      }
-    }
+    const model::ParameterRegistry reg(config, model::StageRange::pipeline(config, s, pp));
+    StageState st;
+    st.layout = flat_layout(reg);
+    st.total = reg.total();
+    st.kinds[0].resize(size_t(st.total));
+    model::init_parameters(reg, config.training().seed(), st.kinds[0].data(), 2);
+    st.kinds[1] = st.kinds[0];
+    st.kinds[2] = st.kinds[0];
+    st.kinds[3] = st.kinds[0];
+    for (auto& v : st.kinds[2]) v *= 0.1f;
+    for (auto& v : st.kinds[3]) v *= v;
+    stages.push_back(std::move(st));
   }
   return stages;
 }
@@ -107,23 +94,9 @@ ShardFile write_shard(const CheckpointCommit& commit, const StageState& st, int 
                 "dp" + std::to_string(d) + "_pp" + std::to_string(s) + ".shard",
                 "ckpt_writer/dp" + std::to_string(d) + "/pp" + std::to_string(s) + "/tp0",
                 commit.hook());
+  if (d == 0) write_flat_range(w, st.layout, TensorPiece::PARAM, st.kinds[0].data(), 0, st.total);
   const int64_t lo = st.total * d / dp, hi = st.total * (d + 1) / dp;
-  for (int k = 0; k < 4; ++k) {
-    int64_t at = 0;
-    for (const auto& [name, shape] : st.tensors) {
-      const int64_t n = shape_elements(shape);
-      const int64_t b = k == 0 ? (d == 0 ? at : at + n) : std::max(lo, at);
-      const int64_t e = k == 0 ? at + n : std::min(hi, at + n);
-      if (b < e) {
-        Region r = Region::whole(shape);
-        r.flat_begin = b - at;
-        r.flat_end = e - at;
-        w.add({name, TensorKind(k), shape, r},
-              std::span<const float>(st.kinds[k].data() + b, size_t(e - b)));
-      }
-      at += n;
-    }
-  }
+  for (int k = 1; k < 4; ++k) write_flat_range(w, st.layout, TensorKind(k), st.kinds[k].data(), lo, hi);
   return w.finish();
 }
 
