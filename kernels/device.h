@@ -100,7 +100,7 @@ class Device {
   //   doc_start[B*T]: index (within its row) of the first token of the token's document;
   //                   token t attends to s in [doc_start[t], t].
   //   out[B, T, C]: attention output, heads concatenated
-  //   att[B, NH, T, T]: softmax probabilities saved for backward (row t valid in [doc_start, t])
+  //   att[B, NH, T, T]: softmax probabilities saved for backward (row t: zero outside [doc_start, t])
   virtual void attention_forward(float* out, float* att, const float* qkv,
                                  const int32_t* doc_start, int B, int T, int C, int NH) = 0;
   // dqkv[B, T, 3C] = gradient of the attention w.r.t. qkv (overwritten) from dout[B, T, C].

@@ -2,6 +2,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <cblas.h>
+
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -43,11 +45,12 @@ struct Dims {
 };
 
 // Runs f(b, h, participant) for every (batch row, head) pair; pairs are split
-// statically over participants and never share an output element.
+// statically over participants and never share an output element. Each participant
+// gets 2 T^2 floats of scratch.
 template <class F>
 void for_each_head(ThreadPool& pool, Scratch& scratch, int B, int NH, int T, F&& f) {
   scratch.per_thread.resize(size_t(pool.size()));
-  for (int p = 0; p < pool.size(); ++p) scratch.thread_floats(p, size_t(2 * T));
+  for (int p = 0; p < pool.size(); ++p) scratch.thread_floats(p, size_t(2) * T * T);
   const int64_t pairs = int64_t(B) * NH;
   pool.run([&](int p) {
     auto [b, e] = ThreadPool::chunk(pairs, p, pool.size());
@@ -55,66 +58,63 @@ void for_each_head(ThreadPool& pool, Scratch& scratch, int B, int NH, int T, F&&
   });
 }
 
+// Single-threaded sgemm (row-major) on one participant.
+void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int64_t lda, const float* B,
+           int64_t ldb, float beta, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+              int(lda), B, int(ldb), beta, C, int(ldc));
+}
+
 }  // namespace
 
-// For token t of row b, head h: att[b,h,t,s] = softmax_s(q_t . k_s / sqrt(hs)) over
-// s in [doc_start(t), t]; out[b,t,h] = sum_s att * v_s.
+// Per (b, h), as GEMMs over the whole row (the causal and document mask is applied
+// to the scores, so masked pairs cost flops but keep the GEMMs large):
+//   S[T, T] = Q K^T;  att[t, :] = softmax(S[t, s0..t] / sqrt(hs)), 0 outside [s0, t];
+//   out[T, hs] = att V.   Q, K, V are column blocks of qkv (row stride 3C).
 void attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att,
                        const float* qkv, const int32_t* doc_start, int B, int T, int C, int NH) {
   const Dims d(B, T, C, NH);
   for_each_head(pool, scratch, B, NH, T, [&](int b, int h, int p) {
-    float* sc = scratch.per_thread[size_t(p)].data();
+    float* S = scratch.per_thread[size_t(p)].data();
+    const float* q = qkv + int64_t(b) * T * d.C3 + int64_t(h) * d.hs;
+    float* a = att + (int64_t(b) * NH + h) * T * T;
+    sgemm(false, true, T, T, d.hs, 1.0f, q, d.C3, q + C, d.C3, 0.0f, S, T);
     for (int t = 0; t < T; ++t) {
-      const int64_t row = int64_t(b) * T + t;
-      const int s0 = doc_start[row];
-      const int n = t - s0 + 1;
-      const float* q = qkv + row * d.C3 + int64_t(h) * d.hs;
-      for (int s = s0; s <= t; ++s)
-        sc[s - s0] = dot(q, qkv + (int64_t(b) * T + s) * d.C3 + C + int64_t(h) * d.hs, d.hs);
-      float* a = att + ((int64_t(b) * NH + h) * T + t) * T + s0;
-      softmax_row(a, sc, n, d.scale);
-      float* o = out + row * C + int64_t(h) * d.hs;
-      std::memset(o, 0, sizeof(float) * size_t(d.hs));
-      for (int s = s0; s <= t; ++s)
-        axpy(o, a[s - s0], qkv + (int64_t(b) * T + s) * d.C3 + 2 * int64_t(C) + int64_t(h) * d.hs, d.hs);
+      const int s0 = doc_start[int64_t(b) * T + t];
+      float* row = a + int64_t(t) * T;
+      std::memset(row, 0, sizeof(float) * size_t(T));
+      softmax_row(row + s0, S + int64_t(t) * T + s0, t - s0 + 1, d.scale);
     }
+    sgemm(false, false, T, d.hs, T, 1.0f, a, T, q + 2 * int64_t(C), d.C3, 0.0f,
+          out + int64_t(b) * T * C + int64_t(h) * d.hs, C);
   });
 }
 
-// Backward of the above. Per (b, h) and query t in order:
-//   dp_s = dout_t . v_s;  dv_s += att_ts dout_t;  ds = softmax backward of dp;
-//   dq_t += scale sum_s ds_s k_s;  dk_s += scale ds_s q_t.
+// Backward of the above, per (b, h), with P = att (zero outside the mask):
+//   dP = dO V^T;  dS = softmax backward of dP on [s0, t] (0 elsewhere);
+//   dQ = scale dS K;  dK = scale dS^T Q;  dV = P^T dO   (each overwrites its block of dqkv).
 void attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const float* dout,
                         const float* qkv, const float* att, const int32_t* doc_start, int B,
                         int T, int C, int NH) {
   const Dims d(B, T, C, NH);
   for_each_head(pool, scratch, B, NH, T, [&](int b, int h, int p) {
-    float* dp = scratch.per_thread[size_t(p)].data();
+    float* dS = scratch.per_thread[size_t(p)].data();
     const int64_t hoff = int64_t(h) * d.hs;
-    for (int t = 0; t < T; ++t)
-      for (int part = 0; part < 3; ++part)
-        std::memset(dqkv + (int64_t(b) * T + t) * d.C3 + part * int64_t(C) + hoff, 0, sizeof(float) * size_t(d.hs));
+    const float* q = qkv + int64_t(b) * T * d.C3 + hoff;
+    const float* dO = dout + int64_t(b) * T * C + hoff;
+    const float* P = att + (int64_t(b) * NH + h) * T * T;
+    float* dq = dqkv + int64_t(b) * T * d.C3 + hoff;
+    sgemm(false, true, T, T, d.hs, 1.0f, dO, C, q + 2 * int64_t(C), d.C3, 0.0f, dS, T);
     for (int t = 0; t < T; ++t) {
-      const int64_t row = int64_t(b) * T + t;
-      const int s0 = doc_start[row];
-      const int n = t - s0 + 1;
-      const float* a = att + ((int64_t(b) * NH + h) * T + t) * T + s0;
-      const float* g = dout + row * C + hoff;
-      const float* q = qkv + row * d.C3 + hoff;
-      float* dq = dqkv + row * d.C3 + hoff;
-      for (int s = s0; s <= t; ++s) {
-        const int64_t srow = (int64_t(b) * T + s) * d.C3;
-        dp[s - s0] = dot(g, qkv + srow + 2 * int64_t(C) + hoff, d.hs);
-        axpy(dqkv + srow + 2 * int64_t(C) + hoff, a[s - s0], g, d.hs);
-      }
-      softmax_row_backward(dp, a, dp, n);
-      for (int s = s0; s <= t; ++s) {
-        const int64_t srow = (int64_t(b) * T + s) * d.C3;
-        const float ds = d.scale * dp[s - s0];
-        axpy(dq, ds, qkv + srow + C + hoff, d.hs);
-        axpy(dqkv + srow + C + hoff, ds, q, d.hs);
-      }
+      const int s0 = doc_start[int64_t(b) * T + t];
+      float* row = dS + int64_t(t) * T;
+      softmax_row_backward(row + s0, P + int64_t(t) * T + s0, row + s0, t - s0 + 1);
+      if (s0 > 0) std::memset(row, 0, sizeof(float) * size_t(s0));
+      if (t + 1 < T) std::memset(row + t + 1, 0, sizeof(float) * size_t(T - t - 1));
     }
+    sgemm(false, false, T, d.hs, T, d.scale, dS, T, q + C, d.C3, 0.0f, dq, d.C3);
+    sgemm(true, false, T, d.hs, T, d.scale, dS, T, q, d.C3, 0.0f, dq + C, d.C3);
+    sgemm(true, false, T, d.hs, T, 1.0f, P, T, dO, C, 0.0f, dq + 2 * int64_t(C), d.C3);
   });
 }
 
