@@ -11,8 +11,8 @@
 // thread count (see cpu/kernels.h).
 //
 // Memory: allocate() returns zeroed, 64-byte-aligned host memory; kernels allocate
-// nothing, except scratch that grows once to the largest T (attention) or element
-// count (sum_squares) seen.
+// nothing, except scratch that grows once to the largest seen: 2 T^2 floats per
+// participant (attention) and one double per 64 Ki elements (sum_squares).
 #pragma once
 
 #include <memory>
