@@ -265,8 +265,9 @@ LoadOutcome load_latest(const std::string& root) {
                            ": missing; trying every step directory, newest first");
     candidates.assign(steps.rbegin(), steps.rend());
   }
-  for (int64_t step : candidates) {
-    const std::string dir = root + "/" + step_dir_name(step);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::string dir = root + "/" + step_dir_name(candidates[i]);
+    const int64_t step = candidates[i];
     try {
       Checkpoint c = Checkpoint::open(dir, Checkpoint::Verify::kStrict);
       if (c.step() != step)
@@ -275,7 +276,10 @@ LoadOutcome load_latest(const std::string& root) {
       return out;
     } catch (const CheckpointError& e) {
       out.damage_found = true;
-      out.report.push_back(std::string(e.what()) + " -> falling back");
+      out.report.push_back(std::string(e.what()) +
+                           (i + 1 < candidates.size()
+                                ? "\n  -> falling back to " + step_dir_name(candidates[i + 1])
+                                : "\n  -> no older checkpoint to fall back to"));
     }
   }
   return out;

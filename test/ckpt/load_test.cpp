@@ -54,7 +54,7 @@ TEST_CASE("a damaged newest checkpoint is reported and the previous complete one
     const auto& hit = shard1.piece(shard1.piece_size() / 2);
     CHECK(report.find("damaged data of " + tensor_label(hit.name(), hit.kind())) !=
           std::string::npos);
-    CHECK(report.find("-> falling back") != std::string::npos);
+    CHECK(report.find("-> falling back to step_00000010") != std::string::npos);
   }
   SUBCASE("a truncated shard") {
     const std::string path = truncate_shard(newest, 1);
@@ -93,6 +93,7 @@ TEST_CASE("a damaged newest checkpoint is reported and the previous complete one
     CHECK_FALSE(out.checkpoint);
     CHECK(out.damage_found);
     CHECK(out.report.size() == 2);
+    CHECK(out.report[1].find("-> no older checkpoint to fall back to") != std::string::npos);
     CHECK_THROWS_WITH_AS(open_checkpoint_path(root.path(), nullptr),
                          doctest::Contains("no complete checkpoint"), CheckpointError);
   }
