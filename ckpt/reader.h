@@ -40,6 +40,8 @@ struct TensorInfo {
   int64_t stored_elements = 0;  // summed over pieces (> elements when replicated)
 };
 
+// An opened checkpoint. Its shards stay mapped while it lives; the const methods
+// keep no mutable state, so several threads may read from one Checkpoint at once.
 class Checkpoint {
  public:
   enum class Verify {
