@@ -151,39 +151,52 @@ RunResult run_training(const Config& c, const RunOptions& options) {
                           }});
     return s;
   }());
-  client->request(metrics_sup, std::chrono::seconds(30), registry_atom::value)
-      .receive([&](Registry& r) { metrics_actor = r.at("metrics"); },
-               [&](caf::error& e) { throw std::runtime_error("metrics: " + sys.render(e)); });
-  client->send(metrics_actor, startup_record(c, options.config_source, run_dir.layout.root));
+  caf::actor group;
+  // Stop the tree in order whatever happens: an actor_system cannot be destroyed
+  // while actors live, so no exception may skip this.
+  auto shutdown = [&] {
+    if (group) {
+      client->send(group, shutdown_atom::value);
+      client->wait_for(group);
+    }
+    client->send(metrics_sup, shutdown_atom::value);
+    client->wait_for(metrics_sup);
+  };
+  try {
+    client->request(metrics_sup, std::chrono::seconds(30), registry_atom::value)
+        .receive([&](Registry& r) { metrics_actor = r.at("metrics"); },
+                 [&](caf::error& e) { throw std::runtime_error("metrics: " + sys.render(e)); });
+    client->send(metrics_actor, startup_record(c, options.config_source, run_dir.layout.root));
 
-  GroupArgs g{c, faults, metrics_actor, client_handle, {}};
-  g.on_exit = [client_handle](const SupervisorReport& r) { caf::anon_send(client_handle, group_exit_atom::value, r); };
-  auto group = spawn_supervisor(sys, training_group_spec(std::move(g)));
+    GroupArgs g{c, faults, metrics_actor, client_handle, {}};
+    g.on_exit = [client_handle](const SupervisorReport& r) {
+      caf::anon_send(client_handle, group_exit_atom::value, r);
+    };
+    group = spawn_supervisor(sys, training_group_spec(std::move(g)));
 
-  bool running = true;
-  client->receive_while([&] { return running; })(
-      [&](finished_atom, RunOutcome& o) {
-        result.outcome = std::move(o);
-        running = false;
-      },
-      [&](group_exit_atom, SupervisorReport& r) {
-        result.failure = std::move(r);
-        result.outcome.status = "failed";
-        result.outcome.error = result.failure->summary;
-        running = false;
-      },
-      caf::after(options.timeout) >> [&] {
-        result.outcome.status = "failed";
-        result.outcome.error = fmt::format("the run did not finish within {} s", options.timeout.count());
-        running = false;
-      });
-
-  if (options.collect_state && result.outcome.status != "failed") result.state = collect_state(client, group, c);
-
-  client->send(group, shutdown_atom::value);
-  client->wait_for(group);
-  client->send(metrics_sup, shutdown_atom::value);
-  client->wait_for(metrics_sup);
+    bool running = true;
+    client->receive_while([&] { return running; })(
+        [&](finished_atom, RunOutcome& o) {
+          result.outcome = std::move(o);
+          running = false;
+        },
+        [&](group_exit_atom, SupervisorReport& r) {
+          result.failure = std::move(r);
+          result.outcome.status = "failed";
+          result.outcome.error = result.failure->summary;
+          running = false;
+        },
+        caf::after(options.timeout) >> [&] {
+          result.outcome.status = "failed";
+          result.outcome.error = fmt::format("the run did not finish within {} s", options.timeout.count());
+          running = false;
+        });
+    if (options.collect_state && result.outcome.status != "failed") result.state = collect_state(client, group, c);
+  } catch (...) {
+    shutdown();
+    throw;
+  }
+  shutdown();
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   return result;
