@@ -15,20 +15,29 @@
 //   N_mm = L * 12 D^2 + D * V  (the four block matrices and the tied LM head over V
 //   real rows); 6 = 2 (forward) + 4 (backward: input and weight gradients); the
 //   attention term is QK^T and AV over the causal average of (T + 1) / 2 keys, times 3.
-// sgemm reference: cblas_sgemm with OpenBLAS running N threads on the case's MLP
-// up-projection shape (M = B*T, N = 4D, K = D), median of repeated calls.
+// sgemm reference: cblas_sgemm with OpenBLAS itself running N threads, timed right
+// before every step (so both see the same machine load) on two shapes: the case's MLP
+// up-projection (M = B*T, N = 4D, K = D) and 1024^3; the reference rate of a step is
+// the faster of the two. Reported: median step, median reference, and the median of
+// the per-step ratios (model GFLOP/s / reference GFLOP/s). OpenBLAS's idle workers
+// spin for about 2^28 cycles after a call and would steal a core from the step that
+// follows a probe, so the benchmark re-executes itself with OPENBLAS_THREAD_TIMEOUT=4
+// (workers sleep at once) unless that variable is already set.
 // Memory: peak RSS (getrusage) against the counted state: parameters, gradients,
 // Adam m and v (4 x 4 bytes x parameters), one activation slot and the backward
-// scratch; "base" is the RSS before the model was built (libraries, OpenBLAS).
-#include <spawn.h>
+// scratch. "base" is the RSS before the model was built (libraries, OpenBLAS); the
+// benchmark's own sgemm probe buffers are subtracted from both.
+//
+//   step_bench --repeat R   runs the whole matrix R times (cases interleaved) and ends
+//                           with the per-case medians over the R runs
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cblas.h>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -38,8 +47,6 @@
 #include "kernels/cpu/cpu_device.h"
 #include "optim/grad_clip.h"
 #include "optim/reference_trainer.h"
-
-extern char** environ;
 
 using namespace troupe;
 
@@ -119,27 +126,34 @@ data::Microbatch make_batch(const Case& k) {
   return mb;
 }
 
-double sgemm_gflops(int M, int N, int K, int threads) {
-  openblas_set_num_threads(threads);
-  std::vector<float> A(size_t(M) * K, 0.5f), B(size_t(K) * N, 0.25f), C(size_t(M) * N);
-  auto call = [&] { cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N); };
-  call();
-  std::vector<double> t;
-  const double start = now();
-  while (t.size() < 5 || (now() - start < 1.5 && t.size() < 50)) {
+// Times one cblas_sgemm call (after one untimed call) with OpenBLAS on `threads`
+// threads; the devices keep OpenBLAS at 1 thread, so it is set back afterwards.
+struct SgemmProbe {
+  int M, N, K;
+  std::vector<float> A, B, C;
+  SgemmProbe(int m, int n, int k)
+      : M(m), N(n), K(k), A(size_t(m) * k, 0.5f), B(size_t(k) * n, 0.25f), C(size_t(m) * n) {}
+  double gflops(int threads) {
+    openblas_set_num_threads(threads);
+    auto call = [&] { cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N); };
+    call();
     const double t0 = now();
     call();
-    t.push_back(now() - t0);
+    const double t = now() - t0;
+    openblas_set_num_threads(1);
+    return 2.0 * M * N * K / t / 1e9;
   }
-  openblas_set_num_threads(1);
-  return 2.0 * M * N * K / median(t) / 1e9;
-}
+};
 
 int run_case(const Case& k, int threads, int steps) {
   const Config c = make_config(k);
   const int64_t BT = int64_t(k.batch) * k.seq, D = k.width, L = k.layers;
-  const double sgemm = sgemm_gflops(int(BT), int(4 * D), int(D), threads);
-  const double base = rss_mb();
+  SgemmProbe shape_probe(int(BT), int(4 * D), int(D)), square_probe(1024, 1024, 1024);
+  const double probes_mb = double(shape_probe.A.size() + shape_probe.B.size() + shape_probe.C.size() +
+                                  square_probe.A.size() + square_probe.B.size() + square_probe.C.size()) * 4 / (1 << 20);
+  shape_probe.gflops(threads);  // OpenBLAS's own buffers are part of the base, not the state
+  square_probe.gflops(threads);
+  const double base = rss_mb() - probes_mb;
 
   kernels::cpu::CpuDevice dev(threads);
   optim::ReferenceTrainer trainer(c, dev);
@@ -162,24 +176,26 @@ int run_case(const Case& k, int threads, int steps) {
   };
   double t[4];
   for (int i = 0; i < 2; ++i) one_step(t);  // warm-up: first touch, scratch growth
-  std::vector<double> step, fwd, bwd;
+  const double n_mm = double(L) * 12 * D * D + double(D) * k.vocab;
+  const double flops = double(BT) * (6 * n_mm + 6.0 * L * D * (k.seq + 1));
+  std::vector<double> step, fwd, bwd, ref, ratio;
   for (int i = 0; i < steps; ++i) {
+    ref.push_back(std::max(shape_probe.gflops(threads), square_probe.gflops(threads)));
     one_step(t);
+    ratio.push_back(flops / (t[3] - t[0]) / 1e9 / ref.back());
     step.push_back(t[3] - t[0]);
     fwd.push_back(t[1] - t[0]);
     bwd.push_back(t[2] - t[1]);
   }
   const double t_step = median(step), t_fwd = median(fwd), t_bwd = median(bwd);
   const double t_best = *std::min_element(step.begin(), step.end());
-  const double n_mm = double(L) * 12 * D * D + double(D) * k.vocab;
-  const double flops = double(BT) * (6 * n_mm + 6.0 * L * D * (k.seq + 1));
-  const double gflops = flops / t_step / 1e9;
+  const double gflops = flops / t_step / 1e9, sgemm = median(ref);
   const int64_t n = m.param_count();
   const double counted = (4.0 * n + double(m.slot_floats()) + double(m.scratch_floats())) * 4 / (1 << 20);
-  const double peak = rss_mb();
+  const double peak = rss_mb() - probes_mb;
   std::printf("%-10s %2d  %9.0f  %8.4f  %8.4f  %5.1f%% %5.1f%% %5.1f%%  %7.1f  %7.1f  %5.2f  %8.1f  %8.1f  %6.1f  %5.2f\n",
               k.name, threads, double(BT) / t_step, t_step, t_best, 100 * t_fwd / t_step, 100 * t_bwd / t_step,
-              100 * (t_step - t_fwd - t_bwd) / t_step, gflops, sgemm, gflops / sgemm, counted, peak, base, peak / counted);
+              100 * (t_step - t_fwd - t_bwd) / t_step, gflops, sgemm, median(ratio), counted, peak, base, peak / counted);
   return 0;
 }
 
@@ -192,16 +208,23 @@ void header() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) {
+    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+    execv("/proc/self/exe", argv);
+    std::perror("step_bench: re-executing with OPENBLAS_THREAD_TIMEOUT=4");
+    return 1;
+  }
   std::string name;
-  int threads = 1, steps = 0;
+  int threads = 1, steps = 0, repeat = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--case" && i + 1 < argc) name = argv[++i];
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
+    else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
     else if (a == "--header") { header(); return 0; }
     else {
-      std::fprintf(stderr, "usage: step_bench [--case tiny|small|gpt2-124m --threads N [--steps S]]\n");
+      std::fprintf(stderr, "usage: step_bench [--repeat R] | --case tiny|small|gpt2-124m --threads N [--steps S]\n");
       return 2;
     }
   }
@@ -213,21 +236,42 @@ int main(int argc, char** argv) {
   }
   header();
   std::fflush(stdout);
-  for (const auto& k : kCases)
-    for (int t : {1, 2}) {
-      const std::string th = std::to_string(t);
-      std::vector<std::string> args = {"/proc/self/exe", "--case", k.name, "--threads", th};
-      std::vector<char*> cargs;
-      for (auto& s : args) cargs.push_back(s.data());
-      cargs.push_back(nullptr);
-      pid_t pid;
-      if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargs.data(), environ) != 0) {
-        std::perror("posix_spawn");
-        return 1;
+  // Each case in its own process (a clean peak RSS); lines are collected for the medians.
+  std::vector<std::vector<std::string>> lines(std::size(kCases) * 2);
+  for (int rep = 0; rep < repeat; ++rep)
+    for (size_t ci = 0; ci < std::size(kCases); ++ci)
+      for (int t : {1, 2}) {
+        const std::string cmd = "/proc/self/exe --case " + std::string(kCases[ci].name) + " --threads " + std::to_string(t);
+        FILE* p = popen(cmd.c_str(), "r");
+        if (!p) return 1;
+        char buf[512];
+        std::string line;
+        while (std::fgets(buf, sizeof buf, p)) line += buf;
+        if (pclose(p) != 0) return 1;
+        std::fputs(line.c_str(), stdout);
+        std::fflush(stdout);
+        lines[ci * 2 + size_t(t - 1)].push_back(line);
       }
-      int status = 0;
-      waitpid(pid, &status, 0);
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
+  if (repeat > 1) {
+    std::printf("\nmedians over %d runs:\n", repeat);
+    header();
+    for (size_t i = 0; i < lines.size(); ++i) {
+      // columns: name th tokens/s step best fwd bwd opt GFLOP/s sgemm ratio state peak base peak/state
+      std::vector<std::vector<double>> cols(13);
+      for (const auto& l : lines[i]) {
+        char name[32];
+        int th = 0;
+        double v[13];
+        if (std::sscanf(l.c_str(), "%31s %d %lf %lf %lf %lf%% %lf%% %lf%% %lf %lf %lf %lf %lf %lf %lf", name, &th, &v[0], &v[1],
+                        &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12]) == 15)
+          for (int c = 0; c < 13; ++c) cols[size_t(c)].push_back(v[c]);
+      }
+      if (cols[0].empty()) continue;
+      std::printf("%-10s %2d  %9.0f  %8.4f  %8.4f  %5.1f%% %5.1f%% %5.1f%%  %7.1f  %7.1f  %5.2f  %8.1f  %8.1f  %6.1f  %5.2f\n",
+                  kCases[i / 2].name, int(i % 2) + 1, median(cols[0]), median(cols[1]), median(cols[2]), median(cols[3]),
+                  median(cols[4]), median(cols[5]), median(cols[6]), median(cols[7]), median(cols[8]), median(cols[9]),
+                  median(cols[10]), median(cols[11]), median(cols[12]));
     }
+  }
   return 0;
 }
