@@ -36,8 +36,14 @@ if(TROUPE_HAVE_CUDA)
     # Hopper (sm_90) code plus PTX for newer GPUs.
     set(CMAKE_CUDA_ARCHITECTURES 90-real 90-virtual)
   endif()
+  # One CUDA runtime: without this the CUDA language links cudart_static into every
+  # executable that also gets libcudart.so through cuBLAS (notes/gloo-nccl-blas.md 2).
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
   enable_language(CUDA)
-  set(CMAKE_CUDA_STANDARD 20)
+  # .cu files are C++17: CMake 3.25 knows no CUDA20 flags for nvcc 13 ("requires the
+  # language dialect CUDA20"); host .cpp files of the CUDA libraries stay C++20.
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   add_library(troupe_nccl INTERFACE)
   target_link_libraries(troupe_nccl INTERFACE ${NCCL_LIBRARY})
   target_include_directories(troupe_nccl INTERFACE ${NCCL_INCLUDE_DIR})

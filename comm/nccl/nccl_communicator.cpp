@@ -1,0 +1,380 @@
+#include "comm/nccl/nccl_communicator.h"
+
+#include <nccl.h>
+
+#include <climits>
+#include <cstring>
+#include <thread>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace troupe::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using kernels::cuda::Event;
+using kernels::cuda::Stream;
+
+std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
+  std::string s = std::string(ncclGetErrorString(r)) + " (ncclResult " + std::to_string(int(r)) + ")";
+  const char* last = ncclGetLastError(comm);
+  if (last && *last) s += ": " + std::string(last);
+  return s;
+}
+
+// Polls a non-blocking communicator until its pending work leaves ncclInProgress;
+// returns the final state, or ncclInProgress when the deadline passed first.
+ncclResult_t settle(ncclComm_t comm, Clock::time_point deadline) {
+  for (;;) {
+    ncclResult_t st = ncclInProgress;
+    const ncclResult_t q = ncclCommGetAsyncError(comm, &st);
+    if (q != ncclSuccess) return q;
+    if (st != ncclInProgress) return st;
+    if (Clock::now() > deadline) return ncclInProgress;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  return cfg;
+}
+
+ncclUniqueId to_nccl(const NcclId& id) {
+  static_assert(sizeof(ncclUniqueId) == std::tuple_size_v<NcclId>, "NcclId must hold an ncclUniqueId");
+  ncclUniqueId u;
+  std::memcpy(u.internal, id.data(), id.size());
+  return u;
+}
+
+std::string member(const std::string& name, int rank, int size) {
+  return name + ": rank " + std::to_string(rank) + " of " + std::to_string(size);
+}
+
+void set_device(int ordinal) { TROUPE_CUDA_CHECK(cudaSetDevice(ordinal)); }
+
+}  // namespace
+
+NcclId nccl_unique_id() {
+  ncclUniqueId u;
+  const ncclResult_t r = ncclGetUniqueId(&u);
+  if (r != ncclSuccess) throw CommError(std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
+  NcclId id;
+  std::memcpy(id.data(), u.internal, id.size());
+  return id;
+}
+
+std::string nccl_id_to_hex(const NcclId& id) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  s.reserve(id.size() * 2);
+  for (char c : id) {
+    const auto b = static_cast<unsigned char>(c);
+    s += digits[b >> 4];
+    s += digits[b & 15];
+  }
+  return s;
+}
+
+NcclId nccl_id_from_hex(std::string_view hex) {
+  NcclId id{};
+  if (hex.size() != id.size() * 2)
+    throw CommError("NCCL unique ID: expected " + std::to_string(id.size() * 2) + " hex digits, got " +
+                    std::to_string(hex.size()));
+  auto nibble = [&](size_t i) {
+    const char c = hex[i];
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    throw CommError("NCCL unique ID: character '" + std::string(1, c) + "' at offset " + std::to_string(i) +
+                    " is not a hex digit");
+  };
+  for (size_t i = 0; i < id.size(); ++i) id[i] = char(nibble(2 * i) * 16 + nibble(2 * i + 1));
+  return id;
+}
+
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "NCCL (version unknown)";
+  // NCCL_VERSION(X, Y, Z) = X * 10000 + Y * 100 + Z since 2.9
+  return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+// ---- creation ---------------------------------------------------------------------
+
+std::shared_ptr<NcclCommunicator> make_nccl_communicator(const NcclId& id, int rank, int size,
+                                                         kernels::cuda::CudaDevice& device, std::string name,
+                                                         std::chrono::milliseconds timeout) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw CommError(name + ": rank " + std::to_string(rank) + " is outside a group of " + std::to_string(size));
+  set_device(device.ordinal());
+  ncclConfig_t cfg = nonblocking_config();
+  ncclComm_t comm = nullptr;
+  const auto deadline = Clock::now() + timeout;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, size, to_nccl(id), rank, &cfg);
+  if (r == ncclInProgress || (r == ncclSuccess && comm)) r = settle(comm, deadline);
+  if (r != ncclSuccess) {
+    std::string cause = r == ncclInProgress
+                            ? "not every member joined within " + std::to_string(timeout.count()) +
+                                  " ms (same unique ID and size on every member?)"
+                            : nccl_error(r, comm);
+    if (comm) ncclCommAbort(comm);
+    throw CommError(member(name, rank, size) + ": creating the NCCL communicator failed: " + cause);
+  }
+  return std::make_shared<NcclCommunicator>(comm, rank, size, device, std::move(name), timeout);
+}
+
+std::vector<std::shared_ptr<NcclCommunicator>> make_nccl_group(const std::vector<kernels::cuda::CudaDevice*>& devices,
+                                                               std::string name, std::chrono::milliseconds timeout) {
+  const int n = int(devices.size());
+  if (n < 1) throw CommError(name + ": a communicator group needs at least one member");
+  for (int a = 0; a < n; ++a)
+    for (int b = a + 1; b < n; ++b)
+      if (devices[size_t(a)]->ordinal() == devices[size_t(b)]->ordinal())
+        throw CommError(name + ": members " + std::to_string(a) + " and " + std::to_string(b) + " share CUDA device " +
+                        std::to_string(devices[size_t(a)]->ordinal()) +
+                        " (NCCL allows one rank per GPU; use an in-process communicator)");
+  const ncclUniqueId uid = to_nccl(nccl_unique_id());
+  std::vector<ncclComm_t> comms(size_t(n), nullptr);
+  const auto deadline = Clock::now() + timeout;
+  auto abort_all = [&] {
+    for (auto c : comms)
+      if (c) ncclCommAbort(c);
+  };
+  ncclResult_t r = ncclGroupStart();
+  for (int i = 0; i < n && r == ncclSuccess; ++i) {
+    set_device(devices[size_t(i)]->ordinal());
+    ncclConfig_t cfg = nonblocking_config();
+    r = ncclCommInitRankConfig(&comms[size_t(i)], n, uid, i, &cfg);
+    if (r == ncclInProgress) r = ncclSuccess;
+  }
+  const ncclResult_t g = ncclGroupEnd();
+  if (r != ncclSuccess || (g != ncclSuccess && g != ncclInProgress)) {
+    const std::string cause = nccl_error(r != ncclSuccess ? r : g, nullptr);
+    abort_all();
+    throw CommError(name + ": creating " + std::to_string(n) + " NCCL communicators failed: " + cause);
+  }
+  for (int i = 0; i < n; ++i) {
+    const ncclResult_t s = settle(comms[size_t(i)], deadline);
+    if (s != ncclSuccess) {
+      const std::string cause = s == ncclInProgress ? "not ready within " + std::to_string(timeout.count()) + " ms"
+                                                    : nccl_error(s, comms[size_t(i)]);
+      abort_all();
+      throw CommError(member(name, i, n) + ": creating the NCCL communicator failed: " + cause);
+    }
+  }
+  std::vector<std::shared_ptr<NcclCommunicator>> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back(std::make_shared<NcclCommunicator>(comms[size_t(i)], i, n, *devices[size_t(i)], name, timeout));
+  return out;
+}
+
+// ---- the communicator -------------------------------------------------------------
+
+NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int size, kernels::cuda::CudaDevice& device,
+                                   std::string name, std::chrono::milliseconds timeout)
+    : comm_(comm), rank_(rank), size_(size), device_(device), name_(std::move(name)), timeout_(timeout) {
+  // [0] barrier value; [1, 2] outgoing p2p header; [3, 4] incoming p2p header.
+  scratch_ = device_.allocate(5, kernels::DType::kI32);
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  std::lock_guard lock(mu_);
+  if (!comm_) return;
+  cudaSetDevice(device_.ordinal());
+  cudaStreamSynchronize(device_.stream(Stream::kComm));
+  ncclResult_t r = ncclCommFinalize(comm_);
+  if (r == ncclSuccess || r == ncclInProgress) r = settle(comm_, Clock::now() + std::chrono::seconds(10));
+  if (r == ncclSuccess)
+    ncclCommDestroy(comm_);
+  else
+    ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+std::string NcclCommunicator::where(const char* op) const {
+  return member(name_, rank_, size_) + ", " + op;
+}
+
+void NcclCommunicator::fail(const char* op, const std::string& cause) {
+  std::lock_guard lock(mu_);
+  if (!aborted_.exchange(true)) abort_reason_ = std::string(op) + ": " + cause;
+  if (comm_) {
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+  throw CommError(where(op) + ": " + cause + " (communicator aborted)");
+}
+
+void NcclCommunicator::abort(const std::string& why) {
+  std::lock_guard lock(mu_);
+  if (!aborted_.exchange(true)) abort_reason_ = why;
+  if (comm_) {
+    cudaSetDevice(device_.ordinal());
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+}
+
+template <class Enqueue>
+Event NcclCommunicator::launch(const char* op, Enqueue&& enqueue) {
+  std::string cause;
+  {
+    std::lock_guard lock(mu_);
+    if (aborted_ || !comm_) throw CommError(where(op) + ": aborted: " + abort_reason_);
+    set_device(device_.ordinal());
+    // The collective reads what the compute stream has produced so far.
+    device_.wait_event(Stream::kComm, device_.record_event(Stream::kCompute));
+    ncclResult_t r = enqueue(comm_, device_.stream(Stream::kComm));
+    if (r == ncclInProgress) r = settle(comm_, Clock::now() + timeout_);
+    if (r == ncclSuccess) return device_.record_event(Stream::kComm);
+    cause = r == ncclInProgress ? "enqueueing did not finish within " + std::to_string(timeout_.count()) + " ms"
+                                : nccl_error(r, comm_);
+  }
+  fail(op, cause);
+}
+
+void NcclCommunicator::wait(const Event& e, const char* op) {
+  const auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    bool done = false;
+    try {
+      done = e.done();
+    } catch (const std::exception& ex) {
+      fail(op, ex.what());
+    }
+    if (done) return;
+    std::string cause;
+    {
+      std::lock_guard lock(mu_);
+      if (aborted_ || !comm_) throw CommError(where(op) + ": aborted: " + abort_reason_);
+      ncclResult_t st = ncclSuccess;
+      const ncclResult_t q = ncclCommGetAsyncError(comm_, &st);
+      if (q != ncclSuccess) cause = nccl_error(q, comm_);
+      else if (st != ncclSuccess && st != ncclInProgress) cause = nccl_error(st, comm_);
+    }
+    if (cause.empty() && Clock::now() > deadline)
+      cause = "timed out after " + std::to_string(timeout_.count()) + " ms (a member missing or dead?)";
+    if (!cause.empty()) fail(op, cause);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// ---- collectives ------------------------------------------------------------------
+
+Event NcclCommunicator::all_reduce_sum_async(std::span<float> data) {
+  return launch("all_reduce_sum", [&](ncclComm_t c, cudaStream_t s) {
+    return ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, ncclSum, c, s);
+  });
+}
+
+Event NcclCommunicator::reduce_scatter_sum_async(std::span<const float> in, std::span<float> out) {
+  const size_t n = in.size();
+  const Chunk mine = chunk_range(n, size_, rank_);
+  if (out.size() != mine.size())
+    throw CommError(where("reduce_scatter_sum") + ": " + std::to_string(n) + " elements give this rank a chunk of " +
+                    std::to_string(mine.size()) + ", but its output holds " + std::to_string(out.size()));
+  return launch("reduce_scatter_sum", [&](ncclComm_t c, cudaStream_t s) {
+    if (n % size_t(size_) == 0) return ncclReduceScatter(in.data(), out.data(), out.size(), ncclFloat, ncclSum, c, s);
+    // Uneven chunks: one reduce per chunk onto its owner, in one NCCL group.
+    ncclResult_t r = ncclGroupStart();
+    for (int q = 0; q < size_ && r == ncclSuccess; ++q) {
+      const Chunk ch = chunk_range(n, size_, q);
+      if (ch.size() == 0) continue;
+      r = ncclReduce(in.data() + ch.begin, q == rank_ ? out.data() : const_cast<float*>(in.data() + ch.begin),
+                     ch.size(), ncclFloat, ncclSum, q, c, s);
+    }
+    const ncclResult_t g = ncclGroupEnd();
+    return r != ncclSuccess ? r : g;
+  });
+}
+
+Event NcclCommunicator::all_gather_async(std::span<const float> in, std::span<float> out) {
+  const size_t n = out.size();
+  const Chunk mine = chunk_range(n, size_, rank_);
+  if (in.size() != mine.size())
+    throw CommError(where("all_gather") + ": gathering " + std::to_string(n) + " elements expects this rank's chunk of " +
+                    std::to_string(mine.size()) + ", got " + std::to_string(in.size()));
+  return launch("all_gather", [&](ncclComm_t c, cudaStream_t s) {
+    if (n % size_t(size_) == 0) return ncclAllGather(in.data(), out.data(), in.size(), ncclFloat, c, s);
+    // Uneven chunks: every owner broadcasts its chunk into place, in one NCCL group.
+    ncclResult_t r = ncclGroupStart();
+    for (int q = 0; q < size_ && r == ncclSuccess; ++q) {
+      const Chunk ch = chunk_range(n, size_, q);
+      if (ch.size() == 0) continue;
+      r = ncclBroadcast(q == rank_ ? static_cast<const void*>(in.data()) : static_cast<const void*>(out.data() + ch.begin),
+                        out.data() + ch.begin, ch.size(), ncclFloat, q, c, s);
+    }
+    const ncclResult_t g = ncclGroupEnd();
+    return r != ncclSuccess ? r : g;
+  });
+}
+
+void NcclCommunicator::all_reduce_sum(std::span<float> data) { wait(all_reduce_sum_async(data), "all_reduce_sum"); }
+
+void NcclCommunicator::reduce_scatter_sum(std::span<const float> in, std::span<float> out) {
+  wait(reduce_scatter_sum_async(in, out), "reduce_scatter_sum");
+}
+
+void NcclCommunicator::all_gather(std::span<const float> in, std::span<float> out) {
+  wait(all_gather_async(in, out), "all_gather");
+}
+
+void NcclCommunicator::broadcast(std::span<float> data, int root) {
+  if (root < 0 || root >= size_)
+    throw CommError(where("broadcast") + ": root " + std::to_string(root) + " outside 0.." + std::to_string(size_ - 1));
+  wait(launch("broadcast", [&](ncclComm_t c, cudaStream_t s) {
+         return ncclBroadcast(data.data(), data.data(), data.size(), ncclFloat, root, c, s);
+       }),
+       "broadcast");
+}
+
+void NcclCommunicator::barrier() {
+  int32_t* v = scratch_.i32();
+  wait(launch("barrier", [&](ncclComm_t c, cudaStream_t s) { return ncclAllReduce(v, v, 1, ncclInt32, ncclSum, c, s); }),
+       "barrier");
+}
+
+void NcclCommunicator::send(std::span<const float> data, int peer, int tag) {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    throw CommError(where("send") + ": cannot send to peer " + std::to_string(peer));
+  if (data.size() > size_t(INT32_MAX)) throw CommError(where("send") + ": message above 2^31 elements");
+  const int32_t header[2] = {tag, int32_t(data.size())};
+  int32_t* h = scratch_.i32() + 1;
+  wait(launch("send",
+              [&](ncclComm_t c, cudaStream_t s) {
+                // Pageable source: the copy is staged before cudaMemcpyAsync returns.
+                if (cudaMemcpyAsync(h, header, sizeof(header), cudaMemcpyHostToDevice, s) != cudaSuccess)
+                  return ncclUnhandledCudaError;
+                ncclResult_t r = ncclGroupStart();
+                if (r == ncclSuccess) r = ncclSend(h, 2, ncclInt32, peer, c, s);
+                if (r == ncclSuccess) r = ncclSend(data.data(), data.size(), ncclFloat, peer, c, s);
+                const ncclResult_t g = ncclGroupEnd();
+                return r != ncclSuccess ? r : g;
+              }),
+       "send");
+}
+
+void NcclCommunicator::recv(std::span<float> data, int peer, int tag) {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    throw CommError(where("recv") + ": cannot receive from peer " + std::to_string(peer));
+  int32_t* h = scratch_.i32() + 3;
+  wait(launch("recv",
+              [&](ncclComm_t c, cudaStream_t s) {
+                ncclResult_t r = ncclGroupStart();
+                if (r == ncclSuccess) r = ncclRecv(h, 2, ncclInt32, peer, c, s);
+                if (r == ncclSuccess) r = ncclRecv(data.data(), data.size(), ncclFloat, peer, c, s);
+                const ncclResult_t g = ncclGroupEnd();
+                return r != ncclSuccess ? r : g;
+              }),
+       "recv");
+  int32_t got[2] = {0, 0};
+  TROUPE_CUDA_CHECK(cudaMemcpy(got, h, sizeof(got), cudaMemcpyDeviceToHost));
+  if (got[0] != tag || size_t(got[1]) != data.size())
+    throw CommError(where("recv") + ": expected tag " + std::to_string(tag) + " with " + std::to_string(data.size()) +
+                    " floats from rank " + std::to_string(peer) + ", got tag " + std::to_string(got[0]) + " with " +
+                    std::to_string(got[1]));
+}
+
+}  // namespace troupe::comm
