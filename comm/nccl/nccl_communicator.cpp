@@ -179,17 +179,16 @@ NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int size, kernels::
   scratch_ = device_.allocate(5, kernels::DType::kI32);
 }
 
+// ncclCommFinalize waits until every member has finalized ("globally quiescent"), which
+// would stall members destroyed one after another on one thread; ncclCommAbort frees
+// the local resources without waiting for peers. Callers make a healthy group
+// quiescent first (its last collective waited for everywhere, e.g. a barrier).
 NcclCommunicator::~NcclCommunicator() {
   std::lock_guard lock(mu_);
   if (!comm_) return;
   cudaSetDevice(device_.ordinal());
   cudaStreamSynchronize(device_.stream(Stream::kComm));
-  ncclResult_t r = ncclCommFinalize(comm_);
-  if (r == ncclSuccess || r == ncclInProgress) r = settle(comm_, Clock::now() + std::chrono::seconds(10));
-  if (r == ncclSuccess)
-    ncclCommDestroy(comm_);
-  else
-    ncclCommAbort(comm_);
+  ncclCommAbort(comm_);
   comm_ = nullptr;
 }
 

@@ -27,6 +27,10 @@
 // cross-process abort: the other members notice through their own timeout (or the
 // supervisor stops them).
 //
+// Destruction aborts the communicator (local, never waits for peers, as PyTorch's
+// process groups do): destroy a healthy group once its last collective has completed on
+// every member (a barrier()).
+//
 // Order of summation: NCCL's (ring or tree, fixed for a given size, rank count and
 // topology), not rank order as in comm/inprocess.h: the result is deterministic run to
 // run on the same machine but not bitwise equal to the in-process communicator's.
