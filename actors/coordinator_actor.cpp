@@ -3,14 +3,21 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/message_types.h"
+#include "ckpt/commit.h"
+#include "ckpt/error.h"
 #include "config/derived.h"
+#include "data/batch_source.h"
+#include "engine/checkpointing.h"
 #include "engine/step_ledger.h"
+#include "metrics/json.h"
 #include "optim/grad_clip.h"
 #include "sched/lr_schedule.h"
 
@@ -25,19 +32,35 @@ using msg::StepKind;
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The checkpoint being saved.
+struct SaveInFlight {
+  int64_t step = 0;
+  std::optional<ckpt::CheckpointCommit> commit;
+  engine::TrainingPosition position;
+  std::set<std::string> snapshots_missing;  // optimizer shards that have not copied yet
+  std::set<std::string> shards_missing;     // writers that have not written yet
+  std::vector<ShardFile> shards;
+  bool final = false;  // the run ends once it is committed
+  Clock::time_point started = Clock::now();
+  int64_t bytes = 0;
+};
 
 struct CoordinatorState {
   CoordinatorArgs args;
+  std::string path = engine::coordinator_path();
   engine::Topology topo;
   std::unique_ptr<sched::LrSchedule> schedule;
-  Registry peers;
+  std::optional<data::BatchSource> data;
   std::vector<caf::actor> stages, optimizers, loaders;  // rank / dp order
   int32_t microbatches = 0;
   int64_t total_steps = 0;
   int32_t eval_microbatches = 0;  // per replica, 0: no validation
+  std::string ckpt_root;
 
-  // Counters after the last finished training step.
-  int64_t step = 0, consumed = 0, successful = 0, skipped = 0;
+  // The position after the last finished training step.
+  engine::TrainingPosition pos;
 
   // The step in flight.
   std::optional<engine::StepLedger> ledger;
@@ -46,56 +69,205 @@ struct CoordinatorState {
   Clock::time_point step_start;
   int64_t evals_run = 0;
   int64_t last_eval_step = -1;
+  std::vector<msg::ReplicaCounts> early_counts;  // loaders run ahead
 
-  // Loaders run ahead: counts of a step that has not started yet wait here.
-  std::vector<msg::ReplicaCounts> early_counts;
+  // Checkpoints.
+  std::optional<SaveInFlight> save;
+  int64_t last_saved_step = 0;
+  int64_t save_checked_step = -1;  // the step whose save decision was taken
+  Clock::time_point last_save_time = Clock::now();
+  std::string finish_status, finish_error;  // set when a final save must land first
+  bool waiting_for_save = false;             // idle until the save in flight is committed
 
-  RunOutcome outcome;
-  Clock::time_point run_start = Clock::now();
-  bool done = false;
+  // Liveness.
+  Clock::time_point last_progress = Clock::now();
+  std::map<std::string, Clock::time_point> last_beat;
+
+  bool started = false, done = false;
 };
 
 using Self = caf::stateful_actor<CoordinatorState>;
 
+void next(Self* self);
 void finish_run(Self* self, std::string status, std::string error = {});
-void begin_train_step(Self* self);
 
 void to_metrics(Self* self, caf::message m) {
-  if (self->state.args.metrics) self->send(self->state.args.metrics, std::move(m));
+  if (auto metrics = self->state.args.directory->get(engine::metrics_path())) self->send(metrics, std::move(m));
 }
+
+void event(Self* self, const std::string& type, int64_t step, metrics::Json fields) {
+  to_metrics(self, caf::make_message(event_atom::value, type, step, fields.dump()));
+}
+
+void check_fault(Self* self, int64_t step, Fault::Phase phase) {
+  engine::check_fault(self->state.args.faults.get(), self->state.path, step, phase);
+}
+
+// ---- checkpoints -----------------------------------------------------------
+
+bool save_due(const CoordinatorState& st) {
+  const auto& ck = st.args.config.checkpoint();
+  if (st.pos.step <= st.last_saved_step) return false;
+  if (ck.interval_steps() > 0 && st.pos.step % ck.interval_steps() == 0) return true;
+  return ck.interval_seconds() > 0 && seconds_since(st.last_save_time) >= ck.interval_seconds();
+}
+
+void fail_save(Self* self, const std::string& why) {
+  auto& st = self->state;
+  if (!st.save) return;
+  spdlog::error("checkpoint of step {} failed: {}", st.save->step, why);
+  event(self, "checkpoint_failed", st.save->step, {{"error", why}});
+  const bool final = st.save->final;
+  st.save.reset();
+  if (final) {
+    finish_run(self, st.finish_status, st.finish_error.empty() ? "final checkpoint failed: " + why : st.finish_error);
+  } else {
+    // Training may have been waiting for the copies or for this save to end.
+    st.waiting_for_save = false;
+    next(self);
+  }
+}
+
+void commit_save(Self* self) {
+  auto& st = self->state;
+  auto& s = *st.save;
+  check_fault(self, s.step, Fault::CHECKPOINT_WRITE);
+  try {
+    auto manifest = engine::make_manifest(st.args.config, s.position, std::move(s.shards));
+    const auto dir = s.commit->commit(std::move(manifest), st.args.config.checkpoint().keep_last());
+    const double secs = seconds_since(s.started);
+    spdlog::info("checkpoint: step {} saved to {} ({:.1f} MB in {:.2f} s)", s.step, dir, s.bytes / 1e6, secs);
+    event(self, "checkpoint", s.step, {{"dir", dir}, {"bytes", s.bytes}, {"seconds", secs}});
+    st.last_saved_step = s.step;
+  } catch (const ckpt::CheckpointError& e) {
+    fail_save(self, e.what());
+    return;
+  }
+  const bool final = s.final;
+  st.save.reset();
+  if (final) {
+    finish_run(self, st.finish_status, st.finish_error);
+  } else if (st.waiting_for_save) {
+    st.waiting_for_save = false;
+    next(self);
+  }
+}
+
+// Opens the checkpoint of the current step and has every shard copy its state.
+void begin_save(Self* self, bool final) {
+  auto& st = self->state;
+  SaveInFlight s;
+  s.step = st.pos.step;
+  s.position = st.pos;
+  s.final = final;
+  try {
+    s.commit.emplace(ckpt::CheckpointCommit::begin(st.ckpt_root, s.step));
+  } catch (const ckpt::CheckpointError& e) {
+    spdlog::error("checkpoint of step {} not started: {}", s.step, e.what());
+    if (final) finish_run(self, st.finish_status, st.finish_error);
+    else next(self);
+    return;
+  }
+  for (const auto& r : st.topo.all_ranks()) {
+    s.snapshots_missing.insert(engine::optim_path(r));
+    if (engine::writes_shard(st.args.config, r)) s.shards_missing.insert(engine::writer_path(r));
+  }
+  st.save = std::move(s);
+  st.last_save_time = Clock::now();
+  const msg::SnapshotCommand cmd{st.save->step, st.save->commit->partial_dir()};
+  for (const auto& o : st.optimizers) self->send(o, cmd);
+}
+
+// ---- steps -------------------------------------------------------------------
 
 void begin_eval(Self* self) {
   auto& st = self->state;
   const int64_t id = ++st.evals_run;
   st.ledger.emplace(st.topo, StepKind::Eval, id, st.eval_microbatches);
   st.decision.reset();
-  st.step_start = Clock::now();
-  st.last_eval_step = st.step;
+  st.step_start = st.last_progress = Clock::now();
+  st.last_eval_step = st.pos.step;
   const msg::RunStep rs{id, StepKind::Eval, 0, st.eval_microbatches};
   for (const auto& l : st.loaders) self->send(l, rs);
   for (const auto& s : st.stages) self->send(s, rs);
 }
 
-// What comes after a finished training or evaluation step.
+void begin_train_step(Self* self) {
+  auto& st = self->state;
+  const int64_t step = st.pos.step + 1;
+  check_fault(self, step, Fault::FORWARD);
+  st.ledger.emplace(st.topo, StepKind::Train, step, st.microbatches);
+  st.decision.reset();
+  st.lr = st.schedule->lr_for_update(st.pos.successful_updates);
+  st.step_start = st.last_progress = Clock::now();
+  const msg::RunStep rs{step, StepKind::Train, st.pos.consumed_samples, st.microbatches};
+  for (const auto& s : st.stages) self->send(s, rs);
+  auto early = std::move(st.early_counts);
+  st.early_counts.clear();
+  for (auto& c : early) {
+    if (c.step == step)
+      st.ledger->add(c);
+    else if (c.step > step)
+      st.early_counts.push_back(std::move(c));
+  }
+}
+
+// What comes after a finished training or evaluation step (or the start).
 void next(Self* self) {
   auto& st = self->state;
-  const bool eval_due = st.eval_microbatches > 0 && st.last_eval_step != st.step &&
-                        ((st.args.config.training().eval_interval() > 0 &&
-                          st.step % st.args.config.training().eval_interval() == 0) ||
-                         st.step == st.total_steps);
+  if (st.done || st.ledger) return;
+  if (st.save && !st.save->snapshots_missing.empty()) return;  // copies being taken: called again after
+  const auto& ck = st.args.config.checkpoint();
+  // A final checkpoint (end of run, SIGTERM) waits for the one being written.
+  auto final_save = [&] {
+    if (st.save) {
+      st.waiting_for_save = true;
+      return;
+    }
+    begin_save(self, /*final=*/true);
+  };
   if (int sig = g_stop_signal.load()) {
-    finish_run(self, "interrupted", fmt::format("signal {}", sig));
+    st.finish_status = "interrupted";
+    st.finish_error = fmt::format("signal {}", sig);
+    if (sig == SIGTERM && ck.save_on_exit() && st.pos.step > st.last_saved_step)
+      final_save();
+    else
+      finish_run(self, st.finish_status, st.finish_error);
     return;
   }
+  if (st.save_checked_step != st.pos.step) {
+    st.save_checked_step = st.pos.step;
+    if (st.pos.step < st.total_steps && save_due(st)) {
+      if (st.save) {
+        spdlog::warn("checkpoint of step {} skipped: step {} is still being written", st.pos.step, st.save->step);
+      } else {
+        begin_save(self, /*final=*/false);
+        return;
+      }
+    }
+  }
+  const auto& t = st.args.config.training();
+  const bool eval_due = st.eval_microbatches > 0 && st.last_eval_step != st.pos.step &&
+                        ((t.eval_interval() > 0 && st.pos.step % t.eval_interval() == 0) ||
+                         st.pos.step == st.total_steps);
   if (eval_due) {
     begin_eval(self);
     return;
   }
-  if (st.step < st.total_steps) {
+  if (st.pos.step < st.total_steps) {
+    // A checkpoint still being written may lag by at most max_lag_steps.
+    if (st.save && st.pos.step + 1 > st.save->step + std::max(0, ck.max_lag_steps())) {
+      st.waiting_for_save = true;
+      return;
+    }
     begin_train_step(self);
     return;
   }
-  finish_run(self, "completed");
+  st.finish_status = "completed";
+  if (ck.save_on_exit() && st.pos.step > st.last_saved_step)
+    final_save();
+  else
+    finish_run(self, "completed");
 }
 
 void finish_train_step(Self* self) {
@@ -107,8 +279,9 @@ void finish_train_step(Self* self) {
                                        ledger.step(), counts.loss_tokens, ledger.loss_tokens()));
   metrics::StepRecord r;
   r.step = ledger.step();
-  st.consumed += counts.samples;
-  r.consumed_samples = st.consumed;
+  st.pos.step = r.step;
+  st.pos.consumed_samples += counts.samples;
+  r.consumed_samples = st.pos.consumed_samples;
   r.loss = counts.loss_tokens > 0 ? ledger.loss_sum() / double(counts.loss_tokens) : 0.0;
   r.lr = st.lr;
   r.grad_norm = st.decision->norm;
@@ -117,19 +290,26 @@ void finish_train_step(Self* self) {
   r.input_tokens = counts.input_tokens;
   r.loss_tokens = counts.loss_tokens;
   r.padding_tokens = counts.padding_tokens;
-  r.step_time_s = std::chrono::duration<double>(Clock::now() - st.step_start).count();
+  r.step_time_s = seconds_since(st.step_start);
   r.wall_time = unix_now();
-  st.step = r.step;
   if (r.skipped) {
-    ++st.skipped;
+    ++st.pos.skipped_updates;
     spdlog::warn("step {}: gradient norm is not finite ({}); update skipped, the LR schedule holds",
                  r.step, r.grad_norm);
   } else {
-    ++st.successful;
+    ++st.pos.successful_updates;
   }
-  metrics::accumulate(st.outcome.summary, r);
-  st.outcome.steps.push_back(r);
-  st.outcome.step_samples.push_back(ledger.sample_ids());
+  if (st.data) st.pos.epoch = st.data->epoch_of(st.pos.consumed_samples);
+  r = st.args.book->add_step(r, ledger.sample_ids());
+  if (auto rec = st.args.book->first_step_done()) {
+    spdlog::info("recovered: first step after restart {} done; detection to restart {:.3f} s, restart to first "
+                 "step (reload + re-warm) {:.3f} s",
+                 st.args.book->restarts(), rec->detection_to_restart_s, rec->restart_to_first_step_s);
+    event(self, "recovery", r.step,
+          {{"restarts", st.args.book->restarts()},
+           {"detection_to_restart_s", rec->detection_to_restart_s},
+           {"restart_to_first_step_s", rec->restart_to_first_step_s}});
+  }
   to_metrics(self, caf::make_message(r));
   st.ledger.reset();
   next(self);
@@ -140,45 +320,29 @@ void finish_eval(Self* self) {
   auto& ledger = *st.ledger;
   const auto counts = ledger.counts();
   metrics::EvalRecord e;
-  e.step = st.step;
-  e.consumed_samples = st.consumed;
+  e.step = st.pos.step;
+  e.consumed_samples = st.pos.consumed_samples;
   e.loss = counts.loss_tokens > 0 ? ledger.loss_sum() / double(counts.loss_tokens) : 0.0;
   e.samples = counts.samples;
   e.loss_tokens = counts.loss_tokens;
-  e.time_s = std::chrono::duration<double>(Clock::now() - st.step_start).count();
+  e.time_s = seconds_since(st.step_start);
   e.wall_time = unix_now();
-  st.outcome.summary.last_eval_loss = e.loss;
-  st.outcome.evals.push_back(e);
+  st.args.book->add_eval(e);
   to_metrics(self, caf::make_message(e));
   st.ledger.reset();
   next(self);
 }
 
-void begin_train_step(Self* self) {
-  auto& st = self->state;
-  st.ledger.emplace(st.topo, StepKind::Train, st.step + 1, st.microbatches);
-  st.decision.reset();
-  st.lr = st.schedule->lr_for_update(st.successful);
-  st.step_start = Clock::now();
-  const msg::RunStep rs{st.step + 1, StepKind::Train, st.consumed, st.microbatches};
-  for (const auto& s : st.stages) self->send(s, rs);
-  auto early = std::move(st.early_counts);
-  st.early_counts.clear();
-  for (auto& c : early) {
-    if (c.step == rs.step)
-      st.ledger->add(c);
-    else
-      st.early_counts.push_back(std::move(c));
-  }
-}
-
 // Called after every report: moves the step along when it can.
 void progress(Self* self) {
   auto& st = self->state;
+  st.last_progress = Clock::now();
   if (!st.ledger) return;
   auto& ledger = *st.ledger;
   if (ledger.kind() == StepKind::Train && !st.decision && ledger.norms_complete()) {
+    check_fault(self, ledger.step(), Fault::REDUCE);
     st.decision = optim::decide(ledger.total_sum_squares(), st.args.config.optimizer().clip_grad());
+    check_fault(self, ledger.step(), Fault::OPTIMIZER);
     const msg::UpdateCommand cmd{ledger.step(), st.lr, st.decision->factor, st.decision->skip};
     for (const auto& o : st.optimizers) self->send(o, cmd);
   }
@@ -194,19 +358,32 @@ void finish_run(Self* self, std::string status, std::string error) {
   auto& st = self->state;
   if (st.done) return;
   st.done = true;
-  st.outcome.status = std::move(status);
-  st.outcome.error = std::move(error);
-  st.outcome.summary.status = st.outcome.status;
-  st.outcome.summary.elapsed_s = std::chrono::duration<double>(Clock::now() - st.run_start).count();
-  st.outcome.summary.wall_time = unix_now();
-  to_metrics(self, caf::make_message(st.outcome.summary));
-  if (st.args.client) self->send(st.args.client, finished_atom::value, st.outcome);
+  auto outcome = st.args.book->outcome();
+  metrics::RunSummary summary;
+  for (const auto& r : outcome.steps) metrics::accumulate(summary, r);
+  summary.status = status;
+  summary.restarts = st.args.book->restarts();
+  if (!outcome.evals.empty()) summary.last_eval_loss = outcome.evals.back().loss;
+  summary.elapsed_s = st.args.book->elapsed_seconds();
+  summary.wall_time = unix_now();
+  st.args.book->finish(status, error, summary);
+  to_metrics(self, caf::make_message(summary));
+  if (st.args.client) self->send(st.args.client, finished_atom::value, st.args.book->outcome());
+}
+
+// ---- wiring --------------------------------------------------------------------
+
+void wire(Self* self, const caf::actor& a, const Registry& peers, std::function<void()> then) {
+  self->request(a, std::chrono::seconds(60), wire_atom::value, peers)
+      .then([then](wired_atom) { then(); },
+            [self](caf::error& e) {
+              throw std::runtime_error("wiring the training group failed: " + self->system().render(e));
+            });
 }
 
 // Looks up every member, wires them and starts once all have answered.
 void wire_group(Self* self, const Registry& peers) {
   auto& st = self->state;
-  st.peers = peers;
   st.stages.clear();
   st.optimizers.clear();
   st.loaders.clear();
@@ -216,29 +393,64 @@ void wire_group(Self* self, const Registry& peers) {
   }
   for (int32_t d = 0; d < st.topo.dp; ++d) st.loaders.push_back(peers.at(engine::loader_path(d)));
   auto pending = std::make_shared<size_t>(st.stages.size() + st.optimizers.size() + st.loaders.size());
-  auto wire = [self, pending, peers](const caf::actor& a) {
-    self->request(a, std::chrono::seconds(60), wire_atom::value, peers)
-        .then(
-            [self, pending](wired_atom) {
-              if (--*pending > 0) return;
-              auto& s = self->state;
-              for (const auto& l : s.loaders)
-                self->send(l, start_atom::value, s.step + 1, s.consumed, s.total_steps);
-              next(self);
-            },
-            [self](caf::error& e) {
-              throw std::runtime_error("wiring the training group failed: " + self->system().render(e));
-            });
+  auto on_wired = [self, pending] {
+    if (--*pending > 0) return;
+    auto& s = self->state;
+    s.started = true;
+    for (const auto& l : s.loaders)
+      self->send(l, start_atom::value, s.pos.step + 1, s.pos.consumed_samples, s.total_steps);
+    next(self);
   };
-  for (const auto& a : st.stages) wire(a);
-  for (const auto& a : st.optimizers) wire(a);
-  for (const auto& a : st.loaders) wire(a);
+  for (const auto& a : st.stages) wire(self, a, peers, on_wired);
+  for (const auto& a : st.optimizers) wire(self, a, peers, on_wired);
+  for (const auto& a : st.loaders) wire(self, a, peers, on_wired);
+}
+
+// A loader restarted on its own: it resumes at the step in flight (stages drop
+// the microbatches they already consumed).
+void rejoin_loader(Self* self, const std::string& path, const caf::actor& loader, const Registry& peers) {
+  auto& st = self->state;
+  int32_t dp = -1;
+  for (int32_t d = 0; d < st.topo.dp; ++d)
+    if (engine::loader_path(d) == path) dp = d;
+  if (dp < 0) return;
+  st.loaders[size_t(dp)] = loader;
+  for (const auto& r : st.topo.all_ranks())
+    if (r.dp == dp) self->send(st.stages[size_t(st.topo.index(r))], loader_atom::value, loader);
+  const bool in_flight = st.ledger && st.ledger->kind() == StepKind::Train;
+  const int64_t first = in_flight ? st.ledger->step() : st.pos.step + 1;
+  const int64_t consumed = st.pos.consumed_samples;  // the step in flight starts here
+  spdlog::info("{} restarted: resuming its stream at step {}", path, first);
+  wire(self, loader, peers, [self, loader, first, consumed] {
+    self->send(loader, start_atom::value, first, consumed, self->state.total_steps);
+  });
+}
+
+// ---- liveness --------------------------------------------------------------------
+
+void watchdog(Self* self) {
+  auto& st = self->state;
+  const double limit = st.args.config.supervision().step_watchdog_s();
+  if (limit <= 0 || !st.ledger) return;
+  const double quiet = seconds_since(st.last_progress);
+  if (quiet < limit) return;
+  std::string beats;
+  for (const auto& r : st.topo.all_ranks()) {
+    const auto p = engine::stage_path(r);
+    auto it = st.last_beat.find(p);
+    beats += fmt::format("{}{} {}", beats.empty() ? "" : ", ", p,
+                         it == st.last_beat.end() ? std::string("never") : fmt::format("{:.1f} s ago", seconds_since(it->second)));
+  }
+  throw std::runtime_error(fmt::format("step watchdog: {} step {} made no progress for {:.1f} s (limit {:g} s); "
+                                       "waiting for: {}; last heartbeats: {}",
+                                       st.ledger->kind() == StepKind::Train ? "training" : "evaluation",
+                                       st.ledger->step(), quiet, limit, st.ledger->missing(), beats));
 }
 
 caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
   auto& st = self->state;
   st.args = std::move(args);
-  exit_on_exception(self, engine::coordinator_path());
+  exit_on_exception(self, st.path);
   const auto& c = st.args.config;
   st.topo = engine::Topology::of(c);
   st.schedule = std::make_unique<sched::LrSchedule>(c);
@@ -246,19 +458,38 @@ caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
   st.total_steps = config::full_updates(c);
   const int64_t per_replica_rows = int64_t(c.batch().micro_batch_size()) * c.parallel().data();
   st.eval_microbatches = int32_t(c.training().eval_samples() / per_replica_rows);
+  st.ckpt_root = engine::checkpoint_root(c);
+  st.data = data::BatchSource::open(c);
+  if (st.args.resume) {
+    st.pos = engine::position_of(st.args.resume->manifest());
+    st.last_saved_step = st.pos.step;
+    st.save_checked_step = st.pos.step;
+    st.last_eval_step = st.pos.step;  // do not re-run an evaluation the checkpoint's run already had
+  }
+  st.args.book->resume_from(st.pos.step);
+  const double period = std::clamp(c.supervision().heartbeat_interval_s(), 0.05, 1.0);
+  const auto tick = std::chrono::milliseconds(int64_t(period * 1000));
+  self->delayed_send(self, tick, tick_atom::value);
   return {
       [self](wire_atom, const Registry& peers) { wire_group(self, peers); },
+      [self](rejoin_atom, const std::string& path, const caf::actor& who, const Registry& peers) {
+        if (self->state.started) rejoin_loader(self, path, who, peers);
+      },
       [self](const msg::LossReport& r) {
         self->state.ledger->add(r);
         progress(self);
       },
       [self](msg::ReplicaCounts& r) {
         auto& s = self->state;
-        if (r.kind == StepKind::Train && (!s.ledger || s.ledger->kind() != StepKind::Train ||
-                                          s.ledger->step() != r.step)) {
+        const bool current = s.ledger && s.ledger->kind() == r.kind && s.ledger->step() == r.step;
+        if (!current) {
+          if (r.kind != StepKind::Train || r.step <= s.pos.step) return;  // a repeat of a finished step
+          for (const auto& e : s.early_counts)
+            if (e.step == r.step && e.dp == r.dp) return;  // a restarted loader's repeat
           s.early_counts.push_back(std::move(r));
           return;
         }
+        if (s.ledger->has_counts(r.dp)) return;  // a restarted loader's repeat
         s.ledger->add(r);
         progress(self);
       },
@@ -269,6 +500,43 @@ caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
       [self](const msg::StageDone& r) {
         self->state.ledger->add(r);
         progress(self);
+      },
+      [self](const msg::Heartbeat& h) {
+        self->state.last_beat[h.path] = Clock::now();
+        self->state.last_progress = Clock::now();
+      },
+      [self](const msg::SnapshotTaken& t) {
+        auto& s = self->state;
+        if (!s.save || s.save->step != t.step) return;
+        s.save->snapshots_missing.erase(engine::optim_path({t.dp, t.pp, t.tp}));
+        if (!s.save->snapshots_missing.empty()) return;
+        // Every copy is taken: training goes on while the writers write.
+        if (s.save->shards_missing.empty())
+          commit_save(self);
+        else if (!s.save->final)
+          next(self);
+      },
+      [self](const msg::ShardWritten& w) {
+        auto& s = self->state;
+        if (!s.save || s.save->step != w.step) return;  // a checkpoint already given up
+        if (!w.ok) {
+          fail_save(self, fmt::format("{}: {}", engine::writer_path({w.dp, w.pp, w.tp}), w.error));
+          return;
+        }
+        ShardFile f;
+        f.ParseFromString(w.record);
+        s.save->shards.push_back(std::move(f));
+        s.save->bytes += w.bytes;
+        s.save->shards_missing.erase(engine::writer_path({w.dp, w.pp, w.tp}));
+        if (s.save->shards_missing.empty() && s.save->snapshots_missing.empty()) commit_save(self);
+      },
+      [self](writer_down_atom, const std::string& path) {
+        auto& s = self->state;
+        if (s.save && s.save->shards_missing.count(path)) fail_save(self, path + " died while writing");
+      },
+      [self, tick](tick_atom) {
+        watchdog(self);
+        self->delayed_send(self, tick, tick_atom::value);
       },
   };
 }
@@ -281,5 +549,6 @@ caf::actor spawn_coordinator(caf::event_based_actor* parent, CoordinatorArgs arg
 
 void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
 int stop_signal() { return g_stop_signal.load(); }
+void clear_stop() { g_stop_signal.store(0); }
 
 }  // namespace troupe::actors

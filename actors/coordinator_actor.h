@@ -8,14 +8,25 @@
 // the metrics actor. Every eval_interval steps (and at the end) it runs the
 // validation set forward-only through the same pipeline.
 //
+// Checkpoints: at a save step (checkpoint.interval_steps / interval_seconds, the end
+// of a clean run, SIGTERM) it opens the checkpoint's .partial directory, has every
+// optimizer shard copy its state to its writer, goes on training as soon as the
+// copies are taken, and commits the manifest (then `latest`) once every writer has
+// written its shard. One checkpoint is in flight at a time.
+//
+// Liveness: stages send a Heartbeat after every op; a step that makes no progress
+// for supervision.step_watchdog_s fails the coordinator with the missing reports and
+// the last heartbeat of each silent actor, and the training group restarts.
+//
 // All sums over reports run in a fixed rank order (engine::StepLedger), so the
 // result never depends on which message arrived first.
 //
 // Event-based: it does no compute. When training is over (or interrupted) it sends
 // finished_atom + RunOutcome to the run's client.
 //
-// Messages in: wire_atom + Registry (from the group supervisor), LossReport,
-// ReplicaCounts, NormPartial, StageDone.
+// Messages in: wire_atom + Registry (from the group supervisor), rejoin_atom,
+// LossReport, ReplicaCounts, NormPartial, StageDone, Heartbeat, SnapshotTaken,
+// ShardWritten, writer_down_atom, tick_atom.
 #pragma once
 
 #include <memory>
@@ -24,23 +35,30 @@
 
 #include <caf/all.hpp>
 
+#include "actors/directory.h"
+#include "actors/run_book.h"
+#include "actors/run_outcome.h"
+#include "ckpt/reader.h"
 #include "engine/faults.h"
 #include "messages/config.pb.h"
-#include "actors/run_outcome.h"
 
 namespace troupe::actors {
 
 struct CoordinatorArgs {
   Config config;
   std::shared_ptr<engine::FaultPlan> faults;
-  caf::actor metrics;  // may be invalid (no metrics)
-  caf::actor client;   // receives finished_atom + RunOutcome
+  std::shared_ptr<Directory> directory;  // metrics, checkpoint writers
+  std::shared_ptr<RunBook> book;
+  std::shared_ptr<const ckpt::Checkpoint> resume;  // null: from the initial weights
+  caf::actor client;                               // receives finished_atom + RunOutcome
 };
 
 caf::actor spawn_coordinator(caf::event_based_actor* parent, CoordinatorArgs args);
 
-// Set by SIGINT / SIGTERM handlers; the coordinator stops after the current step.
+// Set by SIGINT / SIGTERM handlers; the coordinator stops after the current step
+// (with a final checkpoint on SIGTERM when checkpoint.save_on_exit).
 void request_stop(int signal_number);
 int stop_signal();  // 0 when no stop was requested
+void clear_stop();
 
 }  // namespace troupe::actors

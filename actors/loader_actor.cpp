@@ -45,6 +45,10 @@ void pump(Self* self) {
   auto& st = self->state;
   while (st.in_flight < st.prefetch && st.next_step <= st.last_step) {
     const int64_t consumed = st.consumed_at_first + (st.next_step - st.first_step) * st.global_batch;
+    const auto path = engine::loader_path(st.args.dp);
+    if (st.next_mb == 0) engine::check_fault(st.args.faults.get(), path, st.next_step, Fault::FORWARD);
+    if (st.next_mb == st.microbatches - 1)
+      engine::check_fault(st.args.faults.get(), path, st.next_step, Fault::BACKWARD);
     auto mb = std::make_shared<const data::Microbatch>(st.train->microbatch(consumed, st.args.dp, st.next_mb));
     if (st.next_mb == 0) st.counts = msg::ReplicaCounts{st.next_step, msg::StepKind::Train, st.args.dp, {}, {}};
     add_counts(st.counts, *mb);
@@ -112,7 +116,8 @@ caf::behavior loader_impl(Self* self, LoaderArgs args) {
         pump(self);
       },
       [self](credit_atom, int64_t, int32_t) {
-        --self->state.in_flight;
+        // A credit for a microbatch a predecessor produced finds nothing in flight.
+        self->state.in_flight = std::max<int64_t>(0, self->state.in_flight - 1);
         pump(self);
       },
       [self](const msg::RunStep& rs) {

@@ -9,12 +9,16 @@
 // Producing a microbatch is a few memcpys from the memory-mapped dataset, so the
 // loader is event-based on CAF's shared scheduler.
 //
+// A loader restarts alone (one_for_one inside its group): the coordinator hands the
+// new one the start of the step in flight, and stages drop what they already used.
+//
 // Messages in: wire_atom + Registry, start_atom (first step, consumed samples, last
 // step), credit_atom (step, microbatch), RunStep (Eval).
 #pragma once
 
 #include <caf/all.hpp>
 
+#include "engine/faults.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {
@@ -22,6 +26,7 @@ namespace troupe::actors {
 struct LoaderArgs {
   Config config;
   int32_t dp = 0;
+  std::shared_ptr<engine::FaultPlan> faults;
 };
 
 caf::actor spawn_loader(caf::event_based_actor* parent, LoaderArgs args);

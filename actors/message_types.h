@@ -19,6 +19,10 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::UpdateCommand)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ShardApplied)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::StageDone)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::Heartbeat)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::SnapshotCommand)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ShardSnapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::SnapshotTaken)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ShardWritten)
 
 namespace troupe::actors {
 
@@ -30,6 +34,14 @@ using wired_atom = caf::atom_constant<caf::atom("wired")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 // first stage -> its loader: one microbatch consumed, one credit back.
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
+// coordinator -> the stages of a replica: its loader was restarted (the new handle).
+using loader_atom = caf::atom_constant<caf::atom("loader")>;
+// training group supervisor -> coordinator: a child restarted alone (path, handle).
+using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
+// writer supervisor -> coordinator: a writer died (its path); its checkpoint fails.
+using writer_down_atom = caf::atom_constant<caf::atom("writerdown")>;
+// coordinator -> metrics: a JSON object for metrics.jsonl (checkpoints, recoveries).
+using event_atom = caf::atom_constant<caf::atom("event")>;
 // request -> StageSnapshot / OptimSnapshot copies of the state.
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 // coordinator -> the run's client: training is over (RunOutcome).

@@ -58,6 +58,7 @@ caf::behavior metrics_impl(Self* self, MetricsArgs args) {
       },
       [self](const metrics::StepRecord& r) {
         auto& s = self->state;
+        engine::check_fault(s.args.faults.get(), "metrics", r.step, Fault::OPTIMIZER);
         s.jsonl->step(r);
         if (s.events) s.events->step(r);
         std::string line;
@@ -80,6 +81,14 @@ caf::behavior metrics_impl(Self* self, MetricsArgs args) {
                    r.step);
       },
       [self](const metrics::FailureRecord& r) { self->state.jsonl->failure(r); },
+      [self](event_atom, const std::string& type, int64_t step, const std::string& json_text) {
+        auto& s = self->state;
+        if (type == "checkpoint") engine::check_fault(s.args.faults.get(), "metrics", step, Fault::CHECKPOINT_WRITE);
+        auto object = metrics::Json::parse(json_text);
+        object["type"] = type;
+        object["step"] = step;
+        s.jsonl->write(object, /*durable=*/true);
+      },
       [self](const metrics::RunSummary& r) {
         auto& s = self->state;
         s.jsonl->summary(r);

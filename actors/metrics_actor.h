@@ -4,13 +4,15 @@
 // three). Restarted one_for_one: it holds nothing that cannot be reopened.
 //
 // Messages in: metrics::StartupRecord, StepRecord, EvalRecord, FailureRecord,
-// RunSummary.
+// RunSummary, event_atom + type + step + JSON object text (checkpoint saves,
+// recoveries: written to metrics.jsonl and logged).
 #pragma once
 
 #include <string>
 
 #include <caf/all.hpp>
 
+#include "engine/faults.h"
 #include "messages/config.pb.h"
 #include "metrics/run_dir.h"
 
@@ -23,6 +25,7 @@ struct MetricsArgs {
   bool tensorboard = true;
   int32_t log_interval = 1;  // print every n-th step line
   int64_t total_steps = 0;
+  std::shared_ptr<engine::FaultPlan> faults;
 };
 
 caf::actor spawn_metrics(caf::event_based_actor* parent, MetricsArgs args);

@@ -4,6 +4,7 @@
 
 #include "actors/message_types.h"
 #include "comm/communicator.h"
+#include "engine/checkpointing.h"
 #include "engine/optimizer_shard.h"
 #include "engine/stage_worker.h"
 #include "kernels/cpu/cpu_device.h"
@@ -19,14 +20,35 @@ struct OptimizerState {
   std::unique_ptr<engine::OptimizerShard> shard;
   caf::actor coordinator, stage;
   std::optional<msg::GradShardReady> pending;  // this step's buffers, until the update
+  float* stage_params = nullptr;               // the stage's flat parameters (for snapshots)
 };
 
 using Self = caf::stateful_actor<OptimizerState>;
 
-void maybe_fault(Self* self, int64_t step) {
+void maybe_fault(Self* self, int64_t step, Fault::Phase phase) {
+  engine::check_fault(self->state.args.faults.get(), self->state.path, step, phase);
+}
+
+// Copies the shard's state for the checkpoint of `step` and hands it to its writer.
+void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
   auto& st = self->state;
-  if (st.args.faults && st.args.faults->targets(st.path))
-    if (auto f = st.args.faults->take(st.path, step, Fault::OPTIMIZER)) engine::raise_fault(*f, st.path, step);
+  const auto& r = st.args.rank;
+  if (engine::writes_shard(st.args.config, r)) {
+    if (!st.stage_params)
+      throw std::logic_error(st.path + ": snapshot requested before any step ran");
+    const auto range = st.shard->range();
+    const auto n = size_t(range.end - range.begin);
+    const auto& a = st.shard->adamw();
+    msg::ShardSnapshot snap{cmd.step, cmd.partial_dir, r.dp, r.pp, r.tp, range.begin, range.end,
+                            std::make_shared<const std::vector<float>>(st.stage_params + range.begin,
+                                                                       st.stage_params + range.end),
+                            std::make_shared<const std::vector<float>>(a.m(), a.m() + n),
+                            std::make_shared<const std::vector<float>>(a.v(), a.v() + n)};
+    auto writer = st.args.directory ? st.args.directory->get(engine::writer_path(r)) : caf::actor{};
+    if (!writer) throw std::runtime_error(st.path + ": no checkpoint writer " + engine::writer_path(r));
+    self->send(writer, std::move(snap));
+  }
+  self->send(st.coordinator, msg::SnapshotTaken{cmd.step, r.dp, r.pp, r.tp});
 }
 
 caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
@@ -49,6 +71,7 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
   }
   st.shard = std::make_unique<engine::OptimizerShard>(c, *st.device, *st.registry, range,
                                                       /*counts_in_norm=*/distributed || r.dp == 0);
+  if (st.args.resume) engine::restore_shard(*st.args.resume, *st.registry, *st.shard);
   return {
       [self](wire_atom, const Registry& peers) {
         self->state.coordinator = peers.at(engine::coordinator_path());
@@ -62,7 +85,9 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
           throw std::logic_error(s.path + ": stage handed shard [" + std::to_string(g.shard_begin) + ", " +
                                  std::to_string(g.shard_end) + ") but this shard owns [" +
                                  std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
+        maybe_fault(self, g.step, Fault::REDUCE);
         s.pending = g;
+        s.stage_params = g.params;
         const auto& rk = s.args.rank;
         self->send(s.coordinator, msg::NormPartial{g.step, rk.dp, rk.pp, rk.tp, s.shard->norm_partial(g.grads)});
       },
@@ -71,11 +96,12 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
         if (!s.pending || s.pending->step != u.step)
           throw std::logic_error(s.path + ": update for step " + std::to_string(u.step) +
                                  " without its gradients");
-        maybe_fault(self, u.step);
+        maybe_fault(self, u.step, Fault::OPTIMIZER);
         if (!u.skip) s.shard->apply(s.pending->params, s.pending->grads, u.lr, u.clip_factor);
         s.pending.reset();
         self->send(s.stage, msg::ShardApplied{u.step});
       },
+      [self](const msg::SnapshotCommand& cmd) { take_snapshot(self, cmd); },
       [self](snapshot_atom) {
         auto& s = self->state;
         const auto& a = s.shard->adamw();

@@ -7,7 +7,10 @@
 // Runs detached: the update is compute. It has its own CPU device (AdamW and the sum
 // of squares give the same bits for any thread count).
 //
-// Messages in: wire_atom + Registry, GradShardReady, UpdateCommand,
+// At a save step the coordinator asks for a copy of the shard (SnapshotCommand):
+// parameters of its range and both moments, handed to its checkpoint writer.
+//
+// Messages in: wire_atom + Registry, GradShardReady, UpdateCommand, SnapshotCommand,
 // snapshot_atom (-> OptimSnapshot).
 #pragma once
 
@@ -15,6 +18,8 @@
 
 #include <caf/all.hpp>
 
+#include "actors/directory.h"
+#include "ckpt/reader.h"
 #include "engine/faults.h"
 #include "engine/topology.h"
 #include "messages/config.pb.h"
@@ -25,6 +30,8 @@ struct OptimizerArgs {
   Config config;
   engine::Rank rank;
   std::shared_ptr<engine::FaultPlan> faults;
+  std::shared_ptr<const ckpt::Checkpoint> resume;  // moments and step counter from here
+  std::shared_ptr<Directory> directory;             // finds its checkpoint writer
 };
 
 caf::actor spawn_optimizer(caf::event_based_actor* parent, OptimizerArgs args);

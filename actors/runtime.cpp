@@ -118,6 +118,10 @@ RunResult run_training(const Config& c, const RunOptions& options) {
   const auto run_dir = metrics::prepare_run_dir(c.logging().run_dir(), options.config_text);
   if (options.console) print_startup(c, options.config_source);
 
+  const auto topo = engine::Topology::of(c);
+  engine::check_fault_plan(c, engine::all_paths(topo));
+
+  clear_stop();
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
 
@@ -126,6 +130,9 @@ RunResult run_training(const Config& c, const RunOptions& options) {
   caf::actor_system sys{cfg};
   caf::scoped_actor client{sys};
   auto faults = std::make_shared<engine::FaultPlan>(c);
+  auto directory = std::make_shared<Directory>();
+  auto book = std::make_shared<RunBook>();
+  auto resume = std::make_shared<engine::ResumeSource>(c);
 
   MetricsArgs margs;
   margs.layout = run_dir.layout;
@@ -134,41 +141,46 @@ RunResult run_training(const Config& c, const RunOptions& options) {
   margs.tensorboard = c.logging().tensorboard();
   margs.log_interval = c.logging().log_interval();
   margs.total_steps = config::full_updates(c);
+  margs.faults = faults;
 
   RunResult result;
   caf::actor client_handle = caf::actor_cast<caf::actor>(client);
 
-  // This function is the root of the tree: the metrics actor under a one_for_one
-  // supervisor of its own, started first, then the training group supervisor.
-  caf::actor metrics_actor;
+  // This function is the root of the tree: the metrics actor and the checkpoint
+  // writers under one_for_one supervisors of their own, started first, then the
+  // training group. Actors find the metrics actor and the writers by path in the
+  // directory, so restarts of either need no rewiring.
   auto metrics_sup = spawn_supervisor(sys, [&] {
     SupervisorSpec s;
     s.path = "metrics-supervisor";
     s.strategy = Strategy::OneForOne;
     s.max_restarts = 3;
-    s.children.push_back({"metrics", Restart::Permanent, [margs](caf::event_based_actor* self, int) {
+    s.directory = directory;
+    s.on_failure = [book](const std::string& path, const std::string& reason) {
+      spdlog::error("{} failed: {}; restarting it", path, reason);
+      book->failure(alone_failure(path, reason, book->max_step_reached()), /*group_restart=*/false);
+    };
+    s.children.push_back({engine::metrics_path(), Restart::Permanent, [margs](caf::event_based_actor* self, int) {
                             return spawn_metrics(self, margs);
                           }});
     return s;
   }());
+  auto writers_sup = spawn_supervisor(sys, writer_group_spec(c, faults, directory, book));
   caf::actor group;
   // Stop the tree in order whatever happens: an actor_system cannot be destroyed
   // while actors live, so no exception may skip this.
   auto shutdown = [&] {
-    if (group) {
-      client->send(group, shutdown_atom::value);
-      client->wait_for(group);
+    faults->release_hangs();
+    for (auto* sup : {&group, &writers_sup, &metrics_sup}) {
+      if (!*sup) continue;
+      client->send(*sup, shutdown_atom::value);
+      client->wait_for(*sup);
     }
-    client->send(metrics_sup, shutdown_atom::value);
-    client->wait_for(metrics_sup);
   };
   try {
-    client->request(metrics_sup, std::chrono::seconds(30), registry_atom::value)
-        .receive([&](Registry& r) { metrics_actor = r.at("metrics"); },
-                 [&](caf::error& e) { throw std::runtime_error("metrics: " + sys.render(e)); });
-    client->send(metrics_actor, startup_record(c, options.config_source, run_dir.layout.root));
+    client->send(directory->get(engine::metrics_path()), startup_record(c, options.config_source, run_dir.layout.root));
 
-    GroupArgs g{c, faults, metrics_actor, client_handle, {}};
+    GroupArgs g{c, faults, directory, book, resume, client_handle, {}};
     g.on_exit = [client_handle](const SupervisorReport& r) {
       caf::anon_send(client_handle, group_exit_atom::value, r);
     };
@@ -192,6 +204,10 @@ RunResult run_training(const Config& c, const RunOptions& options) {
           running = false;
         });
     if (options.collect_state && result.outcome.status != "failed") result.state = collect_state(client, group, c);
+    result.failures = book->failures();
+    result.restarts = book->restarts();
+    result.recomputed_steps = book->recomputed_steps();
+    for (const auto& r : book->recoveries()) result.recoveries.push_back({r.detection_to_restart_s, r.restart_to_first_step_s});
   } catch (...) {
     shutdown();
     throw;

@@ -30,6 +30,14 @@ struct RunResult {
   RunOutcome outcome;                       // status, summary, every step record
   std::optional<SupervisorReport> failure;  // set when the training group gave up
   std::optional<engine::NamedState> state;  // with collect_state, after the last step
+  std::vector<metrics::FailureRecord> failures;  // every failure seen, in order
+  int64_t restarts = 0;                          // restarts of the training group
+  int64_t recomputed_steps = 0;                  // steps done again after a restart
+  struct Recovery {
+    double detection_to_restart_s = 0;
+    double restart_to_first_step_s = 0;
+  };
+  std::vector<Recovery> recoveries;
   int exit_code() const;                    // 0 completed, 130/143 on SIGINT/SIGTERM, 1 failed
 };
 

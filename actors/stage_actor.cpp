@@ -10,6 +10,7 @@
 
 #include "actors/message_types.h"
 #include "config/derived.h"
+#include "engine/checkpointing.h"
 #include "engine/stage_worker.h"
 #include "engine/state_snapshot.h"
 #include "sched/pipeline_schedule.h"
@@ -42,6 +43,11 @@ struct StageState {
   msg::StageTiming timing;
   Clock::time_point idle_since;
 
+  // Training microbatches already consumed: a restarted loader re-sends the step
+  // it was in, and those must not be stashed again.
+  int64_t last_finished_step = 0;
+  std::vector<bool> forwarded;  // this step's microbatches whose forward has run
+
   std::map<Key, std::shared_ptr<const data::Microbatch>> batches;
   std::map<Key, msg::Activations> inputs;
   std::map<Key, msg::Activations> grads;
@@ -55,15 +61,7 @@ double since(Clock::time_point t0, Clock::time_point t) {
 
 void maybe_fault(Self* self, Fault::Phase phase) {
   auto& st = self->state;
-  if (!st.args.faults || !st.args.faults->targets(st.path)) return;
-  auto not_nan = [](const Fault& f) { return f.kind() != Fault::NAN_GRADIENT; };
-  if (auto f = st.args.faults->take(st.path, st.step, phase, not_nan)) {
-    if (f->kind() == Fault::HANG) {
-      spdlog::warn("{}: injected hang at step {} during {}", st.path, st.step, engine::phase_name(phase));
-      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-    }
-    engine::raise_fault(*f, st.path, st.step);
-  }
+  engine::check_fault(st.args.faults.get(), st.path, st.step, phase);
 }
 
 // Poisons the gradients when a NAN_GRADIENT fault targets this microbatch.
@@ -107,6 +105,7 @@ void run_forward(Self* self, int32_t mb) {
   if (!st.worker->is_first()) input = st.inputs.at(key).data;
   const auto loss = st.worker->forward(mb, *batch, input);
   st.inputs.erase(key);
+  if (st.kind == StepKind::Train) st.forwarded[size_t(mb)] = true;
   const auto& r = st.args.rank;
   if (st.worker->is_last()) {
     self->send(st.coordinator, msg::LossReport{st.step, st.kind, r.dp, mb, loss.loss_sum, loss.loss_tokens,
@@ -169,6 +168,7 @@ void advance(Self* self) {
     st.timing.busy.emplace_back(since(st.step_start, t0), since(st.step_start, t1));
     st.timing.compute_s += since(t0, t1);
     st.idle_since = t1;
+    self->send(st.coordinator, msg::Heartbeat{st.path, st.step});
   }
   if (st.next_op == st.ops.size()) end_of_ops(self);
 }
@@ -186,6 +186,7 @@ void start_step(Self* self, const msg::RunStep& rs) {
   st.step_start = st.idle_since = Clock::now();
   if (rs.kind == StepKind::Train) {
     st.ops = st.train_ops;
+    st.forwarded.assign(size_t(rs.microbatches), false);
     st.worker->begin_step();
   } else {
     st.ops.clear();
@@ -202,6 +203,10 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
   exit_on_exception(self, st.path);
   const auto& c = st.args.config;
   st.worker = std::make_unique<engine::StageWorker>(c, st.args.rank, st.args.comms);
+  if (st.args.resume) {
+    engine::restore_stage(*st.args.resume, st.worker->model());
+    st.last_finished_step = st.args.resume->step();
+  }
   st.train_ops = sched::build_pipeline_schedule(c.parallel().schedule(), c.parallel().pipeline(),
                                                 int32_t(config::microbatches_per_replica(c)))
                      .ops[size_t(st.args.rank.pp)];
@@ -218,9 +223,19 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
       },
       [self](const msg::RunStep& rs) { start_step(self, rs); },
       [self](const msg::MicrobatchReady& m) {
-        self->state.batches[{m.kind, m.step, m.microbatch}] = m.batch;
+        auto& s = self->state;
+        if (m.kind == StepKind::Train &&
+            (m.step <= s.last_finished_step ||
+             (m.step == s.step && s.kind == StepKind::Train && s.forwarded[size_t(m.microbatch)]))) {
+          // A restarted loader's repeat of what was already consumed: dropped, but its
+          // credit goes back so that the loader's window keeps moving.
+          if (s.worker->is_first() && s.args.rank.tp == 0) self->send(s.loader, credit_atom::value, m.step, m.microbatch);
+          return;
+        }
+        s.batches[{m.kind, m.step, m.microbatch}] = m.batch;
         advance(self);
       },
+      [self](loader_atom, const caf::actor& loader) { self->state.loader = loader; },
       [self](const msg::ActivationsReady& a) {
         self->state.inputs[{a.kind, a.step, a.microbatch}] = a.x;
         advance(self);
@@ -237,6 +252,7 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
         s.timing.sync_s = s.worker->sync_seconds();
         const auto& r = s.args.rank;
         self->send(s.coordinator, msg::StageDone{s.step, s.kind, r.dp, r.pp, r.tp, std::move(s.timing)});
+        s.last_finished_step = s.step;
         s.step = -1;
         s.waiting_for_update = false;
       },

@@ -9,14 +9,19 @@
 // Runs detached (its own thread): forward, backward and collectives block it, never
 // CAF's shared scheduler.
 //
+// After every op it sends the coordinator a Heartbeat: the step watchdog names a
+// stage whose beats stopped.
+//
 // Messages in: wire_atom + Registry, RunStep, MicrobatchReady, ActivationsReady,
-// GradientsReady, ShardApplied, snapshot_atom (-> StageSnapshot).
+// GradientsReady, ShardApplied, loader_atom + actor (its loader was restarted),
+// snapshot_atom (-> StageSnapshot).
 #pragma once
 
 #include <memory>
 
 #include <caf/all.hpp>
 
+#include "ckpt/reader.h"
 #include "engine/faults.h"
 #include "engine/topology.h"
 #include "messages/config.pb.h"
@@ -28,6 +33,8 @@ struct StageArgs {
   engine::Rank rank;
   engine::RankComms comms;
   std::shared_ptr<engine::FaultPlan> faults;
+  // The checkpoint the group starts from (null: the config's initial weights).
+  std::shared_ptr<const ckpt::Checkpoint> resume;
 };
 
 caf::actor spawn_stage(caf::event_based_actor* parent, StageArgs args);

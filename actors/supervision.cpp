@@ -63,6 +63,7 @@ void start_children(Self* self, const std::vector<size_t>& which) {
     st.by_addr[c.handle.address()] = i;
     c.running = true;
     started.push_back(st.spec.children[i].path);
+    if (st.spec.directory) st.spec.directory->put(st.spec.children[i].path, c.handle);
   }
   if (st.spec.on_start) st.spec.on_start(self, registry_of(st), started);
 }
@@ -154,7 +155,7 @@ void handle_failure(Self* self, size_t index, bool abnormal) {
     return;
   }
   st.report.restart_events += 1;
-  switch (st.spec.strategy) {
+  switch (cs.restart_alone ? Strategy::OneForOne : st.spec.strategy) {
     case Strategy::OneForOne:
       st.report.restarts[cs.path] += 1;
       start_children(self, {index});
@@ -184,6 +185,7 @@ void on_down(Self* self, const caf::down_msg& dm) {
   if (it == st.by_addr.end()) return;
   const size_t i = it->second;
   st.by_addr.erase(it);
+  if (st.spec.directory) st.spec.directory->erase(st.spec.children[i].path, dm.source);
   auto& c = st.children[i];
   c.running = false;
   c.handle = nullptr;
@@ -191,6 +193,10 @@ void on_down(Self* self, const caf::down_msg& dm) {
     stop_next(self);
     return;
   }
+  // Queued to be stopped anyway (a restart or shutdown is under way): its end is a
+  // consequence of what is being handled, not a failure of its own.
+  for (size_t q : st.stop_queue)
+    if (q == i) return;
   const std::string reason = describe_exit(self->system(), dm.reason);
   const bool abnormal = !is_normal_exit(dm.reason);
   if (abnormal) {
@@ -200,9 +206,6 @@ void on_down(Self* self, const caf::down_msg& dm) {
     if (st.spec.on_failure) st.spec.on_failure(st.spec.children[i].path, reason);
   }
   if (st.exiting) return;
-  // Already being stopped as part of a sequence: nothing more to do for it.
-  for (size_t q : st.stop_queue)
-    if (q == i) return;
   if (st.stopping || !st.stop_queue.empty()) {
     st.pending.push_back({i, abnormal});
     return;

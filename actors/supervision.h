@@ -18,6 +18,8 @@
 
 #include <caf/all.hpp>
 
+#include "actors/directory.h"
+
 namespace troupe::actors {
 
 enum class Restart : uint8_t {
@@ -43,6 +45,9 @@ struct ChildSpec {
   // Spawns the child from the supervisor (plain self->spawn: the supervisor adds the
   // monitor). `incarnation` counts this child's starts: 0 first, 1 after one restart.
   std::function<caf::actor(caf::event_based_actor* self, int incarnation)> start;
+  // Restart only this child when it fails, whatever the supervisor's strategy (a
+  // data loader resumes its stream without disturbing the rest of its group).
+  bool restart_alone = false;
 };
 
 struct FailureRecord {
@@ -78,6 +83,8 @@ struct SupervisorSpec {
   std::function<void(const std::string& path, const std::string& reason)> on_failure;
   // Called once, just before the supervisor exits (normally or after giving up).
   std::function<void(const SupervisorReport&)> on_exit;
+  // When set, every running child is entered under its path (and removed when it stops).
+  std::shared_ptr<Directory> directory;
 };
 
 // Messages a supervisor understands besides monitoring its children.

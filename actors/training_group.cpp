@@ -10,6 +10,7 @@
 #include "actors/message_types.h"
 #include "actors/optimizer_actor.h"
 #include "actors/stage_actor.h"
+#include "actors/writer_actor.h"
 #include "engine/topology.h"
 
 namespace troupe::actors {
@@ -22,6 +23,10 @@ Strategy strategy_of(SupervisionConfig::Strategy s) {
     case SupervisionConfig::REST_FOR_ONE: return Strategy::RestForOne;
   }
   return Strategy::OneForAll;
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // The group's communicators. A failure aborts them; the next start of the group
@@ -48,6 +53,24 @@ struct SharedComms {
   }
 };
 
+bool is_loader(const std::string& path) { return path.rfind("loader/", 0) == 0; }
+
+}  // namespace
+
+metrics::FailureRecord alone_failure(const std::string& path, const std::string& reason, int64_t max_step) {
+  metrics::FailureRecord f;
+  f.step = max_step + 1;
+  f.actor = path;
+  f.reason = reason;
+  f.action = "restart alone";
+  f.wall_time = unix_now();
+  for (const char* phase : {"forward", "backward", "reduce", "optimizer", "checkpoint_write"})
+    if (reason.find(std::string("during ") + phase) != std::string::npos) f.phase = phase;
+  return f;
+}
+
+namespace {
+
 }  // namespace
 
 SupervisorSpec training_group_spec(GroupArgs args) {
@@ -55,49 +78,102 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   const auto topo = engine::Topology::of(c);
   auto comms = std::make_shared<SharedComms>();
   comms->topo = topo;
-  // A collective waits at most as long as the step watchdog allows (or 2 minutes).
+  // A collective waits somewhat longer than the step watchdog, so that a silent
+  // peer is named by the coordinator's watchdog first.
   if (c.supervision().step_watchdog_s() > 0)
-    comms->timeout = std::chrono::milliseconds(int64_t(c.supervision().step_watchdog_s() * 1000));
+    comms->timeout = std::chrono::milliseconds(int64_t(c.supervision().step_watchdog_s() * 1500) + 1000);
 
   SupervisorSpec spec;
   spec.path = "training";
   spec.strategy = strategy_of(c.supervision().training_strategy());
   spec.max_restarts = c.supervision().max_restarts();
   spec.period = std::chrono::milliseconds(int64_t(c.supervision().intensity_period_s() * 1000));
+  spec.directory = args.directory;
 
-  for (int32_t d = 0; d < topo.dp; ++d)
-    spec.children.push_back({engine::loader_path(d), Restart::Permanent,
-                             [c, d](caf::event_based_actor* self, int) {
-                               return spawn_loader(self, LoaderArgs{c, d});
-                             }});
+  auto resume = args.resume;
+  for (int32_t d = 0; d < topo.dp; ++d) {
+    ChildSpec child{engine::loader_path(d), Restart::Permanent,
+                    [c, d, faults = args.faults](caf::event_based_actor* self, int) {
+                      return spawn_loader(self, LoaderArgs{c, d, faults});
+                    }};
+    child.restart_alone = true;
+    spec.children.push_back(std::move(child));
+  }
   for (const auto& r : topo.all_ranks())
-    spec.children.push_back({engine::optim_path(r), Restart::Permanent,
-                             [c, r, faults = args.faults](caf::event_based_actor* self, int) {
-                               return spawn_optimizer(self, OptimizerArgs{c, r, faults});
-                             }});
+    spec.children.push_back(
+        {engine::optim_path(r), Restart::Permanent,
+         [c, r, faults = args.faults, resume, dir = args.directory](caf::event_based_actor* self, int) {
+           return spawn_optimizer(self, OptimizerArgs{c, r, faults, resume->current(), dir});
+         }});
   for (const auto& r : topo.all_ranks())
     spec.children.push_back({engine::stage_path(r), Restart::Permanent,
-                             [c, r, topo, comms, faults = args.faults](caf::event_based_actor* self, int) {
+                             [c, r, topo, comms, resume, faults = args.faults](caf::event_based_actor* self, int) {
                                auto plan = comms->current();
-                               return spawn_stage(self, StageArgs{c, r, plan->ranks[size_t(topo.index(r))], faults});
+                               return spawn_stage(self, StageArgs{c, r, plan->ranks[size_t(topo.index(r))], faults,
+                                                                  resume->current()});
                              }});
-  spec.children.push_back({engine::coordinator_path(), Restart::Permanent,
-                           [c, faults = args.faults, metrics = args.metrics, client = args.client](
-                               caf::event_based_actor* self, int) {
-                             return spawn_coordinator(self, CoordinatorArgs{c, faults, metrics, client});
-                           }});
+  spec.children.push_back(
+      {engine::coordinator_path(), Restart::Permanent,
+       [c, faults = args.faults, dir = args.directory, book = args.book, resume, client = args.client](
+           caf::event_based_actor* self, int) {
+         return spawn_coordinator(self, CoordinatorArgs{c, faults, dir, book, resume->current(), client});
+       }});
 
-  // Once the whole group is up (first start or a restart), the coordinator wires it.
+  // The whole group up (a first start or a restart): the coordinator wires it. A
+  // loader restarted alone rejoins through the coordinator.
   spec.on_start = [](caf::event_based_actor* self, const Registry& all, const std::vector<std::string>& started) {
-    if (started.empty()) return;
-    auto it = all.find(engine::coordinator_path());
-    if (it != all.end()) self->send(it->second, wire_atom::value, all);
+    auto coordinator = all.find(engine::coordinator_path());
+    if (started.empty() || coordinator == all.end()) return;
+    if (started.size() == 1 && is_loader(started[0]))
+      self->send(coordinator->second, rejoin_atom::value, started[0], all.at(started[0]), all);
+    else
+      self->send(coordinator->second, wire_atom::value, all);
   };
-  spec.on_failure = [comms](const std::string& path, const std::string& reason) {
-    spdlog::error("{} failed: {}", path, reason);
-    comms->abort(path + " failed: " + reason);
+  spec.on_failure = [comms, resume, faults = args.faults, book = args.book, dir = args.directory](
+                        const std::string& path, const std::string& reason) {
+    auto f = alone_failure(path, reason, book->max_step_reached());
+    if (!is_loader(path)) {
+      f.action = "restart";
+      f.restarts = book->restarts() + 1;
+    }
+    if (is_loader(path)) {
+      f.action = "restart alone";
+      spdlog::warn("{} failed: {}; restarting it alone", path, reason);
+      book->failure(f, /*group_restart=*/false);
+    } else {
+      spdlog::error("{} failed: {}; the training group restarts from the latest checkpoint", path, reason);
+      comms->abort(path + " failed: " + reason);
+      faults->release_hangs();
+      resume->invalidate();
+      book->failure(f, /*group_restart=*/true);
+    }
+    if (auto metrics = dir->get(engine::metrics_path())) caf::anon_send(metrics, f);
   };
   spec.on_exit = std::move(args.on_exit);
+  return spec;
+}
+
+SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultPlan> faults,
+                                 std::shared_ptr<Directory> directory, std::shared_ptr<RunBook> book) {
+  SupervisorSpec spec;
+  spec.path = "writers";
+  spec.strategy = Strategy::OneForOne;
+  spec.max_restarts = std::max(3, c.supervision().max_restarts());
+  spec.period = std::chrono::milliseconds(int64_t(c.supervision().intensity_period_s() * 1000));
+  spec.directory = directory;
+  for (const auto& r : engine::Topology::of(c).all_ranks()) {
+    if (!engine::writes_shard(c, r)) continue;
+    spec.children.push_back({engine::writer_path(r), Restart::Permanent,
+                             [c, r, faults, directory](caf::event_based_actor* self, int) {
+                               return spawn_writer(self, WriterArgs{c, r, faults, directory});
+                             }});
+  }
+  spec.on_failure = [directory, book](const std::string& path, const std::string& reason) {
+    spdlog::error("{} failed: {}; its checkpoint fails, the next one retries", path, reason);
+    book->failure(alone_failure(path, reason, book->max_step_reached()), /*group_restart=*/false);
+    if (auto coordinator = directory->get(engine::coordinator_path()))
+      caf::anon_send(coordinator, writer_down_atom::value, path);
+  };
   return spec;
 }
 

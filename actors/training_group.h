@@ -1,16 +1,23 @@
 // The training group as declared supervision: coordinator, data loaders, stages and
 // optimizer shards of one run under one supervisor (strategy and intensity from the
-// config's supervision section). The children start in the order loaders,
-// optimizer shards, stages, coordinator; once all have started, the coordinator
-// receives the registry and wires the group. When a member fails, every communicator
-// of the group is aborted first, so no surviving stage waits forever in a collective.
+// config's supervision section; data loaders restart alone). The children start in
+// the order loaders, optimizer shards, stages, coordinator; once all have started,
+// the coordinator receives the registry and wires the group.
+//
+// When a member other than a loader fails: every communicator of the group is
+// aborted (no surviving stage waits in a collective for it), hung actors are
+// released, the failure is recorded, and the next start of the group resumes from
+// the newest complete checkpoint (engine::ResumeSource).
 #pragma once
 
 #include <memory>
 
 #include <caf/all.hpp>
 
+#include "actors/directory.h"
+#include "actors/run_book.h"
 #include "actors/supervision.h"
+#include "engine/checkpointing.h"
 #include "engine/faults.h"
 #include "messages/config.pb.h"
 
@@ -19,12 +26,22 @@ namespace troupe::actors {
 struct GroupArgs {
   Config config;
   std::shared_ptr<engine::FaultPlan> faults;
-  caf::actor metrics;  // may be invalid
-  caf::actor client;   // receives finished_atom + RunOutcome
+  std::shared_ptr<Directory> directory;
+  std::shared_ptr<RunBook> book;
+  std::shared_ptr<engine::ResumeSource> resume;
+  caf::actor client;  // receives finished_atom + RunOutcome
   // Called with the group supervisor's report when it exits.
   std::function<void(const SupervisorReport&)> on_exit;
 };
 
 SupervisorSpec training_group_spec(GroupArgs args);
+
+// The checkpoint writers: one per rank that writes a shard, one_for_one. A writer
+// that dies is restarted and the coordinator is told, so that checkpoint fails.
+SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultPlan> faults,
+                                 std::shared_ptr<Directory> directory, std::shared_ptr<RunBook> book);
+
+// A failure record for a child restarted alone (the phase is read off the reason).
+metrics::FailureRecord alone_failure(const std::string& path, const std::string& reason, int64_t max_step);
 
 }  // namespace troupe::actors

@@ -26,6 +26,7 @@ class StepLedger {
   void add(const msg::NormPartial& r);
   void add(const msg::StageDone& r);
 
+  bool has_counts(int32_t dp) const { return dp >= 0 && size_t(dp) < counts_.size() && counts_[size_t(dp)]; }
   bool norms_complete() const { return norms_seen_ == int32_t(norms_.size()); }
   bool losses_complete() const { return losses_seen_ == int32_t(losses_.size()); }
   bool counts_complete() const { return counts_seen_ == int32_t(counts_.size()); }

@@ -29,6 +29,7 @@ std::vector<std::string> all_paths(const Topology& t) {
   for (const auto& r : t.all_ranks()) {
     out.push_back(stage_path(r));
     out.push_back(optim_path(r));
+    out.push_back(writer_path(r));
   }
   return out;
 }

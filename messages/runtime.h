@@ -155,3 +155,42 @@ struct Heartbeat {
 
 }  // namespace troupe::msg
 
+
+namespace troupe::msg {
+
+// coordinator -> optimizer shards, at a step boundary: copy your state for the
+// checkpoint of `step` (written into `partial_dir`) and hand it to your writer.
+struct SnapshotCommand {
+  int64_t step = 0;
+  std::string partial_dir;
+};
+
+// optimizer shard -> its writer: a copy of the shard's state at the step boundary
+// (the values of [range_begin, range_end) of its stage's flat buffers).
+struct ShardSnapshot {
+  int64_t step = 0;
+  std::string partial_dir;
+  int32_t dp = 0, pp = 0, tp = 0;
+  int64_t range_begin = 0, range_end = 0;
+  std::shared_ptr<const std::vector<float>> params, exp_avg, exp_avg_sq;
+};
+
+// optimizer shard -> coordinator: the copy is taken; training may go on.
+struct SnapshotTaken {
+  int64_t step = 0;
+  int32_t dp = 0, pp = 0, tp = 0;
+};
+
+// writer -> coordinator: the shard file of one rank is written and renamed into
+// place (`ok`), or writing it failed (`error`).
+struct ShardWritten {
+  int64_t step = 0;
+  int32_t dp = 0, pp = 0, tp = 0;
+  bool ok = false;
+  std::string error;
+  std::string record;  // a serialized ckpt::ShardFile (the manifest's entry)
+  double seconds = 0;
+  int64_t bytes = 0;
+};
+
+}  // namespace troupe::msg

@@ -58,6 +58,7 @@ Config tiny(int dp, int pp, ParallelConfig::Schedule schedule = ParallelConfig::
   c.mutable_logging()->set_run_dir((std::filesystem::temp_directory_path() / "troupe-runtime-test").string());
   c.mutable_logging()->set_tensorboard(false);
   c.mutable_supervision()->set_max_restarts(0);
+  c.mutable_checkpoint()->set_save_on_exit(false);
   return c;
 }
 

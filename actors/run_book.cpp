@@ -1,0 +1,93 @@
+#include "actors/run_book.h"
+
+#include <algorithm>
+
+namespace troupe::actors {
+
+metrics::StepRecord RunBook::add_step(metrics::StepRecord r, std::vector<int64_t> samples) {
+  std::lock_guard lock(mu_);
+  r.recomputed = r.step <= max_step_;
+  if (r.recomputed) ++recomputed_;
+  r.restarts = restarts_;
+  max_step_ = std::max(max_step_, r.step);
+  outcome_.steps.push_back(r);
+  outcome_.step_samples.push_back(std::move(samples));
+  return r;
+}
+
+void RunBook::add_eval(const metrics::EvalRecord& e) {
+  std::lock_guard lock(mu_);
+  outcome_.evals.push_back(e);
+}
+
+void RunBook::failure(const metrics::FailureRecord& f, bool group_restart) {
+  std::lock_guard lock(mu_);
+  failures_.push_back(f);
+  if (group_restart && !failed_at_) failed_at_ = Clock::now();
+}
+
+int64_t RunBook::resume_from(int64_t step) {
+  std::lock_guard lock(mu_);
+  // Keep the steps up to `step`; later ones belong to the abandoned timeline.
+  size_t keep = 0;
+  while (keep < outcome_.steps.size() && outcome_.steps[keep].step <= step) ++keep;
+  outcome_.steps.resize(keep);
+  outcome_.step_samples.resize(keep);
+  if (failed_at_) {
+    ++restarts_;
+    restarted_at_ = Clock::now();
+    awaiting_first_step_ = true;
+  }
+  return restarts_;
+}
+
+std::optional<RunBook::Recovery> RunBook::first_step_done() {
+  std::lock_guard lock(mu_);
+  if (!awaiting_first_step_) return std::nullopt;
+  awaiting_first_step_ = false;
+  const auto now = Clock::now();
+  Recovery r;
+  r.detection_to_restart_s = std::chrono::duration<double>(*restarted_at_ - *failed_at_).count();
+  r.restart_to_first_step_s = std::chrono::duration<double>(now - *restarted_at_).count();
+  recoveries_.push_back(r);
+  failed_at_.reset();
+  return r;
+}
+
+int64_t RunBook::restarts() const {
+  std::lock_guard lock(mu_);
+  return restarts_;
+}
+double RunBook::elapsed_seconds() const {
+  return std::chrono::duration<double>(Clock::now() - created_).count();
+}
+int64_t RunBook::recomputed_steps() const {
+  std::lock_guard lock(mu_);
+  return recomputed_;
+}
+int64_t RunBook::max_step_reached() const {
+  std::lock_guard lock(mu_);
+  return max_step_;
+}
+std::vector<metrics::FailureRecord> RunBook::failures() const {
+  std::lock_guard lock(mu_);
+  return failures_;
+}
+std::vector<RunBook::Recovery> RunBook::recoveries() const {
+  std::lock_guard lock(mu_);
+  return recoveries_;
+}
+
+RunOutcome RunBook::outcome() const {
+  std::lock_guard lock(mu_);
+  return outcome_;
+}
+
+void RunBook::finish(const std::string& status, const std::string& error, const metrics::RunSummary& summary) {
+  std::lock_guard lock(mu_);
+  outcome_.status = status;
+  outcome_.error = error;
+  outcome_.summary = summary;
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,64 @@
+// The record of one run across restarts of its training group: every step of the
+// current timeline (with its sample IDs, for the sample audit), evaluations,
+// failures and recoveries. The coordinator writes it; a restarted coordinator
+// rewinds it to the checkpoint it resumes from, so steps redone after a failure are
+// marked recomputed and counted apart from new ones. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "actors/run_outcome.h"
+
+namespace troupe::actors {
+
+class RunBook {
+ public:
+  // A step finished. It is "recomputed" when an earlier timeline had finished it.
+  // Returns the record with `recomputed` and `restarts` filled in.
+  metrics::StepRecord add_step(metrics::StepRecord r, std::vector<int64_t> samples);
+  void add_eval(const metrics::EvalRecord& e);
+
+  // A failure was seen (a supervisor's on_failure). One that restarts the training
+  // group (`group_restart`) starts the recovery clock; a child restarted alone
+  // (loader, writer, metrics) is only recorded.
+  void failure(const metrics::FailureRecord& f, bool group_restart);
+  // The group (re)started from the checkpoint of `step` (0: from scratch): the
+  // current timeline drops the steps after it. Returns the number of restarts so far.
+  int64_t resume_from(int64_t step);
+  // The first step after a restart finished: closes the recovery clock.
+  struct Recovery {
+    double detection_to_restart_s = 0;  // failure seen -> group started again
+    double restart_to_first_step_s = 0;  // reload + re-warm: group started -> first step done
+  };
+  std::optional<Recovery> first_step_done();
+
+  int64_t restarts() const;
+  double elapsed_seconds() const;  // since the run began
+  int64_t recomputed_steps() const;
+  int64_t max_step_reached() const;
+  std::vector<metrics::FailureRecord> failures() const;
+  std::vector<Recovery> recoveries() const;
+
+  // The outcome so far (steps of the current timeline, in order).
+  RunOutcome outcome() const;
+  void finish(const std::string& status, const std::string& error, const metrics::RunSummary& summary);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  mutable std::mutex mu_;
+  RunOutcome outcome_;
+  int64_t max_step_ = 0;
+  int64_t restarts_ = 0;
+  int64_t recomputed_ = 0;
+  std::vector<metrics::FailureRecord> failures_;
+  std::vector<Recovery> recoveries_;
+  std::optional<Clock::time_point> failed_at_, restarted_at_;
+  bool awaiting_first_step_ = false;
+  const Clock::time_point created_ = Clock::now();
+};
+
+}  // namespace troupe::actors

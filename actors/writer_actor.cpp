@@ -1,0 +1,86 @@
+#include "actors/writer_actor.h"
+
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/message_types.h"
+#include "ckpt/corrupt.h"
+#include "engine/checkpointing.h"
+
+namespace troupe::actors {
+namespace {
+
+struct WriterState {
+  WriterArgs args;
+  std::string path;
+};
+
+using Self = caf::stateful_actor<WriterState>;
+
+caf::behavior writer_impl(Self* self, WriterArgs args) {
+  auto& st = self->state;
+  st.path = engine::writer_path(args.rank);
+  st.args = std::move(args);
+  exit_on_exception(self, st.path);
+  return {
+      [self](const msg::ShardSnapshot& s) {
+        auto& w = self->state;
+        const auto t0 = std::chrono::steady_clock::now();
+        auto& faults = w.args.faults;
+        // Faults: KILL/THROW on receipt (phase OPTIMIZER: the copy just arrived), or
+        // during the write (phase CHECKPOINT_WRITE); FAIL_WRITE fails the write;
+        // CORRUPT_SHARD / TRUNCATE_SHARD damage the file after it is written.
+        std::optional<Fault> damage;
+        if (faults && faults->targets(w.path)) {
+          if (auto f = faults->take(w.path, s.step, Fault::OPTIMIZER)) engine::raise_fault(*f, w.path, s.step);
+          if (auto f = faults->take(w.path, s.step, Fault::CHECKPOINT_WRITE)) {
+            if (f->kind() == Fault::CORRUPT_SHARD || f->kind() == Fault::TRUNCATE_SHARD) {
+              damage = f;
+            } else if (f->kind() == Fault::FAIL_WRITE) {
+              msg::ShardWritten failed{s.step, s.dp, s.pp, s.tp, false, "injected FAIL_WRITE", {}, 0, 0};
+              if (auto coordinator = w.args.directory->get(engine::coordinator_path()))
+                self->send(coordinator, std::move(failed));
+              engine::raise_fault(*f, w.path, s.step);
+            } else {
+              engine::raise_fault(*f, w.path, s.step);
+            }
+          }
+        }
+        auto report = [&](msg::ShardWritten done) {
+          if (auto coordinator = w.args.directory->get(engine::coordinator_path()))
+            self->send(coordinator, std::move(done));
+        };
+        engine::ShardState state{{s.dp, s.pp, s.tp}, {s.range_begin, s.range_end}, *s.params, *s.exp_avg,
+                                 *s.exp_avg_sq};
+        const auto file = engine::shard_file_name(state.rank);
+        try {
+          const auto record = engine::write_shard(w.args.config, state, s.partial_dir, file, w.path);
+          if (damage) {
+            const auto target = s.partial_dir + "/" + file;
+            if (damage->kind() == Fault::CORRUPT_SHARD)
+              ckpt::flip_bytes(target, record.size_bytes() / 2);
+            else
+              ckpt::truncate_file(target, record.size_bytes() / 2);
+            spdlog::warn("{}: injected {} of {} at step {}", w.path, Fault::Kind_Name(damage->kind()), target,
+                         s.step);
+          }
+          report({s.step, s.dp, s.pp, s.tp, true, {}, record.SerializeAsString(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  int64_t(record.size_bytes())});
+        } catch (const std::exception& e) {
+          // The checkpoint fails; this writer dies and its supervisor restarts it.
+          report({s.step, s.dp, s.pp, s.tp, false, e.what(), {}, 0, 0});
+          throw;
+        }
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_writer(caf::event_based_actor* parent, WriterArgs args) {
+  return parent->spawn<caf::detached>(writer_impl, std::move(args));
+}
+
+}  // namespace troupe::actors

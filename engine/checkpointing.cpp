@@ -1,0 +1,120 @@
+#include "engine/checkpointing.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "ckpt/error.h"
+#include "ckpt/flat_layout.h"
+#include "ckpt/manifest.h"
+#include "ckpt/shard_writer.h"
+
+namespace troupe::engine {
+
+std::string checkpoint_root(const Config& c) {
+  if (!c.checkpoint().dir().empty()) return c.checkpoint().dir();
+  return (std::filesystem::path(c.logging().run_dir()) / "checkpoints").string();
+}
+
+ResumeSource::ResumeSource(const Config& c) : root_(checkpoint_root(c)), load_(c.checkpoint().load()) {}
+
+std::shared_ptr<const ckpt::Checkpoint> ResumeSource::current() {
+  std::lock_guard lock(mu_);
+  if (!stale_) return ckpt_;
+  stale_ = false;
+  ckpt_.reset();
+  report_.clear();
+  if (!failed_before_ && load_.empty()) return ckpt_;  // a fresh start
+  if (!failed_before_ && load_ != "latest") {
+    ckpt_ = std::make_shared<const ckpt::Checkpoint>(ckpt::open_checkpoint_path(load_, &report_));
+  } else if (std::filesystem::exists(root_)) {
+    auto outcome = ckpt::load_latest(root_);
+    report_ = std::move(outcome.report);
+    if (outcome.checkpoint) ckpt_ = std::make_shared<const ckpt::Checkpoint>(std::move(*outcome.checkpoint));
+  }
+  for (const auto& line : report_) spdlog::warn("checkpoint: {}", line);
+  if (ckpt_) spdlog::info("checkpoint: resuming from {} (step {})", ckpt_->dir(), ckpt_->step());
+  return ckpt_;
+}
+
+void ResumeSource::invalidate() {
+  std::lock_guard lock(mu_);
+  stale_ = true;
+  failed_before_ = true;
+}
+
+std::vector<std::string> ResumeSource::report() const {
+  std::lock_guard lock(mu_);
+  return report_;
+}
+
+void restore_stage(const ckpt::Checkpoint& ck, model::GptStage& stage) {
+  const auto layout = ckpt::flat_layout(stage.registry());
+  std::vector<float> host(size_t(stage.param_count()));
+  ckpt::read_flat_range(ck, layout, TensorPiece::PARAM, 0, stage.param_count(), host.data());
+  stage.device().copy_from_host(stage.params(), host.data(), host.size() * sizeof(float));
+}
+
+void restore_shard(const ckpt::Checkpoint& ck, const model::ParameterRegistry& reg, OptimizerShard& shard) {
+  const auto layout = ckpt::flat_layout(reg);
+  const auto r = shard.range();
+  auto& a = shard.adamw();
+  ckpt::read_flat_range(ck, layout, TensorPiece::EXP_AVG, r.begin, r.end, a.m());
+  ckpt::read_flat_range(ck, layout, TensorPiece::EXP_AVG_SQ, r.begin, r.end, a.v());
+  a.set_steps(ck.manifest().successful_updates());
+}
+
+bool writes_shard(const Config& c, const Rank& r) { return c.parallel().distributed_optimizer() || r.dp == 0; }
+
+std::string shard_file_name(const Rank& r) { return fmt::format("dp{}_pp{}_tp{}.shard", r.dp, r.pp, r.tp); }
+
+ShardFile write_shard(const Config& c, const ShardState& s, const std::string& dir, const std::string& file,
+                            const std::string& writer) {
+  const model::ParameterRegistry reg(c, model::StageRange::pipeline(c, s.rank.pp, c.parallel().pipeline()));
+  const auto layout = ckpt::flat_layout(reg);
+  ckpt::ShardWriter w(dir, file, writer);
+  // The buffers hold the range only: shift so that buffer[range.begin] is element 0.
+  const auto put = [&](ckpt::TensorKind kind, const std::vector<float>& values) {
+    for (const auto& p : ckpt::flat_range_pieces(layout, kind, s.range.begin, s.range.end))
+      w.add(p.spec, std::span<const float>(values.data() + (p.buffer_offset - s.range.begin),
+                                           size_t(p.spec.region.elements())));
+  };
+  put(TensorPiece::PARAM, s.params);
+  put(TensorPiece::EXP_AVG, s.exp_avg);
+  put(TensorPiece::EXP_AVG_SQ, s.exp_avg_sq);
+  return w.finish();
+}
+
+CheckpointManifest make_manifest(const Config& c, const TrainingPosition& pos,
+                                       std::vector<ShardFile> shards) {
+  CheckpointManifest m;
+  ckpt::set_manifest_config(m, c);
+  auto* t = m.mutable_topology();
+  t->set_data(c.parallel().data());
+  t->set_pipeline(c.parallel().pipeline());
+  t->set_tensor(c.parallel().tensor());
+  m.set_step(pos.step);
+  m.set_consumed_samples(pos.consumed_samples);
+  m.set_successful_updates(pos.successful_updates);
+  m.set_skipped_updates(pos.skipped_updates);
+  // The LR schedule's position: samples of successful updates (sched/lr_schedule.h).
+  m.set_lr_schedule_samples(pos.successful_updates * c.batch().global_batch_size());
+  // Training is dropout-free: the only randomness is the seed, which fixes the
+  // initial weights and the data order (a pure function of consumed samples).
+  auto* rng = m.add_rng();
+  rng->set_name("training.seed");
+  const uint64_t seed = c.training().seed();
+  rng->set_state(std::string(reinterpret_cast<const char*>(&seed), sizeof(seed)));
+  m.mutable_data_position()->set_consumed_samples(pos.consumed_samples);
+  m.mutable_data_position()->set_epoch(pos.epoch);
+  for (auto& s : shards) *m.add_shard() = std::move(s);
+  return m;
+}
+
+TrainingPosition position_of(const CheckpointManifest& m) {
+  return {m.step(), m.consumed_samples(), m.successful_updates(), m.skipped_updates(),
+          m.data_position().epoch()};
+}
+
+}  // namespace troupe::engine

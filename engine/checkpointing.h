@@ -1,0 +1,81 @@
+// The training state <-> checkpoint, without actors: which checkpoint a (re)started
+// training group resumes from, restoring a stage's parameters and an optimizer
+// shard's moments from it (under any layout it was written in), writing one
+// optimizer shard's pieces, and the manifest the coordinator commits.
+//
+// What is stored, by name and global slice (ckpt/flat_layout.h):
+//   param       the model weights; on the CPU they are also the fp32 master weights,
+//               so no separate "master" pieces are written (a GPU shard writes both)
+//   exp_avg     Adam's first moment      exp_avg_sq  Adam's second moment
+// Each distributed-optimizer shard writes the flat range of its stage it owns; with
+// a replicated optimizer, data-parallel rank 0 writes the whole stage.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ckpt/reader.h"
+#include "engine/optimizer_shard.h"
+#include "engine/topology.h"
+#include "messages/checkpoint.pb.h"
+#include "model/gpt_stage.h"
+
+namespace troupe::engine {
+
+// The checkpoint root of a config: checkpoint.dir, or RUN_DIR/checkpoints.
+std::string checkpoint_root(const Config& c);
+
+// Which checkpoint the training group starts from. The first start follows
+// checkpoint.load ("" fresh, "latest", or a path); after a failure (invalidate())
+// every start takes the newest complete checkpoint under the root, falling back
+// past damaged ones, or starts fresh when there is none.
+class ResumeSource {
+ public:
+  explicit ResumeSource(const Config& c);
+
+  // The checkpoint of the group's current start (null: fresh). Loaded once per start.
+  std::shared_ptr<const ckpt::Checkpoint> current();
+  void invalidate();
+  // What the last load skipped and why (damaged checkpoints, missing `latest`).
+  std::vector<std::string> report() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::string root_, load_;
+  bool stale_ = true, failed_before_ = false;
+  std::shared_ptr<const ckpt::Checkpoint> ckpt_;
+  std::vector<std::string> report_;
+};
+
+// Parameters of the stage's whole flat buffer from `ck`. Throws CheckpointError
+// naming the tensor when the checkpoint cannot supply it.
+void restore_stage(const ckpt::Checkpoint& ck, model::GptStage& stage);
+// The shard's moments for its range, and its step counter (successful updates).
+void restore_shard(const ckpt::Checkpoint& ck, const model::ParameterRegistry& reg, OptimizerShard& shard);
+
+// A copy of what one optimizer shard writes, taken at a step boundary.
+struct ShardState {
+  Rank rank;
+  model::FlatRange range;
+  std::vector<float> params, exp_avg, exp_avg_sq;  // range.end - range.begin values each
+};
+// Whether this rank writes a shard (all ranks with the distributed optimizer,
+// data-parallel rank 0 without).
+bool writes_shard(const Config& c, const Rank& r);
+// Writes `s` as shard file `file` into `dir` (the checkpoint's .partial directory).
+ShardFile write_shard(const Config& c, const ShardState& s, const std::string& dir,
+                            const std::string& file, const std::string& writer);
+std::string shard_file_name(const Rank& r);  // "dp0_pp1_tp0.shard"
+
+// The counters a manifest records.
+struct TrainingPosition {
+  int64_t step = 0, consumed_samples = 0, successful_updates = 0, skipped_updates = 0;
+  int64_t epoch = 0;
+};
+CheckpointManifest make_manifest(const Config& c, const TrainingPosition& pos,
+                                       std::vector<ShardFile> shards);
+TrainingPosition position_of(const CheckpointManifest& m);
+
+}  // namespace troupe::engine
