@@ -300,7 +300,7 @@ void finish_train_step(Self* self) {
     ++st.pos.successful_updates;
   }
   if (st.data) st.pos.epoch = st.data->epoch_of(st.pos.consumed_samples);
-  r = st.args.book->add_step(r, ledger.sample_ids());
+  r = st.args.book->add_step(r, ledger.sample_ids(), ledger.timings());
   if (auto rec = st.args.book->first_step_done()) {
     spdlog::info("recovered: first step after restart {} done; detection to restart {:.3f} s, restart to first "
                  "step (reload + re-warm) {:.3f} s",

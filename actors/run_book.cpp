@@ -4,7 +4,8 @@
 
 namespace troupe::actors {
 
-metrics::StepRecord RunBook::add_step(metrics::StepRecord r, std::vector<int64_t> samples) {
+metrics::StepRecord RunBook::add_step(metrics::StepRecord r, std::vector<int64_t> samples,
+                                      std::vector<msg::StageTiming> timings) {
   std::lock_guard lock(mu_);
   r.recomputed = r.step <= max_step_;
   if (r.recomputed) ++recomputed_;
@@ -12,6 +13,7 @@ metrics::StepRecord RunBook::add_step(metrics::StepRecord r, std::vector<int64_t
   max_step_ = std::max(max_step_, r.step);
   outcome_.steps.push_back(r);
   outcome_.step_samples.push_back(std::move(samples));
+  outcome_.step_timings.push_back(std::move(timings));
   return r;
 }
 
@@ -33,6 +35,7 @@ int64_t RunBook::resume_from(int64_t step) {
   while (keep < outcome_.steps.size() && outcome_.steps[keep].step <= step) ++keep;
   outcome_.steps.resize(keep);
   outcome_.step_samples.resize(keep);
+  outcome_.step_timings.resize(keep);
   if (failed_at_) {
     ++restarts_;
     restarted_at_ = Clock::now();

@@ -19,7 +19,8 @@ class RunBook {
  public:
   // A step finished. It is "recomputed" when an earlier timeline had finished it.
   // Returns the record with `recomputed` and `restarts` filled in.
-  metrics::StepRecord add_step(metrics::StepRecord r, std::vector<int64_t> samples);
+  metrics::StepRecord add_step(metrics::StepRecord r, std::vector<int64_t> samples,
+                               std::vector<msg::StageTiming> timings = {});
   void add_eval(const metrics::EvalRecord& e);
 
   // A failure was seen (a supervisor's on_failure). One that restarts the training

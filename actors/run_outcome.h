@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "messages/runtime.h"
 #include "metrics/step_record.h"
 
 namespace troupe::actors {
@@ -18,6 +19,9 @@ struct RunOutcome {
   std::vector<metrics::EvalRecord> evals;
   // Sample IDs of every update, in step order (the sample audit).
   std::vector<std::vector<int64_t>> step_samples;
+  // What every stage rank did in each update (rank order), for the pipeline-idle
+  // measurement and the straggler report.
+  std::vector<std::vector<msg::StageTiming>> step_timings;
 };
 
 }  // namespace troupe::actors

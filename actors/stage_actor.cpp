@@ -55,6 +55,8 @@ struct StageState {
 
 using Self = caf::stateful_actor<StageState>;
 
+double clock_seconds(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
+
 double since(Clock::time_point t0, Clock::time_point t) {
   return std::chrono::duration<double>(t - t0).count();
 }
@@ -165,7 +167,8 @@ void advance(Self* self) {
     else
       run_backward(self, op.microbatch);
     const auto t1 = Clock::now();
-    st.timing.busy.emplace_back(since(st.step_start, t0), since(st.step_start, t1));
+    st.timing.busy.emplace_back(clock_seconds(t0), clock_seconds(t1));
+    st.timing.backward.push_back(op.kind == sched::OpKind::Backward);
     st.timing.compute_s += since(t0, t1);
     st.idle_since = t1;
     self->send(st.coordinator, msg::Heartbeat{st.path, st.step});

@@ -131,9 +131,11 @@ struct ShardApplied {
   int64_t step = 0;
 };
 
-// Busy intervals of one stage in one step, in seconds since the step began.
+// What one stage did in one step. Busy intervals are in seconds on the process's
+// steady clock (comparable across the stages of one process).
 struct StageTiming {
-  std::vector<std::pair<double, double>> busy;  // [start, end) of each op
+  std::vector<std::pair<double, double>> busy;  // [start, end) of each op, in op order
+  std::vector<uint8_t> backward;                // per op: 1 for a backward, 0 for a forward
   double compute_s = 0;
   double wait_s = 0;
   double sync_s = 0;  // gradient reduce-scatter + parameter all-gather
