@@ -10,6 +10,7 @@
 #include "actors/training_group.h"
 #include "config/derived.h"
 #include "data/batch_source.h"
+#include "engine/checkpointing.h"
 #include "engine/topology.h"
 #include "metrics/run_dir.h"
 #include "model/param_registry.h"
@@ -120,6 +121,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
 
   const auto topo = engine::Topology::of(c);
   engine::check_fault_plan(c, engine::all_paths(topo));
+  engine::set_aside_earlier_checkpoints(c);
 
   clear_stop();
   std::signal(SIGINT, on_signal);

@@ -1,5 +1,6 @@
 #include "engine/checkpointing.h"
 
+#include <chrono>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -15,6 +16,25 @@ namespace troupe::engine {
 std::string checkpoint_root(const Config& c) {
   if (!c.checkpoint().dir().empty()) return c.checkpoint().dir();
   return (std::filesystem::path(c.logging().run_dir()) / "checkpoints").string();
+}
+
+std::string set_aside_earlier_checkpoints(const Config& c) {
+  if (!c.checkpoint().load().empty()) return "";
+  const std::filesystem::path root = checkpoint_root(c);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(root, ec) || std::filesystem::is_empty(root, ec)) return "";
+  const auto stamp = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  auto aside = root;
+  aside += fmt::format(".previous-{}", stamp);
+  for (int n = 1; std::filesystem::exists(aside); ++n) {
+    aside = root;
+    aside += fmt::format(".previous-{}-{}", stamp, n);
+  }
+  std::filesystem::rename(root, aside);
+  spdlog::warn("checkpoint: a fresh start (checkpoint.load is empty); the earlier checkpoints in {} were moved to {}",
+               root.string(), aside.string());
+  return aside.string();
 }
 
 ResumeSource::ResumeSource(const Config& c) : root_(checkpoint_root(c)), load_(c.checkpoint().load()) {}

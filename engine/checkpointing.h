@@ -27,6 +27,12 @@ namespace troupe::engine {
 // The checkpoint root of a config: checkpoint.dir, or RUN_DIR/checkpoints.
 std::string checkpoint_root(const Config& c);
 
+// A fresh start (checkpoint.load empty) into a checkpoint root that already holds
+// checkpoints of an earlier run: that root is renamed to ROOT.previous-<unix time>
+// (nothing is deleted) so the new run's timeline starts clean. Returns the new name
+// of the old root, or "" when there was nothing to set aside.
+std::string set_aside_earlier_checkpoints(const Config& c);
+
 // Which checkpoint the training group starts from. The first start follows
 // checkpoint.load ("" fresh, "latest", or a path); after a failure (invalidate())
 // every start takes the newest complete checkpoint under the root, falling back

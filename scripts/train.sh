@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
-exec build/apps/supervisor plan configs/default.textproto
+exec build/apps/supervisor run

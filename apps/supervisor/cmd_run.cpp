@@ -1,12 +1,16 @@
 // `supervisor run`: train with the actor runtime.
+#include <cctype>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <boost/program_options.hpp>
 #include <google/protobuf/text_format.h>
 
 #include "actors/runtime.h"
 #include "apps/supervisor/config_args.h"
+#include "config/validate.h"
 
 namespace troupe::cli {
 namespace {
@@ -23,8 +27,60 @@ const char* kUsage =
     "options:\n";
 
 const char* kRunOptions =
+    "  --inject PATH@STEP:PHASE[:KIND[:MICROBATCH]]\n"
+    "                           add a fault (repeatable), e.g. stage/dp1/pp0/tp0@5:backward:kill;\n"
+    "                           KIND is kill (default), hang, throw, corrupt_shard, truncate_shard,\n"
+    "                           fail_write or nan_gradient; docs/runtime.md lists each actor's phases\n"
     "  --quiet                  no step lines or summary on stdout (files are still written)\n"
     "  -h, --help               this text\n";
+
+// "stage/dp1/pp0/tp0@5:backward:kill" -> a Fault; throws std::invalid_argument naming the flag.
+Fault parse_inject(const std::string& text) {
+  const auto bad = [&](const std::string& why) {
+    return std::invalid_argument("--inject " + text + ": " + why +
+                                 " (expected PATH@STEP:PHASE[:KIND[:MICROBATCH]])");
+  };
+  const auto at = text.find('@');
+  if (at == std::string::npos || at == 0) throw bad("no actor path before '@'");
+  std::vector<std::string> parts;
+  size_t start = at + 1;
+  for (;;) {
+    const auto colon = text.find(':', start);
+    parts.push_back(text.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (parts.size() < 2 || parts.size() > 4) throw bad("wrong number of fields");
+  Fault f;
+  f.set_actor(text.substr(0, at));
+  try {
+    size_t used = 0;
+    f.set_step(std::stoll(parts[0], &used));
+    if (used != parts[0].size() || f.step() < 1) throw std::invalid_argument("");
+  } catch (const std::exception&) {
+    throw bad("step '" + parts[0] + "' is not a positive integer");
+  }
+  auto upper = [](std::string v) {
+    for (auto& ch : v) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+    return v;
+  };
+  Fault::Phase phase;
+  if (!Fault::Phase_Parse(upper(parts[1]), &phase)) throw bad("unknown phase '" + parts[1] + "'");
+  f.set_phase(phase);
+  if (parts.size() >= 3) {
+    Fault::Kind kind;
+    if (!Fault::Kind_Parse(upper(parts[2]), &kind)) throw bad("unknown kind '" + parts[2] + "'");
+    f.set_kind(kind);
+  }
+  if (parts.size() == 4) {
+    try {
+      f.set_microbatch(std::stoi(parts[3]));
+    } catch (const std::exception&) {
+      throw bad("microbatch '" + parts[3] + "' is not an integer");
+    }
+  }
+  return f;
+}
 
 }  // namespace
 
@@ -33,7 +89,9 @@ int run_main(int argc, char** argv) {
   po::options_description options;
   po::positional_options_description positional;
   add_config_options(options, positional, config_args);
-  options.add_options()("quiet", "")("help,h", "");
+  std::vector<std::string> injects;
+  options.add_options()("inject", po::value<std::vector<std::string>>(&injects)->composing())("quiet", "")(
+      "help,h", "");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
@@ -46,7 +104,11 @@ int run_main(int argc, char** argv) {
     std::printf("%s%s%s", kUsage, config_options_help(), kRunOptions);
     return 0;
   }
-  const LoadedConfig loaded = load_config(config_args);
+  LoadedConfig loaded = load_config(config_args);
+  if (!injects.empty()) {
+    for (const auto& text : injects) *loaded.config.mutable_faults()->add_fault() = parse_inject(text);
+    config::validate(loaded.config, loaded.origins);
+  }
   actors::RunOptions run;
   run.console = !vm.count("quiet");
   run.config_source = loaded.describe();
