@@ -4,7 +4,7 @@
 //
 //   gpu_bench [--micro 16] [--accum 4] [--seq 1024] [--steps 5] [--warmup 2]
 //             [--gemm bf16|fp32] [--layers 12 --heads 12 --width 768 --vocab 50257]
-//             [--json FILE]
+//             [--peak-size 8192] [--json FILE]
 //
 // Global batch = micro x accum sequences (default 64 x 1024 tokens). Documents of
 // random length (geometric, mean 512 tokens) are packed into every row, so the
@@ -51,13 +51,14 @@ namespace {
 struct Args {
   int micro = 16, accum = 4, seq = 1024, steps = 5, warmup = 2;
   int layers = 12, heads = 12, width = 768, vocab = 50257;
+  int peak_size = 8192;  // n of the n^3 reference GEMM
   std::string gemm = "bf16", json;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "gpu_bench: %s\nusage: gpu_bench [--micro N] [--accum N] [--seq T] [--steps N] [--warmup N] "
-               "[--gemm bf16|fp32] [--layers L] [--heads H] [--width D] [--vocab V] [--json FILE]\n",
+               "[--gemm bf16|fp32] [--layers L] [--heads H] [--width D] [--vocab V] [--peak-size N] [--json FILE]\n",
                why.c_str());
   std::exit(2);
 }
@@ -83,6 +84,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--heads") a.heads = num();
     else if (k == "--width") a.width = num();
     else if (k == "--vocab") a.vocab = num();
+    else if (k == "--peak-size") a.peak_size = num();
     else if (k == "--gemm") {
       if (v != "bf16" && v != "fp32") usage("--gemm takes bf16 or fp32, not '" + v + "'");
       a.gemm = v;
@@ -227,9 +229,10 @@ int main(int argc, char** argv) {
     o.gemm = a.gemm == "bf16" ? kernels::cuda::GemmType::kBf16 : kernels::cuda::GemmType::kF32;
     CudaDevice gpu(o);
     std::printf("device: %s\n", gpu.describe().c_str());
-    const double peak = gemm_peak_tflops(gpu, 8192, false);
-    const double peak_f32out = gemm_peak_tflops(gpu, 8192, true);
-    std::printf("cuBLAS 8192^3 bf16 GEMM: %.1f TFLOP/s (bf16 out), %.1f TFLOP/s (fp32 out)\n", peak, peak_f32out);
+    const double peak = gemm_peak_tflops(gpu, a.peak_size, false);
+    const double peak_f32out = gemm_peak_tflops(gpu, a.peak_size, true);
+    std::printf("cuBLAS %d^3 bf16 GEMM: %.1f TFLOP/s (bf16 out), %.1f TFLOP/s (fp32 out)\n", a.peak_size, peak,
+                peak_f32out);
 
     const Config c = make_config(a);
     kernels::cuda::TimedDevice timed(gpu);

@@ -14,10 +14,12 @@ float load(const void* p, cudaDataType_t t, long long i) {
   return t == CUDA_R_16BF ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]) : static_cast<const float*>(p)[i];
 }
 
+// The combinations troupe uses: bf16 inputs with an fp32 or bf16 output, or fp32 throughout.
 bool supported(cudaDataType_t at, cudaDataType_t bt, cudaDataType_t ct, cublasComputeType_t compute) {
-  if (ct != CUDA_R_32F || at != bt) return false;
-  if (at == CUDA_R_16BF) return compute == CUBLAS_COMPUTE_32F;
-  return at == CUDA_R_32F && (compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_PEDANTIC);
+  if (at != bt) return false;
+  if (at == CUDA_R_16BF) return compute == CUBLAS_COMPUTE_32F && (ct == CUDA_R_32F || ct == CUDA_R_16BF);
+  return at == CUDA_R_32F && ct == CUDA_R_32F &&
+         (compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_PEDANTIC);
 }
 
 }  // namespace
@@ -62,7 +64,6 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     return CUBLAS_STATUS_INVALID_VALUE;
   if (!supported(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  auto* c = static_cast<float*>(C);
   for (int b = 0; b < batch; ++b)
     for (int j = 0; j < n; ++j)
       for (int i = 0; i < m; ++i) {
@@ -72,8 +73,12 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
           const long long bi = b * stride_b + (tb == CUBLAS_OP_N ? l + (long long)j * ldb : j + (long long)l * ldb);
           acc += load(A, at, ai) * load(B, bt, bi);
         }
-        float& out = c[b * stride_c + i + (long long)j * ldc];
-        out = be != 0.0f ? al * acc + be * out : al * acc;
+        const long long ci = b * stride_c + i + (long long)j * ldc;
+        const float v = be != 0.0f ? al * acc + be * load(C, ct, ci) : al * acc;
+        if (ct == CUDA_R_16BF)
+          static_cast<__nv_bfloat16*>(C)[ci] = __float2bfloat16_rn(v);
+        else
+          static_cast<float*>(C)[ci] = v;
       }
   return CUBLAS_STATUS_SUCCESS;
 }
