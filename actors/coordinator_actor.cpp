@@ -270,6 +270,33 @@ void next(Self* self) {
     finish_run(self, "completed");
 }
 
+// Microbatch losses and samples (spike records) and stage timings (stragglers).
+StepExtras step_extras(const CoordinatorState& st, const engine::StepLedger& ledger, const metrics::StepRecord& r) {
+  StepExtras x;
+  x.detail.step = r.step;
+  x.detail.loss = r.loss;
+  x.detail.grad_norm = r.grad_norm;
+  x.detail.lr = r.lr;
+  const auto losses = ledger.microbatch_losses();
+  const auto tokens = ledger.microbatch_loss_tokens();
+  const auto ids = ledger.sample_ids();  // replica-major, microbatch, row
+  const size_t rows = size_t(st.args.config.batch().micro_batch_size());
+  for (int32_t d = 0; d < st.topo.dp; ++d)
+    for (int32_t j = 0; j < st.microbatches; ++j) {
+      const size_t i = size_t(d) * size_t(st.microbatches) + size_t(j);
+      metrics::MicrobatchLoss m;
+      m.replica = d;
+      m.index = j;
+      if ((i + 1) * rows <= ids.size()) m.sample_ids.assign(ids.begin() + i * rows, ids.begin() + (i + 1) * rows);
+      m.loss_tokens = tokens[i];
+      m.loss = tokens[i] > 0 ? losses[i] / double(tokens[i]) : 0.0;
+      x.detail.microbatches.push_back(std::move(m));
+    }
+  for (const auto& rank : st.topo.all_ranks()) x.stage_paths.push_back(engine::stage_path(rank));
+  x.timings = ledger.timings();
+  return x;
+}
+
 void finish_train_step(Self* self) {
   auto& st = self->state;
   auto& ledger = *st.ledger;
@@ -311,6 +338,7 @@ void finish_train_step(Self* self) {
            {"restart_to_first_step_s", rec->restart_to_first_step_s}});
   }
   to_metrics(self, caf::make_message(r));
+  to_metrics(self, caf::make_message(step_extras(st, ledger, r)));
   st.ledger.reset();
   next(self);
 }

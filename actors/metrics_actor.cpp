@@ -9,7 +9,9 @@
 #include "actors/message_types.h"
 #include "metrics/console.h"
 #include "metrics/jsonl_log.h"
+#include "metrics/straggler.h"
 #include "metrics/tensorboard_writer.h"
+#include "sched/planner.h"
 
 
 namespace troupe::actors {
@@ -17,7 +19,10 @@ namespace {
 
 struct MetricsState {
   MetricsArgs args;
-  std::unique_ptr<metrics::JsonlLog> jsonl;
+  std::unique_ptr<metrics::JsonlLog> jsonl, spikes;
+  std::unique_ptr<metrics::SpikeDetector> detector;
+  int64_t spike_count = 0;
+  metrics::TimingLog timings;
   std::unique_ptr<metrics::EventFileWriter> events;
   bool bar = false;          // a progress bar is drawn on the last line
   bool header_printed = false;
@@ -28,6 +33,27 @@ using Self = caf::stateful_actor<MetricsState>;
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The calendar from the measured throughput (DESIGN.md section 7's arithmetic):
+// the step-time rate excludes checkpoint waits and evaluation, so the calendar
+// efficiency is applied to it once; the wall-clock rate already includes every
+// loss, so it is not applied again.
+std::string calendar_lines(const Config& c, const metrics::RunSummary& r) {
+  const double step_rate = metrics::tokens_per_second(r);
+  const double real_tokens = double(r.input_tokens - r.padding_tokens);
+  const double wall_rate = r.elapsed_s > 0 ? real_tokens / r.elapsed_s : 0;
+  if (step_rate <= 0) return {};
+  const auto plan = sched::token_plan(c);
+  const double eff = c.logging().calendar_efficiency();
+  const auto at_step = sched::calendar(double(plan.budget), step_rate, eff);
+  const auto at_wall = sched::calendar(double(plan.budget), wall_rate, 1.0);
+  return fmt::format(
+      "calendar: {:.4g} tokens ({}) at {:.4g} tok/s of step time = {:.4g} days of compute, {:.4g} days at {:.0f}% "
+      "calendar efficiency;\n          at the wall-clock rate {:.4g} tok/s (losses included) = {:.4g} days, no "
+      "efficiency applied again\n",
+      double(plan.budget), plan.budget_derived ? "train tokens rounded up" : "training.token_budget", step_rate,
+      at_step.compute_days, at_step.calendar_days, 100 * eff, wall_rate, at_wall.calendar_days);
 }
 
 // Writes a line to the console above the progress bar, then redraws the bar.
@@ -50,6 +76,11 @@ caf::behavior metrics_impl(Self* self, MetricsArgs args) {
   st.jsonl = std::make_unique<metrics::JsonlLog>(st.args.layout.metrics);
   if (st.args.tensorboard) st.events = std::make_unique<metrics::EventFileWriter>(st.args.layout.events, unix_now());
   st.bar = st.args.console && st.args.progress_bar && metrics::is_terminal(stdout);
+  const auto& lc = st.args.config.logging();
+  st.detector = std::make_unique<metrics::SpikeDetector>(
+      metrics::SpikeOptions{lc.spike_window(), lc.spike_multiple(), lc.spike_min_history()});
+  metrics::load_spike_history(st.args.layout.spikes, *st.detector);
+  st.spikes = std::make_unique<metrics::JsonlLog>(st.args.layout.spikes);
   return {
       [self](const metrics::StartupRecord& r) {
         self->state.jsonl->startup(r);
@@ -72,6 +103,25 @@ caf::behavior metrics_impl(Self* self, MetricsArgs args) {
           line.pop_back();
         print_line(self, line, r.step);
       },
+      [self](const StepExtras& x) {
+        auto& s = self->state;
+        if (auto spike = s.detector->observe(x.detail)) {
+          ++s.spike_count;
+          s.spikes->write(metrics::to_json(*spike), /*durable=*/true);
+          print_line(self,
+                     fmt::format("loss spike at step {}: {:.4f} is {:.1f}x the running median {:.4f}{}; recorded in {}",
+                                 spike->step, spike->loss, spike->ratio, spike->median,
+                                 spike->repeat_of_step ? fmt::format(" (same samples as step {})", *spike->repeat_of_step)
+                                                       : std::string(),
+                                 s.args.layout.spikes),
+                     x.detail.step);
+        }
+        for (size_t k = 0; k < x.timings.size() && k < x.stage_paths.size(); ++k) {
+          const auto& t = x.timings[k];
+          for (const auto& [a, b] : t.busy) s.timings.compute(x.stage_paths[k], b - a);
+          for (double w : t.waits) s.timings.wait(x.stage_paths[k], w);
+        }
+      },
       [self](const metrics::EvalRecord& r) {
         auto& s = self->state;
         s.jsonl->eval(r);
@@ -89,14 +139,19 @@ caf::behavior metrics_impl(Self* self, MetricsArgs args) {
         object["step"] = step;
         s.jsonl->write(object, /*durable=*/true);
       },
-      [self](const metrics::RunSummary& r) {
+      [self](metrics::RunSummary r) {
         auto& s = self->state;
+        r.spikes = s.spike_count;
+        const auto report = metrics::straggler_report(s.timings);
+        const std::string calendar = calendar_lines(s.args.config, r);
         s.jsonl->summary(r);
         if (s.events) s.events->sync();
         if (s.bar) std::fputs("\r\033[2K", stdout);
         s.bar = false;
         if (s.args.console) {
           std::fputs(metrics::summary_block(r).c_str(), stdout);
+          if (!report.actors.empty()) std::fputs(metrics::format_straggler_report(report).c_str(), stdout);
+          std::fputs(calendar.c_str(), stdout);
           std::fflush(stdout);
         }
       },

@@ -144,6 +144,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
   margs.log_interval = c.logging().log_interval();
   margs.total_steps = config::full_updates(c);
   margs.faults = faults;
+  margs.config = c;
 
   RunResult result;
   caf::actor client_handle = caf::actor_cast<caf::actor>(client);

@@ -162,6 +162,7 @@ void advance(Self* self) {
     const auto op = st.ops[st.next_op++];
     const auto t0 = Clock::now();
     st.timing.wait_s += since(st.idle_since, t0);
+    st.timing.waits.push_back(since(st.idle_since, t0));
     if (op.kind == sched::OpKind::Forward)
       run_forward(self, op.microbatch);
     else

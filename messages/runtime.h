@@ -136,6 +136,7 @@ struct ShardApplied {
 struct StageTiming {
   std::vector<std::pair<double, double>> busy;  // [start, end) of each op, in op order
   std::vector<uint8_t> backward;                // per op: 1 for a backward, 0 for a forward
+  std::vector<double> waits;                    // per op: seconds idle before it (waiting for its inputs)
   double compute_s = 0;
   double wait_s = 0;
   double sync_s = 0;  // gradient reduce-scatter + parameter all-gather
