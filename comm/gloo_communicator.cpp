@@ -779,8 +779,13 @@ std::shared_ptr<Communicator> connect_gloo(Store& store, const std::string& pref
     } catch (const std::exception&) {
     }
   }
-  return std::make_shared<GlooCommunicator>(std::move(name), rank, size, options, std::move(device),
-                                            std::move(context), std::move(addresses));
+  auto comm = std::make_shared<GlooCommunicator>(name, rank, size, options, std::move(device), std::move(context),
+                                                 std::move(addresses));
+  // Gloo's connect returns on one member before its peers have finished theirs; a
+  // member that left at once would break their connect. After this barrier every
+  // member is connected, and every connection has carried data both ways.
+  comm->barrier();
+  return comm;
 }
 
 }  // namespace troupe::comm

@@ -71,6 +71,7 @@ struct GlooOptions {
 // Every member must pass the same prefix, name and size; the prefix must be fresh for
 // each job and each rebuild. Throws CommError naming the group, the prefix and the
 // ranks that never arrived when the rendezvous takes longer than options.timeout.
+// Returns once every member is connected (it ends with a barrier).
 std::shared_ptr<Communicator> connect_gloo(Store& store, const std::string& prefix, std::string name,
                                            int rank, int size, const GlooOptions& options = {});
 

@@ -15,6 +15,7 @@ int inspect_main(int argc, char** argv);  // cmd_inspect.cpp
 int export_main(int argc, char** argv);   // cmd_export.cpp
 int run_main(int argc, char** argv);      // cmd_run.cpp
 int inspect_update_main(int argc, char** argv);  // cmd_inspect_update.cpp
+int commcheck_main(int argc, char** argv);  // cmd_commcheck.cpp
 
 namespace {
 
@@ -31,6 +32,7 @@ const Subcommand kCommands[] = {
     {"inspect", "print a checkpoint's manifest and verify every shard (exit 1 on damage)", inspect_main},
     {"export", "write a checkpoint's weights as a Hugging Face GPT-2 model (safetensors)", export_main},
     {"inspect-update", "run and record one update on one device (weights, batch, grads, Adam state)", inspect_update_main},
+    {"commcheck", "check every communicator group of a layout over Gloo, nccl-tests style", commcheck_main},
 };
 
 void print_usage(std::FILE* out) {

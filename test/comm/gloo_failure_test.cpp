@@ -144,9 +144,10 @@ TEST_CASE("a rendezvous that a member never joins times out naming the missing r
   // A prefix used twice is refused instead of mixing two jobs' addresses.
   run_threads(2, "once", [](int, comm::Communicator&) {});
   comm::MemoryStore s2;
+  std::vector<std::shared_ptr<comm::Communicator>> first(2);
   std::vector<std::thread> ts;
   for (int r = 0; r < 2; ++r)
-    ts.emplace_back([&, r] { comm::connect_gloo(s2, "reused", "g", r, 2, options()); });
+    ts.emplace_back([&, r] { first[r] = comm::connect_gloo(s2, "reused", "g", r, 2, options()); });
   for (auto& t : ts) t.join();
   CHECK_THROWS_WITH_AS(comm::connect_gloo(s2, "reused", "g", 0, 2, options(500ms)),
                        doctest::Contains("is set already"), comm::CommError);

@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "comm/gloo_check.h"
 #include "comm/gloo_groups.h"
 #include "test/comm/gloo_test_util.h"
 
@@ -88,4 +89,61 @@ TEST_CASE("DP2 x PP2: every rank connects its groups and uses them") {
   comms[0].abort_all("done");
   std::vector<float> v(2);
   CHECK_THROWS_AS(comms[0].data_parallel->all_reduce_sum(v), comm::CommError);
+}
+
+TEST_CASE("layout check: every group alone and concurrently, every size verified, rows led by member 0") {
+  comm::LayoutCheck check;
+  check.dp = 2;
+  check.pp = 2;
+  check.tp = 1;
+  check.max_count = {{comm::GroupKind::kDataParallel, 5000},
+                     {comm::GroupKind::kPipelineNeighbours, 300},
+                     {comm::GroupKind::kEmbedding, 700}};
+  check.factor = 16;
+  check.iterations = 2;
+  check.options = options(20000ms);
+  check.world_timeout = 60000ms;
+  CHECK(comm::sweep_counts(5000, 16) == std::vector<size_t>{1, 16, 256, 4096, 5000});
+  CHECK(comm::sweep_counts(4096, 16) == std::vector<size_t>{1, 16, 256, 4096});
+  CHECK(comm::sweep_counts(0, 16).empty());
+
+  comm::MemoryStore store;
+  const std::string prefix = fresh_prefix("check");
+  std::vector<std::vector<comm::GroupRows>> out(4);
+  std::vector<std::thread> ranks;
+  std::vector<std::exception_ptr> errors(4);
+  for (int r = 0; r < 4; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        out[r] = comm::run_layout_check(check, r, store, prefix);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+
+  // Rank 0 leads dp[pp0/tp0], pp[dp0/tp0]:0-1 and embedding[dp0/tp0]; rank 3 leads nothing.
+  std::vector<std::string> led;
+  for (const auto& g : out[0]) led.push_back(g.phase + " " + g.group.name);
+  CHECK(led == std::vector<std::string>{"alone dp[pp0/tp0]", "alone pp[dp0/tp0]:0-1", "alone embedding[dp0/tp0]",
+                                        "concurrent dp[pp0/tp0]", "concurrent pp[dp0/tp0]:0-1",
+                                        "concurrent embedding[dp0/tp0]"});
+  CHECK(out[3].empty());
+  CHECK(out[1].size() == 2);  // dp[pp1/tp0], both phases
+  for (const auto& rank_rows : out)
+    for (const auto& g : rank_rows) {
+      const size_t sizes = g.group.kind == comm::GroupKind::kDataParallel ? 5 : 4;
+      CHECK(g.rows.size() == 4 * sizes);
+      for (const auto& row : g.rows) {
+        CHECK(row.wrong == 0);
+        CHECK(row.iterations == 2);
+        CHECK(row.median_s > 0);
+      }
+      CHECK(g.rows.back().op == comm::CheckOp::kSendRecv);
+      CHECK(g.rows.back().count == (g.group.kind == comm::GroupKind::kDataParallel ? 5000u
+                                    : g.group.kind == comm::GroupKind::kEmbedding ? 700u
+                                                                                  : 300u));
+    }
 }
