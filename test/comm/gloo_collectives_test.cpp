@@ -230,7 +230,8 @@ TEST_CASE("mismatched calls raise CommError naming both; a wrong recv size keeps
   REQUIRE(!errors.empty());
   bool named = false;
   for (const auto& e : errors)
-    named |= e.find("dp[pp1/tp0]: rank ") != std::string::npos && e.find("all_reduce_sum(count=16") != std::string::npos &&
+    named |= e.find("dp[pp1/tp0]: rank ") != std::string::npos &&
+             e.find("all_reduce_sum(count=16") != std::string::npos &&
              e.find("all_reduce_sum(count=8") != std::string::npos;
   CHECK(named);
 
@@ -240,7 +241,8 @@ TEST_CASE("mismatched calls raise CommError naming both; a wrong recv size keeps
       c.send(std::vector<float>(2, 2.0f), 1, 3);
     } else {
       std::vector<float> wrong_size(4), right(2);
-      CHECK_THROWS_WITH_AS(c.recv(wrong_size, 0, 3), doctest::Contains("rank 1 expected 4 floats with tag 3 from rank 0, got 5"),
+      CHECK_THROWS_WITH_AS(c.recv(wrong_size, 0, 3),
+                           doctest::Contains("rank 1 expected 4 floats with tag 3 from rank 0, got 5"),
                            comm::CommError);
       c.recv(right, 0, 3);
       CHECK(right == std::vector<float>{2.0f, 2.0f});

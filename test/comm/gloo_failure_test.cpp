@@ -159,7 +159,8 @@ TEST_CASE("abort releases a blocked member at once, fails later calls, and drops
     comm::MemoryStore store;
     const std::string prefix = fresh_prefix("abort");
     std::shared_ptr<comm::Communicator> a, b;
-    std::thread connect_b([&] { b = comm::connect_gloo(store, prefix, "dp[pp0/tp1]", 1, 2, options(20000ms, reduction)); });
+    std::thread connect_b(
+        [&] { b = comm::connect_gloo(store, prefix, "dp[pp0/tp1]", 1, 2, options(20000ms, reduction)); });
     a = comm::connect_gloo(store, prefix, "dp[pp0/tp1]", 0, 2, options(20000ms, reduction));
     connect_b.join();
 
@@ -179,8 +180,8 @@ TEST_CASE("abort releases a blocked member at once, fails later calls, and drops
     std::this_thread::sleep_for(200ms);
     a->abort("stage/dp1/pp0/tp1 died");
     waiter.join();
-    CHECK(blocked_error.find("dp[pp0/tp1]: rank 0: all_reduce_sum of 1048576 floats: aborted: stage/dp1/pp0/tp1 died") !=
-          std::string::npos);
+    CHECK(blocked_error.find("dp[pp0/tp1]: rank 0: all_reduce_sum of 1048576 floats: aborted: "
+                             "stage/dp1/pp0/tp1 died") != std::string::npos);
     CHECK(blocked_for < 2.0);
     std::vector<float> v(4);
     CHECK_THROWS_WITH_AS(a->barrier(), doctest::Contains("aborted: stage/dp1/pp0/tp1 died"), comm::CommError);
@@ -240,7 +241,8 @@ TEST_CASE("abort releases a blocked recv; buffered sends survive a sender that i
     std::this_thread::sleep_for(100ms);
     b->abort("rebuilding after a failure");
     waiter.join();
-    CHECK(error == "pp[dp0/tp0]:0-1: rank 1: recv of 10 floats with tag 1 from rank 0: aborted: rebuilding after a failure");
+    CHECK(error ==
+          "pp[dp0/tp0]:0-1: rank 1: recv of 10 floats with tag 1 from rank 0: aborted: rebuilding after a failure");
   }
 }
 

@@ -110,6 +110,8 @@ inline int wait_peer(pid_t pid, std::chrono::milliseconds limit = 30000ms) {
 }
 
 // Integer-valued test data: sums of a few members stay exact in fp32.
-inline float value(size_t i, int rank, int iter = 0) { return float((i * 7 + size_t(rank) * 13 + size_t(iter) * 3) % 101); }
+inline float value(size_t i, int rank, int iter = 0) {
+  return float((i * 7 + size_t(rank) * 13 + size_t(iter) * 3) % 101);
+}
 
 }  // namespace gloo_test
