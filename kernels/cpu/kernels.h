@@ -2,9 +2,10 @@
 // Shapes and semantics are documented on the Device interface (kernels/device.h).
 //
 // Partitioning (why results do not depend on the thread count):
-//   row kernels (layernorm forward, attention, cross-entropy, embedding forward,
-//   elementwise) give each row or element to one participant and compute it the
-//   same way whatever the partition;
+//   row kernels (layernorm forward, cross-entropy, embedding forward, elementwise)
+//   give each row or element to one participant and compute it the same way whatever
+//   the partition; attention gives each (batch row, head) pair to one participant,
+//   which runs the same single-threaded GEMMs for it whatever the partition;
 //   reductions over rows (bias, LayerNorm and embedding gradients) are split over
 //   columns instead: each participant owns whole columns and adds rows in order 0..N-1;
 //   sum_squares adds fixed 64 Ki-element blocks (partials in double) in block order.
