@@ -116,16 +116,18 @@ void GlooCommunicator::check_peer(int peer) {
 
 namespace {
 
-// Which ranks a store key of Gloo's rendezvous belongs to ("3" or "rank_3").
-std::string ranks_of_keys(const std::vector<std::string>& keys, const std::string& prefix) {
-  std::vector<std::string> ranks;
-  for (const auto& k : keys) {
-    std::string rest = k.rfind(prefix + "/", 0) == 0 ? k.substr(prefix.size() + 1) : k;
-    if (rest.rfind("rank_", 0) == 0) rest = rest.substr(5);
-    if (std::find(ranks.begin(), ranks.end(), rest) == ranks.end()) ranks.push_back(rest);
-  }
+// The ranks of a rendezvous whose addresses are not in the store (yet): Gloo waits for
+// its peers one by one, so its timeout names only the first one missing.
+std::string missing_ranks(comm::Store& store, const std::string& prefix, int size, int rank) {
   std::string out;
-  for (const auto& r : ranks) out += (out.empty() ? "" : ", ") + r;
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    try {
+      store.wait({prefix + "/" + std::to_string(q)}, 1ms);
+    } catch (const CommError&) {
+      out += (out.empty() ? "" : ", ") + std::to_string(q);
+    }
+  }
   return out;
 }
 
@@ -181,12 +183,12 @@ std::shared_ptr<Communicator> connect_gloo(Store& store, const std::string& pref
   detail::StoreAdapter adapter(store, prefix + "/" + name, options.timeout);
   try {
     context->connectFullMesh(adapter, device);
-  } catch (const StoreTimeout& e) {
+  } catch (const StoreTimeout&) {
     throw CommError(
         fmt::format("{}: rank {}: rendezvous under '{}' in {} timed out after {} ms: rank(s) {} "
                     "never arrived",
                     name, rank, adapter.prefix(), store.describe(), options.timeout.count(),
-                    detail::ranks_of_keys(e.missing(), adapter.prefix())));
+                    detail::missing_ranks(store, adapter.prefix(), size, rank)));
   } catch (const std::exception& e) {
     throw CommError(fmt::format("{}: rank {}: connecting under '{}' in {} failed: {}", name, rank, adapter.prefix(),
                                 store.describe(), e.what()));

@@ -137,7 +137,7 @@ TEST_CASE("a rendezvous that a member never joins times out naming the missing r
   const auto t0 = Clock::now();
   CHECK_THROWS_WITH_AS(comm::connect_gloo(store, "job7/gen0", "dp[pp0/tp0]", 0, 3, options(500ms)),
                        doctest::Contains("dp[pp0/tp0]: rank 0: rendezvous under 'job7/gen0/dp[pp0/tp0]' in "
-                                         "in-memory store timed out after 500 ms: rank(s) 1"),
+                                         "in-memory store timed out after 500 ms: rank(s) 1, 2 never arrived"),
                        comm::CommError);
   CHECK(seconds_since(t0) < 3.0);
 
