@@ -329,13 +329,16 @@ void finish_train_step(Self* self) {
   if (st.data) st.pos.epoch = st.data->epoch_of(st.pos.consumed_samples);
   r = st.args.book->add_step(r, ledger.sample_ids(), ledger.timings());
   if (auto rec = st.args.book->first_step_done()) {
-    spdlog::info("recovered: first step after restart {} done; detection to restart {:.3f} s, restart to first "
-                 "step (reload + re-warm) {:.3f} s",
-                 st.args.book->restarts(), rec->detection_to_restart_s, rec->restart_to_first_step_s);
+    spdlog::info("recovered: step {} done after restart {}; {:.3f} s from the failure: detection {:.3f} s, restart "
+                 "{:.3f} s, reload {:.3f} s, re-warm {:.3f} s",
+                 r.step, st.args.book->restarts(), rec->total_s(), rec->detection_s, rec->restart_s, rec->reload_s,
+                 rec->rewarm_s);
     event(self, "recovery", r.step,
           {{"restarts", st.args.book->restarts()},
-           {"detection_to_restart_s", rec->detection_to_restart_s},
-           {"restart_to_first_step_s", rec->restart_to_first_step_s}});
+           {"detection_s", rec->detection_s},
+           {"restart_s", rec->restart_s},
+           {"reload_s", rec->reload_s},
+           {"rewarm_s", rec->rewarm_s}});
   }
   to_metrics(self, caf::make_message(r));
   to_metrics(self, caf::make_message(step_extras(st, ledger, r)));
@@ -425,6 +428,7 @@ void wire_group(Self* self, const Registry& peers) {
     if (--*pending > 0) return;
     auto& s = self->state;
     s.started = true;
+    s.args.book->group_ready();
     for (const auto& l : s.loaders)
       self->send(l, start_atom::value, s.pos.step + 1, s.pos.consumed_samples, s.total_steps);
     next(self);

@@ -44,16 +44,32 @@ int64_t RunBook::resume_from(int64_t step) {
   return restarts_;
 }
 
+void RunBook::group_ready() {
+  std::lock_guard lock(mu_);
+  if (awaiting_first_step_) ready_at_ = Clock::now();
+}
+
+void RunBook::fault_fired_at(Clock::time_point t) {
+  std::lock_guard lock(mu_);
+  fired_at_ = t;
+}
+
 std::optional<RunBook::Recovery> RunBook::first_step_done() {
   std::lock_guard lock(mu_);
   if (!awaiting_first_step_) return std::nullopt;
   awaiting_first_step_ = false;
   const auto now = Clock::now();
+  const auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   Recovery r;
-  r.detection_to_restart_s = std::chrono::duration<double>(*restarted_at_ - *failed_at_).count();
-  r.restart_to_first_step_s = std::chrono::duration<double>(now - *restarted_at_).count();
+  if (fired_at_ && *fired_at_ <= *failed_at_) r.detection_s = secs(*fired_at_, *failed_at_);
+  r.restart_s = secs(*failed_at_, *restarted_at_);
+  const auto ready = ready_at_.value_or(*restarted_at_);
+  r.reload_s = secs(*restarted_at_, ready);
+  r.rewarm_s = secs(ready, now);
   recoveries_.push_back(r);
   failed_at_.reset();
+  ready_at_.reset();
+  fired_at_.reset();
   return r;
 }
 

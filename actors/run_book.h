@@ -30,12 +30,19 @@ class RunBook {
   // The group (re)started from the checkpoint of `step` (0: from scratch): the
   // current timeline drops the steps after it. Returns the number of restarts so far.
   int64_t resume_from(int64_t step);
+  // The restarted group's coordinator has wired every member: state reloaded.
+  void group_ready();
   // The first step after a restart finished: closes the recovery clock.
   struct Recovery {
-    double detection_to_restart_s = 0;  // failure seen -> group started again
-    double restart_to_first_step_s = 0;  // reload + re-warm: group started -> first step done
+    double detection_s = 0;  // the fault fired -> its failure seen by the supervisor (when known)
+    double restart_s = 0;    // failure seen -> the group started again (old group stopped)
+    double reload_s = 0;     // group started -> every member constructed, checkpoint loaded, wired
+    double rewarm_s = 0;     // wired -> the first step after the restart done
+    double total_s() const { return detection_s + restart_s + reload_s + rewarm_s; }
   };
   std::optional<Recovery> first_step_done();
+  // When the failure was caused on purpose, the moment the fault fired.
+  void fault_fired_at(std::chrono::steady_clock::time_point t);
 
   int64_t restarts() const;
   double elapsed_seconds() const;  // since the run began
@@ -57,7 +64,7 @@ class RunBook {
   int64_t recomputed_ = 0;
   std::vector<metrics::FailureRecord> failures_;
   std::vector<Recovery> recoveries_;
-  std::optional<Clock::time_point> failed_at_, restarted_at_;
+  std::optional<Clock::time_point> failed_at_, restarted_at_, ready_at_, fired_at_;
   bool awaiting_first_step_ = false;
   const Clock::time_point created_ = Clock::now();
 };

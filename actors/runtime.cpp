@@ -210,7 +210,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
     result.failures = book->failures();
     result.restarts = book->restarts();
     result.recomputed_steps = book->recomputed_steps();
-    for (const auto& r : book->recoveries()) result.recoveries.push_back({r.detection_to_restart_s, r.restart_to_first_step_s});
+    result.recoveries = book->recoveries();
   } catch (...) {
     shutdown();
     throw;

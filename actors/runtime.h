@@ -11,6 +11,7 @@
 #include <string>
 
 #include "actors/coordinator_actor.h"
+#include "actors/run_book.h"
 #include "actors/supervision.h"
 #include "engine/state_snapshot.h"
 #include "messages/config.pb.h"
@@ -33,11 +34,7 @@ struct RunResult {
   std::vector<metrics::FailureRecord> failures;  // every failure seen, in order
   int64_t restarts = 0;                          // restarts of the training group
   int64_t recomputed_steps = 0;                  // steps done again after a restart
-  struct Recovery {
-    double detection_to_restart_s = 0;
-    double restart_to_first_step_s = 0;
-  };
-  std::vector<Recovery> recoveries;
+  std::vector<RunBook::Recovery> recoveries;    // one per restart of the training group
   int exit_code() const;                    // 0 completed, 130/143 on SIGINT/SIGTERM, 1 failed
 };
 

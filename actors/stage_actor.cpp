@@ -110,8 +110,11 @@ void run_forward(Self* self, int32_t mb) {
   if (st.kind == StepKind::Train) st.forwarded[size_t(mb)] = true;
   const auto& r = st.args.rank;
   if (st.worker->is_last()) {
-    self->send(st.coordinator, msg::LossReport{st.step, st.kind, r.dp, mb, loss.loss_sum, loss.loss_tokens,
-                                               std::isfinite(loss.loss_sum)});
+    // Every tensor-parallel rank of the last stage computes the same loss (the
+    // vocab-parallel cross-entropy combines its pieces): rank 0 reports it.
+    if (r.tp == 0)
+      self->send(st.coordinator, msg::LossReport{st.step, st.kind, r.dp, mb, loss.loss_sum, loss.loss_tokens,
+                                                 std::isfinite(loss.loss_sum)});
   } else {
     // Evaluation has no backward to pace the slots: hand over a copy.
     const bool copy = st.kind == StepKind::Eval;

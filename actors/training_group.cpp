@@ -145,6 +145,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
       comms->abort(path + " failed: " + reason);
       faults->release_hangs();
       resume->invalidate();
+      if (auto t = faults->last_fired_at()) book->fault_fired_at(*t);
       book->failure(f, /*group_restart=*/true);
     }
     if (auto metrics = dir->get(engine::metrics_path())) caf::anon_send(metrics, f);

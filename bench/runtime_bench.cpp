@@ -9,7 +9,14 @@
 //    1 - busy / (stages x span) from every op's busy interval; goal: within 5 points
 //    of the ideal (p-1)/(m+p-1) = 1/9.
 //
-// Usage: runtime_bench [--steps N] [--warmup W] [--threads T] [--run-dir DIR]
+// 3. Checkpoint overhead: steps that run while a checkpoint is being written against
+//    normal steps (time between step completions, so waiting for a lagging checkpoint
+//    counts), and the checkpoint's write rate against the disk's sequential write rate
+//    measured in the same run. Goal: at most 1.2x a normal step.
+// 4. Recovery on the default config: a stage killed mid-run; time from the fault to
+//    the first new step, split into detection, restart, reload and re-warm.
+//
+// Usage: runtime_bench [--steps N] [--warmup W] [--threads T] [--run-dir DIR] [--only PART]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,7 +25,13 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "actors/runtime.h"
+#include "config/embedded_default.h"
+#include "config/text_format.h"
+#include "metrics/jsonl_log.h"
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "kernels/cpu/cpu_device.h"
@@ -161,10 +174,105 @@ void pipeline_idle(const Options& o) {
   std::printf("\n");
 }
 
+// Writes `bytes` in 4 MiB blocks + fsync into `dir`; returns MB/s.
+double disk_write_rate(const std::string& dir, int64_t bytes) {
+  const std::string path = dir + "/disk-probe.tmp";
+  std::vector<char> block(4 << 20, 'x');
+  const auto t0 = std::chrono::steady_clock::now();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  for (int64_t done = 0; done < bytes; done += int64_t(block.size()))
+    if (::write(fd, block.data(), block.size()) < 0) break;
+  ::fsync(fd);
+  ::close(fd);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::filesystem::remove(path);
+  return double(bytes) / 1e6 / secs;
+}
+
+void checkpoint_overhead(const Options& o) {
+  Config c = model_config("small", o);
+  const int interval = 5, steps = 40;
+  c.mutable_training()->set_train_samples(int64_t(steps) * 8);
+  c.mutable_checkpoint()->set_interval_steps(interval);
+  c.mutable_checkpoint()->set_keep_last(2);
+  c.mutable_logging()->set_run_dir(o.run_dir + "/checkpointing");
+  std::filesystem::remove_all(c.logging().run_dir());
+  actors::RunResult r;
+  runtime_step_times(c, o, &r);
+  // Time between step completions: what a step costs the run, waits included.
+  std::vector<double> normal, writing, after;
+  const auto& st = r.outcome.steps;
+  for (size_t i = 1; i < st.size(); ++i) {
+    if (int(i) < o.warmup || st[i].step == steps) continue;
+    const double dt = st[i].wall_time - st[i - 1].wall_time;
+    const int64_t since_save = (st[i].step - 1) % interval;  // 0: the step right after a save
+    (since_save == 0 ? writing : since_save == 1 ? after : normal).push_back(dt);
+  }
+  // The checkpoints' sizes and write times, from metrics.jsonl.
+  std::vector<double> rates;
+  int64_t bytes = 0;
+  for (const auto& obj : metrics::read_jsonl(c.logging().run_dir() + "/metrics.jsonl").objects)
+    if (obj.value("type", "") == "checkpoint") {
+      bytes = obj.value("bytes", int64_t(0));
+      rates.push_back(double(bytes) / 1e6 / obj.value("seconds", 1.0));
+    }
+  const double disk = disk_write_rate(c.logging().run_dir(), std::max<int64_t>(bytes, 1 << 20));
+  std::printf("## Checkpoint overhead: small model, DP1 x PP1, a checkpoint every %d steps\n\n", interval);
+  std::printf("| quantity | value |\n| --- | ---: |\n");
+  std::printf("| normal step (median time between completions) | %.1f ms (%zu steps) |\n", 1e3 * median(normal), normal.size());
+  std::printf("| step while the checkpoint is written | %.1f ms (%zu steps), %.3fx |\n", 1e3 * median(writing),
+              writing.size(), median(writing) / median(normal));
+  std::printf("| the step after it (waits if the checkpoint lags more than max_lag_steps) | %.1f ms, %.3fx |\n",
+              1e3 * median(after), median(after) / median(normal));
+  std::printf("| checkpoint size | %.1f MB |\n", bytes / 1e6);
+  std::printf("| checkpoint write rate (snapshot to committed, median of %zu) | %.0f MB/s |\n", rates.size(), median(rates));
+  std::printf("| disk sequential write (4 MiB writes + fsync, same size, same run) | %.0f MB/s |\n", disk);
+  std::printf("| write rate / disk rate | %.2f |\n\n", median(rates) / disk);
+}
+
+void recovery(const Options& o) {
+  std::vector<double> detection, restart, reload, rewarm, total;
+  for (int rep = 0; rep < 3; ++rep) {
+    Config c = config::load_config_text(config::embedded_default_text(), "configs/default.textproto");
+    c.mutable_training()->set_train_samples(20 * 16);
+    c.mutable_training()->set_eval_samples(0);
+    c.mutable_checkpoint()->set_interval_steps(5);
+    c.mutable_logging()->set_run_dir(o.run_dir + "/recovery");
+    c.mutable_logging()->set_tensorboard(false);
+    std::filesystem::remove_all(c.logging().run_dir());
+    auto* f = c.mutable_faults()->add_fault();
+    f->set_actor("stage/dp1/pp0/tp0");
+    f->set_step(13);
+    f->set_phase(Fault::BACKWARD);
+    actors::RunOptions ro;
+    ro.console = false;
+    const auto r = actors::run_training(c, ro);
+    if (r.recoveries.empty()) {
+      std::fprintf(stderr, "runtime_bench: no recovery recorded (%s)\n", r.outcome.error.c_str());
+      std::exit(1);
+    }
+    const auto& x = r.recoveries[0];
+    detection.push_back(x.detection_s);
+    restart.push_back(x.restart_s);
+    reload.push_back(x.reload_s);
+    rewarm.push_back(x.rewarm_s);
+    total.push_back(x.total_s());
+  }
+  std::printf("## Recovery: the default config (DP2 x PP2), stage/dp1/pp0/tp0 killed in step 13's backward\n\n");
+  std::printf("Checkpoint every 5 steps (resumes from step 10); medians of 3 runs.\n\n");
+  std::printf("| phase | seconds |\n| --- | ---: |\n");
+  std::printf("| detection (fault -> supervisor sees the failure) | %.4f |\n", median(detection));
+  std::printf("| restart (old group stopped, new one spawned) | %.4f |\n", median(restart));
+  std::printf("| reload (members built, checkpoint loaded and verified, wired) | %.4f |\n", median(reload));
+  std::printf("| re-warm (first step after the restart) | %.4f |\n", median(rewarm));
+  std::printf("| kill to first new step | %.4f |\n\n", median(total));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -178,12 +286,17 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = std::stoi(value());
     else if (a == "--threads") o.threads = std::stoi(value());
     else if (a == "--run-dir") o.run_dir = value();
+    else if (a == "--only") only = value();
     else {
-      std::fprintf(stderr, "usage: runtime_bench [--steps N] [--warmup W] [--threads T] [--run-dir DIR]\n");
+      std::fprintf(stderr,
+                   "usage: runtime_bench [--steps N] [--warmup W] [--threads T] [--run-dir DIR] "
+                   "[--only overhead|pipeline|checkpoint|recovery]\n");
       return 2;
     }
   }
-  overhead(o);
-  pipeline_idle(o);
+  if (only.empty() || only == "overhead") overhead(o);
+  if (only.empty() || only == "pipeline") pipeline_idle(o);
+  if (only.empty() || only == "checkpoint") checkpoint_overhead(o);
+  if (only.empty() || only == "recovery") recovery(o);
   return 0;
 }

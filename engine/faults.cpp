@@ -29,6 +29,7 @@ std::optional<Fault> FaultPlan::take(const std::string& path, int64_t step, Faul
     if (f.actor() == path && f.step() == step && f.phase() == phase && !fired_.count(i) &&
         (!also || also(f))) {
       fired_.insert(i);
+      last_fired_ = std::chrono::steady_clock::now();
       return f;
     }
   }
@@ -44,6 +45,11 @@ bool FaultPlan::targets(const std::string& path) const {
 int FaultPlan::fired() const {
   std::lock_guard lock(mu_);
   return int(fired_.size());
+}
+
+std::optional<std::chrono::steady_clock::time_point> FaultPlan::last_fired_at() const {
+  std::lock_guard lock(mu_);
+  return last_fired_;
 }
 
 void FaultPlan::hang(const std::string& path, int64_t step, Fault::Phase phase) {

@@ -19,6 +19,7 @@
 //                step S's checkpoint
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -46,6 +47,8 @@ class FaultPlan {
   // Whether any fault (fired or not) targets `path` (actors skip the lookups otherwise).
   bool targets(const std::string& path) const;
   int fired() const;
+  // When the last fault fired (for measuring detection time).
+  std::optional<std::chrono::steady_clock::time_point> last_fired_at() const;
 
   // A HANG fault: blocks the calling actor's thread (it stops answering) until
   // release_hangs() is called, then throws so the actor ends. In one process a hung
@@ -58,6 +61,7 @@ class FaultPlan {
   std::vector<Fault> faults_;
   mutable std::mutex mu_;
   std::set<size_t> fired_;
+  std::optional<std::chrono::steady_clock::time_point> last_fired_;
   std::condition_variable hang_cv_;
   int hung_ = 0;
   uint64_t release_generation_ = 0;
