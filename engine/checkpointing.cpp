@@ -10,6 +10,7 @@
 #include "ckpt/flat_layout.h"
 #include "ckpt/manifest.h"
 #include "ckpt/shard_writer.h"
+#include "engine/stage_worker.h"
 
 namespace troupe::engine {
 
@@ -91,7 +92,7 @@ std::string shard_file_name(const Rank& r) { return fmt::format("dp{}_pp{}_tp{}.
 
 ShardFile write_shard(const Config& c, const ShardState& s, const std::string& dir, const std::string& file,
                             const std::string& writer) {
-  const model::ParameterRegistry reg(c, model::StageRange::pipeline(c, s.rank.pp, c.parallel().pipeline()));
+  const model::ParameterRegistry reg = stage_registry(c, s.rank);
   const auto layout = ckpt::flat_layout(reg);
   ckpt::ShardWriter w(dir, file, writer);
   // The buffers hold the range only: shift so that buffer[range.begin] is element 0.

@@ -1,6 +1,8 @@
 #include "engine/stage_worker.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <chrono>
 #include <thread>
 
@@ -27,6 +29,13 @@ int threads_per_stage(const Config& c) {
   return std::max(1, total / stages);
 }
 
+model::TensorSlice tensor_slice(const Config& c, const Rank& r) { return {r.tp, c.parallel().tensor()}; }
+
+model::ParameterRegistry stage_registry(const Config& c, const Rank& r) {
+  return model::ParameterRegistry(c, model::StageRange::pipeline(c, r.pp, c.parallel().pipeline()),
+                                  tensor_slice(c, r));
+}
+
 StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms)
     : rank_(rank),
       comms_(std::move(comms)),
@@ -35,9 +44,19 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms)
       device_(threads_per_stage(c)) {
   const int p = c.parallel().pipeline();
   const int m = int(config::microbatches_per_replica(c));
-  model_ = std::make_unique<model::GptStage>(
-      c, model::StageRange::pipeline(c, rank.pp, p), device_,
-      activation_slots(c.parallel().schedule(), p, rank.pp, m));
+  model::TensorParallel tp;
+  if (c.parallel().tensor() > 1) {
+    if (!comms_.tensor_parallel || comms_.tensor_parallel->size() != c.parallel().tensor() ||
+        comms_.tensor_parallel->rank() != rank.tp)
+      throw std::invalid_argument("stage tp" + std::to_string(rank.tp) + ": the tensor-parallel communicator is not "
+                                  "rank " + std::to_string(rank.tp) + " of parallel.tensor = " +
+                                  std::to_string(c.parallel().tensor()));
+    tp.group = comms_.tensor_parallel;
+    tp.sequence_parallel = c.parallel().sequence_parallel();
+  }
+  model_ = std::make_unique<model::GptStage>(c, model::StageRange::pipeline(c, rank.pp, p), device_,
+                                             activation_slots(c.parallel().schedule(), p, rank.pp, m),
+                                             model::StageShape::from_config(c), std::move(tp));
   const size_t n = size_t(model_->param_count());
   if (distributed_) {
     const auto chunk = comm::chunk_range(n, comms_.data_parallel->size(), comms_.data_parallel->rank());
@@ -47,7 +66,10 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms)
   }
 }
 
-void StageWorker::begin_step() { model_->zero_grads(); }
+void StageWorker::begin_step() {
+  model_->zero_grads();
+  model_->reset_tp_comm_seconds();
+}
 
 model::StageLoss StageWorker::forward(int mb, const data::Microbatch& batch, const float* input) {
   return model_->forward(slot(mb), batch, input);
@@ -60,6 +82,7 @@ const float* StageWorker::input_grad(int mb) const { return model_->input_grad(s
 
 model::FlatRange StageWorker::reduce_gradients() {
   const auto t0 = std::chrono::steady_clock::now();
+  model_->reduce_tensor_parallel_grads();
   if (comms_.embedding) {
     const auto& wte = model_->registry().at("wte.weight");
     comms_.embedding->all_reduce_sum({model_->grads() + wte.offset, size_t(wte.numel)});

@@ -3,7 +3,12 @@
 // actor owns one and calls it from its own thread in the order its pipeline schedule
 // gives; nothing here decides order or talks to other actors.
 //
+// Tensor parallelism: the stage's model gets RankComms::tensor_parallel (when
+// parallel.tensor > 1) and parallel.sequence_parallel; its forward and backward run
+// the group's collectives in op order (model/tensor_parallel.h).
+//
 // End of a step (the order every rank of a group follows, so collectives match):
+//   0. sequence parallelism: the LayerNorm gradients are summed over the TP group;
 //   1. tied embeddings with pp > 1: the first and the last stage all-reduce their
 //      wte.weight gradients over the embedding group (each ends with the sum);
 //   2. data parallel: the flat gradient buffer is reduce-scattered in place over the
@@ -32,6 +37,13 @@ int activation_slots(ParallelConfig::Schedule schedule, int pipeline, int pp, in
 // cores) divided among the stage ranks that run at once, at least 1.
 int threads_per_stage(const Config& c);
 
+// The tensor-parallel slice of rank r (ParameterRegistry's {tp, parallel.tensor}).
+model::TensorSlice tensor_slice(const Config& c, const Rank& r);
+// The parameter layout of rank r's stage: its layer range and tensor-parallel slice.
+// The optimizer shard of the same rank must use this layout (flat ranges, norm
+// ranges, checkpoint boxes).
+model::ParameterRegistry stage_registry(const Config& c, const Rank& r);
+
 class StageWorker {
  public:
   StageWorker(const Config& c, Rank rank, RankComms comms);
@@ -54,6 +66,12 @@ class StageWorker {
   const float* output(int mb) const;
   const float* input_grad(int mb) const;
   int64_t width() const { return width_; }
+  // Rows of output(mb) / input_grad(mb) (and of the input and output gradient handed
+  // in) for a microbatch: B*T, or this rank's sequence shard B*T / TP under sequence
+  // parallelism; each row is width() floats.
+  int64_t activation_rows(const data::Microbatch& batch) const {
+    return model_->activation_rows(batch.batch, batch.seq);
+  }
 
   // Steps 1 and 2 above; returns the flat range this rank's optimizer shard owns
   // (the whole buffer without the distributed optimizer).
@@ -65,6 +83,9 @@ class StageWorker {
   bool distributed_optimizer() const { return distributed_; }
   // Seconds spent in the two collective phases of the last step.
   double sync_seconds() const { return sync_s_; }
+  // Seconds spent in tensor-parallel collectives since the step began (inside
+  // forward and backward, and step 0 above).
+  double tp_comm_seconds() const { return model_->tp_comm_seconds(); }
 
  private:
   int slot(int mb) const { return mb % model_->slots(); }

@@ -9,15 +9,58 @@
 namespace troupe::engine {
 namespace {
 
-// Stores `value` under `name`, or checks it equals what an earlier copy stored.
-void put_or_check(std::map<std::string, std::vector<float>>& out, const std::string& name,
-                  std::vector<float> value, const std::string& where) {
-  auto [it, inserted] = out.try_emplace(name, std::move(value));
-  if (inserted) return;
-  if (it->second.size() != value.size() ||
-      std::memcmp(it->second.data(), value.data(), value.size() * sizeof(float)) != 0)
-    throw std::runtime_error(fmt::format("{}: copies of {} differ", where, name));
-}
+// Whole tensors assembled from the boxes (tensor-parallel slices, or whole tensors)
+// that stages hold: each element is written once; a second copy of an element (a
+// replica on another tensor-parallel rank, the tied wte of the last stage) must agree
+// bitwise.
+class Assembler {
+ public:
+  explicit Assembler(std::map<std::string, std::vector<float>>& out) : out_(out) {}
+
+  void put(const model::ParamTensor& t, const float* box, const std::string& where) {
+    auto& g = global_[t.name];
+    int64_t numel = 1;
+    for (int64_t d : t.global_shape) numel *= d;
+    if (g.values.empty()) {
+      g.shape = t.global_shape;
+      g.values.assign(size_t(numel), 0.0f);
+      g.covered.assign(size_t(numel), 0);
+    } else if (g.shape != t.global_shape) {
+      throw std::runtime_error(fmt::format("{}: {} has another global shape than an earlier copy", where, t.name));
+    }
+    const int64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
+    const int64_t gcols = t.global_shape.size() == 2 ? t.global_shape[1] : 1;
+    const int64_t c0 = t.shape.size() == 2 ? t.slice_start[1] : 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const size_t gi = size_t((t.slice_start[0] + r) * gcols + c0 + c);
+        const float v = box[r * cols + c];
+        if (g.covered[gi] && std::memcmp(&g.values[gi], &v, sizeof(float)) != 0)
+          throw std::runtime_error(fmt::format("{}: copies of {} differ (element {})", where, t.name, gi));
+        g.values[gi] = v;
+        g.covered[gi] = 1;
+      }
+  }
+
+  // Moves every complete tensor to `out`; throws naming a tensor with elements no stage held.
+  void finish() {
+    for (auto& [name, g] : global_) {
+      const auto missing = std::count(g.covered.begin(), g.covered.end(), uint8_t(0));
+      if (missing) throw std::runtime_error(fmt::format("{}: {} elements held by no stage", name, missing));
+      out_[name] = std::move(g.values);
+    }
+    global_.clear();
+  }
+
+ private:
+  struct Global {
+    std::vector<int64_t> shape;
+    std::vector<float> values;
+    std::vector<uint8_t> covered;
+  };
+  std::map<std::string, std::vector<float>>& out_;
+  std::map<std::string, Global> global_;
+};
 
 }  // namespace
 
@@ -37,6 +80,7 @@ NamedState assemble_state(const Topology& t, const std::vector<StageSnapshot>& s
   if (int(by_stage.size()) != t.pp * t.tp)
     throw std::runtime_error(fmt::format("snapshots cover {} of {} stages", by_stage.size(), t.pp * t.tp));
 
+  Assembler params(out.params), exp_avg(out.exp_avg), exp_avg_sq(out.exp_avg_sq);
   bool first_shard = true;
   for (const auto& [key, s] : by_stage) {
     const size_t n = s->params.size();
@@ -64,15 +108,15 @@ NamedState assemble_state(const Topology& t, const std::vector<StageSnapshot>& s
                                            key.first, key.second));
     const auto where = fmt::format("stage pp{}/tp{}", key.first, key.second);
     for (const auto& tensor : s->tensors) {
-      auto slice = [&](const std::vector<float>& buf) {
-        return std::vector<float>(buf.begin() + tensor.offset, buf.begin() + tensor.offset + tensor.numel);
-      };
-      put_or_check(out.params, tensor.name, slice(s->params), where);
-      // A tied copy's moments are updated from the same summed gradient: equal too.
-      put_or_check(out.exp_avg, tensor.name, slice(m), where);
-      put_or_check(out.exp_avg_sq, tensor.name, slice(v), where);
+      params.put(tensor, s->params.data() + tensor.offset, where);
+      // A tied or replicated copy's moments come from the same gradient: equal too.
+      exp_avg.put(tensor, m.data() + tensor.offset, where);
+      exp_avg_sq.put(tensor, v.data() + tensor.offset, where);
     }
   }
+  params.finish();
+  exp_avg.finish();
+  exp_avg_sq.finish();
   return out;
 }
 

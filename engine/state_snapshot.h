@@ -35,11 +35,14 @@ struct NamedState {
   int64_t adam_steps = 0;
 };
 
-// Assembles whole tensors from every stage and shard of a run. Checks that the
-// data-parallel replicas of a stage hold bitwise identical parameters, that copies
-// of a tied tensor (wte on the first and last stage) agree, that Adam step counters
-// agree, and that the shards of each stage cover it exactly; throws std::runtime_error
-// naming the first disagreement.
+// Assembles whole tensors from every stage and shard of a run: each stage's entries
+// are boxes of global tensors (tensor-parallel slices, or whole tensors) and go to
+// their place. Checks that the data-parallel replicas of a stage hold bitwise
+// identical parameters, that every copy of an element (wte on the first and last
+// stage, tensors replicated across tensor-parallel ranks) agrees bitwise, that every
+// element of every tensor is held somewhere, that Adam step counters agree, and that
+// the shards of each stage cover it exactly; throws std::runtime_error naming the
+// first disagreement.
 NamedState assemble_state(const Topology& t, const std::vector<StageSnapshot>& stages,
                           const std::vector<OptimSnapshot>& shards);
 

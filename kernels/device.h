@@ -132,6 +132,41 @@ class Device {
                                      const int32_t* targets, const float* mask, float scale,
                                      int N, int V, int ld) = 0;
 
+  // ---- vocabulary-parallel pieces (tensor parallelism) --------------------------
+  // A tensor-parallel rank holds rows [vocab_begin, vocab_begin + vocab_rows) of the
+  // token embedding (and so those columns of the tied head's logits). The loss is
+  // separable: per row, the shard's max, its sum of exp(logit - max) and the target's
+  // logit are all the group needs to exchange (3 floats per token), never the logits.
+  // The defaults throw std::logic_error: a device that cannot run tensor parallelism.
+  //
+  // out[N, C] = (tokens[n] in the range ? wte[tokens[n] - vocab_begin] : 0)
+  //             + (wpe ? wpe[positions[n]] : 0)
+  // (one rank adds wpe; the group's sum is then the whole embedding, bitwise).
+  virtual void embedding_forward_shard(float* out, const int32_t* tokens, const int32_t* positions,
+                                       const float* wte, const float* wpe, int N, int C,
+                                       int vocab_begin, int vocab_rows);
+  // dwte[tokens[n] - vocab_begin] += dout[n] for tokens in the range (rows added in
+  // token order); dwpe[positions[n]] += dout[n] when dwpe is not null.
+  virtual void embedding_backward_shard(float* dwte, float* dwpe, const float* dout,
+                                        const int32_t* tokens, const int32_t* positions, int N,
+                                        int C, int vocab_begin, int vocab_rows);
+  // logits[N, ld] hold the shard's V valid columns, vocabulary ids [vocab_begin,
+  // vocab_begin + V). partials[3, N]: [0] max over the V columns (-inf when V = 0),
+  // [1] sum_j exp(logit_j - max), [2] the target's logit when the target lies in the
+  // shard, else 0. Masked-out rows get (0, 0, 0).
+  virtual void crossentropy_partials(float* partials, const float* logits, const int32_t* targets,
+                                     const float* mask, int N, int V, int ld, int vocab_begin);
+  // partials[S, 3, N] of S shards in shard order -> lse[N] = M + log(sum_s sum_s *
+  // exp(max_s - M)) with M = max_s max_s, losses[N] = mask * (lse - sum_s target_s);
+  // masked-out rows get 0 and 0. One shard reproduces crossentropy_forward.
+  virtual void crossentropy_combine(float* losses, float* lse, const float* partials, int S,
+                                    const float* mask, int N);
+  // crossentropy_backward on a shard: dlogits[N, ld] = mask * scale * (exp(logit - lse)
+  // - [vocab_begin + j == target]) on the V valid columns, 0 on columns V..ld-1.
+  virtual void crossentropy_backward_shard(float* dlogits, const float* logits, const float* lse,
+                                           const int32_t* targets, const float* mask, float scale,
+                                           int N, int V, int ld, int vocab_begin);
+
   // ---- optimizer --------------------------------------------------------------
   // One decoupled AdamW step on n elements (DESIGN.md section 4):
   //   g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2

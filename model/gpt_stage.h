@@ -39,6 +39,21 @@
 // microbatch may have fewer rows (and a shorter T) than the stage's capacity.
 //
 // One thread at a time per stage; distinct stages may run concurrently.
+//
+// Tensor parallelism (model/tensor_parallel.h; docs/compute.md): constructed with a
+// TensorParallel group of T > 1, the stage holds rank t's slices (registry()) and
+// runs its collectives inside forward and backward, so the T stages of a group must
+// be driven with the same calls in the same order, each from its own thread.
+//   - every rank of the group takes the same whole microbatch;
+//   - the last stage of every rank returns the same loss (vocabulary-parallel
+//     cross-entropy: only per-token max, sum of exps and target logit are exchanged);
+//   - without sequence parallelism the activations handed between pipeline stages
+//     are the whole [B*T, D], identical on every rank; WITH sequence parallelism they
+//     are the rank's sequence shard: token rows [t*N/T, (t+1)*N/T) of [N = B*T, D]
+//     (activation_rows(B, T) rows), and so is the input gradient;
+//   - under sequence parallelism the LayerNorm weight gradients of each rank cover
+//     its rows only: call reduce_tensor_parallel_grads() once after the last backward
+//     of a step (no-op otherwise) before the gradients are used.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +65,7 @@
 #include "messages/config.pb.h"
 #include "model/param_registry.h"
 #include "model/stage_range.h"
+#include "model/tensor_parallel.h"
 
 namespace troupe::model {
 
@@ -71,7 +87,7 @@ class GptStage {
  public:
   // Parameters are initialised from (training.seed, tensor name) (model/init.h).
   GptStage(const Config& c, StageRange range, kernels::Device& device, int slots,
-           StageShape shape);
+           StageShape shape, TensorParallel tp = {});
   GptStage(const Config& c, StageRange range, kernels::Device& device, int slots = 1)
       : GptStage(c, range, device, slots, StageShape::from_config(c)) {}
   ~GptStage();
@@ -85,6 +101,17 @@ class GptStage {
   int slots() const;
   StageShape shape() const { return shape_; }
   kernels::Device& device() { return device_; }
+  const TensorParallel& tensor_parallel() const { return tp_.config(); }
+  // Rows of the activations handed to / from neighbouring stages for a microbatch of
+  // B x T: B*T, or B*T / tensor-parallel size under sequence parallelism.
+  int64_t activation_rows(int B, int T) const;
+  // Under sequence parallelism: sums the LayerNorm gradients over the group (each rank
+  // holds its rows' share). Without it: nothing (every rank's replicated gradients are
+  // already identical).
+  void reduce_tensor_parallel_grads();
+  // Seconds this stage spent inside tensor-parallel collectives (reset by the caller).
+  double tp_comm_seconds() const { return tp_.seconds(); }
+  void reset_tp_comm_seconds() { tp_.reset_seconds(); }
 
   // Flat buffers of registry().total() floats (device memory).
   float* params() { return params_.f32(); }
@@ -111,6 +138,8 @@ class GptStage {
   // Inspection (last stage), valid after forward(slot) and until backward(slot),
   // which turns the logits into their gradient in place:
   //   logits [B*T, padded_vocab] (vocab_size valid columns), token_losses [B*T].
+  // Under tensor parallelism the logits are the rank's columns [B*T, padded_vocab/T]
+  // (vocabulary ids from registry().vocab_begin()); the losses are whole.
   const float* logits(int slot) const;
   const float* token_losses(int slot) const;
 
@@ -125,6 +154,13 @@ class GptStage {
   const Slot& check_slot(int slot, const char* what) const;
   void load_microbatch(Slot& s, const data::Microbatch& mb);
   LayerActs layer_acts(Slot& s, int local_layer);
+  // Row-parallel output (attn.c_proj, mlp.c_proj): out[Nr, D] = residual + bias +
+  // the group's sum of inp[N, K] W[K, D] (bias and residual added once).
+  void row_parallel_forward(float* out, const float* inp, const float* w, const float* b,
+                            const float* residual, int N, int K);
+  // The partial sums of a column-parallel layer's input gradient dx[N, D] completed
+  // over the group: in place (replicated rows) or into this rank's rows (sequence).
+  float* reduce_input_grad(float* dx, int N);
 
   Config config_;
   kernels::Device& device_;
@@ -133,9 +169,15 @@ class GptStage {
   bool last_;
   int D_, F_, NH_, V_, Vp_, P_;
   float ln_eps_;
+  // Tensor parallelism: T ranks (1: none), this rank's widths and vocabulary columns.
+  TpCollectives tp_;
+  int T_ = 1, Dt_, NHt_, Ft_, Vpt_, vocab_begin_ = 0, Vt_, ld_logits_;
+  bool sp_ = false;
   kernels::Buffer params_, grads_;
   std::vector<Slot> slots_;
-  kernels::Buffer scratch_;  // dres [BT, D] | dsmall [BT, D] | dbig [BT, max(3D, F)]
+  // dres [BT, D] | dsmall [BT, D] | dbig [BT, max(3Dt, Ft, 3T)] (also the gathered
+  // cross-entropy partials); ones [BT] for the QKV pieces' bias; LayerNorm grads staging.
+  kernels::Buffer scratch_, ones_, ln_staging_;
   // Host staging, sized once: microbatch IDs on the way in, per-token losses out.
   std::vector<int32_t> host_ints_;
   std::vector<float> host_losses_, host_mask_;

@@ -9,20 +9,39 @@ namespace troupe::model {
 
 const char* decay_group_name(DecayGroup g) { return g == DecayGroup::kDecay ? "decay" : "no_decay"; }
 
-ParameterRegistry::ParameterRegistry(const Config& c, StageRange range) : range_(range) {
+ParameterRegistry::ParameterRegistry(const Config& c, StageRange range, TensorSlice slice)
+    : range_(range), slice_(slice) {
   const auto& m = c.model();
   if (range.first_layer < 0 || range.last_layer > m.layers() || range.first_layer > range.last_layer)
     throw std::invalid_argument("stage " + range.str() + " is outside the model's " +
                                 std::to_string(m.layers()) + " layers");
   if (!m.tied_embeddings()) throw std::invalid_argument("model.tied_embeddings: only true is implemented");
   const int64_t D = m.width(), F = config::ffn_width(m), Vp = config::padded_vocab(c);
+  const int T = slice.size, t = slice.rank;
+  if (T < 1 || t < 0 || t >= T)
+    throw std::invalid_argument("tensor-parallel rank " + std::to_string(t) + " of " + std::to_string(T) +
+                                " is not a rank of the group");
+  auto must_divide = [&](const char* what, int64_t n) {
+    if (n % T != 0)
+      throw std::invalid_argument(std::string(what) + " " + std::to_string(n) +
+                                  " is not divisible by the tensor-parallel size " + std::to_string(T));
+  };
+  must_divide("model.heads", m.heads());
+  must_divide("model.width", D);
+  must_divide("the MLP width (model.ffn_width)", F);
+  must_divide("the padded vocabulary", Vp);
+  const int64_t Dt = D / T, Ft = F / T, Vpt = Vp / T;
+  vocab_begin_ = t * Vpt;
+  vocab_rows_ = Vpt;
   const float std = m.init_std();
   const float proj_std = std / std::sqrt(2.0f * float(m.layers()));
   const auto W = DecayGroup::kDecay, NW = DecayGroup::kNoDecay;
   const auto N = InitKind::kNormal, Z = InitKind::kZeros, O = InitKind::kOnes;
+  // Vocabulary-parallel rows of wte (the whole table when T = 1).
+  auto add_wte = [&] { return add_slice("wte.weight", {Vp, D}, {t * Vpt, 0}, {Vpt, D}, W, N, std, m.vocab_size()); };
 
   if (range.has_embedding()) {
-    wte_ = add("wte.weight", {Vp, D}, W, N, std, m.vocab_size());
+    wte_ = add_wte();
     wpe_ = add("wpe.weight", {m.max_positions(), D}, W, N, std);
   }
   for (int l = range.first_layer; l < range.last_layer; ++l) {
@@ -30,15 +49,23 @@ ParameterRegistry::ParameterRegistry(const Config& c, StageRange range) : range_
     BlockOffsets b;
     b.ln1_w = add(p + "ln_1.weight", {D}, NW, O, 0);
     b.ln1_b = add(p + "ln_1.bias", {D}, NW, Z, 0);
-    b.qkv_w = add(p + "attn.c_attn.weight", {D, 3 * D}, W, N, std);
-    b.qkv_b = add(p + "attn.c_attn.bias", {3 * D}, NW, Z, 0);
-    b.attn_proj_w = add(p + "attn.c_proj.weight", {D, D}, W, N, proj_std);
+    if (T == 1) {
+      b.qkv_w = add_slice(p + "attn.c_attn.weight", {D, 3 * D}, {0, 0}, {D, 3 * D}, W, N, std);
+      b.qkv_b = add_slice(p + "attn.c_attn.bias", {3 * D}, {0}, {3 * D}, NW, Z, 0);
+    } else {  // q, k and v pieces of this rank's heads
+      b.qkv_w = total_;
+      for (int64_t j = 0; j < 3; ++j)
+        add_slice(p + "attn.c_attn.weight", {D, 3 * D}, {0, j * D + t * Dt}, {D, Dt}, W, N, std);
+      b.qkv_b = total_;
+      for (int64_t j = 0; j < 3; ++j) add_slice(p + "attn.c_attn.bias", {3 * D}, {j * D + t * Dt}, {Dt}, NW, Z, 0);
+    }
+    b.attn_proj_w = add_slice(p + "attn.c_proj.weight", {D, D}, {t * Dt, 0}, {Dt, D}, W, N, proj_std);
     b.attn_proj_b = add(p + "attn.c_proj.bias", {D}, NW, Z, 0);
     b.ln2_w = add(p + "ln_2.weight", {D}, NW, O, 0);
     b.ln2_b = add(p + "ln_2.bias", {D}, NW, Z, 0);
-    b.fc_w = add(p + "mlp.c_fc.weight", {D, F}, W, N, std);
-    b.fc_b = add(p + "mlp.c_fc.bias", {F}, NW, Z, 0);
-    b.fc_proj_w = add(p + "mlp.c_proj.weight", {F, D}, W, N, proj_std);
+    b.fc_w = add_slice(p + "mlp.c_fc.weight", {D, F}, {0, t * Ft}, {D, Ft}, W, N, std);
+    b.fc_b = add_slice(p + "mlp.c_fc.bias", {F}, {t * Ft}, {Ft}, NW, Z, 0);
+    b.fc_proj_w = add_slice(p + "mlp.c_proj.weight", {F, D}, {t * Ft, 0}, {Ft, D}, W, N, proj_std);
     b.fc_proj_b = add(p + "mlp.c_proj.bias", {D}, NW, Z, 0);
     blocks_.push_back(b);
   }
@@ -46,26 +73,37 @@ ParameterRegistry::ParameterRegistry(const Config& c, StageRange range) : range_
     lnf_w_ = add("ln_f.weight", {D}, NW, O, 0);
     lnf_b_ = add("ln_f.bias", {D}, NW, Z, 0);
     if (!range.has_embedding()) {
-      wte_ = add("wte.weight", {Vp, D}, W, N, std, m.vocab_size());
+      wte_ = add_wte();
       tensors_.back().counts_in_norm = false;  // the first stage's copy is the one counted
     }
   }
 }
 
-int64_t ParameterRegistry::add(std::string name, std::vector<int64_t> shape, DecayGroup g,
-                               InitKind init, float std, int64_t valid_rows) {
+int64_t ParameterRegistry::add(std::string name, std::vector<int64_t> shape, DecayGroup g, InitKind init,
+                               float std) {
+  const int64_t offset = add_slice(std::move(name), shape, std::vector<int64_t>(shape.size(), 0), shape, g, init, std);
+  if (slice_.size > 1) {
+    tensors_.back().replicated = true;
+    tensors_.back().counts_in_norm = slice_.rank == 0;  // rank 0's copy is the one counted
+  }
+  return offset;
+}
+
+int64_t ParameterRegistry::add_slice(std::string name, std::vector<int64_t> global_shape, std::vector<int64_t> start,
+                                     std::vector<int64_t> shape, DecayGroup g, InitKind init, float std,
+                                     int64_t valid_rows) {
   ParamTensor t;
   t.name = std::move(name);
-  t.global_shape = shape;
-  t.slice_start.assign(shape.size(), 0);
-  t.shape = shape;
+  t.valid_rows = valid_rows >= 0 ? valid_rows : global_shape[0];
+  t.global_shape = std::move(global_shape);
+  t.slice_start = std::move(start);
+  t.shape = std::move(shape);
   t.numel = 1;
-  for (int64_t d : shape) t.numel *= d;
+  for (int64_t d : t.shape) t.numel *= d;
   t.offset = total_;
   t.group = g;
   t.init = init;
   t.init_std = std;
-  t.valid_rows = valid_rows >= 0 ? valid_rows : shape[0];
   total_ += t.numel;
   tensors_.push_back(std::move(t));
   return tensors_.back().offset;

@@ -29,8 +29,23 @@
 // of each block); biases and 1-D parameters (LayerNorm weights and biases) do not.
 //
 // Slices: each entry records the global shape of the tensor and the slice this
-// object holds (start and extent per dimension). Today every object holds whole
-// tensors; tensor parallelism will hold column or row slices of the same names.
+// object holds (start and extent per dimension, a box), stored row-major at
+// `offset`. Without tensor parallelism every entry is a whole tensor.
+//
+// Tensor parallelism (Megatron-LM's split; rank t of T, Dt = D/T, Ft = F/T, Vpt = Vp/T):
+//   wte.weight            rows [t*Vpt, (t+1)*Vpt)                   vocabulary-parallel
+//   h.{i}.attn.c_attn.*   heads [t*NH/T, (t+1)*NH/T) of q, k and v: column-parallel,
+//                         held as THREE entries of the same name (q, k, v pieces:
+//                         columns [j*D + t*Dt, j*D + (t+1)*Dt) for j = 0, 1, 2), each
+//                         [D, Dt] (weight) or [Dt] (bias), in that order; so the three
+//                         bias pieces form one [3Dt] vector q_t | k_t | v_t
+//   h.{i}.attn.c_proj.weight  rows [t*Dt, (t+1)*Dt)                  row-parallel
+//   h.{i}.mlp.c_fc.*      columns [t*Ft, (t+1)*Ft)                   column-parallel
+//   h.{i}.mlp.c_proj.weight   rows [t*Ft, (t+1)*Ft)                  row-parallel
+//   replicated (whole on every rank): wpe, ln_1, ln_2, ln_f, attn.c_proj.bias,
+//   mlp.c_proj.bias. Their copies on ranks t > 0 have counts_in_norm = false, so the
+//   global norm counts each once; the runtime keeps them identical across ranks.
+// at(name) returns the first entry of a name (the q piece of c_attn).
 #pragma once
 
 #include <cstdint>
@@ -58,12 +73,19 @@ struct ParamTensor {
   int64_t offset = 0;                // first element in the flat buffers
   int64_t numel = 0;
   DecayGroup group = DecayGroup::kDecay;
-  bool counts_in_norm = true;        // false only for a tied copy (see above)
+  bool counts_in_norm = true;        // false for a tied copy and for replicas on tp > 0
+  bool replicated = false;           // whole on every tensor-parallel rank (T > 1 only)
   InitKind init = InitKind::kZeros;
   float init_std = 0;
-  // Rows of dim 0 that hold real values; later rows are padding kept at zero
-  // (wte: vocab_size of padded_vocab). Equal to shape[0] for every other tensor.
+  // Rows of the GLOBAL dim 0 that hold real values; later rows are padding kept at
+  // zero (wte: vocab_size of padded_vocab). global_shape[0] for every other tensor.
   int64_t valid_rows = 0;
+};
+
+// Which tensor-parallel slice a model object holds: rank `rank` of `size` (1: whole).
+struct TensorSlice {
+  int rank = 0;
+  int size = 1;
 };
 
 // A contiguous range of the flat buffers, [begin, end).
@@ -87,7 +109,9 @@ struct BlockOffsets {
 
 class ParameterRegistry {
  public:
-  ParameterRegistry(const Config& c, StageRange range);
+  // Throws std::invalid_argument when heads, ffn width or padded vocab do not split
+  // evenly over slice.size.
+  ParameterRegistry(const Config& c, StageRange range, TensorSlice slice = {});
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   // The tensor called `name`; throws std::out_of_range naming it and the stage.
@@ -95,6 +119,10 @@ class ParameterRegistry {
   const ParamTensor* find(std::string_view name) const;
   int64_t total() const { return total_; }
   StageRange range() const { return range_; }
+  TensorSlice slice() const { return slice_; }
+  // Vocabulary rows of wte held here: [vocab_begin(), vocab_begin() + vocab_rows()).
+  int64_t vocab_begin() const { return vocab_begin_; }
+  int64_t vocab_rows() const { return vocab_rows_; }
 
   // Names per decay group, in layout order (the startup log prints both lists).
   std::vector<std::string> names(DecayGroup g) const;
@@ -110,10 +138,17 @@ class ParameterRegistry {
   int64_t lnf_b_offset() const { return lnf_b_; }
 
  private:
+  // A whole tensor (replicated across tensor-parallel ranks when T > 1).
   int64_t add(std::string name, std::vector<int64_t> shape, DecayGroup g, InitKind init,
-              float std, int64_t valid_rows = -1);
+              float std);
+  // The box [start, start + shape) of a tensor of global_shape.
+  int64_t add_slice(std::string name, std::vector<int64_t> global_shape, std::vector<int64_t> start,
+                    std::vector<int64_t> shape, DecayGroup g, InitKind init, float std,
+                    int64_t valid_rows = -1);
 
   StageRange range_;
+  TensorSlice slice_;
+  int64_t vocab_begin_ = 0, vocab_rows_ = 0;
   std::vector<ParamTensor> tensors_;
   std::vector<BlockOffsets> blocks_;
   int64_t total_ = 0;

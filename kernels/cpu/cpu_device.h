@@ -77,6 +77,21 @@ class CpuDevice final : public Device {
                     const AdamWArgs& args) override;
   double sum_squares(const float* x, int64_t n) override;
 
+  // Vocabulary-parallel pieces (defined in cpu/vocab_shard.cpp).
+  void embedding_forward_shard(float* out, const int32_t* tokens, const int32_t* positions,
+                               const float* wte, const float* wpe, int N, int C, int vocab_begin,
+                               int vocab_rows) override;
+  void embedding_backward_shard(float* dwte, float* dwpe, const float* dout,
+                                const int32_t* tokens, const int32_t* positions, int N, int C,
+                                int vocab_begin, int vocab_rows) override;
+  void crossentropy_partials(float* partials, const float* logits, const int32_t* targets,
+                             const float* mask, int N, int V, int ld, int vocab_begin) override;
+  void crossentropy_combine(float* losses, float* lse, const float* partials, int S,
+                            const float* mask, int N) override;
+  void crossentropy_backward_shard(float* dlogits, const float* logits, const float* lse,
+                                   const int32_t* targets, const float* mask, float scale, int N,
+                                   int V, int ld, int vocab_begin) override;
+
  private:
   ThreadPool pool_;
   Scratch scratch_;

@@ -73,6 +73,22 @@ void crossentropy_backward(ThreadPool& pool, float* dlogits, const float* logits
                            const float* lse, const int32_t* targets, const float* mask,
                            float scale, int N, int V, int ld);
 
+// Vocabulary-parallel pieces (cpu/vocab_shard.cpp).
+void embedding_forward_shard(ThreadPool& pool, float* out, const int32_t* tokens,
+                             const int32_t* positions, const float* wte, const float* wpe, int N,
+                             int C, int vocab_begin, int vocab_rows);
+void embedding_backward_shard(ThreadPool& pool, float* dwte, float* dwpe, const float* dout,
+                              const int32_t* tokens, const int32_t* positions, int N, int C,
+                              int vocab_begin, int vocab_rows);
+void crossentropy_partials(ThreadPool& pool, float* partials, const float* logits,
+                           const int32_t* targets, const float* mask, int N, int V, int ld,
+                           int vocab_begin);
+void crossentropy_combine(ThreadPool& pool, float* losses, float* lse, const float* partials,
+                          int S, const float* mask, int N);
+void crossentropy_backward_shard(ThreadPool& pool, float* dlogits, const float* logits,
+                                 const float* lse, const int32_t* targets, const float* mask,
+                                 float scale, int N, int V, int ld, int vocab_begin);
+
 void adamw_update(ThreadPool& pool, float* param, const float* grad, float* m, float* v,
                   int64_t n, const AdamWArgs& args);
 double sum_squares(ThreadPool& pool, Scratch& scratch, const float* x, int64_t n);

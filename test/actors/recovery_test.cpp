@@ -8,7 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 #include <map>
 #include <set>
 
@@ -305,4 +308,40 @@ TEST_CASE("a checkpoint written as DP2 x PP2 resumes as DP1 x PP1 and DP4 x PP1 
       CHECK(worst <= kParamAbs);
     }
   }
+}
+
+TEST_CASE("SIGTERM stops after the current step with a final checkpoint; the run resumes from it") {
+  Config c = base("sigterm", 6);
+  c.mutable_checkpoint()->set_interval_steps(0);
+  const auto metrics_file = fs::path(c.logging().run_dir()) / "metrics.jsonl";
+  // Ask for the stop once step 2 is on record (as a SIGTERM handler would).
+  std::thread stopper([&] {
+    for (int i = 0; i < 6000; ++i) {
+      std::ifstream in(metrics_file);
+      std::string line, all;
+      while (std::getline(in, line)) all += line;
+      if (all.find("\"type\":\"step\",") != std::string::npos && all.find("\"step\":2,") != std::string::npos) {
+        actors::request_stop(SIGTERM);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  const auto r = run(c);
+  stopper.join();
+  CHECK(r.outcome.status == "interrupted");
+  CHECK(r.exit_code() == 143);
+  const int64_t last = r.outcome.steps.empty() ? 0 : r.outcome.steps.back().step;
+  CHECK(last >= 2);
+  CHECK(last < 6);
+  const auto outcome = ckpt::load_latest(engine::checkpoint_root(c));
+  REQUIRE(outcome.checkpoint);
+  CHECK(outcome.checkpoint->step() == last);
+  // Resuming finishes the run exactly as if it had never stopped.
+  Config again = c;
+  again.mutable_checkpoint()->set_load("latest");
+  const auto b = run(again);
+  REQUIRE_MESSAGE(b.outcome.status == "completed", b.outcome.error);
+  CHECK(b.state->params == clean().state->params);
+  CHECK(b.state->exp_avg_sq == clean().state->exp_avg_sq);
 }

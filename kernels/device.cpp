@@ -1,0 +1,36 @@
+// Defaults of the optional Device primitives: a device that does not implement
+// them cannot run tensor parallelism, and says so by name.
+#include "kernels/device.h"
+
+#include <stdexcept>
+
+namespace troupe::kernels {
+namespace {
+
+[[noreturn]] void missing(const Device& d, const char* what) {
+  throw std::logic_error(d.describe() + " does not implement " + what +
+                         " (needed for tensor parallelism)");
+}
+
+}  // namespace
+
+void Device::embedding_forward_shard(float*, const int32_t*, const int32_t*, const float*, const float*, int, int,
+                                     int, int) {
+  missing(*this, "embedding_forward_shard");
+}
+void Device::embedding_backward_shard(float*, float*, const float*, const int32_t*, const int32_t*, int, int, int,
+                                      int) {
+  missing(*this, "embedding_backward_shard");
+}
+void Device::crossentropy_partials(float*, const float*, const int32_t*, const float*, int, int, int, int) {
+  missing(*this, "crossentropy_partials");
+}
+void Device::crossentropy_combine(float*, float*, const float*, int, const float*, int) {
+  missing(*this, "crossentropy_combine");
+}
+void Device::crossentropy_backward_shard(float*, const float*, const float*, const int32_t*, const float*, float, int,
+                                         int, int, int) {
+  missing(*this, "crossentropy_backward_shard");
+}
+
+}  // namespace troupe::kernels
