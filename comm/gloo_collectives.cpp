@@ -86,19 +86,33 @@ void GlooCommunicator::barrier() {
 }
 
 // Sends `mine` to every other member, receives theirs, and fails on any difference.
+// The receives were posted ahead (by the constructor or the previous exchange); the
+// next ones are posted as soon as these complete.
 void GlooCommunicator::exchange_descriptors(const Desc& mine, const OpCtx& op) {
   std::vector<Desc> theirs(size_);
-  std::vector<std::unique_ptr<Buffer>> sends(size_), recvs(size_);
+  std::vector<std::unique_ptr<Buffer>> sends(size_);
   const uint64_t slot = slot_of(kDesc, 0, 0);
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
-    recvs[q] = make_buffer(&theirs[q], sizeof(Desc), q, op);
-    post(*recvs[q], false, q, slot, 0, sizeof(Desc), op);
+    if (!desc_bufs_[q]) {  // the constructor could not post it
+      desc_bufs_[q] = make_buffer(&next_desc_[q], sizeof(Desc), q, op);
+      post(*desc_bufs_[q], false, q, slot, 0, sizeof(Desc), op);
+    }
     sends[q] = make_buffer(&mine, sizeof(Desc), q, op);
     post(*sends[q], true, q, slot, 0, sizeof(Desc), op);
   }
-  for (int q = 0; q < size_; ++q)
-    if (q != rank_) wait(*recvs[q], false, q, op);
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    wait(*desc_bufs_[q], false, q, op);
+    theirs[q] = next_desc_[q];
+    // Post the receive of q's next descriptor now. When q has left meanwhile (it
+    // finished and closed), this operation still completed; the next one will say so.
+    try {
+      desc_bufs_[q]->recv(q, slot, 0, sizeof(Desc));
+    } catch (const std::exception&) {
+      desc_bufs_[q].reset();
+    }
+  }
   for (int q = 0; q < size_; ++q)
     if (q != rank_) wait(*sends[q], true, q, op);
   for (int q = 0; q < size_; ++q)
@@ -229,7 +243,7 @@ void GlooCommunicator::gloo_ring(std::span<float> data, uint32_t seq, const OpCt
     o.setTimeout(left(op));
     gloo::allreduce(o);
   } catch (const std::exception& e) {
-    failed_talking_to(peer_in(e.what()), op, e.what());
+    throw CommError(record_failure(broken_peer(), op, e.what()).first);
   }
 }
 

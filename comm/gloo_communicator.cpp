@@ -6,7 +6,6 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -14,7 +13,6 @@
 #include <fmt/format.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
-#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 
 #include "comm/gloo_detail.h"
@@ -23,8 +21,7 @@ namespace troupe::comm {
 namespace detail {
 namespace {
 
-// Gloo's rendezvous store on top of ours: keys live under one prefix, values read are
-// remembered (they hold the peers' addresses, used to name a peer in Gloo's errors).
+// Gloo's rendezvous store on top of ours: keys live under one prefix.
 class StoreAdapter final : public gloo::rendezvous::Store {
  public:
   StoreAdapter(comm::Store& store, std::string prefix, std::chrono::milliseconds timeout)
@@ -33,11 +30,7 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   void set(const std::string& key, const std::vector<char>& data) override {
     store_.set(prefix_ + "/" + key, data);
   }
-  std::vector<char> get(const std::string& key) override {
-    auto v = store_.get(prefix_ + "/" + key, timeout_);
-    seen_[key] = v;
-    return v;
-  }
+  std::vector<char> get(const std::string& key) override { return store_.get(prefix_ + "/" + key, timeout_); }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
     std::vector<std::string> full;
@@ -45,25 +38,19 @@ class StoreAdapter final : public gloo::rendezvous::Store {
     store_.wait(full, timeout);
   }
 
-  const std::vector<char>* seen(const std::string& key) const {
-    auto it = seen_.find(key);
-    return it == seen_.end() ? nullptr : &it->second;
-  }
   const std::string& prefix() const { return prefix_; }
 
  private:
   comm::Store& store_;
   std::string prefix_;
   std::chrono::milliseconds timeout_;
-  std::map<std::string, std::vector<char>> seen_;
 };
 
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(std::string name, int rank, int size, GlooOptions options,
                                    std::shared_ptr<gloo::transport::Device> device,
-                                   std::shared_ptr<gloo::rendezvous::Context> context,
-                                   std::vector<std::string> peer_addresses)
+                                   std::shared_ptr<gloo::rendezvous::Context> context)
     : name_(std::move(name)),
       rank_(rank),
       size_(size),
@@ -71,18 +58,35 @@ GlooCommunicator::GlooCommunicator(std::string name, int rank, int size, GlooOpt
       segment_(std::max<size_t>(1, options_.segment_bytes / sizeof(float))),
       device_(std::move(device)),
       context_(std::move(context)),
-      peer_addresses_(std::move(peer_addresses)),
       notices_(size_),
-      notice_bufs_(size_) {
-  // A standing receive per peer for its failure notice (at most one ever comes).
+      notice_bufs_(size_),
+      next_desc_(size_),
+      desc_bufs_(size_) {
+  // A standing receive per peer for its failure notice (at most one ever comes), and
+  // the receive of its first descriptor.
   for (int q = 0; q < size_ && context_; ++q) {
     if (q == rank_) continue;
     try {
       notice_bufs_[q] = context_->createUnboundBuffer(&notices_[q], sizeof(Notice));
       notice_bufs_[q]->recv(q, slot_of(kNotice, 0, 0), 0, sizeof(Notice));
+      desc_bufs_[q] = context_->createUnboundBuffer(&next_desc_[q], sizeof(Desc));
+      desc_bufs_[q]->recv(q, slot_of(kDesc, 0, 0), 0, sizeof(Desc));
     } catch (const std::exception&) {
       notice_bufs_[q].reset();  // a dead connection; the first operation will say so
+      desc_bufs_[q].reset();
     }
+  }
+  if (context_ && size_ > 1) {
+    watch_ = context_->createUnboundBuffer(&watch_byte_, 1);
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      try {
+        watch_->recv(q, slot_of(kWatch, 0, 0), 0, 0);
+      } catch (const std::exception&) {
+        // a dead connection; the watchdog wakes at once
+      }
+    }
+    watchdog_ = std::thread([this] { watch_connections(); });
   }
 }
 
@@ -93,7 +97,15 @@ GlooCommunicator::~GlooCommunicator() {
   }
   reap_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  if (watch_) watch_->abortWaitRecv();
+  if (watchdog_.joinable()) watchdog_.join();
   notice_bufs_.clear();
+  desc_bufs_.clear();
+  watch_.reset();
   context_.reset();  // closes the connections (pairs) before the device stops its loop
   device_.reset();
 }
@@ -166,8 +178,7 @@ std::shared_ptr<Communicator> connect_gloo(Store& store, const std::string& pref
     throw CommError(
         fmt::format("{}: segment_bytes must be at least {}, got {}", name, sizeof(float), options.segment_bytes));
   if (size == 1)
-    return std::make_shared<detail::GlooCommunicator>(std::move(name), 0, 1, options, nullptr, nullptr,
-                                                      std::vector<std::string>{});
+    return std::make_shared<detail::GlooCommunicator>(std::move(name), 0, 1, options, nullptr, nullptr);
   detail::ignore_sigpipe();
 
   std::shared_ptr<gloo::transport::Device> device;
@@ -194,23 +205,8 @@ std::shared_ptr<Communicator> connect_gloo(Store& store, const std::string& pref
                                 store.describe(), e.what()));
   }
 
-  // Each peer published the addresses of its pairs with every other rank, in rank
-  // order without itself; ours is the one it listens on for us.
-  std::vector<std::string> addresses(size);
-  for (int q = 0; q < size; ++q) {
-    const auto* all = q == rank ? nullptr : adapter.seen(std::to_string(q));
-    if (!all || all->size() % size_t(size - 1) != 0) continue;
-    const size_t each = all->size() / size_t(size - 1);
-    const size_t index = size_t(rank < q ? rank : rank - 1);
-    try {
-      addresses[q] = gloo::transport::tcp::Address(
-                         std::vector<char>(all->begin() + index * each, all->begin() + (index + 1) * each))
-                         .str();
-    } catch (const std::exception&) {
-    }
-  }
   auto comm = std::make_shared<detail::GlooCommunicator>(name, rank, size, options, std::move(device),
-                                                         std::move(context), std::move(addresses));
+                                                         std::move(context));
   // Gloo's connect returns on one member before its peers have finished theirs; a
   // member that left at once would break their connect. After this barrier every
   // member is connected, and every connection has carried data both ways.

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,6 +43,8 @@ enum Kind : uint8_t {
   kData = 0xA2,
   kP2PHeader = 0xA3,
   kP2PData = 0xA4,
+  kProbe = 0xAC,   // never sent: a receive posted only to learn whether a connection is broken
+  kWatch = 0xAD,   // never sent: standing 0-byte receives that fail when a connection breaks
   kNotice = 0xAE,  // "I failed because ...", sent to every peer before closing
   kPoison = 0xAF,
 };
@@ -113,7 +116,7 @@ class GlooCommunicator final : public Communicator {
   // context and device are null for a group of one member.
   GlooCommunicator(std::string name, int rank, int size, GlooOptions options,
                    std::shared_ptr<gloo::transport::Device> device,
-                   std::shared_ptr<gloo::rendezvous::Context> context, std::vector<std::string> peer_addresses);
+                   std::shared_ptr<gloo::rendezvous::Context> context);
   ~GlooCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -150,14 +153,17 @@ class GlooCommunicator final : public Communicator {
 
   // gloo_failure.cpp
   [[noreturn]] void fail(const std::string& why);
-  [[noreturn]] void failed_talking_to(int peer, const OpCtx& op, const std::string& detail);
+  std::pair<std::string, bool> record_failure(int peer, const OpCtx& op, const std::string& detail);
+  std::string describe_loss(int peer, const std::string& what, const std::string& detail);
   std::string notice_from(int q);
+  bool completed_anyway(Buffer& b, bool is_send);
   void poison();
+  void watch_connections();
   std::unique_ptr<Buffer> make_buffer(void* p, size_t bytes, int peer, const OpCtx& op);
   std::unique_ptr<Buffer> make_buffer(const void* p, size_t bytes, int peer, const OpCtx& op);
   void post(Buffer& b, bool is_send, int peer, uint64_t slot, size_t offset, size_t bytes, const OpCtx& op);
   void wait(Buffer& b, bool is_send, int peer, const OpCtx& op);
-  int peer_in(const std::string& message) const;
+  int broken_peer();
 
   // gloo_collectives.cpp
   void exchange_descriptors(const Desc& mine, const OpCtx& op);
@@ -176,16 +182,28 @@ class GlooCommunicator final : public Communicator {
   const size_t segment_;  // elements (options.segment_bytes / 4)
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
-  const std::vector<std::string> peer_addresses_;  // as Gloo prints them, by rank
   std::vector<Notice> notices_;                    // failure notices from each peer
   std::vector<std::unique_ptr<Buffer>> notice_bufs_;
+  // The next descriptor from each peer: its receive is posted ahead, so that a peer's
+  // descriptor goes out as soon as it is sent (Gloo sends data only to a posted receive).
+  std::vector<Desc> next_desc_;
+  std::vector<std::unique_ptr<Buffer>> desc_bufs_;
   uint32_t seq_ = 0;  // collectives called so far
   char poison_byte_ = 0;
+  // One buffer with a 0-byte receive posted from every peer on kWatch. Nobody sends
+  // there; when a connection breaks, Gloo fails that receive, which wakes the watchdog
+  // thread: it fails the communicator at once, even when no operation was waiting on
+  // that peer's data (Gloo never fails a send still queued on a broken connection).
+  std::unique_ptr<Buffer> watch_;
+  char watch_byte_ = 0;
+  std::thread watchdog_;
 
-  std::mutex mu_;  // guards the three below
+  std::mutex mu_;  // guards the five below
   std::string failed_;
   std::string abort_reason_;
   bool poisoned_ = false;
+  bool closing_ = false;                 // the destructor runs
+  std::map<Buffer*, bool> waiting_;      // buffers a thread waits on now -> is_send
 
   std::mutex send_mu_;
   std::mutex reap_mu_;  // guards pending_ and stopping_

@@ -62,7 +62,8 @@ const char* kCheckOptions =
     "                           bitwise equal to the in-process run) or ring (Gloo's ring)\n"
     "  --host ADDR              address every rank listens on (default 127.0.0.1)\n"
     "  --timeout MS             deadline of each operation (default 30000)\n"
-    "  --deadline S             the whole check; ranks still running then are killed (default 300)\n"
+    "  --deadline S             the whole check; ranks still running then are killed\n"
+    "                           (default 300, with --full 1800)\n"
     "  --store-dir DIR          where the job directory (rendezvous store, results) is made\n"
     "                           (default: the system temporary directory); removed afterwards\n"
     "  --max-ranks N            refuse layouts with more ranks than N (default 16)\n"
@@ -73,7 +74,7 @@ struct Options {
   std::string reduction = "rank-order";
   std::string host = "127.0.0.1";
   int64_t timeout_ms = 30000;
-  int64_t deadline_s = 300;
+  int64_t deadline_s = 0;  // 0: 300, or 1800 with --full
   std::string store_dir;
   int max_ranks = 16;
   // Hidden: set on the processes this command spawns.
@@ -279,6 +280,7 @@ int commcheck_main(int argc, char** argv) {
     return 0;
   }
   if (o.timeout_ms <= 0) throw std::invalid_argument(fmt::format("--timeout {}: must be positive", o.timeout_ms));
+  if (!vm.count("deadline")) o.deadline_s = o.full ? 1800 : 300;
   if (o.deadline_s <= 0) throw std::invalid_argument(fmt::format("--deadline {}: must be positive", o.deadline_s));
   if (o.max_ranks < 2) throw std::invalid_argument(fmt::format("--max-ranks {}: must be at least 2", o.max_ranks));
   comm::parse_reduction(o.reduction);  // one clear error before anything starts
