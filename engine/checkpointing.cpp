@@ -1,5 +1,6 @@
 #include "engine/checkpointing.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -70,15 +71,36 @@ std::vector<std::string> ResumeSource::report() const {
   return report_;
 }
 
+ckpt::FlatLayout reading_layout(const ckpt::Checkpoint& ck, const model::ParameterRegistry& reg) {
+  ckpt::FlatLayout out;
+  const auto stored = ck.tensors();
+  for (auto l : ckpt::flat_layout(reg)) {
+    const auto& t = *std::find_if(reg.tensors().begin(), reg.tensors().end(),
+                                  [&](const model::ParamTensor& e) { return e.offset == l.offset; });
+    if (t.valid_rows < t.global_shape[0]) {  // a padded tensor: read its real rows only
+      const int64_t begin = l.box[0].offset, end = std::min(begin + l.box[0].extent, t.valid_rows);
+      if (end <= begin) continue;  // this slice is all padding
+      l.box[0].extent = end - begin;
+      for (const auto& info : stored)
+        if (info.name == t.name && info.kind == TensorPiece::PARAM && info.shape.size() == l.global_shape.size() &&
+            info.shape[0] >= t.valid_rows &&
+            std::equal(info.shape.begin() + 1, info.shape.end(), l.global_shape.begin() + 1))
+          l.global_shape = info.shape;
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
 void restore_stage(const ckpt::Checkpoint& ck, model::GptStage& stage) {
-  const auto layout = ckpt::flat_layout(stage.registry());
+  const auto layout = reading_layout(ck, stage.registry());
   std::vector<float> host(size_t(stage.param_count()));
   ckpt::read_flat_range(ck, layout, TensorPiece::PARAM, 0, stage.param_count(), host.data());
   stage.device().copy_from_host(stage.params(), host.data(), host.size() * sizeof(float));
 }
 
 void restore_shard(const ckpt::Checkpoint& ck, const model::ParameterRegistry& reg, OptimizerShard& shard) {
-  const auto layout = ckpt::flat_layout(reg);
+  const auto layout = reading_layout(ck, reg);
   const auto r = shard.range();
   auto& a = shard.adamw();
   ckpt::read_flat_range(ck, layout, TensorPiece::EXP_AVG, r.begin, r.end, a.m());

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/flat_layout.h"
 #include "ckpt/reader.h"
 #include "engine/optimizer_shard.h"
 #include "engine/topology.h"
@@ -54,6 +55,13 @@ class ResumeSource {
   std::shared_ptr<const ckpt::Checkpoint> ckpt_;
   std::vector<std::string> report_;
 };
+
+// The layout of `reg` for reading from `ck` under any (dp, pp, tp) layout. The
+// vocabulary padding of wte depends on parallel.tensor (config::padded_vocab), so a
+// checkpoint written under another tensor-parallel size may hold more or fewer
+// padding rows: only the vocab_size real rows are read (under the checkpoint's global
+// shape, when it has at least those rows); padding rows are left untouched (zero).
+ckpt::FlatLayout reading_layout(const ckpt::Checkpoint& ck, const model::ParameterRegistry& reg);
 
 // Parameters of the stage's whole flat buffer from `ck`. Throws CheckpointError
 // naming the tensor when the checkpoint cannot supply it.

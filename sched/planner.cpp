@@ -80,6 +80,33 @@ double main_state_bytes_per_gpu(double params, int64_t data_parallel, bool distr
   return params * (6.0 + sharded);
 }
 
+TpCommPlan tp_comm_plan(const Config& c, int bytes_per_element) {
+  TpCommPlan p;
+  const int64_t t = c.parallel().tensor();
+  p.tensor = t;
+  p.sequence_parallel = c.parallel().sequence_parallel();
+  p.bytes_per_element = bytes_per_element;
+  const int64_t tokens = int64_t(c.batch().micro_batch_size()) * c.batch().seq_length();
+  p.activation_bytes = tokens * c.model().width() * bytes_per_element;
+  p.layers_per_stage = c.model().layers() / c.parallel().pipeline();
+  p.microbatches = config::microbatches_per_replica(c);
+  if (t == 1) return p;
+  if (p.sequence_parallel) {
+    p.all_gathers = 4;
+    p.reduce_scatters = 4;
+  } else {
+    p.all_reduces = 4;
+  }
+  // (t-1)/t of A per all-gather or reduce-scatter, twice that per all-reduce.
+  const int64_t share = p.activation_bytes / t * (t - 1);
+  p.layer_bytes = share * (2 * p.all_reduces + p.all_gathers + p.reduce_scatters);
+  p.stage_bytes = p.layer_bytes * p.layers_per_stage;
+  p.embedding_bytes = 2 * share;
+  p.head_bytes = 2 * share + (t - 1) * 3 * 4 * tokens;
+  p.update_bytes = p.stage_bytes * p.microbatches;
+  return p;
+}
+
 Layout layout_for(const Config& c, int64_t data_parallel) {
   Layout l;
   l.data_parallel = data_parallel;

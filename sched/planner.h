@@ -65,6 +65,41 @@ double params_per_gpu(const Config& c);
 double main_state_bytes_per_gpu(double params_per_gpu, int64_t data_parallel,
                                 bool distributed_optimizer = true);
 
+// Tensor-parallel traffic of one microbatch, as troupe runs it (Megatron-LM's layout,
+// docs/compute.md). A = b x s x h activation elements x bytes_per_element (bf16: 2).
+// Per transformer layer, one microbatch:
+//   without sequence parallelism: forward 2 all-reduces of A (attention and MLP
+//     outputs, after the row-parallel layers); backward 2 all-reduces of A (the input
+//     gradients of the column-parallel layers);
+//   with sequence parallelism: forward 2 all-gathers (ln_1 and ln_2 outputs, before
+//     the column-parallel layers) + 2 reduce-scatters (after the row-parallel ones);
+//     backward 2 all-gathers (the residual gradient before each row-parallel layer)
+//     + 2 reduce-scatters (the column-parallel input gradients).
+// Bytes a rank sends with ring algorithms: 2 (t-1)/t A per all-reduce, (t-1)/t A per
+// all-gather or reduce-scatter, so both modes move 8 (t-1)/t A per layer; sequence
+// parallelism saves activation memory, not traffic.
+// The first stage adds the vocabulary-parallel embedding (forward: an all-reduce, or
+// a reduce-scatter then under SP a backward all-gather: 2 (t-1)/t A either way); the
+// last stage adds ln_f (SP: forward all-gather + backward reduce-scatter; else a
+// backward all-reduce: 2 (t-1)/t A) and the loss: an all-gather of 3 fp32 partials
+// (max, sum of exps, target logit) per token, (t-1) x 12 b s bytes, never the logits.
+struct TpCommPlan {
+  int64_t tensor = 1;
+  bool sequence_parallel = false;
+  int bytes_per_element = 2;
+  int64_t activation_bytes = 0;        // A
+  int all_reduces = 0;                 // per layer, forward + backward
+  int all_gathers = 0, reduce_scatters = 0;
+  int64_t layer_bytes = 0;             // sent per rank, per layer, per microbatch
+  int64_t layers_per_stage = 0;
+  int64_t stage_bytes = 0;             // layers_per_stage x layer_bytes
+  int64_t embedding_bytes = 0;         // first stage extra, per microbatch
+  int64_t head_bytes = 0;              // last stage extra (ln_f and the loss), per microbatch
+  int64_t microbatches = 0;            // per data-parallel group and update
+  int64_t update_bytes = 0;            // a middle stage's rank per update: stage_bytes x microbatches
+};
+TpCommPlan tp_comm_plan(const Config& c, int bytes_per_element = 2);
+
 // One row of the layout table: the config's TP x PP x CP with another DP.
 struct Layout {
   int64_t data_parallel = 0;

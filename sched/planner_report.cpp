@@ -222,6 +222,34 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
          "  uneven shards and the allocator's slack: measure the peak on the real model.\n";
   }
 
+  const TpCommPlan tc = tp_comm_plan(c);
+  if (tc.tensor == 1) {
+    o += "\nTensor-parallel traffic: none (TP 1)\n";
+  } else {
+    o += fmt::format("\nTensor-parallel traffic per microbatch, TP {}, sequence parallel {}, bf16 activations\n",
+                     tc.tensor, tc.sequence_parallel ? "on" : "off");
+    Table t;
+    t.row({"activation A = b x s x h x 2 bytes",
+           fmt::format("{} bytes = {} x {} x {} x 2", group_digits(tc.activation_bytes), b.micro_batch_size(),
+                       group_digits(b.seq_length()), group_digits(m.width()))});
+    t.row({"collectives per layer (fwd + bwd)",
+           tc.sequence_parallel ? fmt::format("{} all-gathers + {} reduce-scatters of A", tc.all_gathers,
+                                              tc.reduce_scatters)
+                                : fmt::format("{} all-reduces of A", tc.all_reduces)});
+    const int64_t ring = tc.sequence_parallel ? tc.all_gathers + tc.reduce_scatters : 2 * tc.all_reduces;
+    t.row({"sent per rank per layer", fmt::format("{} bytes = {} x {}/{} x A ({})", group_digits(tc.layer_bytes),
+                                                  ring, tc.tensor - 1, tc.tensor, bytes_text(double(tc.layer_bytes)))});
+    t.row({fmt::format("per stage ({} layers)", tc.layers_per_stage),
+           fmt::format("{} bytes ({})", group_digits(tc.stage_bytes), bytes_text(double(tc.stage_bytes)))});
+    t.row({"first stage adds (embedding)", fmt::format("{} bytes", group_digits(tc.embedding_bytes))});
+    t.row({"last stage adds (ln_f, loss partials)", fmt::format("{} bytes", group_digits(tc.head_bytes))});
+    t.row({fmt::format("per update ({} microbatches), per rank", tc.microbatches),
+           fmt::format("{} bytes ({})", group_digits(tc.update_bytes), bytes_text(double(tc.update_bytes)))});
+    o += t.str();
+    o += "  ring algorithms: 2 (t-1)/t A per all-reduce, (t-1)/t A per all-gather or reduce-scatter;\n"
+         "  the loss exchanges 3 fp32 values per token (max, sum of exps, target logit), never logits.\n";
+  }
+
   if (in.tokens_per_s) {
     const Calendar cal = calendar(double(tokens.budget), *in.tokens_per_s, in.calendar_efficiency);
     o += fmt::format("\nCalendar for the token budget at {} tokens/s\n", group_digits(std::llround(*in.tokens_per_s)));

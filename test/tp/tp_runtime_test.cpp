@@ -1,0 +1,180 @@
+// Tensor parallelism through the actor runtime (actors::run_training): the same data,
+// initial weights and global batch as the single-device compute core
+// (optim::ReferenceTrainer), compared after 1 and after 3 updates, for TP2, TP2 with
+// sequence parallelism, TP2 x PP2 and TP2 x PP2 x DP2 (8 stage actors).
+//
+// Tolerances, fixed before any run (those of test/actors/runtime_parity_test.cpp):
+// tensor parallelism, like data and pipeline parallelism, changes only the
+// association of fp32 sums (row-parallel GEMM partial sums, the vocabulary-parallel
+// log-sum-exp, the sequence-parallel LayerNorm gradients), about 1e-7 relative per
+// sum; AdamW's update lr * mhat / (sqrt(vhat) + eps) carries that into the weights
+// scaled by lr = 1e-3.
+//   - loss and global gradient norm of each step: relative difference <= 1e-5
+//   - every parameter: max |runtime - reference| <= 1e-5 (1% of one step of size lr)
+//   - Adam moments, per tensor: max |runtime - reference| <= 1e-4 * max |reference|
+// assemble_state also checks that the replicated tensors (LayerNorms, wpe, the
+// row-parallel biases) and their moments are bitwise identical on both TP ranks.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "actors/runtime.h"
+#include "config/derived.h"
+#include "data/batch_source.h"
+#include "kernels/cpu/cpu_device.h"
+#include "optim/reference_trainer.h"
+
+using namespace troupe;
+
+namespace {
+
+constexpr double kLossRel = 1e-5;
+constexpr double kParamAbs = 1e-5;
+constexpr double kMomentRel = 1e-4;
+
+Config tiny(int tp, bool sp, int pp, int dp) {
+  Config c;
+  auto* m = c.mutable_model();
+  m->set_layers(4);
+  m->set_heads(2);
+  m->set_width(32);
+  m->set_vocab_size(257);
+  m->set_max_positions(32);
+  auto* p = c.mutable_parallel();
+  p->set_tensor(tp);
+  p->set_sequence_parallel(sp);
+  p->set_pipeline(pp);
+  p->set_data(dp);
+  p->set_schedule(ParallelConfig::ONE_F_ONE_B);
+  p->set_distributed_optimizer(true);
+  auto* b = c.mutable_batch();
+  b->set_micro_batch_size(1);
+  b->set_global_batch_size(8);
+  b->set_seq_length(32);
+  auto* o = c.mutable_optimizer();
+  o->set_lr(1e-3);
+  o->set_min_lr(1e-4);
+  c.mutable_lr_schedule()->set_warmup_samples(8);
+  c.mutable_training()->set_seed(7);
+  c.mutable_device()->set_threads(1);
+  c.mutable_logging()->set_run_dir((std::filesystem::temp_directory_path() / "troupe-tp-runtime-test").string());
+  c.mutable_logging()->set_tensorboard(false);
+  c.mutable_supervision()->set_max_restarts(0);
+  c.mutable_checkpoint()->set_save_on_exit(false);
+  return c;
+}
+
+Config with_steps(Config c, int steps) {
+  c.mutable_training()->set_train_samples(int64_t(steps) * c.batch().global_batch_size());
+  return c;
+}
+
+actors::RunResult run(const Config& c) {
+  actors::RunOptions o;
+  o.console = false;
+  o.collect_state = true;
+  o.timeout = std::chrono::seconds(120);
+  auto r = actors::run_training(c, o);
+  REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
+  REQUIRE(r.state.has_value());
+  return r;
+}
+
+// The single-device run over the same global batches (every replica's microbatches).
+struct Reference {
+  kernels::cpu::CpuDevice device{1};
+  optim::ReferenceTrainer trainer;
+  std::vector<optim::StepReport> reports;
+
+  Reference(const Config& c, int steps) : trainer(c, device) {
+    const auto src = data::BatchSource::open(c);
+    const int m = int(config::microbatches_per_replica(c));
+    for (int s = 0; s < steps; ++s) {
+      std::vector<data::Microbatch> mbs;
+      for (int d = 0; d < c.parallel().data(); ++d)
+        for (int j = 0; j < m; ++j) mbs.push_back(src.microbatch(int64_t(s) * c.batch().global_batch_size(), d, j));
+      reports.push_back(trainer.step(mbs));
+    }
+  }
+};
+
+double max_abs(const float* a, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, double(std::fabs(a[i])));
+  return m;
+}
+
+double max_diff(const float* a, const float* b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+  return m;
+}
+
+void compare(const actors::RunResult& r, Reference& ref) {
+  REQUIRE(r.outcome.steps.size() == ref.reports.size());
+  for (size_t s = 0; s < ref.reports.size(); ++s) {
+    CAPTURE(s);
+    const auto& got = r.outcome.steps[s];
+    const auto& want = ref.reports[s];
+    CHECK(got.loss_tokens == want.loss_tokens);
+    CHECK(std::fabs(got.loss - want.loss) <= kLossRel * std::fabs(want.loss));
+    // The norm counts every parameter once: replicas on tp > 0 are left out.
+    CHECK(std::fabs(got.grad_norm - want.grad_norm) <= kLossRel * want.grad_norm);
+    CHECK(got.lr == want.lr);
+    CHECK(got.clipped == want.clipped);
+    CHECK(got.skipped == want.skipped);
+  }
+  auto& model = ref.trainer.model();
+  auto& adam = ref.trainer.optimizer();
+  const auto& state = *r.state;
+  CHECK(state.adam_steps == adam.steps());
+  CHECK(state.params.size() == model.registry().tensors().size());
+  for (const auto& t : model.registry().tensors()) {
+    CAPTURE(t.name);
+    const size_t n = size_t(t.numel);
+    REQUIRE(state.params.at(t.name).size() == n);
+    CHECK(max_diff(state.params.at(t.name).data(), model.params() + t.offset, n) <= kParamAbs);
+    const float* m = adam.m() + t.offset;
+    const float* v = adam.v() + t.offset;
+    CHECK(max_diff(state.exp_avg.at(t.name).data(), m, n) <= kMomentRel * max_abs(m, n));
+    CHECK(max_diff(state.exp_avg_sq.at(t.name).data(), v, n) <= kMomentRel * max_abs(v, n));
+  }
+}
+
+void check_layout(const Config& c) {
+  for (int steps : {1, 3}) {
+    CAPTURE(steps);
+    const Config cs = with_steps(c, steps);
+    Reference ref(cs, steps);
+    compare(run(cs), ref);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("TP2 matches the single-device run") { check_layout(tiny(2, false, 1, 1)); }
+
+TEST_CASE("TP2 with sequence parallelism matches the single-device run") { check_layout(tiny(2, true, 1, 1)); }
+
+TEST_CASE("TP2 x PP2 matches the single-device run (with and without sequence parallelism)") {
+  SUBCASE("TP2 x PP2") { check_layout(tiny(2, false, 2, 1)); }
+  SUBCASE("TP2 x PP2, sequence parallel") { check_layout(tiny(2, true, 2, 1)); }
+}
+
+TEST_CASE("TP2 x PP2 x DP2 (8 stage actors) matches the single-device run") {
+  SUBCASE("TP2 x PP2 x DP2") { check_layout(tiny(2, false, 2, 2)); }
+  SUBCASE("TP2 x PP2 x DP2, sequence parallel") { check_layout(tiny(2, true, 2, 2)); }
+}
+
+TEST_CASE("two TP2 x PP2 runs with sequence parallelism are bitwise identical") {
+  const Config c = with_steps(tiny(2, true, 2, 1), 3);
+  const auto a = run(c);
+  const auto b = run(c);
+  for (size_t s = 0; s < a.outcome.steps.size(); ++s) {
+    CHECK(a.outcome.steps[s].loss == b.outcome.steps[s].loss);
+    CHECK(a.outcome.steps[s].grad_norm == b.outcome.steps[s].grad_norm);
+  }
+  CHECK(a.state->params == b.state->params);
+  CHECK(a.state->exp_avg == b.state->exp_avg);
+}
