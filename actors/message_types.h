@@ -1,28 +1,19 @@
-// Declares the runtime's message types (messages/runtime.h) to CAF. They carry
-// pointers and shared_ptrs, so they may only travel inside one process.
+// Declares the runtime's message types (messages/runtime.h) to CAF. Those that can
+// cross processes in cluster mode are inspectable (actors/wire_types.h); those that
+// carry pointers into a rank's buffers stay in-process only (unsafe: CAF refuses to
+// serialize them), which holds because a rank's stage, optimizer shard and writer
+// always share a process.
 #pragma once
 
 #include <caf/all.hpp>
 
 #include "actors/supervision.h"
+#include "actors/wire_types.h"
 #include "messages/runtime.h"
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::RunStep)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::MicrobatchReady)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ActivationsReady)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::GradientsReady)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::LossReport)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ReplicaCounts)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::GradShardReady)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::NormPartial)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::UpdateCommand)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ShardApplied)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::StageDone)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::Heartbeat)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::SnapshotCommand)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ShardSnapshot)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::SnapshotTaken)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ShardWritten)
 
 namespace troupe::actors {
 
@@ -54,8 +45,6 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;
 #include "actors/run_outcome.h"
 #include "engine/state_snapshot.h"
 #include "metrics/step_record.h"
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::engine::StageSnapshot)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::engine::OptimSnapshot)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::RunOutcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::SupervisorReport)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::metrics::StartupRecord)

@@ -11,6 +11,7 @@
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
+#include "engine/placement.h"
 #include "engine/topology.h"
 #include "metrics/run_dir.h"
 #include "model/param_registry.h"
@@ -121,6 +122,15 @@ RunResult run_training(const Config& c, const RunOptions& options) {
 
   const auto topo = engine::Topology::of(c);
   engine::check_fault_plan(c, engine::all_paths(topo));
+  const bool clustered = engine::cluster_mode(c);
+  if (clustered) {
+    if (const auto v = engine::cluster_violations(c); !v.empty())
+      throw std::invalid_argument(fmt::format("{}: {}", v.front().field, v.front().rule));
+    if (!options.cluster)
+      throw std::invalid_argument("cluster.workers is set: the run needs a listen address (supervisor run --listen)");
+  } else if (options.cluster) {
+    throw std::invalid_argument("--listen needs cluster.workers > 0 in the config (the active worker processes)");
+  }
   engine::set_aside_earlier_checkpoints(c);
 
   clear_stop();
@@ -129,6 +139,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
 
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", std::max(2u, std::thread::hardware_concurrency()));
+  if (clustered) configure_network(cfg, net_options(c, options.cluster->tls));
   caf::actor_system sys{cfg};
   caf::scoped_actor client{sys};
   auto faults = std::make_shared<engine::FaultPlan>(c);
@@ -149,6 +160,19 @@ RunResult run_training(const Config& c, const RunOptions& options) {
   RunResult result;
   caf::actor client_handle = caf::actor_cast<caf::actor>(client);
 
+  // Cluster mode: listen, and wait for the workers before anything is placed.
+  std::unique_ptr<ClusterRoot> root;
+  if (clustered) {
+    root = std::make_unique<ClusterRoot>(sys, c, *options.cluster, run_dir.layout.root, faults, book);
+    try {
+      root->wait_for_workers([] { return stop_signal() != 0; });
+    } catch (...) {
+      root->finish("the run could not start");
+      throw;
+    }
+  }
+  auto cluster = root ? root->cluster() : nullptr;
+
   // This function is the root of the tree: the metrics actor and the checkpoint
   // writers under one_for_one supervisors of their own, started first, then the
   // training group. Actors find the metrics actor and the writers by path in the
@@ -168,7 +192,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
                           }});
     return s;
   }());
-  auto writers_sup = spawn_supervisor(sys, writer_group_spec(c, faults, directory, book));
+  auto writers_sup = spawn_supervisor(sys, writer_group_spec(c, faults, directory, book, cluster));
   caf::actor group;
   // Stop the tree in order whatever happens: an actor_system cannot be destroyed
   // while actors live, so no exception may skip this.
@@ -179,11 +203,17 @@ RunResult run_training(const Config& c, const RunOptions& options) {
       client->send(*sup, shutdown_atom::value);
       client->wait_for(*sup);
     }
+    if (root) {
+      root->finish(result.outcome.status.empty() ? "stopped" : "training " + result.outcome.status);
+      result.workers = root->cluster()->workers();
+      result.quarantine = root->cluster()->quarantine();
+      result.refusals = root->refusals();
+    }
   };
   try {
     client->send(directory->get(engine::metrics_path()), startup_record(c, options.config_source, run_dir.layout.root));
 
-    GroupArgs g{c, faults, directory, book, resume, client_handle, {}};
+    GroupArgs g{c, faults, directory, book, resume, client_handle, {}, cluster, root ? root->comms() : nullptr};
     g.on_exit = [client_handle](const SupervisorReport& r) {
       caf::anon_send(client_handle, group_exit_atom::value, r);
     };

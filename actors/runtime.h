@@ -3,13 +3,16 @@
 // system with the supervision tree (root supervisor -> metrics, training group),
 // waits until the coordinator reports the end (or the group gives up), optionally
 // collects the final training state from the actors, and shuts everything down in
-// order.
+// order. In cluster mode it first listens for the worker processes and waits for
+// them; the tree is the same, with the loaders, stages, optimizer shards and writers
+// placed on the workers (docs/cluster.md).
 #pragma once
 
 #include <chrono>
 #include <optional>
 #include <string>
 
+#include "actors/cluster_root.h"
 #include "actors/coordinator_actor.h"
 #include "actors/run_book.h"
 #include "actors/supervision.h"
@@ -25,6 +28,10 @@ struct RunOptions {
   std::string config_text;      // copied into the run directory
   // Upper bound on the whole run; past it the run is stopped and reported failed.
   std::chrono::seconds timeout{std::chrono::hours(24 * 365)};
+  // Cluster mode (config cluster.workers > 0, docs/cluster.md): listen here for the
+  // worker processes and place the ranks on them. Required in cluster mode, refused
+  // otherwise.
+  std::optional<ClusterOptions> cluster;
 };
 
 struct RunResult {
@@ -35,6 +42,10 @@ struct RunResult {
   int64_t restarts = 0;                          // restarts of the training group
   int64_t recomputed_steps = 0;                  // steps done again after a restart
   std::vector<RunBook::Recovery> recoveries;    // one per restart of the training group
+  // Cluster mode: every worker that joined (final roles), the quarantine, refusals.
+  std::vector<WorkerRecord> workers;
+  std::vector<QuarantineRecord> quarantine;
+  std::vector<Refusal> refusals;
   int exit_code() const;                    // 0 completed, 130/143 on SIGINT/SIGTERM, 1 failed
 };
 

@@ -84,9 +84,45 @@ bool op_ready(const StageState& st, const sched::PipelineOp& op) {
   return st.worker->is_last() || st.grads.count(key);
 }
 
+// Tags of the pipeline-neighbour communicators: one FIFO per direction and kind.
+enum PipelineTag : int { kForwardTag = 1, kEvalTag = 2, kBackwardTag = 3 };
+
+bool in_other_process(Self* self, const caf::actor& peer) { return peer && peer.node() != self->node(); }
+
+// Sends rows x cols values at `data` to a neighbour in another process; the message
+// will carry only the shape.
+msg::Activations send_via_comm(Self* self, const std::shared_ptr<comm::Communicator>& comm, int peer, int tag,
+                               const float* data, int64_t rows, int64_t cols) {
+  if (!comm)
+    throw std::logic_error(self->state.path +
+                           ": a pipeline neighbour lives in another process but no communicator connects them");
+  comm->send({data, size_t(rows * cols)}, peer, tag);
+  msg::Activations a;
+  a.rows = rows;
+  a.cols = cols;
+  a.via_comm = true;
+  return a;
+}
+
+// Receives the values announced by a via_comm message, before the op that needs them.
+void receive_via_comm(Self* self, msg::Activations& a, const std::shared_ptr<comm::Communicator>& comm, int peer,
+                      int tag) {
+  if (!comm)
+    throw std::logic_error(self->state.path +
+                           ": values came from another process but no pipeline communicator connects them");
+  auto owned = std::make_shared<std::vector<float>>(size_t(a.rows * a.cols));
+  comm->recv(*owned, peer, tag);
+  a.data = owned->data();
+  a.owner = std::move(owned);
+}
+
+// Rows of the activations (and their gradients) a stage hands its neighbour for one
+// microbatch; each row is width() floats.
+int64_t activation_rows(const data::Microbatch& b) { return int64_t(b.batch) * b.seq; }
+
 msg::Activations handle(const float* data, const data::Microbatch& b, int64_t width, bool copy) {
   msg::Activations a;
-  a.rows = int64_t(b.batch) * b.seq;
+  a.rows = activation_rows(b);
   a.cols = width;
   if (copy) {
     auto owned = std::make_shared<std::vector<float>>(data, data + a.rows * a.cols);
@@ -115,6 +151,11 @@ void run_forward(Self* self, int32_t mb) {
     if (r.tp == 0)
       self->send(st.coordinator, msg::LossReport{st.step, st.kind, r.dp, mb, loss.loss_sum, loss.loss_tokens,
                                                  std::isfinite(loss.loss_sum)});
+  } else if (in_other_process(self, st.next)) {
+    const auto out = send_via_comm(self, st.args.comms.pipeline_next, 1,
+                                   st.kind == StepKind::Eval ? kEvalTag : kForwardTag, st.worker->output(mb),
+                                   activation_rows(*batch), st.worker->width());
+    self->send(st.next, msg::ActivationsReady{st.step, st.kind, mb, out});
   } else {
     // Evaluation has no backward to pace the slots: hand over a copy.
     const bool copy = st.kind == StepKind::Eval;
@@ -136,7 +177,13 @@ void run_backward(Self* self, int32_t mb) {
   st.grads.erase(key);
   if (!st.worker->is_first()) {
     const auto& batch = *st.batches.at(key);
-    self->send(st.prev, msg::GradientsReady{st.step, mb, handle(st.worker->input_grad(mb), batch, st.worker->width(), false)});
+    if (in_other_process(self, st.prev))
+      self->send(st.prev, msg::GradientsReady{st.step, mb,
+                                              send_via_comm(self, st.args.comms.pipeline_prev, 0, kBackwardTag,
+                                                            st.worker->input_grad(mb), activation_rows(batch),
+                                                            st.worker->width())});
+    else
+      self->send(st.prev, msg::GradientsReady{st.step, mb, handle(st.worker->input_grad(mb), batch, st.worker->width(), false)});
   }
   st.batches.erase(key);
 }
@@ -209,6 +256,7 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
   st.args = std::move(args);
   exit_on_exception(self, st.path);
   const auto& c = st.args.config;
+  if (st.args.connect_comms) st.args.comms = st.args.connect_comms();
   st.worker = std::make_unique<engine::StageWorker>(c, st.args.rank, st.args.comms);
   if (st.args.resume) {
     engine::restore_stage(*st.args.resume, st.worker->model());
@@ -243,12 +291,17 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
         advance(self);
       },
       [self](loader_atom, const caf::actor& loader) { self->state.loader = loader; },
-      [self](const msg::ActivationsReady& a) {
-        self->state.inputs[{a.kind, a.step, a.microbatch}] = a.x;
+      [self](msg::ActivationsReady& a) {
+        auto& s = self->state;
+        if (a.x.via_comm)
+          receive_via_comm(self, a.x, s.args.comms.pipeline_prev, 0, a.kind == StepKind::Eval ? kEvalTag : kForwardTag);
+        s.inputs[{a.kind, a.step, a.microbatch}] = a.x;
         advance(self);
       },
-      [self](const msg::GradientsReady& g) {
-        self->state.grads[{StepKind::Train, g.step, g.microbatch}] = g.dx;
+      [self](msg::GradientsReady& g) {
+        auto& s = self->state;
+        if (g.dx.via_comm) receive_via_comm(self, g.dx, s.args.comms.pipeline_next, 1, kBackwardTag);
+        s.grads[{StepKind::Train, g.step, g.microbatch}] = g.dx;
         advance(self);
       },
       [self](const msg::ShardApplied& a) {

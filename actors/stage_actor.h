@@ -12,11 +12,18 @@
 // After every op it sends the coordinator a Heartbeat: the step watchdog names a
 // stage whose beats stopped.
 //
+// Neighbours in another process (cluster mode): the output of a forward (or the
+// input gradient of a backward) goes to the neighbour through the pipeline-neighbour
+// communicator (a buffered Gloo send) and the message carries only its shape; the
+// receiving stage receives the values as the message arrives, before it runs the op.
+// Neighbours in this process hand each other pointers, as before.
+//
 // Messages in: wire_atom + Registry, RunStep, MicrobatchReady, ActivationsReady,
 // GradientsReady, ShardApplied, loader_atom + actor (its loader was restarted),
 // snapshot_atom (-> StageSnapshot).
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include <caf/all.hpp>
@@ -35,6 +42,9 @@ struct StageArgs {
   std::shared_ptr<engine::FaultPlan> faults;
   // The checkpoint the group starts from (null: the config's initial weights).
   std::shared_ptr<const ckpt::Checkpoint> resume;
+  // Cluster mode: connects this rank's communicators (blocking, on the stage's own
+  // thread as it starts) instead of using `comms`.
+  std::function<engine::RankComms()> connect_comms;
 };
 
 caf::actor spawn_stage(caf::event_based_actor* parent, StageArgs args);

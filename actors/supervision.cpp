@@ -118,7 +118,10 @@ void finish(Self* self, caf::error reason) {
   auto& st = self->state;
   st.exiting = true;
   const int total = st.report.restart_events;
-  if (st.report.gave_up)
+  if (!st.report.vetoed.empty())
+    st.report.summary = fmt::format("{}: stopped after {} failure(s) and {} restart(s): {}", st.spec.path,
+                                    st.report.failures.size(), total, st.report.vetoed);
+  else if (st.report.gave_up)
     st.report.summary = fmt::format(
         "{}: gave up after {} restart(s) in {:.1f} s: more than {} within {} ms; last failure: {} ({})",
         st.spec.path, total,
@@ -138,6 +141,18 @@ void give_up(Self* self) {
             [self] { finish(self, caf::make_error(supervision_errc::gave_up)); });
 }
 
+// A restart refused by veto_restart: stop everything in order and exit.
+bool vetoed(Self* self) {
+  auto& st = self->state;
+  if (!st.spec.veto_restart) return false;
+  auto why = st.spec.veto_restart();
+  if (!why) return false;
+  st.report.vetoed = *why;
+  spdlog::error("{}: not restarting: {}", st.spec.path, *why);
+  stop_then(self, running_reversed(st), [self] { finish(self, caf::make_error(supervision_errc::vetoed)); });
+  return true;
+}
+
 void handle_failure(Self* self, size_t index, bool abnormal) {
   auto& st = self->state;
   const auto& cs = st.spec.children[index];
@@ -146,6 +161,7 @@ void handle_failure(Self* self, size_t index, bool abnormal) {
     if (st.spec.on_start) st.spec.on_start(self, registry_of(st), {});
     return;
   }
+  if (vetoed(self)) return;
   const auto now = Clock::now();
   st.restart_times.push_back(now);
   while (!st.restart_times.empty() && now - st.restart_times.front() > st.spec.period)
@@ -164,6 +180,7 @@ void handle_failure(Self* self, size_t index, bool abnormal) {
     case Strategy::RestForOne: {
       const size_t from = st.spec.strategy == Strategy::OneForAll ? 0 : index;
       stop_then(self, running_reversed(st, from), [self, from] {
+        if (vetoed(self)) return;  // what was lost while stopping may leave nothing to restart on
         auto& s = self->state;
         std::vector<size_t> again;
         for (size_t i = from; i < s.children.size(); ++i) {
@@ -185,6 +202,8 @@ void on_down(Self* self, const caf::down_msg& dm) {
   if (it == st.by_addr.end()) return;
   const size_t i = it->second;
   st.by_addr.erase(it);
+  if (dm.reason == caf::exit_reason::remote_link_unreachable && st.spec.on_node_lost)
+    st.spec.on_node_lost(st.spec.children[i].path, dm.source.node());
   if (st.spec.directory) st.spec.directory->erase(st.spec.children[i].path, dm.source);
   auto& c = st.children[i];
   c.running = false;
@@ -292,6 +311,7 @@ caf::behavior supervisor_impl(Self* self, SupervisorSpec spec) {
 }  // namespace
 
 caf::actor spawn_supervisor(caf::actor_system& sys, SupervisorSpec spec) {
+  if (spec.detached) return sys.spawn<caf::detached>(supervisor_impl, std::move(spec));
   return sys.spawn(supervisor_impl, std::move(spec));
 }
 

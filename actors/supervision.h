@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,7 @@ struct SupervisorReport {
   std::map<std::string, int> restarts;  // restarts per child path
   int restart_events = 0;               // times the strategy restarted children
   bool gave_up = false;                 // the intensity limit was exceeded
+  std::string vetoed;                   // why a restart was refused (veto_restart), or ""
   std::string summary;                  // one line for logs
 };
 
@@ -85,6 +87,19 @@ struct SupervisorSpec {
   std::function<void(const SupervisorReport&)> on_exit;
   // When set, every running child is entered under its path (and removed when it stops).
   std::shared_ptr<Directory> directory;
+  // A child that lived in another process ended with remote_link_unreachable: the
+  // connection to its process dropped (the process died, or stopped answering
+  // heartbeats). Called with the node that hosted it, first thing, also for children
+  // already being stopped, so the placement can move what that process hosted before
+  // anything is restarted.
+  std::function<void(const std::string& path, const caf::node_id& node)> on_node_lost;
+  // Asked before children are (re)started after a failure. A reason here stops every
+  // child in reverse start order and ends the supervisor with report.vetoed set,
+  // instead of restarting (e.g. a lost worker process with no spare to take over).
+  std::function<std::optional<std::string>()> veto_restart;
+  // Runs the supervisor on its own thread: its start functions may block (placing a
+  // child in another process waits for that process to answer).
+  bool detached = false;
 };
 
 // Messages a supervisor understands besides monitoring its children.
@@ -92,7 +107,7 @@ using registry_atom = caf::atom_constant<caf::atom("registry")>;   // -> Registr
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;   // stop children in order, quit
 
 // Error codes a supervisor exits with.
-enum class supervision_errc : uint8_t { none = 0, gave_up = 1 };
+enum class supervision_errc : uint8_t { none = 0, gave_up = 1, vetoed = 2 };
 
 }  // namespace troupe::actors
 

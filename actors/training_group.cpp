@@ -1,8 +1,10 @@
 #include "actors/training_group.h"
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/coordinator_actor.h"
@@ -78,10 +80,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   const auto topo = engine::Topology::of(c);
   auto comms = std::make_shared<SharedComms>();
   comms->topo = topo;
-  // A collective waits somewhat longer than the step watchdog, so that a silent
-  // peer is named by the coordinator's watchdog first.
-  if (c.supervision().step_watchdog_s() > 0)
-    comms->timeout = std::chrono::milliseconds(int64_t(c.supervision().step_watchdog_s() * 1500) + 1000);
+  comms->timeout = engine::collective_timeout(c);
 
   SupervisorSpec spec;
   spec.path = "training";
@@ -91,9 +90,26 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   spec.directory = args.directory;
 
   auto resume = args.resume;
+  auto cluster = args.cluster;
+  auto cluster_comms = args.cluster_comms;
+  // Cluster mode: what a worker needs to place one of the group's actors.
+  auto placement = [cluster, resume, faults = args.faults](const std::string& kind, const engine::Rank& r,
+                                                             int64_t generation) {
+    PlaceActor p;
+    p.kind = kind;
+    p.dp = r.dp;
+    p.pp = r.pp;
+    p.tp = r.tp;
+    p.generation = generation;
+    if (kind != "loader")
+      if (auto ck = resume->current()) p.resume_dir = ck->dir();
+    p.fired = faults->fired_indices();
+    return p;
+  };
   for (int32_t d = 0; d < topo.dp; ++d) {
     ChildSpec child{engine::loader_path(d), Restart::Permanent,
-                    [c, d, faults = args.faults](caf::event_based_actor* self, int) {
+                    [c, d, faults = args.faults, cluster, placement](caf::event_based_actor* self, int) {
+                      if (cluster) return place_on_worker(self, *cluster, placement("loader", {d, 0, 0}, 0));
                       return spawn_loader(self, LoaderArgs{c, d, faults});
                     }};
     child.restart_alone = true;
@@ -102,16 +118,21 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   for (const auto& r : topo.all_ranks())
     spec.children.push_back(
         {engine::optim_path(r), Restart::Permanent,
-         [c, r, faults = args.faults, resume, dir = args.directory](caf::event_based_actor* self, int) {
+         [c, r, faults = args.faults, resume, dir = args.directory, cluster, placement](caf::event_based_actor* self,
+                                                                                       int) {
+           if (cluster) return place_on_worker(self, *cluster, placement("optim", r, 0));
            return spawn_optimizer(self, OptimizerArgs{c, r, faults, resume->current(), dir});
          }});
   for (const auto& r : topo.all_ranks())
-    spec.children.push_back({engine::stage_path(r), Restart::Permanent,
-                             [c, r, topo, comms, resume, faults = args.faults](caf::event_based_actor* self, int) {
-                               auto plan = comms->current();
-                               return spawn_stage(self, StageArgs{c, r, plan->ranks[size_t(topo.index(r))], faults,
-                                                                  resume->current()});
-                             }});
+    spec.children.push_back(
+        {engine::stage_path(r), Restart::Permanent,
+         [c, r, topo, comms, resume, faults = args.faults, cluster, cluster_comms, placement](
+             caf::event_based_actor* self, int) {
+           if (cluster) return place_on_worker(self, *cluster, placement("stage", r, cluster_comms->current()));
+           auto plan = comms->current();
+           return spawn_stage(self,
+                              StageArgs{c, r, plan->ranks[size_t(topo.index(r))], faults, resume->current(), {}});
+         }});
   spec.children.push_back(
       {engine::coordinator_path(), Restart::Permanent,
        [c, faults = args.faults, dir = args.directory, book = args.book, resume, client = args.client](
@@ -121,15 +142,19 @@ SupervisorSpec training_group_spec(GroupArgs args) {
 
   // The whole group up (a first start or a restart): the coordinator wires it. A
   // loader restarted alone rejoins through the coordinator.
-  spec.on_start = [](caf::event_based_actor* self, const Registry& all, const std::vector<std::string>& started) {
+  spec.on_start = [cluster](caf::event_based_actor* self, const Registry& all,
+                            const std::vector<std::string>& started) {
     auto coordinator = all.find(engine::coordinator_path());
     if (started.empty() || coordinator == all.end()) return;
+    // Writers on the workers report to the coordinator: tell them the new one.
+    if (cluster && std::find(started.begin(), started.end(), engine::coordinator_path()) != started.end())
+      for (const auto& agent : cluster->live_agents()) self->send(agent, PeerHandles{coordinator->second});
     if (started.size() == 1 && is_loader(started[0]))
       self->send(coordinator->second, rejoin_atom::value, started[0], all.at(started[0]), all);
     else
       self->send(coordinator->second, wire_atom::value, all);
   };
-  spec.on_failure = [comms, resume, faults = args.faults, book = args.book, dir = args.directory](
+  spec.on_failure = [comms, cluster_comms, resume, faults = args.faults, book = args.book, dir = args.directory](
                         const std::string& path, const std::string& reason) {
     auto f = alone_failure(path, reason, book->max_step_reached());
     if (!is_loader(path)) {
@@ -142,7 +167,10 @@ SupervisorSpec training_group_spec(GroupArgs args) {
       book->failure(f, /*group_restart=*/false);
     } else {
       spdlog::error("{} failed: {}; the training group restarts from the latest checkpoint", path, reason);
-      comms->abort(path + " failed: " + reason);
+      if (cluster_comms)
+        cluster_comms->abort(path + " failed: " + reason);
+      else
+        comms->abort(path + " failed: " + reason);
       faults->release_hangs();
       resume->invalidate();
       if (auto t = faults->last_fired_at()) book->fault_fired_at(*t);
@@ -151,11 +179,23 @@ SupervisorSpec training_group_spec(GroupArgs args) {
     if (auto metrics = dir->get(engine::metrics_path())) caf::anon_send(metrics, f);
   };
   spec.on_exit = std::move(args.on_exit);
+  if (cluster) add_cluster_hooks(spec, cluster);
   return spec;
 }
 
+void add_cluster_hooks(SupervisorSpec& spec, std::shared_ptr<Cluster> cluster) {
+  spec.detached = true;
+  spec.on_node_lost = [cluster](const std::string& path, const caf::node_id& node) {
+    cluster->lost(node, fmt::format("the connection to its process dropped (first noticed through {}): the process "
+                                    "died or stopped answering heartbeats",
+                                    path));
+  };
+  spec.veto_restart = [cluster] { return cluster->exhausted(); };
+}
+
 SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultPlan> faults,
-                                 std::shared_ptr<Directory> directory, std::shared_ptr<RunBook> book) {
+                                 std::shared_ptr<Directory> directory, std::shared_ptr<RunBook> book,
+                                 std::shared_ptr<Cluster> cluster) {
   SupervisorSpec spec;
   spec.path = "writers";
   spec.strategy = Strategy::OneForOne;
@@ -165,7 +205,16 @@ SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultP
   for (const auto& r : engine::Topology::of(c).all_ranks()) {
     if (!engine::writes_shard(c, r)) continue;
     spec.children.push_back({engine::writer_path(r), Restart::Permanent,
-                             [c, r, faults, directory](caf::event_based_actor* self, int) {
+                             [c, r, faults, directory, cluster](caf::event_based_actor* self, int) {
+                               if (cluster) {
+                                 PlaceActor p;
+                                 p.kind = "writer";
+                                 p.dp = r.dp;
+                                 p.pp = r.pp;
+                                 p.tp = r.tp;
+                                 p.fired = faults->fired_indices();
+                                 return place_on_worker(self, *cluster, std::move(p));
+                               }
                                return spawn_writer(self, WriterArgs{c, r, faults, directory});
                              }});
   }
@@ -175,6 +224,7 @@ SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultP
     if (auto coordinator = directory->get(engine::coordinator_path()))
       caf::anon_send(coordinator, writer_down_atom::value, path);
   };
+  if (cluster) add_cluster_hooks(spec, cluster);
   return spec;
 }
 

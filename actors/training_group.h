@@ -14,6 +14,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/cluster.h"
 #include "actors/directory.h"
 #include "actors/run_book.h"
 #include "actors/supervision.h"
@@ -32,14 +33,26 @@ struct GroupArgs {
   caf::actor client;  // receives finished_atom + RunOutcome
   // Called with the group supervisor's report when it exits.
   std::function<void(const SupervisorReport&)> on_exit;
+  // Cluster mode (docs/cluster.md): loaders, stages and optimizer shards are placed on
+  // worker processes, their communicators are Gloo groups of generation
+  // `comms->current()`; null in one process.
+  std::shared_ptr<Cluster> cluster;
+  std::shared_ptr<ClusterComms> cluster_comms;
 };
 
 SupervisorSpec training_group_spec(GroupArgs args);
 
 // The checkpoint writers: one per rank that writes a shard, one_for_one. A writer
 // that dies is restarted and the coordinator is told, so that checkpoint fails.
+// In cluster mode (`cluster` set) each writer lives on the worker hosting its rank.
 SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultPlan> faults,
-                                 std::shared_ptr<Directory> directory, std::shared_ptr<RunBook> book);
+                                 std::shared_ptr<Directory> directory, std::shared_ptr<RunBook> book,
+                                 std::shared_ptr<Cluster> cluster = nullptr);
+
+// Cluster-mode hooks shared by the training group and the writers: a child whose
+// process was lost quarantines that process (moving its ranks to a spare), and no
+// restart happens once no spare is left.
+void add_cluster_hooks(SupervisorSpec& spec, std::shared_ptr<Cluster> cluster);
 
 // A failure record for a child restarted alone (the phase is read off the reason).
 metrics::FailureRecord alone_failure(const std::string& path, const std::string& reason, int64_t max_step);

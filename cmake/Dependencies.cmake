@@ -6,6 +6,8 @@ find_package(spdlog REQUIRED)
 find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(ICU REQUIRED COMPONENTS uc)
+# libcrypto: HMAC-SHA256 challenge-response between the supervisor and its workers.
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 find_path(DOCTEST_INCLUDE_DIR doctest/doctest.h REQUIRED)
 
 # OpenBLAS: the pthread flavour Debian installs as libopenblas.

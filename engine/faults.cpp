@@ -7,6 +7,14 @@
 #include <spdlog/spdlog.h>
 
 namespace troupe::engine {
+namespace {
+
+std::mutex g_process_mu;
+std::function<void(const Fault&, const std::string&)> g_process_hook;
+
+bool process_kind(Fault::Kind k) { return k == Fault::KILL_PROCESS || k == Fault::STOP_PROCESS; }
+
+}  // namespace
 
 const char* phase_name(Fault::Phase p) {
   switch (p) {
@@ -23,17 +31,41 @@ FaultPlan::FaultPlan(const Config& c) : faults_(c.faults().fault().begin(), c.fa
 
 std::optional<Fault> FaultPlan::take(const std::string& path, int64_t step, Fault::Phase phase,
                                      const std::function<bool(const Fault&)>& also) {
-  std::lock_guard lock(mu_);
-  for (size_t i = 0; i < faults_.size(); ++i) {
-    const auto& f = faults_[i];
-    if (f.actor() == path && f.step() == step && f.phase() == phase && !fired_.count(i) &&
-        (!also || also(f))) {
-      fired_.insert(i);
-      last_fired_ = std::chrono::steady_clock::now();
-      return f;
+  std::optional<Fault> hit;
+  int32_t index = -1;
+  std::function<void(int32_t, const Fault&)> hook;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < faults_.size() && !hit; ++i) {
+      const auto& f = faults_[i];
+      if (f.actor() == path && f.step() == step && f.phase() == phase && !fired_.count(i) &&
+          (!also || also(f))) {
+        fired_.insert(i);
+        last_fired_ = std::chrono::steady_clock::now();
+        hit = f;
+        index = int32_t(i);
+        hook = fire_hook_;
+      }
     }
   }
-  return std::nullopt;
+  if (hit && hook) hook(index, *hit);
+  return hit;
+}
+
+std::vector<int32_t> FaultPlan::fired_indices() const {
+  std::lock_guard lock(mu_);
+  return std::vector<int32_t>(fired_.begin(), fired_.end());
+}
+
+void FaultPlan::mark_fired(const std::vector<int32_t>& indices) {
+  std::lock_guard lock(mu_);
+  for (int32_t i : indices)
+    if (i >= 0 && size_t(i) < faults_.size()) fired_.insert(size_t(i));
+}
+
+void FaultPlan::set_fire_hook(std::function<void(int32_t, const Fault&)> hook) {
+  std::lock_guard lock(mu_);
+  fire_hook_ = std::move(hook);
 }
 
 bool FaultPlan::targets(const std::string& path) const {
@@ -69,15 +101,30 @@ void FaultPlan::release_hangs() {
   hang_cv_.notify_all();
 }
 
+void set_process_fault_hook(std::function<void(const Fault&, const std::string&)> hook) {
+  std::lock_guard lock(g_process_mu);
+  g_process_hook = std::move(hook);
+}
+
 void raise_fault(const Fault& f, const std::string& path, int64_t step) {
-  throw std::runtime_error(fmt::format("injected {} fault in {} at step {} during {}",
-                                       Fault::Kind_Name(f.kind()), path, step, phase_name(f.phase())));
+  const auto what = fmt::format("injected {} fault in {} at step {} during {}", Fault::Kind_Name(f.kind()), path,
+                                step, phase_name(f.phase()));
+  if (process_kind(f.kind())) {
+    std::function<void(const Fault&, const std::string&)> hook;
+    {
+      std::lock_guard lock(g_process_mu);
+      hook = g_process_hook;
+    }
+    if (hook) hook(f, what);  // KILL_PROCESS does not return; STOP_PROCESS once continued
+  }
+  throw std::runtime_error(what);
 }
 
 void check_fault(FaultPlan* plan, const std::string& path, int64_t step, Fault::Phase phase) {
   if (!plan || !plan->targets(path)) return;
   auto generic = [](const Fault& f) {
-    return f.kind() == Fault::KILL || f.kind() == Fault::THROW || f.kind() == Fault::HANG;
+    return f.kind() == Fault::KILL || f.kind() == Fault::THROW || f.kind() == Fault::HANG ||
+           process_kind(f.kind());
   };
   if (auto f = plan->take(path, step, phase, generic)) {
     if (f->kind() == Fault::HANG) plan->hang(path, step, phase);
@@ -120,6 +167,16 @@ void check_fault_plan(const Config& c, const std::vector<std::string>& actor_pat
                                               Fault::Kind_Name(f.kind())));
     if (f.kind() == Fault::NAN_GRADIENT && (kind != "stage" || f.phase() != Fault::BACKWARD))
       throw std::invalid_argument(fmt::format("{}: NAN_GRADIENT applies to stages in phase backward", where));
+    if (process_kind(f.kind())) {
+      if (c.cluster().workers() <= 0)
+        throw std::invalid_argument(fmt::format("{}: {} acts on a worker process: it needs cluster mode "
+                                                "(cluster.workers > 0)",
+                                                where, Fault::Kind_Name(f.kind())));
+      if (kind != "stage" && kind != "optim" && kind != "loader" && kind != "writer")
+        throw std::invalid_argument(fmt::format(
+            "{}: {} applies to actors that live on workers (stage, optim, loader, writer), not {}", where,
+            Fault::Kind_Name(f.kind()), kind));
+    }
   }
 }
 

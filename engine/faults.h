@@ -17,6 +17,13 @@
 //                TRUNCATE_SHARD act here)
 //   metrics      optimizer: on step S's record; checkpoint_write: on the record of
 //                step S's checkpoint
+//
+// Across processes (cluster mode) every process holds a copy of the plan: a worker
+// reports each fault that fires on it to the supervisor (the fire hook), and the
+// supervisor hands the indices fired so far to every actor it places, so a fault
+// still fires once per run when its actor moves to another worker. KILL_PROCESS
+// kills the hosting worker process with SIGKILL, STOP_PROCESS stops it with SIGSTOP
+// (the process fault hook).
 #pragma once
 
 #include <chrono>
@@ -47,6 +54,13 @@ class FaultPlan {
   // Whether any fault (fired or not) targets `path` (actors skip the lookups otherwise).
   bool targets(const std::string& path) const;
   int fired() const;
+  // Indices (into faults.fault) of the faults fired so far, ascending.
+  std::vector<int32_t> fired_indices() const;
+  // Marks faults fired elsewhere (another process of the run) as fired here.
+  void mark_fired(const std::vector<int32_t>& indices);
+  // Called after a fault fires, with its index, outside the plan's lock (a worker
+  // reports it to the supervisor before the fault acts).
+  void set_fire_hook(std::function<void(int32_t index, const Fault& f)> hook);
   // When the last fault fired (for measuring detection time).
   std::optional<std::chrono::steady_clock::time_point> last_fired_at() const;
 
@@ -62,17 +76,24 @@ class FaultPlan {
   mutable std::mutex mu_;
   std::set<size_t> fired_;
   std::optional<std::chrono::steady_clock::time_point> last_fired_;
+  std::function<void(int32_t, const Fault&)> fire_hook_;
   std::condition_variable hang_cv_;
   int hung_ = 0;
   uint64_t release_generation_ = 0;
 };
 
 // What an actor does when a fault fires: throws (KILL and THROW end the actor with
-// an error naming the fault; the supervisor sees an abnormal exit).
+// an error naming the fault; the supervisor sees an abnormal exit). KILL_PROCESS and
+// STOP_PROCESS first call the process fault hook (a worker kills or stops itself);
+// should the process go on (continued after SIGSTOP, or no hook), it throws like KILL.
 [[noreturn]] void raise_fault(const Fault& f, const std::string& path, int64_t step);
 
-// Fires the fault planned for (path, step, phase), if any: KILL and THROW raise,
-// HANG hangs. Other kinds (checkpoint damage, NaN gradients) are handled where they
+// The process-wide action for KILL_PROCESS and STOP_PROCESS, set by a worker process;
+// it receives the fault and its description.
+void set_process_fault_hook(std::function<void(const Fault& f, const std::string& what)> hook);
+
+// Fires the fault planned for (path, step, phase), if any: KILL, THROW, KILL_PROCESS
+// and STOP_PROCESS raise, HANG hangs. Other kinds (checkpoint damage, NaN gradients) are handled where they
 // apply and are left alone here.
 void check_fault(FaultPlan* plan, const std::string& path, int64_t step, Fault::Phase phase);
 
@@ -82,7 +103,8 @@ std::vector<Fault::Phase> fault_phases(const std::string& actor_kind);
 
 // Checks every planned fault against the run's actors (`actor_paths`) and the
 // phases each kind honours; throws std::invalid_argument naming the fault
-// (faults.fault[i]) and listing what is possible.
+// (faults.fault[i]) and listing what is possible. KILL_PROCESS and STOP_PROCESS need
+// cluster mode and an actor that lives on a worker (stage, optim, loader, writer).
 void check_fault_plan(const Config& c, const std::vector<std::string>& actor_paths);
 
 }  // namespace troupe::engine

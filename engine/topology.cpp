@@ -34,6 +34,12 @@ std::vector<std::string> all_paths(const Topology& t) {
   return out;
 }
 
+std::chrono::milliseconds collective_timeout(const Config& c) {
+  if (c.supervision().step_watchdog_s() > 0)
+    return std::chrono::milliseconds(int64_t(c.supervision().step_watchdog_s() * 1500) + 1000);
+  return std::chrono::milliseconds(120000);
+}
+
 void CommPlan::abort_all(const std::string& why) const {
   for (const auto& c : all_members) c->abort(why);
 }

@@ -54,7 +54,17 @@ struct RankComms {
   std::shared_ptr<comm::Communicator> embedding;
   // The tensor-parallel group of (dp, pp).
   std::shared_ptr<comm::Communicator> tensor_parallel;
+  // Pipeline neighbours in another process (cluster mode): stage pp with pp-1 (this
+  // rank is member 1) and with pp+1 (member 0). Activations and their gradients go
+  // through them when the neighbour lives elsewhere; null in one process, where
+  // neighbours hand each other pointers.
+  std::shared_ptr<comm::Communicator> pipeline_prev, pipeline_next;
 };
+
+// How long a collective may wait for its peers: somewhat longer than the step
+// watchdog (supervision.step_watchdog_s x 1.5 + 1 s; 120 s with the watchdog off), so a
+// silent peer is named by the coordinator's watchdog first.
+std::chrono::milliseconds collective_timeout(const Config& c);
 
 // In-process communicators for every rank, indexed by Topology::index, and every
 // group created (so a supervisor can abort them all when a member dies).

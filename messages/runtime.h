@@ -11,10 +11,13 @@
 //   stage --StageDone--> coordinator --StepRecord--> metrics
 //
 // Inside one process tensors travel by handle (a pointer with a documented
-// lifetime, or a shared_ptr): nothing is copied into a message. These types are
-// therefore in-process only (actors/message_types.h declares them to CAF); across
-// processes the payload goes through a communicator and the message carries only
-// the metadata. Plain structs: the engine and tests use them without CAF.
+// lifetime, or a shared_ptr): nothing is copied into a message. Across processes
+// (cluster mode, docs/cluster.md) the messages that cross are serialized
+// (actors/wire_types.h): a microbatch travels by value, while activations and their
+// gradients go through the pipeline-neighbour communicator and the message carries
+// only their metadata. GradShardReady, ShardApplied and ShardSnapshot never cross:
+// a rank's stage, optimizer shard and writer always share a process. Plain structs:
+// the engine and tests use them without CAF.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +62,10 @@ struct Activations {
   int64_t rows = 0;
   int64_t cols = 0;
   std::shared_ptr<const std::vector<float>> owner;
+  // Set when the sender lives in another process: the values went through the
+  // pipeline-neighbour communicator (a Gloo send) and `data` is null until the
+  // receiver has received them (rows x cols floats, before it runs the op).
+  bool via_comm = false;
 };
 
 // stage[dp][p] -> stage[dp][p+1]: the output of stage p for one microbatch.

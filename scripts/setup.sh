@@ -15,6 +15,7 @@ packages=(
   libgloo-dev
   nlohmann-json3-dev              # vocab.json, JSON-lines corpora, reports
   libicu-dev                      # Unicode categories for the GPT-2 pre-tokenizer
+  libssl-dev                      # HMAC-SHA256 worker authentication (cluster mode)
   fortunes fortunes-min           # the embedded default corpus
 )
 

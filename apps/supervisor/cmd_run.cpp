@@ -1,5 +1,7 @@
 // `supervisor run`: train with the actor runtime.
 #include <cctype>
+#include <cstdlib>
+#include <tuple>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -8,9 +10,12 @@
 #include <boost/program_options.hpp>
 #include <google/protobuf/text_format.h>
 
+#include "actors/cluster_auth.h"
+#include "actors/cluster_net.h"
 #include "actors/runtime.h"
 #include "apps/supervisor/config_args.h"
 #include "config/validate.h"
+#include "engine/placement.h"
 
 namespace troupe::cli {
 namespace {
@@ -18,20 +23,34 @@ namespace {
 namespace po = boost::program_options;
 
 const char* kUsage =
-    "usage: supervisor run [CONFIG] [--set PATH=VALUE]... [--megatron-args FILE] [--quiet]\n\n"
+    "usage: supervisor run [CONFIG] [--set PATH=VALUE]... [--megatron-args FILE] [--quiet]\n"
+    "                      [--listen ADDR:PORT [--secret-file F] [--tls ...]]\n\n"
     "Trains the model CONFIG describes (the embedded default without one) with the actor\n"
     "runtime: data loaders, pipeline stages, optimizer shards and a coordinator under a\n"
     "supervisor, in this process. Prints a startup block, one line per step and a summary;\n"
     "writes metrics.jsonl and TensorBoard events into logging.run_dir. Ctrl-C (SIGINT) or\n"
     "SIGTERM stops after the current step (exit 130 / 143).\n\n"
+    "With --listen (and cluster.workers > 0 in the config) the loaders, stages, optimizer\n"
+    "shards and checkpoint writers run in worker processes (supervisor worker --connect\n"
+    "ADDR:PORT); this process keeps the supervision tree, the coordinator and the metrics.\n"
+    "See docs/cluster.md.\n\n"
     "options:\n";
 
 const char* kRunOptions =
     "  --inject PATH@STEP:PHASE[:KIND[:MICROBATCH]]\n"
     "                           add a fault (repeatable), e.g. stage/dp1/pp0/tp0@5:backward:kill;\n"
     "                           KIND is kill (default), hang, throw, corrupt_shard, truncate_shard,\n"
-    "                           fail_write or nan_gradient; docs/runtime.md lists each actor's phases\n"
+    "                           fail_write, nan_gradient, or (cluster mode) kill_process / stop_process\n"
+    "                           (the worker hosting the actor gets SIGKILL / SIGSTOP);\n"
+    "                           docs/runtime.md lists each actor's phases\n"
     "  --quiet                  no step lines or summary on stdout (files are still written)\n"
+    "  --listen ADDR:PORT       cluster mode: wait for cluster.workers + cluster.spares workers here\n"
+    "                           (bind 127.0.0.1 unless told otherwise; port 0: any free port,\n"
+    "                           written to RUN_DIR/cluster.address)\n"
+    "  --secret-file F          the run's secret (default: TROUPE_SECRET; without either a fresh\n"
+    "                           one is written to RUN_DIR/cluster.secret, mode 0600)\n"
+    "  --tls                    TLS between the processes (CAF's OpenSSL module); with\n"
+    "  --tls-cert F --tls-key F --tls-ca F   certificates, else anonymous (encrypted only)\n"
     "  -h, --help               this text\n";
 
 // "stage/dp1/pp0/tp0@5:backward:kill" -> a Fault; throws std::invalid_argument naming the flag.
@@ -90,8 +109,12 @@ int run_main(int argc, char** argv) {
   po::positional_options_description positional;
   add_config_options(options, positional, config_args);
   std::vector<std::string> injects;
+  std::string listen, secret_file;
+  actors::TlsOptions tls;
   options.add_options()("inject", po::value<std::vector<std::string>>(&injects)->composing())("quiet", "")(
-      "help,h", "");
+      "help,h", "")("listen", po::value<std::string>(&listen))("secret-file", po::value<std::string>(&secret_file))(
+      "tls", "")("tls-cert", po::value<std::string>(&tls.certificate))("tls-key", po::value<std::string>(&tls.key))(
+      "tls-ca", po::value<std::string>(&tls.ca_file));
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
@@ -109,7 +132,29 @@ int run_main(int argc, char** argv) {
     for (const auto& text : injects) *loaded.config.mutable_faults()->add_fault() = parse_inject(text);
     config::validate(loaded.config, loaded.origins);
   }
+  engine::validate_cluster(loaded.config, loaded.origins);
   actors::RunOptions run;
+  tls.enabled = vm.count("tls") > 0;
+  if (!listen.empty()) {
+    if (!engine::cluster_mode(loaded.config))
+      throw std::invalid_argument("--listen " + listen + ": the config has no cluster.workers (" + loaded.describe() +
+                                  "): set cluster.workers to the number of active worker processes");
+    actors::ClusterOptions cluster;
+    std::tie(cluster.listen_host, cluster.port) = actors::parse_address(listen, "--listen");
+    cluster.tls = tls;
+    if (!secret_file.empty() || std::getenv("TROUPE_SECRET")) {
+      cluster.secret = actors::load_secret(secret_file);
+    } else {
+      const auto path = loaded.config.logging().run_dir() + "/cluster.secret";
+      cluster.secret = actors::create_secret_file(path);
+      std::fprintf(stderr, "supervisor run: a fresh secret for this run is in %s: start workers with --secret-file %s\n",
+                   path.c_str(), path.c_str());
+    }
+    run.cluster = std::move(cluster);
+  } else if (engine::cluster_mode(loaded.config)) {
+    throw std::invalid_argument("the config sets cluster.workers = " + std::to_string(loaded.config.cluster().workers()) +
+                                ": start the run with --listen ADDR:PORT (and the workers with supervisor worker)");
+  }
   run.console = !vm.count("quiet");
   run.config_source = loaded.describe();
   google::protobuf::TextFormat::PrintToString(loaded.config, &run.config_text);
@@ -123,6 +168,11 @@ int run_main(int argc, char** argv) {
   } else if (result.outcome.status == "interrupted") {
     std::fprintf(stderr, "supervisor run: interrupted (%s) after step %lld; metrics flushed\n",
                  result.outcome.error.c_str(), static_cast<long long>(result.outcome.summary.steps));
+  }
+  for (const auto& q : result.quarantine) {
+    const auto by = q.replaced_by >= 0 ? "; replaced by worker " + std::to_string(q.replaced_by) : std::string("");
+    std::fprintf(stderr, "supervisor run: quarantined worker %d (%s, pid %lld) at %.3f s: %s%s\n", q.worker_id,
+                 q.host.c_str(), static_cast<long long>(q.pid), q.run_seconds, q.error.c_str(), by.c_str());
   }
   return result.exit_code();
 }

@@ -16,6 +16,7 @@ int export_main(int argc, char** argv);   // cmd_export.cpp
 int run_main(int argc, char** argv);      // cmd_run.cpp
 int inspect_update_main(int argc, char** argv);  // cmd_inspect_update.cpp
 int commcheck_main(int argc, char** argv);  // cmd_commcheck.cpp
+int worker_main(int argc, char** argv);     // cmd_worker.cpp
 
 namespace {
 
@@ -33,6 +34,7 @@ const Subcommand kCommands[] = {
     {"export", "write a checkpoint's weights as a Hugging Face GPT-2 model (safetensors)", export_main},
     {"inspect-update", "run and record one update on one device (weights, batch, grads, Adam state)", inspect_update_main},
     {"commcheck", "check every communicator group of a layout over Gloo, nccl-tests style", commcheck_main},
+    {"worker", "join a cluster run as a worker process (supervisor run --listen; docs/cluster.md)", worker_main},
 };
 
 void print_usage(std::FILE* out) {

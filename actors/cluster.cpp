@@ -1,0 +1,247 @@
+#include "actors/cluster.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace troupe::actors {
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string rank_list(const std::vector<int32_t>& ranks) {
+  std::string out;
+  for (int32_t r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+}  // namespace
+
+const char* to_string(WorkerRecord::Role r) {
+  switch (r) {
+    case WorkerRecord::Role::Spare: return "spare";
+    case WorkerRecord::Role::Active: return "active";
+    case WorkerRecord::Role::Quarantined: return "quarantined";
+  }
+  return "?";
+}
+
+std::string Cluster::describe(const WorkerRecord& w) {
+  return fmt::format("worker {} ({}, pid {})", w.id, w.host, w.pid);
+}
+
+Cluster::Cluster(const Config& c)
+    : topo_(engine::Topology::of(c)),
+      placement_(engine::placement_of(c)),
+      expected_spares_(c.cluster().spares()),
+      position_worker_(size_t(placement_.workers()), -1) {}
+
+std::optional<std::string> Cluster::refused(const caf::node_id& node) const {
+  std::lock_guard lock(mu_);
+  for (const auto& w : workers_)
+    if (w.node == node && w.role == WorkerRecord::Role::Quarantined)
+      return fmt::format("this process was {} and is quarantined for the rest of the run", describe(w));
+  return std::nullopt;
+}
+
+int32_t Cluster::fits_position(int32_t slots) const {
+  for (size_t p = 0; p < position_worker_.size(); ++p)
+    if (position_worker_[p] < 0 && int32_t(placement_.ranks_of[p].size()) <= slots) return int32_t(p);
+  return -1;
+}
+
+WorkerRecord Cluster::join(WorkerRecord w) {
+  std::lock_guard lock(mu_);
+  w.id = int32_t(workers_.size()) + 1;
+  w.joined_at = unix_now();
+  w.role = WorkerRecord::Role::Spare;
+  w.position = -1;
+  // Before the run is exhausted, a newcomer fills a vacant active worker; once a
+  // position went vacant without a spare the run is stopping and nobody is placed.
+  if (!exhausted_) {
+    const int32_t p = fits_position(w.slots);
+    if (p >= 0) {
+      w.role = WorkerRecord::Role::Active;
+      w.position = p;
+      position_worker_[size_t(p)] = int32_t(workers_.size());
+    }
+  }
+  workers_.push_back(w);
+  if (w.role == WorkerRecord::Role::Active)
+    spdlog::info("cluster: {} joined with {} slot(s): active worker {} (ranks {})", describe(w), w.slots, w.position,
+                 rank_list(placement_.ranks_of[size_t(w.position)]));
+  else
+    spdlog::info("cluster: {} joined with {} slot(s): hot spare", describe(w), w.slots);
+  cv_.notify_all();
+  return w;
+}
+
+std::string Cluster::wait_until_ready(std::chrono::milliseconds timeout, const std::function<bool()>& interrupted) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lock(mu_);
+  auto vacant = [&] {
+    int32_t n = 0;
+    for (int32_t w : position_worker_) n += w < 0;
+    return n;
+  };
+  auto spares = [&] {
+    int32_t n = 0;
+    for (const auto& w : workers_) n += w.role == WorkerRecord::Role::Spare;
+    return n;
+  };
+  while (vacant() > 0 || spares() < expected_spares_) {
+    if (std::chrono::steady_clock::now() >= deadline || (interrupted && interrupted())) break;
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  if (vacant() > 0)
+    return fmt::format("{} of {} active worker(s) have a process ({} joined in all, {} quarantined)",
+                       placement_.workers() - vacant(), placement_.workers(), workers_.size(), quarantine_.size());
+  if (spares() < expected_spares_)
+    spdlog::warn("cluster: starting with {} of {} spare(s); later spares still join", spares(), expected_spares_);
+  return "";
+}
+
+std::optional<WorkerRecord> Cluster::host_of_rank(int32_t index) const {
+  std::lock_guard lock(mu_);
+  if (index < 0 || size_t(index) >= placement_.worker_of.size()) return std::nullopt;
+  const int32_t w = position_worker_[size_t(placement_.worker_of[size_t(index)])];
+  if (w < 0) return std::nullopt;
+  return workers_[size_t(w)];
+}
+
+std::optional<WorkerRecord> Cluster::host_of_loader(int32_t dp) const {
+  return host_of_rank(topo_.index({dp, 0, 0}));
+}
+
+void Cluster::lost(const caf::node_id& node, const std::string& error) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    auto& w = workers_[i];
+    if (w.node != node || w.role == WorkerRecord::Role::Quarantined) continue;
+    QuarantineRecord q;
+    q.worker_id = w.id;
+    q.host = w.host;
+    q.pid = w.pid;
+    q.position = w.position;
+    q.unix_time = unix_now();
+    q.run_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
+    q.error = error;
+    const int32_t position = w.role == WorkerRecord::Role::Active ? w.position : -1;
+    w.role = WorkerRecord::Role::Quarantined;
+    w.position = -1;
+    spdlog::error("cluster: {} quarantined for the rest of the run: {}", describe(w), error);
+    if (position >= 0) {
+      position_worker_[size_t(position)] = -1;
+      const auto need = int32_t(placement_.ranks_of[size_t(position)].size());
+      for (size_t s = 0; s < workers_.size(); ++s) {
+        auto& spare = workers_[s];
+        if (spare.role != WorkerRecord::Role::Spare || spare.slots < need) continue;
+        spare.role = WorkerRecord::Role::Active;
+        spare.position = position;
+        position_worker_[size_t(position)] = int32_t(s);
+        q.replaced_by = spare.id;
+        spdlog::warn("cluster: {} takes over active worker {} (ranks {}) from worker {}", describe(spare), position,
+                     rank_list(placement_.ranks_of[size_t(position)]), w.id);
+        break;
+      }
+      if (q.replaced_by < 0 && !exhausted_) {
+        exhausted_ = fmt::format(
+            "{} was lost ({}) and no spare with {} slot(s) is left to host its ranks ({}); the run stops with its "
+            "latest checkpoint intact",
+            describe(w), error, need, rank_list(placement_.ranks_of[size_t(position)]));
+        spdlog::error("cluster: {}", *exhausted_);
+      }
+    }
+    quarantine_.push_back(std::move(q));
+    cv_.notify_all();
+    return;
+  }
+}
+
+std::optional<std::string> Cluster::exhausted() const {
+  std::lock_guard lock(mu_);
+  return exhausted_;
+}
+
+std::vector<caf::actor> Cluster::live_agents() const {
+  std::lock_guard lock(mu_);
+  std::vector<caf::actor> out;
+  for (const auto& w : workers_)
+    if (w.role != WorkerRecord::Role::Quarantined) out.push_back(w.agent);
+  return out;
+}
+
+std::vector<WorkerRecord> Cluster::workers() const {
+  std::lock_guard lock(mu_);
+  return workers_;
+}
+
+std::vector<QuarantineRecord> Cluster::quarantine() const {
+  std::lock_guard lock(mu_);
+  return quarantine_;
+}
+
+std::string generation_prefix(const std::string& run_id, int64_t generation) {
+  return fmt::format("{}/gen{}", run_id, generation);
+}
+
+ClusterComms::ClusterComms(std::shared_ptr<Cluster> cluster, caf::actor store, std::string run_id)
+    : cluster_(std::move(cluster)), store_(std::move(store)), run_id_(std::move(run_id)) {}
+
+int64_t ClusterComms::current() {
+  std::lock_guard lock(mu_);
+  if (aborted_) {
+    ++generation_;
+    aborted_ = false;
+  }
+  return generation_;
+}
+
+void ClusterComms::abort(const std::string& why) {
+  std::lock_guard lock(mu_);
+  if (aborted_) return;
+  aborted_ = true;
+  caf::anon_send(store_, StoreAbort{generation_prefix(run_id_, generation_) + "/", why});
+  for (const auto& agent : cluster_->live_agents()) caf::anon_send(agent, AbortComms{generation_, why});
+}
+
+namespace {
+
+// Exits at once with `why`: what a supervisor gets when a child could not be placed.
+caf::actor stand_in(caf::event_based_actor* self, const std::string& why) {
+  auto a = self->spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](int32_t) {}};
+  });
+  self->send_exit(a, caf::make_error(caf::sec::runtime_error, why));
+  return a;
+}
+
+}  // namespace
+
+caf::actor place_on_worker(caf::event_based_actor* self, Cluster& cluster, PlaceActor request,
+                           std::chrono::milliseconds timeout) {
+  const bool loader = request.kind == "loader";
+  const engine::Rank rank{request.dp, request.pp, request.tp};
+  const auto what = loader ? engine::loader_path(request.dp)
+                           : fmt::format("{}/dp{}/pp{}/tp{}", request.kind, rank.dp, rank.pp, rank.tp);
+  const auto host = loader ? cluster.host_of_loader(request.dp) : cluster.host_of_rank(cluster.index_of(rank));
+  if (!host) {
+    const auto why = cluster.exhausted().value_or("no worker hosts it");
+    return stand_in(self, fmt::format("{} cannot be placed: {}", what, why));
+  }
+  caf::actor placed;
+  std::string error;
+  {
+    caf::scoped_actor blocking{self->system()};
+    blocking->request(host->agent, timeout, std::move(request))
+        .receive([&](caf::actor& a) { placed = std::move(a); },
+                 [&](caf::error& e) { error = self->system().render(e); });
+  }
+  if (!placed)
+    return stand_in(self, fmt::format("placing {} on {} failed: {}", what, Cluster::describe(*host),
+                                      error.empty() ? "no actor in the answer" : error));
+  return placed;
+}
+
+}  // namespace troupe::actors

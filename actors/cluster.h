@@ -1,0 +1,139 @@
+// The supervisor's view of a cluster run (docs/cluster.md): the worker processes
+// that joined, which of them stands for which active worker of the placement
+// (engine/placement.h), the hot spares, and the quarantine. Thread-safe: the
+// registrar (joins), the supervisors (placing children, lost nodes) and the run's
+// main thread (waiting for workers, the report) all use it.
+//
+// A lost worker (its connection dropped: SIGKILL, a crash, or no heartbeat for
+// cluster.connection_timeout_s) is quarantined for the rest of the run, with the time
+// and the error, and is never given ranks again; each active worker it stood for
+// passes to a spare with enough slots. With no such spare the cluster is exhausted:
+// the supervisors stop instead of restarting (veto), and the run ends with its report
+// and its checkpoints intact.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/cluster_protocol.h"
+#include "engine/placement.h"
+#include "engine/topology.h"
+#include "messages/config.pb.h"
+
+namespace troupe::actors {
+
+struct WorkerRecord {
+  enum class Role : uint8_t { Spare, Active, Quarantined };
+  int32_t id = 0;         // in joining order, from 1
+  std::string host;       // host name it reported
+  std::string gloo_host;  // where its communicators listen
+  int64_t pid = 0;
+  int32_t slots = 0;
+  caf::actor agent;  // its host actor
+  caf::node_id node;
+  Role role = Role::Spare;
+  int32_t position = -1;  // the placement's active worker it stands for (Active)
+  double joined_at = 0;   // unix seconds
+};
+const char* to_string(WorkerRecord::Role r);
+
+struct QuarantineRecord {
+  int32_t worker_id = 0;
+  std::string host;
+  int64_t pid = 0;
+  int32_t position = -1;  // the active worker it stood for; -1 for a spare
+  double unix_time = 0;
+  double run_seconds = 0;  // since the cluster was created
+  std::string error;
+  int32_t replaced_by = -1;  // the spare that took over (worker id), -1 when none
+};
+
+class Cluster {
+ public:
+  explicit Cluster(const Config& c);
+
+  const engine::Placement& placement() const { return placement_; }
+  int32_t index_of(const engine::Rank& r) const { return topo_.index(r); }
+
+  // Why a process may not join (it was quarantined), or nullopt.
+  std::optional<std::string> refused(const caf::node_id& node) const;
+  // A worker passed the handshake: it takes the first vacant active worker whose
+  // ranks fit its slots, else it becomes a spare. Returns its record.
+  WorkerRecord join(WorkerRecord w);
+  // Blocks until every active worker has a process and every expected spare joined,
+  // or until `timeout`; returns "" when every active worker has a process (missing
+  // spares only warn), else what is missing. `interrupted` is polled.
+  std::string wait_until_ready(std::chrono::milliseconds timeout, const std::function<bool()>& interrupted);
+
+  // The worker hosting global rank `index` (Topology::index), or replica d's loader.
+  std::optional<WorkerRecord> host_of_rank(int32_t index) const;
+  std::optional<WorkerRecord> host_of_loader(int32_t dp) const;
+
+  // The process behind `node` is gone: quarantine it and move what it hosted to
+  // spares. Idempotent (the first report's error is kept).
+  void lost(const caf::node_id& node, const std::string& error);
+  // Set once an active worker has no process and no spare can take it.
+  std::optional<std::string> exhausted() const;
+
+  std::vector<caf::actor> live_agents() const;
+  std::vector<WorkerRecord> workers() const;
+  std::vector<QuarantineRecord> quarantine() const;
+  // "worker 2 (host, pid 123)"
+  static std::string describe(const WorkerRecord& w);
+
+ private:
+  int32_t fits_position(int32_t slots) const;  // a vacant position for `slots`, or -1 (locked)
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  engine::Topology topo_;
+  engine::Placement placement_;
+  int32_t expected_spares_ = 0;
+  std::vector<WorkerRecord> workers_;
+  std::vector<int32_t> position_worker_;  // position -> index into workers_, -1 vacant
+  std::vector<QuarantineRecord> quarantine_;
+  std::optional<std::string> exhausted_;
+  const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
+};
+
+// The communicator generations of the training group across processes: every start
+// of the group uses a fresh generation (store prefix RUN_ID/genG); abort() abandons
+// the current one everywhere (the store fails its pending rendezvous, every live
+// worker aborts its communicators), so no process waits in a collective for a peer
+// that is gone.
+class ClusterComms {
+ public:
+  ClusterComms(std::shared_ptr<Cluster> cluster, caf::actor store, std::string run_id);
+  int64_t current();
+  void abort(const std::string& why);
+  const std::string& run_id() const { return run_id_; }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<Cluster> cluster_;
+  caf::actor store_;
+  std::string run_id_;
+  int64_t generation_ = 0;
+  bool aborted_ = true;  // the first current() opens generation 1
+};
+
+// The store prefix of a generation, the same in every process.
+std::string generation_prefix(const std::string& run_id, int64_t generation);
+
+// Places an actor on the worker that hosts it (a blocking request to the worker's
+// host actor, from a supervisor that runs on its own thread). When that fails (no
+// worker, no answer in `timeout`), returns a stand-in actor that exits at once with
+// the reason, so the supervisor sees an ordinary failure.
+caf::actor place_on_worker(caf::event_based_actor* self, Cluster& cluster, PlaceActor request,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+}  // namespace troupe::actors

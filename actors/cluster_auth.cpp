@@ -1,0 +1,112 @@
+#include "actors/cluster_auth.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+namespace troupe::actors {
+namespace {
+
+constexpr size_t kMinSecretBytes = 16;
+
+std::string to_hex(const unsigned char* p, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = digits[p[i] >> 4];
+    out[2 * i + 1] = digits[p[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string load_secret(const std::string& file) {
+  std::string secret, where;
+  if (!file.empty()) {
+    where = "secret file " + file;
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw std::runtime_error(fmt::format("{}: cannot read it: {}", where, std::strerror(errno)));
+    std::ostringstream s;
+    s << in.rdbuf();
+    secret = s.str();
+    if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+    if (!secret.empty() && secret.back() == '\r') secret.pop_back();
+  } else {
+    where = "TROUPE_SECRET";
+    const char* env = std::getenv("TROUPE_SECRET");
+    if (!env)
+      throw std::runtime_error(
+          "no secret for this run: pass --secret-file FILE or set TROUPE_SECRET (the supervisor and every worker "
+          "must use the same one)");
+    secret = env;
+  }
+  if (secret.size() < kMinSecretBytes)
+    throw std::runtime_error(fmt::format("{}: the secret has {} bytes; use at least {} (e.g. 32 random bytes as hex)",
+                                         where, secret.size(), kMinSecretBytes));
+  return secret;
+}
+
+std::string create_secret_file(const std::string& file) {
+  const std::string secret = random_hex(32);
+  const auto dir = std::filesystem::path(file).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir);
+  const std::string tmp = fmt::format("{}.tmp-{}", file, ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) throw std::runtime_error(fmt::format("secret file {}: cannot create it: {}", tmp, std::strerror(errno)));
+  const std::string text = secret + "\n";
+  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), file.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(fmt::format("secret file {}: cannot write it: {}", file, std::strerror(ok ? errno : err)));
+  }
+  return secret;
+}
+
+std::string random_hex(size_t bytes) {
+  std::vector<unsigned char> buf(bytes);
+  if (RAND_bytes(buf.data(), int(buf.size())) != 1) throw std::runtime_error("OpenSSL RAND_bytes failed");
+  return to_hex(buf.data(), buf.size());
+}
+
+std::string hmac_sha256_hex(const std::string& key, const std::string& message) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), key.data(), int(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
+            message.size(), out, &len))
+    throw std::runtime_error("OpenSSL HMAC-SHA256 failed");
+  return to_hex(out, len);
+}
+
+bool same_secret_text(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::string supervisor_proof_text(uint64_t session, const std::string& supervisor_nonce,
+                                  const std::string& worker_nonce) {
+  return fmt::format("troupe supervisor\n{}\n{}\n{}", session, supervisor_nonce, worker_nonce);
+}
+
+std::string worker_proof_text(uint64_t session, const std::string& supervisor_nonce,
+                              const std::string& worker_nonce) {
+  return fmt::format("troupe worker\n{}\n{}\n{}", session, supervisor_nonce, worker_nonce);
+}
+
+}  // namespace troupe::actors

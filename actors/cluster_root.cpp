@@ -1,0 +1,121 @@
+#include "actors/cluster_root.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/cluster_auth.h"
+#include "actors/registrar_actor.h"
+#include "actors/store_actor.h"
+#include "ckpt/manifest.h"
+
+namespace troupe::actors {
+namespace {
+
+// Writes `text` to `path` through a temporary name, fsync and rename.
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const auto tmp = fmt::format("{}.tmp-{}", path, ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
+  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
+  }
+}
+
+}  // namespace
+
+NetOptions net_options(const Config& c, const TlsOptions& tls) {
+  NetOptions o;
+  o.heartbeat = std::chrono::milliseconds(int64_t(c.cluster().heartbeat_interval_s() * 1000));
+  o.connection_timeout = std::chrono::milliseconds(int64_t(c.cluster().connection_timeout_s() * 1000));
+  o.tls = tls;
+  return o;
+}
+
+ClusterRoot::ClusterRoot(caf::actor_system& sys, const Config& c, const ClusterOptions& options,
+                         const std::string& run_dir, std::shared_ptr<engine::FaultPlan> faults,
+                         std::shared_ptr<RunBook> book)
+    : sys_(sys), config_(c), cluster_(std::make_shared<Cluster>(c)) {
+  const std::string run_id = "run-" + random_hex(8);
+  store_ = spawn_store_actor(sys);
+  comms_ = std::make_shared<ClusterComms>(cluster_, store_, run_id);
+  RegistrarArgs r;
+  r.cluster = cluster_;
+  r.secret = options.secret;
+  r.config_hash = ckpt::fnv1a64(ckpt::canonical_config_text(c));
+  c.SerializeToString(&r.config);
+  r.run_id = run_id;
+  r.store = store_;
+  r.faults = std::move(faults);
+  r.book = std::move(book);
+  r.on_refused = [log = refusals_](const std::string& who, const std::string& why) {
+    std::lock_guard lock(log->mu);
+    log->list.push_back({who, why});
+  };
+  registrar_ = spawn_registrar(sys, std::move(r));
+  try {
+    port_ = listen_on(sys, registrar_, options.listen_host, options.port, options.tls.enabled);
+  } catch (...) {
+    caf::anon_send_exit(registrar_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(store_, caf::exit_reason::user_shutdown);
+    throw;
+  }
+  const auto address = fmt::format("{}:{}", options.listen_host, port_);
+  spdlog::info("cluster: run {} listening on {}{} (config hash {:016x}); waiting for {} worker(s) and {} spare(s)",
+               run_id, address, options.tls.enabled ? " with TLS" : "", ckpt::fnv1a64(ckpt::canonical_config_text(c)),
+               c.cluster().workers(), c.cluster().spares());
+  if (!run_dir.empty()) {
+    std::filesystem::create_directories(run_dir);
+    write_file_atomically(run_dir + "/cluster.address", address + "\n");
+  }
+  if (options.on_listening) options.on_listening(port_);
+}
+
+void ClusterRoot::wait_for_workers(const std::function<bool()>& interrupted) {
+  const auto timeout = std::chrono::milliseconds(int64_t(config_.cluster().worker_wait_s() * 1000));
+  const auto missing = cluster_->wait_until_ready(timeout, interrupted);
+  if (!missing.empty())
+    throw std::runtime_error(fmt::format("cluster: gave up waiting for workers after {:g} s: {}",
+                                         config_.cluster().worker_wait_s(), missing));
+}
+
+void ClusterRoot::finish(const std::string& why, std::chrono::milliseconds timeout) {
+  if (finished_) return;
+  finished_ = true;
+  caf::scoped_actor self{sys_};
+  self->send(registrar_, run_over_atom::value);
+  const auto agents = cluster_->live_agents();
+  for (const auto& a : agents) {
+    self->monitor(a);
+    self->send(a, LeaveRun{why});
+  }
+  size_t left = agents.size();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (left > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      spdlog::warn("cluster: {} worker(s) did not leave within {} ms", left, timeout.count());
+      break;
+    }
+    self->receive([&](caf::down_msg&) { --left; },
+                  caf::after(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now)) >> [] {});
+  }
+  self->send_exit(registrar_, caf::exit_reason::user_shutdown);
+  self->send_exit(store_, caf::exit_reason::user_shutdown);
+}
+
+std::vector<Refusal> ClusterRoot::refusals() const {
+  std::lock_guard lock(refusals_->mu);
+  return refusals_->list;
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,78 @@
+// The supervisor's side of a cluster run (`supervisor run --listen`), besides the
+// supervision tree: the rendezvous store, the registrar published on the listen
+// address, waiting for the workers, and the end of the run (workers are told to leave
+// and their departures awaited). Used by run_training (actors/runtime.cpp).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/cluster.h"
+#include "actors/cluster_net.h"
+#include "actors/run_book.h"
+#include "engine/faults.h"
+#include "messages/config.pb.h"
+
+namespace troupe::actors {
+
+struct ClusterOptions {
+  std::string listen_host = "127.0.0.1";  // loopback unless told otherwise
+  uint16_t port = 0;                      // 0: any free port (the bound one is reported)
+  std::string secret;                     // the run's secret (actors/cluster_auth.h)
+  TlsOptions tls;
+  // Called once the registrar listens, with the bound port (tests start workers here).
+  std::function<void(uint16_t port)> on_listening;
+};
+
+// The network options of a config's cluster section (heartbeats) and TLS.
+NetOptions net_options(const Config& c, const TlsOptions& tls);
+
+// A refused worker: who and why.
+struct Refusal {
+  std::string worker, reason;
+};
+
+class ClusterRoot {
+ public:
+  // Spawns the store and the registrar and listens; writes RUN_DIR/cluster.address
+  // ("host:port", temporary name + fsync + rename) for scripts that start workers.
+  ClusterRoot(caf::actor_system& sys, const Config& c, const ClusterOptions& options, const std::string& run_dir,
+              std::shared_ptr<engine::FaultPlan> faults, std::shared_ptr<RunBook> book);
+
+  uint16_t port() const { return port_; }
+  std::shared_ptr<Cluster> cluster() const { return cluster_; }
+  std::shared_ptr<ClusterComms> comms() const { return comms_; }
+
+  // Blocks until every active worker has joined (and the spares, within the same
+  // wait); throws std::runtime_error saying what is missing after cluster.worker_wait_s.
+  void wait_for_workers(const std::function<bool()>& interrupted);
+
+  // The run is over: every live worker is told to leave; returns once they are gone
+  // (or after `timeout`). Stops the registrar and the store.
+  void finish(const std::string& why, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+  std::vector<Refusal> refusals() const;
+
+ private:
+  caf::actor_system& sys_;
+  Config config_;
+  std::shared_ptr<Cluster> cluster_;
+  std::shared_ptr<ClusterComms> comms_;
+  caf::actor store_, registrar_;
+  uint16_t port_ = 0;
+  bool finished_ = false;
+  // Shared with the registrar, which may outlive this object by a message or two.
+  struct RefusalLog {
+    std::mutex mu;
+    std::vector<Refusal> list;
+  };
+  std::shared_ptr<RefusalLog> refusals_ = std::make_shared<RefusalLog>();
+};
+
+}  // namespace troupe::actors

@@ -1,0 +1,320 @@
+// The supervision tree across processes (docs/cluster.md), on loopback: the test
+// process is the supervisor (run_training with a listen address) and starts the
+// binary's `supervisor worker` processes. Every worker process is reaped with a bound
+// (killed past it), so the suite ends by itself.
+//
+// What is compared: final weights and both Adam moments of a cluster run against the
+// in-process run of the same config, bitwise (memcmp). The Gloo communicators add in
+// rank order exactly as the in-process ones do (docs/comm.md), every other sum runs in
+// the coordinator's fixed order, and each stage gets the same thread count, so there is
+// nothing that may differ.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "actors/runtime.h"
+#include "actors/worker_process.h"
+#include "ckpt/reader.h"
+#include "engine/checkpointing.h"
+#include "test/cluster/worker_launcher.h"
+
+using namespace troupe;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kRoot = fs::temp_directory_path() / "troupe-cluster-test";
+
+std::string write_secret(const std::string& name, const std::string& text) {
+  fs::create_directories(kRoot);
+  const auto path = (kRoot / name).string();
+  std::ofstream(path) << text << "\n";
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+  return path;
+}
+
+const std::string kSecretText = "5f0c1e2d3a4b5c6d7e8f90a1b2c3d4e5";
+
+// The tiny model of the runtime suite: 4 layers, width 32, 3 updates of 8 sequences.
+Config tiny(const std::string& name, int dp, int pp, int workers, int spares = 0) {
+  Config c;
+  auto* m = c.mutable_model();
+  m->set_layers(4);
+  m->set_heads(2);
+  m->set_width(32);
+  m->set_max_positions(32);
+  c.mutable_parallel()->set_data(dp);
+  c.mutable_parallel()->set_pipeline(pp);
+  auto* b = c.mutable_batch();
+  b->set_micro_batch_size(1);
+  b->set_global_batch_size(8);
+  b->set_seq_length(32);
+  c.mutable_optimizer()->set_lr(1e-3);
+  c.mutable_optimizer()->set_min_lr(1e-4);
+  c.mutable_lr_schedule()->set_warmup_samples(8);
+  c.mutable_training()->set_train_samples(24);
+  c.mutable_training()->set_seed(7);
+  c.mutable_device()->set_threads(1);
+  const auto dir = kRoot / name;
+  fs::remove_all(dir);
+  fs::remove_all(kRoot / (name + "-local"));
+  c.mutable_logging()->set_run_dir(dir.string());
+  c.mutable_logging()->set_tensorboard(false);
+  c.mutable_logging()->set_progress_bar(false);
+  c.mutable_checkpoint()->set_save_on_exit(false);
+  auto* k = c.mutable_cluster();
+  k->set_workers(workers);
+  k->set_spares(spares);
+  k->set_heartbeat_interval_s(0.2);
+  k->set_connection_timeout_s(2);
+  k->set_worker_wait_s(60);
+  return c;
+}
+
+// The same config in one process.
+Config local_of(Config c) {
+  c.clear_cluster();
+  c.mutable_logging()->set_run_dir(c.logging().run_dir() + "-local");
+  c.clear_faults();
+  return c;
+}
+
+actors::RunResult run_local(const Config& c) {
+  actors::RunOptions o;
+  o.console = false;
+  o.collect_state = true;
+  o.timeout = std::chrono::seconds(120);
+  auto r = actors::run_training(c, o);
+  REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
+  return r;
+}
+
+struct Worker {
+  pid_t pid = 0;
+  std::string log;
+  int status = 0;
+  bool killed = false;  // still running at the bound
+};
+
+struct ClusterRun {
+  actors::RunResult result;
+  std::vector<Worker> workers;
+  std::string logs() const {
+    std::string out;
+    for (const auto& w : workers) out += "---- " + w.log + "\n" + testing::tail_of(w.log);
+    return out;
+  }
+};
+
+// Runs `c` as the supervisor with `n` workers started once it listens. `before`
+// may start and reap other processes first (refused workers).
+ClusterRun run_cluster(const Config& c, int n, bool collect_state = true,
+                       std::function<void(uint16_t port, ClusterRun&)> before = nullptr,
+                       std::chrono::seconds reap_bound = std::chrono::seconds(20)) {
+  ClusterRun run;
+  const auto secret = write_secret("secret", kSecretText);
+  actors::RunOptions o;
+  o.console = false;
+  o.collect_state = collect_state;
+  o.timeout = std::chrono::seconds(120);
+  actors::ClusterOptions k;
+  k.secret = kSecretText;
+  k.on_listening = [&](uint16_t port) {
+    if (before) before(port, run);
+    for (int i = 0; i < n; ++i) {
+      Worker w;
+      w.log = c.logging().run_dir() + "-worker" + std::to_string(i + 1) + ".log";
+      fs::remove(w.log);
+      w.pid = testing::launch_process(TROUPE_SUPERVISOR_BIN, testing::worker_args(port, secret), w.log);
+      run.workers.push_back(w);
+    }
+  };
+  o.cluster = k;
+  try {
+    run.result = actors::run_training(c, o);
+  } catch (...) {
+    for (auto& w : run.workers) w.status = testing::reap_process(w.pid, std::chrono::seconds(1), &w.killed);
+    throw;
+  }
+  for (auto& w : run.workers) w.status = testing::reap_process(w.pid, reap_bound, &w.killed);
+  return run;
+}
+
+bool exited_with(const Worker& w, int code) { return !w.killed && WIFEXITED(w.status) && WEXITSTATUS(w.status) == code; }
+
+void check_bitwise(const engine::NamedState& got, const engine::NamedState& want) {
+  CHECK(got.adam_steps == want.adam_steps);
+  REQUIRE(got.params.size() == want.params.size());
+  for (const auto& [name, values] : want.params) {
+    CAPTURE(name);
+    using Member = std::map<std::string, std::vector<float>> engine::NamedState::*;
+    for (Member kind : {&engine::NamedState::params, &engine::NamedState::exp_avg, &engine::NamedState::exp_avg_sq}) {
+      const auto& a = (got.*kind).at(name);
+      const auto& b = (want.*kind).at(name);
+      REQUIRE(a.size() == b.size());
+      CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+void check_same_steps(const actors::RunResult& got, const actors::RunResult& want) {
+  REQUIRE(got.outcome.steps.size() == want.outcome.steps.size());
+  for (size_t s = 0; s < want.outcome.steps.size(); ++s) {
+    CAPTURE(s);
+    CHECK(got.outcome.steps[s].loss == want.outcome.steps[s].loss);
+    CHECK(got.outcome.steps[s].grad_norm == want.outcome.steps[s].grad_norm);
+    CHECK(got.outcome.steps[s].lr == want.outcome.steps[s].lr);
+  }
+}
+
+void check_parity(const Config& c, int workers) {
+  const auto want = run_local(local_of(c));
+  const auto run = run_cluster(c, workers);
+  INFO(run.logs());
+  REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
+  REQUIRE(run.result.state.has_value());
+  check_same_steps(run.result, want);
+  check_bitwise(*run.result.state, *want.state);
+  CHECK(run.result.quarantine.empty());
+  REQUIRE(run.result.workers.size() == size_t(workers));
+  for (const auto& w : run.workers) CHECK(exited_with(w, 0));
+}
+
+Fault fault(const std::string& actor, int64_t step, Fault::Phase phase, Fault::Kind kind) {
+  Fault f;
+  f.set_actor(actor);
+  f.set_step(step);
+  f.set_phase(phase);
+  f.set_kind(kind);
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("2 workers x DP2: bitwise the in-process run") { check_parity(tiny("dp2", 2, 1, 2), 2); }
+
+TEST_CASE("2 workers x PP2: activations over Gloo, bitwise the in-process run") {
+  check_parity(tiny("pp2", 1, 2, 2), 2);
+}
+
+TEST_CASE("a SIGKILLed worker is replaced by the spare; the run finishes bitwise the fault-free run") {
+  Config c = tiny("kill", 2, 1, 2, 1);
+  c.mutable_checkpoint()->set_interval_steps(1);
+  // The worker hosting replica 1 kills itself (SIGKILL) in the backward of step 2.
+  *c.mutable_faults()->add_fault() = fault("stage/dp1/pp0/tp0", 2, Fault::BACKWARD, Fault::KILL_PROCESS);
+  const auto want = run_local(local_of(c));
+  const auto run = run_cluster(c, 3);
+  INFO(run.logs());
+  REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
+  check_same_steps(run.result, want);
+  check_bitwise(*run.result.state, *want.state);
+  CHECK(run.result.restarts == 1);
+  // Quarantine: the dead worker, with its time and error, replaced by the spare.
+  REQUIRE(run.result.quarantine.size() == 1);
+  const auto& q = run.result.quarantine[0];
+  CHECK(q.position == 1);
+  CHECK(q.replaced_by > 0);
+  CHECK(q.replaced_by != q.worker_id);
+  CHECK(q.unix_time > 0);
+  CHECK(q.error.find("connection") != std::string::npos);
+  int killed = 0, clean = 0;
+  for (const auto& w : run.workers) {
+    if (!w.killed && WIFSIGNALED(w.status) && WTERMSIG(w.status) == SIGKILL) ++killed;
+    if (exited_with(w, 0)) ++clean;
+  }
+  CHECK(killed == 1);
+  CHECK(clean == 2);
+  // The dead worker never got ranks again: the quarantined one is the one killed.
+  for (const auto& w : run.result.workers)
+    if (w.id == q.worker_id) CHECK(w.role == actors::WorkerRecord::Role::Quarantined);
+}
+
+TEST_CASE("a hung worker (SIGSTOP) is found by the heartbeat and replaced") {
+  Config c = tiny("hang", 2, 1, 2, 1);
+  c.mutable_checkpoint()->set_interval_steps(1);
+  *c.mutable_faults()->add_fault() = fault("stage/dp0/pp0/tp0", 2, Fault::FORWARD, Fault::STOP_PROCESS);
+  // A collective would time out only after 91 s and the step watchdog after 60 s: a
+  // recovery well before either is the heartbeat's doing.
+  c.mutable_supervision()->set_step_watchdog_s(60);
+  const auto want = run_local(local_of(c));
+  // The stopped process never ends by itself: reaped (killed) after 3 s.
+  const auto run = run_cluster(c, 3, true, nullptr, std::chrono::seconds(3));
+  INFO(run.logs());
+  REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
+  check_bitwise(*run.result.state, *want.state);
+  REQUIRE(run.result.quarantine.size() == 1);
+  CHECK(run.result.quarantine[0].position == 0);
+  CHECK(run.result.quarantine[0].replaced_by > 0);
+  REQUIRE(run.result.recoveries.size() == 1);
+  // From the stop to the failure seen: about cluster.connection_timeout_s (2 s).
+  CHECK(run.result.recoveries[0].detection_s > 1.0);
+  CHECK(run.result.recoveries[0].detection_s < 20.0);
+  // The stopped process stayed stopped until the bound and was killed then; the others left.
+  int stopped = 0;
+  for (const auto& w : run.workers) stopped += w.killed;
+  CHECK(stopped == 1);
+}
+
+TEST_CASE("with no spare left the run stops with the report and the checkpoint intact") {
+  Config c = tiny("nospare", 2, 1, 2, 0);
+  c.mutable_checkpoint()->set_interval_steps(1);
+  c.mutable_checkpoint()->set_max_lag_steps(0);  // step 2's checkpoint is committed before step 3 starts
+  *c.mutable_faults()->add_fault() = fault("optim/dp1/pp0/tp0", 3, Fault::REDUCE, Fault::KILL_PROCESS);
+  const auto run = run_cluster(c, 2, /*collect_state=*/false);
+  INFO(run.logs());
+  CHECK(run.result.outcome.status == "failed");
+  REQUIRE(run.result.failure.has_value());
+  CHECK(run.result.failure->vetoed.find("no spare") != std::string::npos);
+  CHECK(run.result.exit_code() == 1);
+  REQUIRE(run.result.quarantine.size() == 1);
+  CHECK(run.result.quarantine[0].replaced_by == -1);
+  // The latest complete checkpoint is step 2's, and it verifies.
+  const auto latest = ckpt::load_latest(engine::checkpoint_root(c));
+  REQUIRE(latest.checkpoint.has_value());
+  CHECK(latest.checkpoint->step() == 2);
+  int clean = 0;
+  for (const auto& w : run.workers) clean += exited_with(w, 0);
+  CHECK(clean == 1);
+}
+
+TEST_CASE("workers with a wrong secret, protocol version or config are refused and never get ranks") {
+  Config c = tiny("refuse", 1, 1, 1);
+  const auto wrong = write_secret("wrong-secret", "00000000000000000000000000000000");
+  std::vector<Worker> refused;
+  const auto run = run_cluster(c, 1, false, [&](uint16_t port, ClusterRun&) {
+    const auto right = (kRoot / "secret").string();
+    std::vector<std::vector<std::string>> args{testing::worker_args(port, wrong), testing::worker_args(port, right),
+                                               testing::worker_args(port, right)};
+    args[1].insert(args[1].end(), {"--protocol", "99"});
+    args[2].insert(args[2].end(), {"--set", "training.seed=8"});
+    for (size_t i = 0; i < args.size(); ++i) {
+      Worker w;
+      w.log = (kRoot / ("refused" + std::to_string(i) + ".log")).string();
+      fs::remove(w.log);
+      w.pid = testing::launch_process(TROUPE_SUPERVISOR_BIN, args[i], w.log);
+      refused.push_back(w);
+    }
+    // Each is refused and exits before the real worker starts.
+    for (auto& w : refused) w.status = testing::reap_process(w.pid, std::chrono::seconds(30), &w.killed);
+  });
+  INFO(run.logs());
+  REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
+  for (const auto& w : refused) {
+    INFO(testing::tail_of(w.log));
+    CHECK(exited_with(w, actors::kWorkerRefused));
+  }
+  REQUIRE(run.result.refusals.size() == 3);
+  std::string reasons;
+  for (const auto& r : run.result.refusals) reasons += r.reason + "\n";
+  INFO(reasons);
+  CHECK(reasons.find("wrong secret") != std::string::npos);
+  CHECK(reasons.find("protocol version 99") != std::string::npos);
+  CHECK(reasons.find("config hash") != std::string::npos);
+  // Only the right worker joined.
+  CHECK(run.result.workers.size() == 1);
+}
