@@ -60,8 +60,8 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
   const auto& r = st.args.rank;
   const int dp = c.parallel().data();
   st.device = std::make_unique<kernels::cpu::CpuDevice>(engine::threads_per_stage(c));
-  st.registry = std::make_unique<model::ParameterRegistry>(
-      c, model::StageRange::pipeline(c, r.pp, c.parallel().pipeline()));
+  // The same registry (layer range and tensor-parallel slice) as the rank's stage.
+  st.registry = std::make_unique<model::ParameterRegistry>(engine::stage_registry(c, r));
   // The flat range this rank owns; must match engine::StageWorker::shard_range.
   const bool distributed = c.parallel().distributed_optimizer();
   model::FlatRange range{0, st.registry->total()};

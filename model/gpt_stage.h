@@ -146,6 +146,9 @@ class GptStage {
   // Floats held per activation slot, and in the scratch shared by all slots.
   int64_t slot_floats() const { return slot_floats_; }
   int64_t scratch_floats() const { return scratch_floats_; }
+  // Tensor-parallel buffers besides the scratch: ones [BT] for the QKV bias pieces and,
+  // with sequence parallelism, the LayerNorm gradient staging (0 without TP).
+  int64_t tp_buffer_floats() const { return ones_.count() + ln_staging_.count(); }
 
  private:
   struct Slot;

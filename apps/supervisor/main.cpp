@@ -17,6 +17,8 @@ int run_main(int argc, char** argv);      // cmd_run.cpp
 int inspect_update_main(int argc, char** argv);  // cmd_inspect_update.cpp
 int commcheck_main(int argc, char** argv);  // cmd_commcheck.cpp
 int worker_main(int argc, char** argv);     // cmd_worker.cpp
+int acceptance_main(int argc, char** argv);  // cmd_acceptance.cpp
+int scaling_main(int argc, char** argv);     // cmd_scaling.cpp
 
 namespace {
 
@@ -35,6 +37,8 @@ const Subcommand kCommands[] = {
     {"inspect-update", "run and record one update on one device (weights, batch, grads, Adam state)", inspect_update_main},
     {"commcheck", "check every communicator group of a layout over Gloo, nccl-tests style", commcheck_main},
     {"worker", "join a cluster run as a worker process (supervisor run --listen; docs/cluster.md)", worker_main},
+    {"acceptance", "run the acceptance ladder on a small model of a layout; report PASS/FAIL per rung", acceptance_main},
+    {"scaling", "train the same global batch at several DP sizes; tokens/s, speed-up, efficiency", scaling_main},
 };
 
 void print_usage(std::FILE* out) {

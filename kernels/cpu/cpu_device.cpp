@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -26,10 +27,47 @@ Buffer CpuDevice::allocate(int64_t count, DType dtype) {
   void* p = std::aligned_alloc(64, bytes);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, bytes);
+  {
+    std::lock_guard lock(alloc_mu_);
+    block_bytes_[p] = int64_t(bytes);
+    live_bytes_ += int64_t(bytes);
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+  }
   return Buffer(this, p, count, dtype);
 }
 
-void CpuDevice::release(void* data) { std::free(data); }
+void CpuDevice::release(void* data) {
+  {
+    std::lock_guard lock(alloc_mu_);
+    const auto it = block_bytes_.find(data);
+    if (it != block_bytes_.end()) {
+      live_bytes_ -= it->second;
+      block_bytes_.erase(it);
+    }
+  }
+  std::free(data);
+}
+
+int64_t CpuDevice::allocated_bytes() const {
+  std::lock_guard lock(alloc_mu_);
+  return live_bytes_;
+}
+
+int64_t CpuDevice::peak_allocated_bytes() const {
+  std::lock_guard lock(alloc_mu_);
+  return peak_bytes_;
+}
+
+int64_t CpuDevice::allocated_blocks() const {
+  std::lock_guard lock(alloc_mu_);
+  return int64_t(block_bytes_.size());
+}
+
+int64_t CpuDevice::scratch_bytes() const {
+  int64_t bytes = int64_t(scratch_.partials.capacity() * sizeof(double));
+  for (const auto& v : scratch_.per_thread) bytes += int64_t(v.capacity() * sizeof(float));
+  return bytes;
+}
 void CpuDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 void CpuDevice::copy_from_host(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 void CpuDevice::copy_to_host(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }

@@ -16,6 +16,8 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/thread_pool.h"
@@ -92,9 +94,22 @@ class CpuDevice final : public Device {
                                    const int32_t* targets, const float* mask, float scale, int N,
                                    int V, int ld, int vocab_begin) override;
 
+  // Memory accounting (the acceptance ladder's capacity rung): bytes of the
+  // allocate() blocks alive now and the most alive at once, each block counted at
+  // its 64-byte-rounded size; and the bytes kernel scratch holds (attention rows,
+  // sum_squares partials: std::vectors that only grow). scratch_bytes() reads the
+  // scratch without a lock: call it while no kernel of this device runs.
+  int64_t allocated_bytes() const;
+  int64_t peak_allocated_bytes() const;
+  int64_t allocated_blocks() const;  // allocate() blocks alive now
+  int64_t scratch_bytes() const;
+
  private:
   ThreadPool pool_;
   Scratch scratch_;
+  mutable std::mutex alloc_mu_;
+  std::unordered_map<void*, int64_t> block_bytes_;
+  int64_t live_bytes_ = 0, peak_bytes_ = 0;
 };
 
 }  // namespace troupe::kernels::cpu
