@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -115,7 +116,7 @@ struct ClusterRun {
 // may start and reap other processes first (refused workers).
 ClusterRun run_cluster(const Config& c, int n, bool collect_state = true,
                        std::function<void(uint16_t port, ClusterRun&)> before = nullptr,
-                       std::chrono::seconds reap_bound = std::chrono::seconds(20)) {
+                       std::chrono::seconds reap_bound = std::chrono::seconds(20), bool tls = false) {
   ClusterRun run;
   const auto secret = write_secret("secret", kSecretText);
   actors::RunOptions o;
@@ -124,13 +125,16 @@ ClusterRun run_cluster(const Config& c, int n, bool collect_state = true,
   o.timeout = std::chrono::seconds(120);
   actors::ClusterOptions k;
   k.secret = kSecretText;
+  k.tls.enabled = tls;
   k.on_listening = [&](uint16_t port) {
     if (before) before(port, run);
     for (int i = 0; i < n; ++i) {
       Worker w;
       w.log = c.logging().run_dir() + "-worker" + std::to_string(i + 1) + ".log";
       fs::remove(w.log);
-      w.pid = testing::launch_process(TROUPE_SUPERVISOR_BIN, testing::worker_args(port, secret), w.log);
+      auto args = testing::worker_args(port, secret);
+      if (tls) args.push_back("--tls");
+      w.pid = testing::launch_process(TROUPE_SUPERVISOR_BIN, args, w.log);
       run.workers.push_back(w);
     }
   };
@@ -317,4 +321,36 @@ TEST_CASE("workers with a wrong secret, protocol version or config are refused a
   CHECK(reasons.find("config hash") != std::string::npos);
   // Only the right worker joined.
   CHECK(run.result.workers.size() == 1);
+}
+
+TEST_CASE("TLS (CAF's OpenSSL module, anonymous): workers join and train bitwise; a plain worker cannot connect") {
+  Config c = tiny("tls", 2, 1, 2);
+  const auto want = run_local(local_of(c));
+  Worker plain;
+  const auto run = run_cluster(
+      c, 2, true,
+      [&](uint16_t port, ClusterRun&) {
+        // Without --tls the worker speaks plain BASP to a TLS listener: the handshake
+        // fails and it gives up after its connect timeout (2 s), exit 1.
+        auto args = testing::worker_args(port, (kRoot / "secret").string());
+        const auto at = std::find(args.begin(), args.end(), "--connect-timeout");
+        REQUIRE(at != args.end());
+        *(at + 1) = "2";
+        plain.log = (kRoot / "tls-plain.log").string();
+        fs::remove(plain.log);
+        plain.pid = testing::launch_process(TROUPE_SUPERVISOR_BIN, args, plain.log);
+        plain.status = testing::reap_process(plain.pid, std::chrono::seconds(20), &plain.killed);
+      },
+      std::chrono::seconds(20), /*tls=*/true);
+  INFO(run.logs());
+  {
+    INFO(testing::tail_of(plain.log));
+    CHECK(exited_with(plain, 1));
+    CHECK(testing::tail_of(plain.log).find("cannot connect") != std::string::npos);
+  }
+  REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
+  check_bitwise(*run.result.state, *want.state);
+  CHECK(run.result.workers.size() == 2);
+  CHECK(run.result.refusals.empty());
+  for (const auto& w : run.workers) CHECK(exited_with(w, 0));
 }
