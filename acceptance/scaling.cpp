@@ -127,11 +127,12 @@ ScalingReport run_scaling(const Config& config, const ScalingOptions& o) {
       "window: updates {}-{} after {} warm-up updates; tokens/s = non-padding input tokens / summed step time of the "
       "window; step time runs from the first microbatch to updated weights, so checkpoints (none are taken) and "
       "evaluation (off) are excluded; TensorBoard off\n"
-      "device: {} compute threads in all (device.threads; 0 = this machine's {} cores) shared by every stage rank\n",
+      "device: {} compute threads in all (device.threads = {}; 0 means this machine's cores) shared by every stage rank\n",
       o.config_source.empty() ? "the embedded default config" : o.config_source,
       join(o.data_parallel), base.parallel().pipeline(), base.parallel().tensor(), b.global_batch_size(),
-      b.seq_length(), o.warmup + 1, o.warmup + o.steps, o.warmup, base.device().threads(),
-      std::max(1u, std::thread::hardware_concurrency()));
+      b.seq_length(), o.warmup + 1, o.warmup + o.steps, o.warmup,
+      base.device().threads() > 0 ? base.device().threads() : int(std::max(1u, std::thread::hardware_concurrency())),
+      base.device().threads());
   if (o.console) std::fprintf(o.console, "%s\n", head.c_str());
 
   for (const auto& c : runs) {

@@ -54,7 +54,17 @@ int32_t peak_in_flight(const std::vector<PipelineOp>& stage_ops) {
 
 ScheduleTiming simulate_schedule(const PipelineSchedule& s, double forward_time,
                                  double backward_time) {
+  return simulate_schedule(s, std::vector<double>(size_t(s.stages), forward_time),
+                           std::vector<double>(size_t(s.stages), backward_time));
+}
+
+ScheduleTiming simulate_schedule(const PipelineSchedule& s, const std::vector<double>& forward_time,
+                                 const std::vector<double>& backward_time) {
   const int32_t p = s.stages, m = s.microbatches;
+  if (forward_time.size() != size_t(p) || backward_time.size() != size_t(p))
+    throw std::invalid_argument("simulate_schedule: " + std::to_string(forward_time.size()) + " forward and " +
+                                std::to_string(backward_time.size()) + " backward times for " + std::to_string(p) +
+                                " stages");
   constexpr double kNotYet = std::numeric_limits<double>::infinity();
   // done[kind][k][i]: finish time of op kind on stage k for microbatch i.
   std::vector<std::vector<double>> done_f(p, std::vector<double>(m, kNotYet));
@@ -81,7 +91,7 @@ ScheduleTiming simulate_schedule(const PipelineSchedule& s, double forward_time,
                          k == p - 1 ? 0.0 : done_b[k + 1][op.microbatch]);
       if (ready == kNotYet) continue;
       const double begin = std::max(ready, free_at[k]);
-      const double dur = op.kind == OpKind::Forward ? forward_time : backward_time;
+      const double dur = op.kind == OpKind::Forward ? forward_time[size_t(k)] : backward_time[size_t(k)];
       (op.kind == OpKind::Forward ? done_f : done_b)[k][op.microbatch] = begin + dur;
       free_at[k] = begin + dur;
       t.start[k].push_back(begin);

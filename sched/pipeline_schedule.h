@@ -50,6 +50,11 @@ struct ScheduleTiming {
 };
 ScheduleTiming simulate_schedule(const PipelineSchedule& s, double forward_time = 1.0,
                                  double backward_time = 2.0);
+// The same with each stage's own op times (forward_time[k], backward_time[k]): the
+// idle an imbalance between stages implies. Throws std::invalid_argument unless both
+// vectors have one entry per stage.
+ScheduleTiming simulate_schedule(const PipelineSchedule& s, const std::vector<double>& forward_time,
+                                 const std::vector<double>& backward_time);
 
 // The closed form (p-1)/(m+p-1).
 double ideal_idle_fraction(int32_t stages, int32_t microbatches);

@@ -104,6 +104,25 @@ TEST_CASE("idle fraction from the op lists equals (p-1)/(m+p-1) for balanced sta
   CHECK(sched::ideal_idle_fraction(2, 8) == doctest::Approx(1.0 / 9.0));
 }
 
+TEST_CASE("per-stage op times: the slower stage sets the makespan") {
+  // Stage 1 takes twice as long as stage 0 (forward 1 / 2, backward 2 / 4). Stage 1
+  // then runs without a gap from its first forward: makespan = f0 + m (f1 + b1) + b0.
+  for (auto kind : kKinds)
+    for (int m : {1, 4, 8}) {
+      CAPTURE(kind); CAPTURE(m);
+      const auto s = sched::build_pipeline_schedule(kind, 2, m);
+      const auto t = sched::simulate_schedule(s, std::vector<double>{1.0, 2.0}, std::vector<double>{2.0, 4.0});
+      CHECK(t.makespan == doctest::Approx(6.0 * m + 3.0));
+      CHECK(t.idle_fraction == doctest::Approx(1.0 - 9.0 * m / (2.0 * (6.0 * m + 3.0))));
+      // Equal per-stage times give the scalar simulation.
+      const auto even = sched::simulate_schedule(s, std::vector<double>{1.0, 1.0}, std::vector<double>{2.0, 2.0});
+      CHECK(even.makespan == doctest::Approx(sched::simulate_schedule(s, 1.0, 2.0).makespan));
+    }
+  const auto s = sched::build_pipeline_schedule(ParallelConfig::GPIPE, 2, 4);
+  CHECK_THROWS_AS(sched::simulate_schedule(s, std::vector<double>{1.0}, std::vector<double>{2.0, 2.0}),
+                  std::invalid_argument);
+}
+
 TEST_CASE("bad schedule sizes are refused") {
   CHECK_THROWS_AS(sched::build_pipeline_schedule(ParallelConfig::GPIPE, 0, 4), std::invalid_argument);
   CHECK_THROWS_AS(sched::build_pipeline_schedule(ParallelConfig::GPIPE, 2, 0), std::invalid_argument);
