@@ -1,0 +1,231 @@
+// bench/cluster_bench: what running across processes costs (cluster mode,
+// docs/cluster.md), on loopback. This process is the supervisor (run_training with a
+// listen address); it starts `supervisor worker` processes of the binary given at
+// build time and reaps every one of them.
+//
+// 1. Communication share of a DP2 step across two worker processes: for every rank
+//    and step after warm-up, the stage's time in the gradient reduce-scatter and
+//    parameter all-gather (StageTiming::sync_s, Gloo over TCP) divided by the step
+//    time; the same in one process (in-process communicators) for comparison.
+// 2. Worker death to first resumed step: DP2 on two workers plus a hot spare; the
+//    worker hosting replica 1 kills itself (SIGKILL) in the backward of a step; the
+//    run's recovery record splits the time from the kill to the first step done
+//    after the restart into detection (connection dropped), restart (old group
+//    stopped, the spare given the ranks, actors placed), reload and re-warm.
+//
+// Usage: cluster_bench [--steps N] [--warmup W] [--reps R] [--run-dir DIR] [--only share|recovery]
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/runtime.h"
+#include "test/cluster/worker_launcher.h"
+
+using namespace troupe;
+
+namespace {
+
+struct Options {
+  int steps = 12;
+  int warmup = 2;
+  int reps = 3;
+  std::string run_dir = (std::filesystem::temp_directory_path() / "troupe-cluster-bench").string();
+};
+
+const std::string kSecret = "cluster-bench-secret-0123456789abcdef";
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// runtime_bench's "small" model (4 layers, width 256, vocab 4096, seq 128) as DP2:
+// 16 sequences per step, 2 microbatches of 4 per replica, one compute thread per rank.
+Config dp2_config(const Options& o, const std::string& name, int workers, int spares) {
+  Config c;
+  auto* m = c.mutable_model();
+  m->set_layers(4);
+  m->set_heads(4);
+  m->set_width(256);
+  m->set_vocab_size(4096);
+  m->set_max_positions(128);
+  auto* b = c.mutable_batch();
+  b->set_seq_length(128);
+  b->set_micro_batch_size(4);
+  b->set_global_batch_size(16);
+  c.mutable_parallel()->set_data(2);
+  c.mutable_optimizer()->set_lr(1e-3);
+  c.mutable_optimizer()->set_min_lr(1e-4);
+  c.mutable_lr_schedule()->set_warmup_samples(16);
+  c.mutable_training()->set_train_samples(int64_t(o.steps) * 16);
+  c.mutable_device()->set_threads(1);
+  c.mutable_checkpoint()->set_save_on_exit(false);
+  c.mutable_logging()->set_run_dir(o.run_dir + "/" + name);
+  c.mutable_logging()->set_tensorboard(false);
+  c.mutable_logging()->set_progress_bar(false);
+  std::filesystem::remove_all(c.logging().run_dir());
+  if (workers > 0) {
+    auto* k = c.mutable_cluster();
+    k->set_workers(workers);
+    k->set_spares(spares);
+    k->set_heartbeat_interval_s(0.2);
+    k->set_connection_timeout_s(2);
+    k->set_worker_wait_s(60);
+  }
+  return c;
+}
+
+// Runs `c` in one process, or as the supervisor of `workers` worker processes.
+actors::RunResult run(const Config& c, const Options& o, int workers) {
+  actors::RunOptions ro;
+  ro.console = false;
+  ro.timeout = std::chrono::seconds(600);
+  std::vector<pid_t> pids;
+  const auto secret_file = o.run_dir + "/secret";
+  if (workers > 0) {
+    std::filesystem::create_directories(o.run_dir);
+    std::ofstream(secret_file) << kSecret << "\n";
+    actors::ClusterOptions k;
+    k.secret = kSecret;
+    k.on_listening = [&](uint16_t port) {
+      for (int i = 0; i < workers; ++i)
+        pids.push_back(testing::launch_process(TROUPE_SUPERVISOR_BIN, testing::worker_args(port, secret_file),
+                                               c.logging().run_dir() + "-worker" + std::to_string(i + 1) + ".log"));
+    };
+    ro.cluster = k;
+  }
+  actors::RunResult r;
+  try {
+    r = actors::run_training(c, ro);
+  } catch (...) {
+    for (pid_t p : pids) testing::reap_process(p, std::chrono::seconds(1));
+    throw;
+  }
+  for (pid_t p : pids) testing::reap_process(p, std::chrono::seconds(20));
+  if (r.outcome.status != "completed") {
+    std::fprintf(stderr, "cluster_bench: run %s failed: %s\n", c.logging().run_dir().c_str(),
+                 r.outcome.error.c_str());
+    std::exit(1);
+  }
+  return r;
+}
+
+struct Share {
+  std::vector<double> step_s, sync_share, compute_share;
+};
+
+void add_share(const actors::RunResult& r, const Options& o, Share& s) {
+  const auto& steps = r.outcome.steps;
+  for (size_t i = size_t(o.warmup); i < steps.size() && i < r.outcome.step_timings.size(); ++i) {
+    const double t = steps[i].step_time_s;
+    s.step_s.push_back(t);
+    for (const auto& rank : r.outcome.step_timings[i]) {
+      s.sync_share.push_back(rank.sync_s / t);
+      s.compute_share.push_back(rank.compute_s / t);
+    }
+  }
+}
+
+void share(const Options& o) {
+  Share local, cluster;
+  // Alternate the two (the machine is shared); pool the steps of every repetition.
+  for (int rep = 0; rep < o.reps; ++rep) {
+    add_share(run(dp2_config(o, "share-local", 0, 0), o, 0), o, local);
+    add_share(run(dp2_config(o, "share-cluster", 2, 0), o, 2), o, cluster);
+  }
+  std::printf("## DP2 step: one process vs two worker processes (Gloo over loopback TCP)\n\n");
+  std::printf("Model 4 layers, width 256, vocab 4096, seq 128; 16 sequences per step (2 microbatches of 4 per\n");
+  std::printf("replica), one compute thread per rank; %d steps per run, first %d excluded, %d runs of each,\n",
+              o.steps, o.warmup, o.reps);
+  std::printf("medians over steps (and ranks for the shares).\n\n");
+  std::printf("| layout | step (ms) | in gradient reduce-scatter + all-gather | in compute |\n");
+  std::printf("| --- | ---: | ---: | ---: |\n");
+  std::printf("| DP2 in one process | %.1f | %.1f%% | %.1f%% |\n", 1e3 * median(local.step_s),
+              100 * median(local.sync_share), 100 * median(local.compute_share));
+  std::printf("| DP2 across 2 worker processes | %.1f | %.1f%% | %.1f%% |\n\n", 1e3 * median(cluster.step_s),
+              100 * median(cluster.sync_share), 100 * median(cluster.compute_share));
+}
+
+void recovery(const Options& o) {
+  std::vector<double> detection, restart, reload, rewarm, total;
+  const int64_t kill_step = std::max(4, o.steps / 2);
+  for (int rep = 0; rep < o.reps; ++rep) {
+    Config c = dp2_config(o, "recovery", 2, 1);
+    c.mutable_checkpoint()->set_interval_steps(3);
+    auto* f = c.mutable_faults()->add_fault();
+    f->set_actor("stage/dp1/pp0/tp0");
+    f->set_step(kill_step);
+    f->set_phase(Fault::BACKWARD);
+    f->set_kind(Fault::KILL_PROCESS);
+    const auto r = run(c, o, 3);
+    if (r.recoveries.empty() || r.quarantine.size() != 1) {
+      std::fprintf(stderr, "cluster_bench: expected one recovery and one quarantined worker, got %zu and %zu\n",
+                   r.recoveries.size(), r.quarantine.size());
+      std::exit(1);
+    }
+    const auto& x = r.recoveries[0];
+    detection.push_back(x.detection_s);
+    restart.push_back(x.restart_s);
+    reload.push_back(x.reload_s);
+    rewarm.push_back(x.rewarm_s);
+    total.push_back(x.total_s());
+  }
+  std::printf("## Worker death to the first resumed step: DP2 on 2 workers + 1 spare\n\n");
+  std::printf("The worker hosting replica 1 SIGKILLs itself in step %lld's backward; checkpoint every 3 steps;\n",
+              static_cast<long long>(kill_step));
+  std::printf("heartbeat 0.2 s, connection timeout 2 s; medians of %d runs.\n\n", o.reps);
+  std::printf("| phase | seconds |\n| --- | ---: |\n");
+  std::printf("| detection (SIGKILL -> the supervisor sees the failure) | %.4f |\n", median(detection));
+  std::printf("| restart (old group stopped, ranks moved to the spare, actors placed) | %.4f |\n", median(restart));
+  std::printf("| reload (members built, checkpoint loaded, communicators rebuilt, wired) | %.4f |\n", median(reload));
+  std::printf("| re-warm (first step after the restart) | %.4f |\n", median(rewarm));
+  std::printf("| worker death to first resumed step | %.4f |\n\n", median(total));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "cluster_bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--steps") o.steps = std::stoi(value());
+    else if (a == "--warmup") o.warmup = std::stoi(value());
+    else if (a == "--reps") o.reps = std::stoi(value());
+    else if (a == "--run-dir") o.run_dir = value();
+    else if (a == "--only") only = value();
+    else {
+      std::fprintf(stderr,
+                   "usage: cluster_bench [--steps N] [--warmup W] [--reps R] [--run-dir DIR] "
+                   "[--only share|recovery]\n");
+      return 2;
+    }
+  }
+  if (o.steps < o.warmup + 2 || o.reps < 1) {
+    std::fprintf(stderr, "cluster_bench: need --steps >= --warmup + 2 and --reps >= 1\n");
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::warn);  // the tables only (workers log to RUN_DIR-workerN.log)
+  if (only.empty() || only == "share") share(o);
+  if (only.empty() || only == "recovery") recovery(o);
+  return 0;
+}
