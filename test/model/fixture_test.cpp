@@ -24,6 +24,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -156,7 +157,11 @@ TEST_CASE("one inspectable update matches the independent PyTorch reference") {
 }
 
 TEST_CASE("safetensors round trip and import errors name the file and tensor") {
-  const std::string path = "roundtrip.safetensors";
+  // In a fresh temporary directory, never the working directory.
+  const auto dir = std::filesystem::temp_directory_path() / "troupe-fixture-test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "roundtrip.safetensors").string();
   const std::vector<float> f = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, 8.0f};
   const std::vector<int32_t> i = {1, 2, 3};
   model::write_safetensors(path, {model::StTensor::f32("a", {2, 3}, f.data()), model::StTensor::i32("b", {3}, i.data())},
@@ -167,14 +172,16 @@ TEST_CASE("safetensors round trip and import errors name the file and tensor") {
   CHECK(file.at("a").as_f32() == f);
   CHECK(file.at("b").as_i32() == i);
   CHECK_THROWS_WITH(file.at("b").as_f32(), "tensor b is I32, not F32");
-  CHECK_THROWS_WITH(file.at("c"), "roundtrip.safetensors: no tensor 'c'");
+  CHECK_THROWS_WITH(file.at("c"), (path + ": no tensor 'c'").c_str());
 
   const Config cfg = config::load_config_file(kDir + "config.textproto");
   const model::ParameterRegistry reg(cfg, model::StageRange::whole(cfg));
   std::vector<float> host(static_cast<size_t>(reg.total()));
   CHECK_THROWS_WITH(model::import_tensors(reg, file, host.data()),
-                    doctest::Contains("roundtrip.safetensors: cannot load the layers [0, 2) weights: missing wte.weight; missing wpe.weight"));
-  std::ofstream("truncated.safetensors", std::ios::binary).write("\x10\x00\x00", 3);
-  CHECK_THROWS_WITH(model::read_safetensors("truncated.safetensors"),
-                    "truncated.safetensors: file of 3 bytes is too short for a safetensors header");
+                    doctest::Contains(doctest::String((path + ": cannot load the layers [0, 2) weights: missing wte.weight; missing wpe.weight").c_str())));
+  const std::string truncated = (dir / "truncated.safetensors").string();
+  std::ofstream(truncated, std::ios::binary).write("\x10\x00\x00", 3);
+  CHECK_THROWS_WITH(model::read_safetensors(truncated),
+                    (truncated + ": file of 3 bytes is too short for a safetensors header").c_str());
+  std::filesystem::remove_all(dir);
 }
