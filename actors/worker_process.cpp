@@ -132,7 +132,10 @@ int host_until_done(caf::actor_system& sys, const WorkerOptions& o, const std::s
     }
     spdlog::error("worker {}: {}: stopping this process (SIGSTOP)", id, what);
     spdlog::default_logger()->flush();
-    ::kill(::getpid(), SIGSTOP);
+    // Directed at this thread: it stops before kill() returns to it. A stop sent to the
+    // process may be taken by another thread, and this one would run on (and raise the
+    // fault as an ordinary failure) before the whole process stops.
+    ::raise(SIGSTOP);
     spdlog::warn("worker {}: continued after SIGSTOP", id);
   });
   spdlog::info("worker {}: joined run {} at {}:{}", id, welcome.run_id, o.host, o.port);

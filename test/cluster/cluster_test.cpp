@@ -206,6 +206,15 @@ TEST_CASE("2 workers x PP2: activations over Gloo, bitwise the in-process run") 
   check_parity(tiny("pp2", 1, 2, 2), 2);
 }
 
+TEST_CASE("2 workers x DP2 x PP2 placed BY_STAGE: two ranks per worker, bitwise the in-process run") {
+  // Worker 0 hosts stage 0 of both replicas, worker 1 stage 1: every activation, the
+  // tied-embedding all-reduce and nothing of the DP groups cross processes; each worker
+  // connects two ranks' groups at once.
+  Config c = tiny("dp2pp2", 2, 2, 2);
+  c.mutable_cluster()->set_placement(ClusterConfig::BY_STAGE);
+  check_parity(c, 2);
+}
+
 TEST_CASE("a SIGKILLed worker is replaced by the spare; the run finishes bitwise the fault-free run") {
   Config c = tiny("kill", 2, 1, 2, 1);
   c.mutable_checkpoint()->set_interval_steps(1);
