@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -29,7 +30,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kRoot = fs::temp_directory_path() / "troupe-cluster-test";
+// One directory per test process (another build's test_cluster may run at the same
+// time), removed when the process ends; a failing case prints its workers' log tails.
+const fs::path kRoot = fs::temp_directory_path() / ("troupe-cluster-test-" + std::to_string(::getpid()));
+struct RemoveRoot {
+  ~RemoveRoot() {
+    std::error_code ec;
+    fs::remove_all(kRoot, ec);
+  }
+} remove_root;
 
 std::string write_secret(const std::string& name, const std::string& text) {
   fs::create_directories(kRoot);
