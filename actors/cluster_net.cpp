@@ -9,12 +9,13 @@
 #endif
 #include <fmt/format.h>
 
+#include "actors/scheduler_config.h"
 #include "actors/wire_types.h"
 
 namespace troupe::actors {
 
 void configure_network(caf::actor_system_config& cfg, const NetOptions& o) {
-  cfg.set("scheduler.max-threads", std::max(2u, std::thread::hardware_concurrency()));
+  configure_scheduler(cfg);
   cfg.load<caf::io::middleman>();
   cfg.set("middleman.heartbeat-interval", caf::timespan{o.heartbeat});
   cfg.set("middleman.connection-timeout", caf::timespan{o.connection_timeout});

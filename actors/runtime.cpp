@@ -7,6 +7,7 @@
 
 #include "actors/message_types.h"
 #include "actors/metrics_actor.h"
+#include "actors/scheduler_config.h"
 #include "actors/training_group.h"
 #include "config/derived.h"
 #include "data/batch_source.h"
@@ -138,7 +139,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
   std::signal(SIGTERM, on_signal);
 
   caf::actor_system_config cfg;
-  cfg.set("scheduler.max-threads", std::max(2u, std::thread::hardware_concurrency()));
+  configure_scheduler(cfg);
   if (clustered) configure_network(cfg, net_options(c, options.cluster->tls));
   caf::actor_system sys{cfg};
   caf::scoped_actor client{sys};

@@ -102,36 +102,62 @@ std::vector<double> runtime_step_times(const Config& c, const Options& o, actors
   return t;
 }
 
-std::vector<double> plain_loop_step_times(const Config& c, const Options& o) {
+// Per step of a run: the whole step, and its forward + backward part.
+struct StepSplit {
+  std::vector<double> step, compute;
+};
+
+// Rank 0's forward and backward ops of each measured step (the stage's busy time).
+std::vector<double> stage_busy(const actors::RunResult& r, const Options& o) {
+  std::vector<double> out;
+  for (size_t s = size_t(o.warmup); s < r.outcome.step_timings.size(); ++s) {
+    double busy = 0;
+    for (const auto& [a, b] : r.outcome.step_timings[s].at(0).busy) busy += b - a;
+    out.push_back(busy);
+  }
+  return out;
+}
+
+// The compute core in a plain loop: every step timed whole; then the same batches'
+// forward + backward alone (ReferenceTrainer::accumulate), timed the same way.
+StepSplit plain_loop_step_times(const Config& c, const Options& o) {
   kernels::cpu::CpuDevice device(o.threads);
   optim::ReferenceTrainer trainer(c, device);
   const auto src = data::BatchSource::open(c);
   const int m = int(config::microbatches_per_replica(c));
-  std::vector<double> t;
-  for (int s = 0; s < o.steps; ++s) {
-    std::vector<data::Microbatch> mbs;
-    for (int j = 0; j < m; ++j) mbs.push_back(src.microbatch(int64_t(s) * c.batch().global_batch_size(), 0, j));
-    const auto t0 = std::chrono::steady_clock::now();
-    trainer.step(mbs);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s >= o.warmup) t.push_back(dt);
-  }
+  StepSplit t;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int s = 0; s < o.steps; ++s) {
+      std::vector<data::Microbatch> mbs;
+      for (int j = 0; j < m; ++j) mbs.push_back(src.microbatch(int64_t(s) * c.batch().global_batch_size(), 0, j));
+      const auto t0 = std::chrono::steady_clock::now();
+      if (pass == 0) trainer.step(mbs);
+      else trainer.accumulate(mbs);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (s >= o.warmup) (pass == 0 ? t.step : t.compute).push_back(dt);
+    }
   return t;
 }
 
 void overhead(const Options& o) {
   std::printf("## Runtime overhead: DP1 x PP1 through the actors vs the compute core in a plain loop\n\n");
   std::printf("%d steps, first %d excluded, %d compute threads; medians\n\n", o.steps, o.warmup, o.threads);
-  std::printf("| config | plain loop (ms/step) | actors (ms/step) | actors / plain |\n| --- | ---: | ---: | ---: |\n");
+  std::printf("| config | plain loop (ms/step) | actors (ms/step) | actors / plain | forward + backward, plain / "
+              "actors (ms) | rest of the step, plain / actors (ms) |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const char* name : {"tiny", "small"}) {
     const Config c = model_config(name, o);
     // Alternate the two, twice, and keep each one's better median (the machine is shared).
-    double plain = 1e30, actors = 1e30;
+    double plain = 1e30, actors = 1e30, plain_fb = 1e30, actors_fb = 1e30;
     for (int rep = 0; rep < 2; ++rep) {
-      plain = std::min(plain, median(plain_loop_step_times(c, o)));
-      actors = std::min(actors, median(runtime_step_times(c, o)));
+      const auto p = plain_loop_step_times(c, o);
+      plain = std::min(plain, median(p.step));
+      plain_fb = std::min(plain_fb, median(p.compute));
+      actors::RunResult r;
+      actors = std::min(actors, median(runtime_step_times(c, o, &r)));
+      actors_fb = std::min(actors_fb, median(stage_busy(r, o)));
     }
-    std::printf("| %s | %.2f | %.2f | %.3f |\n", name, plain * 1e3, actors * 1e3, actors / plain);
+    std::printf("| %s | %.2f | %.2f | %.3f | %.2f / %.2f | %.2f / %.2f |\n", name, plain * 1e3, actors * 1e3,
+                actors / plain, plain_fb * 1e3, actors_fb * 1e3, (plain - plain_fb) * 1e3, (actors - actors_fb) * 1e3);
   }
   std::printf("\n");
 }
