@@ -2,6 +2,9 @@
 
 #include <chrono>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include "actors/message_types.h"
@@ -10,6 +13,10 @@
 
 namespace troupe::actors {
 namespace {
+
+// The writer thread's nice value: the lowest, so a checkpoint is written with the CPU
+// time compute leaves (compute threads run at 0); max_lag_steps bounds how far behind.
+constexpr int kWriterNice = 19;
 
 struct WriterState {
   WriterArgs args;
@@ -20,6 +27,9 @@ using Self = caf::stateful_actor<WriterState>;
 
 caf::behavior writer_impl(Self* self, WriterArgs args) {
   auto& st = self->state;
+  // Below the compute threads: a checkpoint is written in the background and must not
+  // preempt the step (on Linux a thread has its own nice value). Best effort.
+  ::setpriority(PRIO_PROCESS, ::gettid(), kWriterNice);
   st.path = engine::writer_path(args.rank);
   st.args = std::move(args);
   exit_on_exception(self, st.path);
