@@ -4,7 +4,8 @@
 // secret never travels; a nonce is used once, so a recorded answer cannot be replayed.
 //
 //   worker -> supervisor  hello: worker nonce Nw
-//   supervisor -> worker  challenge: session S, nonce Ns, HMAC(secret, "troupe supervisor" S Ns Nw)
+//   supervisor -> worker  challenge: session S, nonce Ns, working directory D,
+//                                    HMAC(secret, "troupe supervisor" S Ns Nw D)
 //   worker -> supervisor  proof:     HMAC(secret, "troupe worker" S Ns Nw)
 //   the worker hosts nothing until it has checked the supervisor's HMAC
 //
@@ -37,8 +38,9 @@ std::string hmac_sha256_hex(const std::string& key, const std::string& message);
 bool same_secret_text(const std::string& a, const std::string& b);
 
 // The two messages the proofs are computed over.
+// The supervisor's also covers the working directory it tells the worker to use.
 std::string supervisor_proof_text(uint64_t session, const std::string& supervisor_nonce,
-                                  const std::string& worker_nonce);
+                                  const std::string& worker_nonce, const std::string& workdir);
 std::string worker_proof_text(uint64_t session, const std::string& supervisor_nonce, const std::string& worker_nonce);
 
 }  // namespace troupe::actors

@@ -27,7 +27,7 @@
 namespace troupe::actors {
 
 // Bumped whenever a message below or a training message changes shape.
-inline constexpr int32_t kClusterProtocolVersion = 1;
+inline constexpr int32_t kClusterProtocolVersion = 2;
 
 struct WorkerHello {
   int32_t protocol = 0;
@@ -45,6 +45,9 @@ struct Challenge {
   uint64_t session = 0;
   std::string nonce;             // fresh random bytes (hex), used once
   std::string supervisor_proof;  // HMAC(secret, supervisor message), hex
+  // The supervisor's working directory when the config has relative paths ("" when it
+  // has none): a worker resolves them there too (covered by supervisor_proof).
+  std::string workdir;
 };
 
 struct WorkerProof {
@@ -121,7 +124,7 @@ typename Inspector::result_type inspect(Inspector& f, WorkerHello& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Challenge& x) {
   return f(caf::meta::type_name("troupe::actors::Challenge"), x.ok, x.reason, x.session, x.nonce,
-           x.supervisor_proof);
+           x.supervisor_proof, x.workdir);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerProof& x) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -31,6 +32,17 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
 }
 
+// Whether a path of the config that every process opens (run directory, checkpoints,
+// data) is relative, so that it names the same files only from the same directory.
+bool has_relative_paths(const Config& c) {
+  const auto relative = [](const std::string& p) { return !p.empty() && std::filesystem::path(p).is_relative(); };
+  const char* data_dir = std::getenv("TROUPE_DATA_DIR");  // the default corpus (data/default_corpus.h)
+  const bool default_data = c.data().prefix().empty() && !(data_dir && *data_dir && data_dir[0] == '/');
+  return relative(c.logging().run_dir()) || relative(c.checkpoint().dir()) ||
+         (c.checkpoint().load() != "latest" && relative(c.checkpoint().load())) || relative(c.data().prefix()) ||
+         relative(c.data().vocab_file()) || relative(c.data().merges_file()) || default_data;
+}
+
 }  // namespace
 
 NetOptions net_options(const Config& c, const TlsOptions& tls) {
@@ -54,6 +66,7 @@ ClusterRoot::ClusterRoot(caf::actor_system& sys, const Config& c, const ClusterO
   r.config_hash = ckpt::fnv1a64(ckpt::canonical_config_text(c));
   c.SerializeToString(&r.config);
   r.run_id = run_id;
+  if (has_relative_paths(c)) r.workdir = std::filesystem::current_path().string();
   r.store = store_;
   r.faults = std::move(faults);
   r.book = std::move(book);
@@ -62,22 +75,24 @@ ClusterRoot::ClusterRoot(caf::actor_system& sys, const Config& c, const ClusterO
     log->list.push_back({who, why});
   };
   registrar_ = spawn_registrar(sys, std::move(r));
+  // No actor may outlive a failed construction: the actor system's destructor would
+  // wait for it forever.
   try {
     port_ = listen_on(sys, registrar_, options.listen_host, options.port, options.tls.enabled);
+    const auto address = fmt::format("{}:{}", options.listen_host, port_);
+    spdlog::info("cluster: run {} listening on {}{} (config hash {:016x}); waiting for {} worker(s) and {} spare(s)",
+                 run_id, address, options.tls.enabled ? " with TLS" : "",
+                 ckpt::fnv1a64(ckpt::canonical_config_text(c)), c.cluster().workers(), c.cluster().spares());
+    if (!run_dir.empty()) {
+      std::filesystem::create_directories(run_dir);
+      write_file_atomically(run_dir + "/cluster.address", address + "\n");
+    }
+    if (options.on_listening) options.on_listening(port_);
   } catch (...) {
     caf::anon_send_exit(registrar_, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(store_, caf::exit_reason::user_shutdown);
     throw;
   }
-  const auto address = fmt::format("{}:{}", options.listen_host, port_);
-  spdlog::info("cluster: run {} listening on {}{} (config hash {:016x}); waiting for {} worker(s) and {} spare(s)",
-               run_id, address, options.tls.enabled ? " with TLS" : "", ckpt::fnv1a64(ckpt::canonical_config_text(c)),
-               c.cluster().workers(), c.cluster().spares());
-  if (!run_dir.empty()) {
-    std::filesystem::create_directories(run_dir);
-    write_file_atomically(run_dir + "/cluster.address", address + "\n");
-  }
-  if (options.on_listening) options.on_listening(port_);
 }
 
 void ClusterRoot::wait_for_workers(const std::function<bool()>& interrupted) {

@@ -71,7 +71,9 @@ Challenge on_hello(Self* self, const WorkerHello& h) {
   c.ok = true;
   c.session = ++st.next_session;
   c.nonce = random_hex(32);
-  c.supervisor_proof = hmac_sha256_hex(st.args.secret, supervisor_proof_text(c.session, c.nonce, h.nonce));
+  c.workdir = st.args.workdir;
+  c.supervisor_proof =
+      hmac_sha256_hex(st.args.secret, supervisor_proof_text(c.session, c.nonce, h.nonce, c.workdir));
   st.sessions[c.session] = Session{h, c.nonce, node, now};
   return c;
 }

@@ -32,6 +32,7 @@ struct RegistrarArgs {
   uint64_t config_hash = 0;
   std::string config;  // serialized Config handed to every worker
   std::string run_id;
+  std::string workdir;  // Challenge::workdir
   caf::actor store;
   std::shared_ptr<engine::FaultPlan> faults;
   std::shared_ptr<RunBook> book;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
@@ -82,6 +83,15 @@ int host_until_done(caf::actor_system& sys, const WorkerOptions& o, const std::s
     spdlog::error("worker: refused by the supervisor at {}:{}: {}", o.host, o.port, challenge.reason);
     return kWorkerRefused;
   }
+  // Relative paths in the config resolve in the supervisor's working directory: it must
+  // exist here too (one machine, or a shared file system mounted at the same path).
+  if (!challenge.workdir.empty() && !std::filesystem::is_directory(challenge.workdir)) {
+    spdlog::error("worker: the config has relative paths (run directory, checkpoints or data) and the supervisor "
+                  "resolves them in {}, which does not exist on this machine ({}): mount the shared file system at "
+                  "the same path, or give the config absolute paths; not joining",
+                  challenge.workdir, hello.host);
+    return 1;
+  }
   // The proof goes first, so that a worker with a wrong secret is refused (and logged)
   // by the supervisor; the supervisor's own proof is checked before anything is hosted.
   auto host = spawn_worker_host(sys);
@@ -95,7 +105,7 @@ int host_until_done(caf::actor_system& sys, const WorkerOptions& o, const std::s
   proof.proof = hmac_sha256_hex(secret, worker_proof_text(challenge.session, challenge.nonce, hello.nonce));
   proof.host = host;
   const auto welcome = ask<Welcome>(self, registrar, proof, "proving membership");
-  const auto expected = hmac_sha256_hex(secret, supervisor_proof_text(challenge.session, challenge.nonce, hello.nonce));
+  const auto expected = hmac_sha256_hex(secret, supervisor_proof_text(challenge.session, challenge.nonce, hello.nonce, challenge.workdir));
   if (!welcome.ok || !same_secret_text(expected, challenge.supervisor_proof)) {
     if (!welcome.ok)
       spdlog::error("worker: refused by the supervisor at {}:{}: {}", o.host, o.port, welcome.reason);
@@ -103,6 +113,12 @@ int host_until_done(caf::actor_system& sys, const WorkerOptions& o, const std::s
       spdlog::error("worker: the supervisor at {}:{} could not prove it knows this run's secret; not hosting anything",
                     o.host, o.port);
     return kWorkerRefused;
+  }
+
+  if (!challenge.workdir.empty() && std::filesystem::current_path() != std::filesystem::path(challenge.workdir)) {
+    spdlog::info("worker: working in {} (the supervisor's directory: the config's relative paths resolve there)",
+                 challenge.workdir);
+    std::filesystem::current_path(challenge.workdir);
   }
 
   auto args = std::make_shared<WorkerHostArgs>();

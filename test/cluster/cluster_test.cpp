@@ -125,7 +125,8 @@ struct ClusterRun {
 // may start and reap other processes first (refused workers).
 ClusterRun run_cluster(const Config& c, int n, bool collect_state = true,
                        std::function<void(uint16_t port, ClusterRun&)> before = nullptr,
-                       std::chrono::seconds reap_bound = std::chrono::seconds(20), bool tls = false) {
+                       std::chrono::seconds reap_bound = std::chrono::seconds(20), bool tls = false,
+                       const std::string& worker_cwd = "") {
   ClusterRun run;
   const auto secret = write_secret("secret", kSecretText);
   actors::RunOptions o;
@@ -139,11 +140,11 @@ ClusterRun run_cluster(const Config& c, int n, bool collect_state = true,
     if (before) before(port, run);
     for (int i = 0; i < n; ++i) {
       Worker w;
-      w.log = c.logging().run_dir() + "-worker" + std::to_string(i + 1) + ".log";
+      w.log = fs::absolute(c.logging().run_dir() + "-worker" + std::to_string(i + 1) + ".log").string();
       fs::remove(w.log);
       auto args = testing::worker_args(port, secret);
       if (tls) args.push_back("--tls");
-      w.pid = testing::launch_process(TROUPE_SUPERVISOR_BIN, args, w.log);
+      w.pid = testing::launch_process(TROUPE_SUPERVISOR_BIN, args, w.log, worker_cwd);
       run.workers.push_back(w);
     }
   };
@@ -370,5 +371,31 @@ TEST_CASE("TLS (CAF's OpenSSL module, anonymous): workers join and train bitwise
   check_bitwise(*run.result.state, *want.state);
   CHECK(run.result.workers.size() == 2);
   CHECK(run.result.refusals.empty());
+  for (const auto& w : run.workers) CHECK(exited_with(w, 0));
+}
+
+TEST_CASE("workers started in another directory resolve the config's relative paths in the supervisor's") {
+  // The run directory (and so the checkpoints the workers' writers write) given
+  // relative to this process's directory; the workers start elsewhere.
+  Config c = tiny("relative", 2, 1, 2);
+  c.mutable_checkpoint()->set_interval_steps(1);
+  c.mutable_checkpoint()->set_max_lag_steps(0);  // each committed before the next step
+  const auto absolute = fs::path(c.logging().run_dir());
+  c.mutable_logging()->set_run_dir(fs::relative(absolute).string());
+  REQUIRE(fs::path(c.logging().run_dir()).is_relative());
+  const auto elsewhere = kRoot / "elsewhere" / "deeper";
+  fs::create_directories(elsewhere);
+  Config local = local_of(c);
+  local.mutable_logging()->set_run_dir((kRoot / "relative-local").string());
+  const auto want = run_local(local);
+  const auto run = run_cluster(c, 2, true, nullptr, std::chrono::seconds(20), false, elsewhere.string());
+  INFO(run.logs());
+  REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
+  check_bitwise(*run.result.state, *want.state);
+  // Every step's checkpoint was written by the workers where the supervisor looks.
+  const auto latest = ckpt::load_latest((absolute / "checkpoints").string());
+  REQUIRE(latest.checkpoint.has_value());
+  CHECK(latest.checkpoint->step() >= 2);
+  CHECK(!fs::exists(elsewhere / c.logging().run_dir()));
   for (const auto& w : run.workers) CHECK(exited_with(w, 0));
 }

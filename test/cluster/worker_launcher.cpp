@@ -17,11 +17,13 @@ extern char** environ;
 
 namespace troupe::testing {
 
-pid_t launch_process(const std::string& binary, const std::vector<std::string>& args, const std::string& log) {
+pid_t launch_process(const std::string& binary, const std::vector<std::string>& args, const std::string& log,
+                     const std::string& cwd) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());  // after opening `log`
   std::vector<std::string> all{binary};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;

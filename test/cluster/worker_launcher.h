@@ -11,9 +11,11 @@
 
 namespace troupe::testing {
 
-// Starts BINARY with `args` (argv[1..]), stdout and stderr appended to `log`.
-// Throws std::runtime_error when the process cannot be started.
-pid_t launch_process(const std::string& binary, const std::vector<std::string>& args, const std::string& log);
+// Starts BINARY with `args` (argv[1..]), stdout and stderr appended to `log`, in the
+// directory `cwd` ("" : this process's). Throws std::runtime_error when the process
+// cannot be started.
+pid_t launch_process(const std::string& binary, const std::vector<std::string>& args, const std::string& log,
+                     const std::string& cwd = "");
 
 // Waits for `pid` up to `timeout`; past it sends SIGCONT + SIGKILL and reaps it.
 // Returns the wait status; *killed tells whether it had to be killed.
