@@ -383,8 +383,13 @@ TEST_CASE("workers started in another directory resolve the config's relative pa
   const auto absolute = fs::path(c.logging().run_dir());
   c.mutable_logging()->set_run_dir(fs::relative(absolute).string());
   REQUIRE(fs::path(c.logging().run_dir()).is_relative());
-  const auto elsewhere = kRoot / "elsewhere" / "deeper";
+  // Deeper than this process's directory, so that the relative path read from there
+  // names another place.
+  auto elsewhere = kRoot / "elsewhere";
+  for ([[maybe_unused]] const auto& part : fs::current_path()) elsewhere /= "d";
   fs::create_directories(elsewhere);
+  const auto misread = (elsewhere / c.logging().run_dir()).lexically_normal();
+  REQUIRE(misread != absolute.lexically_normal());
   Config local = local_of(c);
   local.mutable_logging()->set_run_dir((kRoot / "relative-local").string());
   const auto want = run_local(local);
@@ -396,6 +401,6 @@ TEST_CASE("workers started in another directory resolve the config's relative pa
   const auto latest = ckpt::load_latest((absolute / "checkpoints").string());
   REQUIRE(latest.checkpoint.has_value());
   CHECK(latest.checkpoint->step() >= 2);
-  CHECK(!fs::exists(elsewhere / c.logging().run_dir()));
+  CHECK(!fs::exists(misread));
   for (const auto& w : run.workers) CHECK(exited_with(w, 0));
 }
