@@ -34,6 +34,9 @@ Config recovery_config(const LadderContext& ctx, const std::string& name, int up
   // One schedule for every run of this rung, however many updates it trains.
   c.mutable_lr_schedule()->set_decay_samples(int64_t(kUpdates) * c.batch().global_batch_size());
   c.mutable_checkpoint()->set_interval_steps(2);
+  // Committed before the next step, so the kill meets a complete checkpoint of step 2
+  // however busy the machine is (writers run at the lowest priority).
+  c.mutable_checkpoint()->set_max_lag_steps(0);
   c.mutable_checkpoint()->set_keep_last(10);
   c.mutable_checkpoint()->set_save_on_exit(true);
   c.mutable_supervision()->set_max_restarts(3);

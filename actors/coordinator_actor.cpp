@@ -174,7 +174,8 @@ void begin_save(Self* self, bool final) {
   }
   st.save = std::move(s);
   st.last_save_time = Clock::now();
-  const msg::SnapshotCommand cmd{st.save->step, st.save->commit->partial_dir()};
+  const msg::SnapshotCommand cmd{st.save->step, st.save->commit->partial_dir(),
+                                 engine::directory_identity(st.save->commit->partial_dir())};
   for (const auto& o : st.optimizers) self->send(o, cmd);
 }
 

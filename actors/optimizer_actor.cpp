@@ -21,6 +21,7 @@ struct OptimizerState {
   caf::actor coordinator, stage;
   std::optional<msg::GradShardReady> pending;  // this step's buffers, until the update
   float* stage_params = nullptr;               // the stage's flat parameters (for snapshots)
+  std::shared_ptr<const void> stage_owner;     // keeps stage_params alive (GradShardReady::owner)
 };
 
 using Self = caf::stateful_actor<OptimizerState>;
@@ -39,7 +40,7 @@ void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
     const auto range = st.shard->range();
     const auto n = size_t(range.end - range.begin);
     const auto& a = st.shard->adamw();
-    msg::ShardSnapshot snap{cmd.step, cmd.partial_dir, r.dp, r.pp, r.tp, range.begin, range.end,
+    msg::ShardSnapshot snap{cmd.step, cmd.partial_dir, cmd.partial_dir_id, r.dp, r.pp, r.tp, range.begin, range.end,
                             std::make_shared<const std::vector<float>>(st.stage_params + range.begin,
                                                                        st.stage_params + range.end),
                             std::make_shared<const std::vector<float>>(a.m(), a.m() + n),
@@ -88,6 +89,7 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
         maybe_fault(self, g.step, Fault::REDUCE);
         s.pending = g;
         s.stage_params = g.params;
+        s.stage_owner = g.owner;
         const auto& rk = s.args.rank;
         self->send(s.coordinator, msg::NormPartial{g.step, rk.dp, rk.pp, rk.tp, s.shard->norm_partial(g.grads)});
       },

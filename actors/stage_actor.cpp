@@ -28,7 +28,9 @@ struct StageState {
   StageArgs args;
   std::string path;
   engine::Topology topo;
-  std::unique_ptr<engine::StageWorker> worker;
+  // Shared with the messages that point into its buffers (msg::Activations::owner,
+  // msg::GradShardReady::owner): they outlive this actor when a restart stops it.
+  std::shared_ptr<engine::StageWorker> worker;
   std::vector<sched::PipelineOp> train_ops;
 
   caf::actor coordinator, optimizer, loader, next, prev;
@@ -120,16 +122,19 @@ void receive_via_comm(Self* self, msg::Activations& a, const std::shared_ptr<com
 // microbatch; each row is width() floats.
 int64_t activation_rows(const data::Microbatch& b) { return int64_t(b.batch) * b.seq; }
 
-msg::Activations handle(const float* data, const data::Microbatch& b, int64_t width, bool copy) {
+// `data` points into `stage`'s buffers; `copy` hands over a copy instead.
+msg::Activations handle(const std::shared_ptr<engine::StageWorker>& stage, const float* data,
+                        const data::Microbatch& b, bool copy) {
   msg::Activations a;
   a.rows = activation_rows(b);
-  a.cols = width;
+  a.cols = stage->width();
   if (copy) {
     auto owned = std::make_shared<std::vector<float>>(data, data + a.rows * a.cols);
     a.data = owned->data();
     a.owner = std::move(owned);
   } else {
     a.data = data;
+    a.owner = stage;
   }
   return a;
 }
@@ -160,7 +165,7 @@ void run_forward(Self* self, int32_t mb) {
     // Evaluation has no backward to pace the slots: hand over a copy.
     const bool copy = st.kind == StepKind::Eval;
     self->send(st.next, msg::ActivationsReady{st.step, st.kind, mb,
-                                              handle(st.worker->output(mb), *batch, st.worker->width(), copy)});
+                                              handle(st.worker, st.worker->output(mb), *batch, copy)});
   }
   if (st.worker->is_first() && st.kind == StepKind::Train && r.tp == 0)
     self->send(st.loader, credit_atom::value, st.step, mb);
@@ -183,7 +188,7 @@ void run_backward(Self* self, int32_t mb) {
                                                             st.worker->input_grad(mb), activation_rows(batch),
                                                             st.worker->width())});
     else
-      self->send(st.prev, msg::GradientsReady{st.step, mb, handle(st.worker->input_grad(mb), batch, st.worker->width(), false)});
+      self->send(st.prev, msg::GradientsReady{st.step, mb, handle(st.worker, st.worker->input_grad(mb), batch, false)});
   }
   st.batches.erase(key);
 }
@@ -201,7 +206,7 @@ void end_of_ops(Self* self) {
   const auto range = st.worker->reduce_gradients();
   st.waiting_for_update = true;
   self->send(st.optimizer, msg::GradShardReady{st.step, st.worker->model().grads(), st.worker->model().params(),
-                                               range.begin, range.end});
+                                               range.begin, range.end, st.worker});
 }
 
 // Runs every op whose inputs are here, in schedule order.
@@ -257,7 +262,7 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
   exit_on_exception(self, st.path);
   const auto& c = st.args.config;
   if (st.args.connect_comms) st.args.comms = st.args.connect_comms();
-  st.worker = std::make_unique<engine::StageWorker>(c, st.args.rank, st.args.comms);
+  st.worker = std::make_shared<engine::StageWorker>(c, st.args.rank, st.args.comms);
   if (st.args.resume) {
     engine::restore_stage(*st.args.resume, st.worker->model());
     st.last_finished_step = st.args.resume->step();

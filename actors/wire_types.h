@@ -257,7 +257,7 @@ typename Inspector::result_type inspect(Inspector& f, Heartbeat& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SnapshotCommand& x) {
-  return f(caf::meta::type_name("troupe::msg::SnapshotCommand"), x.step, x.partial_dir);
+  return f(caf::meta::type_name("troupe::msg::SnapshotCommand"), x.step, x.partial_dir, x.partial_dir_id);
 }
 
 template <class Inspector>

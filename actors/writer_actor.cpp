@@ -25,6 +25,8 @@ struct WriterState {
 
 using Self = caf::stateful_actor<WriterState>;
 
+bool given_up(const msg::ShardSnapshot& s) { return engine::directory_identity(s.partial_dir) != s.partial_dir_id; }
+
 caf::behavior writer_impl(Self* self, WriterArgs args) {
   auto& st = self->state;
   // Below the compute threads: a checkpoint is written in the background and must not
@@ -57,6 +59,13 @@ caf::behavior writer_impl(Self* self, WriterArgs args) {
             }
           }
         }
+        // A snapshot of a save the coordinator gave up meanwhile (its directory is gone,
+        // or was made anew for a later save of the same step): nothing waits for it.
+        if (given_up(s)) {
+          spdlog::warn("{}: checkpoint of step {} was given up before this shard was written; shard dropped", w.path,
+                       s.step);
+          return;
+        }
         auto report = [&](msg::ShardWritten done) {
           if (auto coordinator = w.args.directory->get(engine::coordinator_path()))
             self->send(coordinator, std::move(done));
@@ -79,6 +88,14 @@ caf::behavior writer_impl(Self* self, WriterArgs args) {
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                   int64_t(record.size_bytes())});
         } catch (const std::exception& e) {
+          // The coordinator gave this checkpoint up meanwhile (another writer failed)
+          // and removed its directory: nothing of it can be written or is waited for,
+          // and this writer is healthy.
+          if (given_up(s)) {
+            spdlog::warn("{}: checkpoint of step {} was given up while this shard was written; shard dropped",
+                         w.path, s.step);
+            return;
+          }
           // The checkpoint fails; this writer dies and its supervisor restarts it.
           report({s.step, s.dp, s.pp, s.tp, false, e.what(), {}, 0, 0});
           throw;

@@ -47,10 +47,26 @@ class Group {
                                 name_, q, desc_[q].op, desc_[q].in, desc_[q].out, desc_[q].root,
                                 desc_[0].op, desc_[0].in, desc_[0].out, desc_[0].root));
   }
-  // Phase 3: wait until every member is done reading the others' buffers.
+  // Phase 3: wait until every member is done with the others' buffers. Every member
+  // passed arrive(), so every member is in phase 2 and will come here: wait for all of
+  // them even when the group was aborted meanwhile. Leaving early would let a member's
+  // owner free buffers a peer is still reading or writing (all_reduce_sum writes into
+  // every member's output).
   void depart(int rank, const char* op) {
     std::unique_lock lock(mu_);
-    wait_all(lock, rank, op);
+    const uint64_t gen = generation_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else if (!cv_.wait_for(lock, timeout_, [&] { return generation_ != gen; })) {
+      const std::string why = fmt::format("{}: rank {} timed out after {} ms finishing {} ({} of {} members done)",
+                                          name_, rank, timeout_.count(), op, arrived_, size_);
+      if (aborted_.empty()) aborted_ = why;
+      cv_.notify_all();
+      throw CommError(why);
+    }
+    if (!aborted_.empty()) throw CommError(fmt::format("{}: aborted: {}", name_, aborted_));
   }
 
   const void* in(int q) const { return in_[q]; }

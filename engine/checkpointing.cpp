@@ -4,6 +4,8 @@
 #include <chrono>
 #include <filesystem>
 
+#include <sys/stat.h>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -111,6 +113,16 @@ void restore_shard(const ckpt::Checkpoint& ck, const model::ParameterRegistry& r
 bool writes_shard(const Config& c, const Rank& r) { return c.parallel().distributed_optimizer() || r.dp == 0; }
 
 std::string shard_file_name(const Rank& r) { return fmt::format("dp{}_pp{}_tp{}.shard", r.dp, r.pp, r.tp); }
+
+uint64_t directory_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+  // The inode alone: workers may mount a shared checkpoint directory under another
+  // device number. Should a new attempt's directory reuse the inode, the late writer
+  // writes the same bytes the new attempt's writer does (a replayed step is bitwise
+  // the original), through its own temporary name.
+  return uint64_t(st.st_ino);
+}
 
 ShardFile write_shard(const Config& c, const ShardState& s, const std::string& dir, const std::string& file,
                             const std::string& writer) {

@@ -83,6 +83,12 @@ ShardFile write_shard(const Config& c, const ShardState& s, const std::string& d
                             const std::string& file, const std::string& writer);
 std::string shard_file_name(const Rank& r);  // "dp0_pp1_tp0.shard"
 
+// Which directory a path names now (its inode), 0 when there is none. A save's
+// partial directory is recreated when the same step is saved again after a restart;
+// a writer still busy with the earlier attempt compares this to tell that its
+// checkpoint was given up.
+uint64_t directory_identity(const std::string& path);
+
 // The counters a manifest records.
 struct TrainingPosition {
   int64_t step = 0, consumed_samples = 0, successful_updates = 0, skipped_updates = 0;

@@ -53,15 +53,16 @@ struct MicrobatchReady {
 };
 
 // A float tensor passed by handle: rows x cols, row-major, at `data`. During
-// training `data` points into the sender's activation slot, which stays valid until
-// the receiver has consumed it (engine::activation_slots); `owner` is set when the
-// sender copied the values into a buffer of their own instead (evaluation, where no
-// backward paces the slots), and keeps it alive.
+// training `data` points into the sender's activation slot, whose values stay put
+// until the receiver has consumed them (engine::activation_slots); `owner` keeps the
+// memory itself alive: the sender's stage (so a stage stopped by a restart never frees
+// a slot its neighbour is still reading), or the copy the sender made instead
+// (evaluation, where no backward paces the slots).
 struct Activations {
   const float* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
-  std::shared_ptr<const std::vector<float>> owner;
+  std::shared_ptr<const void> owner;
   // Set when the sender lives in another process: the values went through the
   // pipeline-neighbour communicator (a Gloo send) and `data` is null until the
   // receiver has received them (rows x cols floats, before it runs the op).
@@ -108,13 +109,16 @@ struct ReplicaCounts {
 // (pointers to their first element). Elements [shard_begin, shard_end) of `grads`
 // hold the data-parallel sum this shard owns; the shard overwrites the same range of
 // `params` with the updated values. The stage does not touch either buffer until
-// ShardApplied arrives.
+// ShardApplied arrives. `owner` keeps both buffers alive while the shard holds the
+// message: a restart stops the stage and its shard in no particular order, and the
+// shard may still be writing the update when the stage has gone.
 struct GradShardReady {
   int64_t step = 0;
   const float* grads = nullptr;
   float* params = nullptr;
   int64_t shard_begin = 0;
   int64_t shard_end = 0;
+  std::shared_ptr<const void> owner;
 };
 
 // optimizer shard -> coordinator: sum of squares of the gradient elements this shard
@@ -173,6 +177,7 @@ namespace troupe::msg {
 struct SnapshotCommand {
   int64_t step = 0;
   std::string partial_dir;
+  uint64_t partial_dir_id = 0;  // engine::directory_identity(partial_dir) when the save began
 };
 
 // optimizer shard -> its writer: a copy of the shard's state at the step boundary
@@ -180,6 +185,7 @@ struct SnapshotCommand {
 struct ShardSnapshot {
   int64_t step = 0;
   std::string partial_dir;
+  uint64_t partial_dir_id = 0;  // as in SnapshotCommand: another value means the save was given up
   int32_t dp = 0, pp = 0, tp = 0;
   int64_t range_begin = 0, range_end = 0;
   std::shared_ptr<const std::vector<float>> params, exp_avg, exp_avg_sq;

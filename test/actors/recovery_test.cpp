@@ -54,6 +54,11 @@ Config base(const std::string& name, int steps = 6) {
   c.mutable_device()->set_threads(1);
   c.mutable_checkpoint()->set_interval_steps(2);
   c.mutable_checkpoint()->set_keep_last(10);
+  // Each checkpoint committed before the next step starts: the faults below are planned
+  // against complete checkpoints whatever the machine's load (the writers run at the
+  // lowest priority, so on a busy machine a write can trail by several steps and a
+  // group that fails meanwhile abandons it). The overlap itself: runtime_bench.
+  c.mutable_checkpoint()->set_max_lag_steps(0);
   c.mutable_supervision()->set_max_restarts(3);
   c.mutable_supervision()->set_step_watchdog_s(30);
   c.mutable_logging()->set_tensorboard(false);
