@@ -22,6 +22,9 @@ struct OptimizerState {
   std::optional<msg::GradShardReady> pending;  // this step's buffers, until the update
   float* stage_params = nullptr;               // the stage's flat parameters (for snapshots)
   std::shared_ptr<const void> stage_owner;     // keeps stage_params alive (GradShardReady::owner)
+  // The last snapshot's copies (weights, m, v), reused once the writer has let go of
+  // them: fresh 4 KiB pages cost a page fault each, which doubled the copy's time.
+  std::shared_ptr<std::vector<float>> snapshot[3];
 };
 
 using Self = caf::stateful_actor<OptimizerState>;
@@ -40,11 +43,15 @@ void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
     const auto range = st.shard->range();
     const auto n = size_t(range.end - range.begin);
     const auto& a = st.shard->adamw();
+    const float* sources[3] = {st.stage_params + range.begin, a.m(), a.v()};
+    for (int i = 0; i < 3; ++i) {
+      auto& copy = st.snapshot[i];
+      // use_count 1: the writer dropped its handle (it never takes one again).
+      if (!copy || copy.use_count() != 1) copy = std::make_shared<std::vector<float>>();
+      copy->assign(sources[i], sources[i] + n);
+    }
     msg::ShardSnapshot snap{cmd.step, cmd.partial_dir, cmd.partial_dir_id, r.dp, r.pp, r.tp, range.begin, range.end,
-                            std::make_shared<const std::vector<float>>(st.stage_params + range.begin,
-                                                                       st.stage_params + range.end),
-                            std::make_shared<const std::vector<float>>(a.m(), a.m() + n),
-                            std::make_shared<const std::vector<float>>(a.v(), a.v() + n)};
+                            st.snapshot[0], st.snapshot[1], st.snapshot[2]};
     auto writer = st.args.directory ? st.args.directory->get(engine::writer_path(r)) : caf::actor{};
     if (!writer) throw std::runtime_error(st.path + ": no checkpoint writer " + engine::writer_path(r));
     self->send(writer, std::move(snap));
