@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "acceptance/dataset.h"
+#include "acceptance/measure.h"
 #include "acceptance/rungs.h"
 #include "acceptance/small_config.h"
 #include "acceptance/tolerances.h"
@@ -239,7 +240,7 @@ Section boundary_masks(const LadderContext& ctx) {
     s.checks.push_back(check_eq("loss-bearing tokens of a window inside one long document", double(mb.loss_tokens),
                                 double(mb.seq)));
   }
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.seconds = seconds_since(t0);
   s.decide();
   return s;
 }

@@ -27,10 +27,6 @@ namespace {
 constexpr int kWarmup = 2;
 constexpr int kWindow = 4;
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 void measure_calendar(const Config& run_config, const Config& budget_config, Section& s) {
   const Config c = run_config;
   actors::RunOptions o;

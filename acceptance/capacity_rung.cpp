@@ -30,10 +30,6 @@ namespace {
 
 using metrics::format_bytes;
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // The CPU ledger's main state of one rank, equal split.
 double cpu_ledger_per_rank(const Config& c) {
   const double per = sched::params_per_gpu(c);

@@ -7,6 +7,7 @@
 #include <google/protobuf/text_format.h>
 
 #include "acceptance/dataset.h"
+#include "acceptance/measure.h"
 #include "acceptance/rungs.h"
 #include "acceptance/small_config.h"
 #include "acceptance/tolerances.h"
@@ -85,7 +86,7 @@ Report run_acceptance(const Config& config, const AcceptanceOptions& options) {
   add_all(cal, calendar(ctx));
   report.rungs.push_back(std::move(cal));
 
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report.seconds = seconds_since(t0);
   write_report(report, out.string());
   if (con) {
     std::fprintf(con, "\n");

@@ -18,6 +18,10 @@
 #include "kernels/cpu/cpu_device.h"
 
 namespace troupe::acceptance {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 namespace {
 
 int64_t status_field_kb(const char* key) {

@@ -3,6 +3,7 @@
 // each stage rank of a layout holds through one training step.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,6 +13,9 @@
 #include "metrics/step_record.h"
 
 namespace troupe::acceptance {
+
+// Seconds from `t0` to now (how long a section took).
+double seconds_since(std::chrono::steady_clock::time_point t0);
 
 // Throughput over the updates after `warmup`: non-padding input tokens of those
 // updates / the sum of their step times. Step time runs from a step's first

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "acceptance/measure.h"
 #include "acceptance/rungs.h"
 #include "acceptance/small_config.h"
 #include "acceptance/tolerances.h"
@@ -125,7 +126,7 @@ Section loss_normalization(const LadderContext& ctx) {
   }
   s.checks.push_back(check_le(fmt::format("gradients: worst tensor ({}) max |accumulated - one| / max |one|", worst_name),
                               worst, tol::kAccumGradRel));
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.seconds = seconds_since(t0);
   s.decide();
   return s;
 }

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "acceptance/measure.h"
 #include "acceptance/rungs.h"
 #include "acceptance/small_config.h"
 #include "acceptance/tolerances.h"
@@ -23,10 +24,6 @@
 
 namespace troupe::acceptance {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // One layout's run against the reference; fills the section's checks.
 void compare_layout(const Config& layout, Section& s) {

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "acceptance/measure.h"
 #include "acceptance/rungs.h"
 #include "acceptance/small_config.h"
 #include "actors/runtime.h"
@@ -24,10 +25,6 @@ namespace troupe::acceptance {
 namespace {
 
 constexpr int kUpdates = 6;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 Config recovery_config(const LadderContext& ctx, const std::string& name, int updates) {
   Config c = for_run(ctx.small, ctx.runs_root, name, updates);
