@@ -39,6 +39,8 @@ using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using finished_atom = caf::atom_constant<caf::atom("finished")>;
 // coordinator -> itself: check for Ctrl-C and the step watchdog.
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+// optimizer -> itself: hand a snapshot to its writer, which is being restarted.
+using deliver_atom = caf::atom_constant<caf::atom("deliver")>;
 
 }  // namespace troupe::actors
 

@@ -1,6 +1,10 @@
 #include "actors/optimizer_actor.h"
 
+#include <chrono>
 #include <optional>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "actors/message_types.h"
 #include "comm/communicator.h"
@@ -33,6 +37,36 @@ void maybe_fault(Self* self, int64_t step, Fault::Phase phase) {
   engine::check_fault(self->state.args.faults.get(), self->state.path, step, phase);
 }
 
+// A writer restarted alone is out of the directory between its death and its
+// successor's start (a few ms; longer on a loaded machine or a remote worker): a
+// snapshot meanwhile waits for it, looking every kWriterPoll, for at most the step
+// watchdog (a writer not back by then is lost: the checkpoint fails and the next one
+// retries).
+constexpr auto kWriterPoll = std::chrono::milliseconds(5);
+
+// Hands `snap` to this rank's writer, or looks again after kWriterPoll; `waited_ms`
+// is the time spent so far.
+void deliver_snapshot(Self* self, msg::ShardSnapshot snap, int64_t waited_ms) {
+  const std::chrono::milliseconds waited(waited_ms);
+  auto& st = self->state;
+  const auto path = engine::writer_path(st.args.rank);
+  const std::chrono::duration<double> limit(st.args.config.supervision().step_watchdog_s());
+  if (auto writer = st.args.directory ? st.args.directory->get(path) : caf::actor{}) {
+    if (waited_ms > 0)
+      spdlog::info("{}: checkpoint of step {}: {} is back after {} ms", st.path, snap.step, path, waited_ms);
+    self->send(writer, std::move(snap));
+  } else if (st.args.directory && waited < limit) {
+    self->delayed_send(self, kWriterPoll, deliver_atom::value, std::move(snap), (waited + kWriterPoll).count());
+  } else {
+    const auto& r = st.args.rank;
+    self->send(st.coordinator,
+               msg::ShardWritten{snap.step, r.dp, r.pp, r.tp, false,
+                                 fmt::format("{} is not running (waited {:.2f} s for its restart)", path,
+                                             std::chrono::duration<double>(waited).count()),
+                                 {}, 0, 0});
+  }
+}
+
 // Copies the shard's state for the checkpoint of `step` and hands it to its writer.
 void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
   auto& st = self->state;
@@ -50,11 +84,10 @@ void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
       if (!copy || copy.use_count() != 1) copy = std::make_shared<std::vector<float>>();
       copy->assign(sources[i], sources[i] + n);
     }
-    msg::ShardSnapshot snap{cmd.step, cmd.partial_dir, cmd.partial_dir_id, r.dp, r.pp, r.tp, range.begin, range.end,
-                            st.snapshot[0], st.snapshot[1], st.snapshot[2]};
-    auto writer = st.args.directory ? st.args.directory->get(engine::writer_path(r)) : caf::actor{};
-    if (!writer) throw std::runtime_error(st.path + ": no checkpoint writer " + engine::writer_path(r));
-    self->send(writer, std::move(snap));
+    deliver_snapshot(self,
+                     msg::ShardSnapshot{cmd.step, cmd.partial_dir, cmd.partial_dir_id, r.dp, r.pp, r.tp, range.begin,
+                                        range.end, st.snapshot[0], st.snapshot[1], st.snapshot[2]},
+                     0);
   }
   self->send(st.coordinator, msg::SnapshotTaken{cmd.step, r.dp, r.pp, r.tp});
 }
@@ -111,6 +144,9 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
         self->send(s.stage, msg::ShardApplied{u.step});
       },
       [self](const msg::SnapshotCommand& cmd) { take_snapshot(self, cmd); },
+      [self](deliver_atom, msg::ShardSnapshot& snap, int64_t waited_ms) {
+        deliver_snapshot(self, std::move(snap), waited_ms);
+      },
       [self](snapshot_atom) {
         auto& s = self->state;
         const auto& a = s.shard->adamw();

@@ -8,7 +8,9 @@
 // of squares give the same bits for any thread count).
 //
 // At a save step the coordinator asks for a copy of the shard (SnapshotCommand):
-// parameters of its range and both moments, handed to its checkpoint writer.
+// parameters of its range and both moments, handed to its checkpoint writer. A writer
+// being restarted (absent from the directory) is waited for up to the step watchdog;
+// past it the shard's write is reported failed (ShardWritten) and the next save retries.
 //
 // Messages in: wire_atom + Registry, GradShardReady, UpdateCommand, SnapshotCommand,
 // snapshot_atom (-> OptimSnapshot).

@@ -15,9 +15,13 @@
 #include <map>
 #include <set>
 
+#include "actors/message_types.h"
+#include "actors/optimizer_actor.h"
 #include "actors/runtime.h"
+#include "actors/supervision.h"
 #include "ckpt/reader.h"
 #include "engine/checkpointing.h"
+#include "engine/stage_worker.h"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -200,6 +204,73 @@ TEST_CASE("a failed checkpoint write is retried by the next checkpoint") {
   CHECK(r.failures[1].actor == "stage/dp0/pp0/tp0");
   const auto root = engine::checkpoint_root(c);
   CHECK(fs::exists(fs::path(root) / "step_00000006"));
+}
+
+TEST_CASE("a snapshot waits for its writer's restart; a writer that stays away fails only that checkpoint") {
+  // The optimizer actor alone, with this test standing in for its coordinator, stage
+  // and writer: the writer is absent from the directory (as between a writer's death
+  // and its successor's start) when the snapshot is taken.
+  Config c = base("writer-wait");
+  c.mutable_parallel()->set_data(1);
+  c.mutable_parallel()->set_pipeline(1);
+  c.mutable_supervision()->set_step_watchdog_s(0.3);  // how long a missing writer is waited for
+  const engine::Rank rank{0, 0, 0};
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor coordinator{sys}, stage{sys}, writer{sys};
+  auto directory = std::make_shared<actors::Directory>();
+  auto parent = sys.spawn([&](caf::event_based_actor* self) -> caf::behavior {
+    return {[=](actors::start_atom) {
+      return actors::spawn_optimizer(self, actors::OptimizerArgs{c, rank, nullptr, nullptr, directory});
+    }};
+  });
+  caf::actor optimizer;
+  coordinator->request(parent, caf::infinite, actors::start_atom::value)
+      .receive([&](caf::actor a) { optimizer = a; }, [&](caf::error& e) { FAIL(sys.render(e)); });
+  const actors::Registry peers{{engine::coordinator_path(), caf::actor_cast<caf::actor>(coordinator)},
+                               {engine::stage_path(rank), caf::actor_cast<caf::actor>(stage)}};
+  coordinator->request(optimizer, caf::infinite, actors::wire_atom::value, peers)
+      .receive([](actors::wired_atom) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
+  // One step's buffers (the optimizer copies the parameters of its range from here).
+  const auto total = engine::stage_registry(c, rank).total();
+  const auto n = static_cast<size_t>(total);
+  std::vector<float> params(n), grads(n, 0.5f);
+  for (size_t i = 0; i < params.size(); ++i) params[i] = float(i) * 1e-3f;
+  stage->send(optimizer, msg::GradShardReady{1, grads.data(), params.data(), 0, total, nullptr});
+  coordinator->receive([](const msg::NormPartial& n) { CHECK(n.step == 1); });
+
+  auto snapshot = [&](int64_t step) {
+    coordinator->send(optimizer, msg::SnapshotCommand{step, "unused", 0});
+    bool taken = false;
+    coordinator->receive([&](const msg::SnapshotTaken& t) { taken = t.step == step; },
+                         caf::after(std::chrono::seconds(10)) >> [] {});
+    CHECK(taken);  // training goes on while the shard waits for its writer
+  };
+  // The writer comes back 50 ms after the copy was taken: the shard reaches it.
+  snapshot(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  directory->put(engine::writer_path(rank), caf::actor_cast<caf::actor>(writer));
+  bool delivered = false;
+  writer->receive(
+      [&](const msg::ShardSnapshot& s) {
+        delivered = true;
+        CHECK(s.step == 2);
+        REQUIRE(s.params);
+        CHECK(*s.params == params);
+      },
+      caf::after(std::chrono::seconds(10)) >> [] {});
+  CHECK(delivered);
+  // A writer that stays away past the step watchdog: that checkpoint fails, the
+  // optimizer lives on.
+  directory->erase(engine::writer_path(rank), caf::actor_cast<caf::actor>(writer).address());
+  snapshot(4);
+  std::string error;
+  coordinator->receive([&](const msg::ShardWritten& w) { error = w.ok ? "ok" : w.error; },
+                       caf::after(std::chrono::seconds(10)) >> [] {});
+  CHECK(error == "writer/dp0/pp0/tp0 is not running (waited 0.30 s for its restart)");
+  snapshot(6);  // still alive and answering
+  coordinator->send_exit(optimizer, caf::exit_reason::user_shutdown);
+  coordinator->send_exit(parent, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("a damaged newest checkpoint is reported and the previous complete one is used") {
