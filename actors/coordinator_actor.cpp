@@ -5,6 +5,7 @@
 #include <cmath>
 #include <csignal>
 #include <optional>
+#include <random>
 #include <set>
 
 #include <fmt/format.h>
@@ -37,6 +38,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // The checkpoint being saved.
 struct SaveInFlight {
   int64_t step = 0;
+  uint64_t attempt = 0;  // unique per save (a restarted group saves the same step again)
   std::optional<ckpt::CheckpointCommit> commit;
   engine::TrainingPosition position;
   std::set<std::string> snapshots_missing;  // optimizer shards that have not copied yet
@@ -172,10 +174,13 @@ void begin_save(Self* self, bool final) {
     s.snapshots_missing.insert(engine::optim_path(r));
     if (engine::writes_shard(st.args.config, r)) s.shards_missing.insert(engine::writer_path(r));
   }
+  // Random, not counted: a restarted coordinator starts counting again.
+  s.attempt = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   st.save = std::move(s);
   st.last_save_time = Clock::now();
-  const msg::SnapshotCommand cmd{st.save->step, st.save->commit->partial_dir(),
-                                 engine::directory_identity(st.save->commit->partial_dir())};
+  const auto dir = engine::directory_identity(st.save->commit->partial_dir());
+  const msg::SnapshotCommand cmd{st.save->step, st.save->commit->partial_dir(), dir.inode, dir.generation,
+                                 st.save->attempt};
   for (const auto& o : st.optimizers) self->send(o, cmd);
 }
 
@@ -551,7 +556,7 @@ caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
       },
       [self](const msg::ShardWritten& w) {
         auto& s = self->state;
-        if (!s.save || s.save->step != w.step) return;  // a checkpoint already given up
+        if (!s.save || s.save->attempt != w.attempt) return;  // a checkpoint already given up
         if (!w.ok) {
           fail_save(self, fmt::format("{}: {}", engine::writer_path({w.dp, w.pp, w.tp}), w.error));
           return;

@@ -63,7 +63,7 @@ void deliver_snapshot(Self* self, msg::ShardSnapshot snap, int64_t waited_ms) {
                msg::ShardWritten{snap.step, r.dp, r.pp, r.tp, false,
                                  fmt::format("{} is not running (waited {:.2f} s for its restart)", path,
                                              std::chrono::duration<double>(waited).count()),
-                                 {}, 0, 0});
+                                 {}, 0, 0, snap.attempt});
   }
 }
 
@@ -85,8 +85,9 @@ void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
       copy->assign(sources[i], sources[i] + n);
     }
     deliver_snapshot(self,
-                     msg::ShardSnapshot{cmd.step, cmd.partial_dir, cmd.partial_dir_id, r.dp, r.pp, r.tp, range.begin,
-                                        range.end, st.snapshot[0], st.snapshot[1], st.snapshot[2]},
+                     msg::ShardSnapshot{cmd.step, cmd.partial_dir, cmd.partial_dir_inode, cmd.partial_dir_generation,
+                                        cmd.attempt, r.dp, r.pp, r.tp, range.begin, range.end, st.snapshot[0],
+                                        st.snapshot[1], st.snapshot[2]},
                      0);
   }
   self->send(st.coordinator, msg::SnapshotTaken{cmd.step, r.dp, r.pp, r.tp});

@@ -257,7 +257,8 @@ typename Inspector::result_type inspect(Inspector& f, Heartbeat& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SnapshotCommand& x) {
-  return f(caf::meta::type_name("troupe::msg::SnapshotCommand"), x.step, x.partial_dir, x.partial_dir_id);
+  return f(caf::meta::type_name("troupe::msg::SnapshotCommand"), x.step, x.partial_dir, x.partial_dir_inode,
+           x.partial_dir_generation, x.attempt);
 }
 
 template <class Inspector>
@@ -268,7 +269,7 @@ typename Inspector::result_type inspect(Inspector& f, SnapshotTaken& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShardWritten& x) {
   return f(caf::meta::type_name("troupe::msg::ShardWritten"), x.step, x.dp, x.pp, x.tp, x.ok, x.error, x.record,
-           x.seconds, x.bytes);
+           x.seconds, x.bytes, x.attempt);
 }
 
 }  // namespace troupe::msg

@@ -25,7 +25,9 @@ struct WriterState {
 
 using Self = caf::stateful_actor<WriterState>;
 
-bool given_up(const msg::ShardSnapshot& s) { return engine::directory_identity(s.partial_dir) != s.partial_dir_id; }
+bool given_up(const msg::ShardSnapshot& s) {
+  return !engine::same_directory({s.partial_dir_inode, s.partial_dir_generation}, engine::directory_identity(s.partial_dir));
+}
 
 caf::behavior writer_impl(Self* self, WriterArgs args) {
   auto& st = self->state;
@@ -50,7 +52,7 @@ caf::behavior writer_impl(Self* self, WriterArgs args) {
             if (f->kind() == Fault::CORRUPT_SHARD || f->kind() == Fault::TRUNCATE_SHARD) {
               damage = f;
             } else if (f->kind() == Fault::FAIL_WRITE) {
-              msg::ShardWritten failed{s.step, s.dp, s.pp, s.tp, false, "injected FAIL_WRITE", {}, 0, 0};
+              msg::ShardWritten failed{s.step, s.dp, s.pp, s.tp, false, "injected FAIL_WRITE", {}, 0, 0, s.attempt};
               if (auto coordinator = w.args.directory->get(engine::coordinator_path()))
                 self->send(coordinator, std::move(failed));
               engine::raise_fault(*f, w.path, s.step);
@@ -67,6 +69,7 @@ caf::behavior writer_impl(Self* self, WriterArgs args) {
           return;
         }
         auto report = [&](msg::ShardWritten done) {
+          done.attempt = s.attempt;
           if (auto coordinator = w.args.directory->get(engine::coordinator_path()))
             self->send(coordinator, std::move(done));
         };

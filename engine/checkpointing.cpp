@@ -4,7 +4,11 @@
 #include <chrono>
 #include <filesystem>
 
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -114,14 +118,25 @@ bool writes_shard(const Config& c, const Rank& r) { return c.parallel().distribu
 
 std::string shard_file_name(const Rank& r) { return fmt::format("dp{}_pp{}_tp{}.shard", r.dp, r.pp, r.tp); }
 
-uint64_t directory_identity(const std::string& path) {
+DirectoryIdentity directory_identity(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return {};
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
-  // The inode alone: workers may mount a shared checkpoint directory under another
-  // device number. Should a new attempt's directory reuse the inode, the late writer
-  // writes the same bytes the new attempt's writer does (a replayed step is bitwise
-  // the original), through its own temporary name.
-  return uint64_t(st.st_ino);
+  DirectoryIdentity id;
+  // No device number: workers may mount a shared checkpoint directory under another.
+  if (::fstat(fd, &st) == 0) id.inode = uint64_t(st.st_ino);
+  long generation = 0;  // the ioctl writes a long (the kernel's int-sized value, widened)
+  if (id.inode != 0 && ::ioctl(fd, FS_IOC_GETVERSION, &generation) == 0) id.generation = uint64_t(uint32_t(generation));
+  ::close(fd);
+  return id;
+}
+
+bool same_directory(const DirectoryIdentity& then, const DirectoryIdentity& now) {
+  if (then.inode == 0 || then.inode != now.inode) return false;
+  // Without generations a reused inode goes unseen: the late writer then writes the
+  // bytes the new attempt's writer writes (a replayed step is bitwise the original),
+  // through its own temporary name, and the coordinator ignores its report (attempt).
+  return then.generation == 0 || now.generation == 0 || then.generation == now.generation;
 }
 
 ShardFile write_shard(const Config& c, const ShardState& s, const std::string& dir, const std::string& file,

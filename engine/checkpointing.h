@@ -83,11 +83,19 @@ ShardFile write_shard(const Config& c, const ShardState& s, const std::string& d
                             const std::string& file, const std::string& writer);
 std::string shard_file_name(const Rank& r);  // "dp0_pp1_tp0.shard"
 
-// Which directory a path names now (its inode), 0 when there is none. A save's
-// partial directory is recreated when the same step is saved again after a restart;
-// a writer still busy with the earlier attempt compares this to tell that its
-// checkpoint was given up.
-uint64_t directory_identity(const std::string& path);
+// Which directory a path names now. A save's partial directory is recreated when the
+// same step is saved again after a restart, and ext4 hands the new one the old one's
+// inode at once: the inode's generation (random per allocation on ext4, xfs, btrfs)
+// tells them apart. A writer still busy with the earlier attempt compares identities
+// to tell that its checkpoint was given up.
+struct DirectoryIdentity {
+  uint64_t inode = 0;       // 0: no directory there
+  uint64_t generation = 0;  // 0: the file system does not say (NFS, some others)
+};
+DirectoryIdentity directory_identity(const std::string& path);
+// Whether `now` is the directory `then` named. Generations count only where both are
+// known: hosts sharing a checkpoint directory may differ in what they can see.
+bool same_directory(const DirectoryIdentity& then, const DirectoryIdentity& now);
 
 // The counters a manifest records.
 struct TrainingPosition {

@@ -177,7 +177,10 @@ namespace troupe::msg {
 struct SnapshotCommand {
   int64_t step = 0;
   std::string partial_dir;
-  uint64_t partial_dir_id = 0;  // engine::directory_identity(partial_dir) when the save began
+  // engine::directory_identity(partial_dir) when the save began (inode, generation)
+  uint64_t partial_dir_inode = 0;
+  uint64_t partial_dir_generation = 0;
+  uint64_t attempt = 0;  // this save's id, unique per save: reports of others are ignored
 };
 
 // optimizer shard -> its writer: a copy of the shard's state at the step boundary
@@ -185,7 +188,9 @@ struct SnapshotCommand {
 struct ShardSnapshot {
   int64_t step = 0;
   std::string partial_dir;
-  uint64_t partial_dir_id = 0;  // as in SnapshotCommand: another value means the save was given up
+  uint64_t partial_dir_inode = 0;  // as in SnapshotCommand: another directory means the save was given up
+  uint64_t partial_dir_generation = 0;
+  uint64_t attempt = 0;
   int32_t dp = 0, pp = 0, tp = 0;
   int64_t range_begin = 0, range_end = 0;
   std::shared_ptr<const std::vector<float>> params, exp_avg, exp_avg_sq;
@@ -207,6 +212,7 @@ struct ShardWritten {
   std::string record;  // a serialized ckpt::ShardFile (the manifest's entry)
   double seconds = 0;
   int64_t bytes = 0;
+  uint64_t attempt = 0;  // the SnapshotCommand's: a late report of a given-up save is ignored
 };
 
 }  // namespace troupe::msg

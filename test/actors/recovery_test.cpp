@@ -198,12 +198,35 @@ TEST_CASE("a failed checkpoint write is retried by the next checkpoint") {
   check_identical_to_clean(r);
   CHECK(r.restarts == 1);
   CHECK(r.recomputed_steps == 3);  // no checkpoint to resume from: steps 1-3 again
+  // Two failures under different supervisors: their order depends on the machine's load
+  // (the writer reports the failed write before it dies, at the lowest priority).
   REQUIRE(r.failures.size() == 2);
-  CHECK(r.failures[0].actor == "writer/dp0/pp0/tp0");
-  CHECK(r.failures[0].action == "restart alone");
-  CHECK(r.failures[1].actor == "stage/dp0/pp0/tp0");
+  std::map<std::string, std::string> action;
+  for (const auto& f : r.failures) action[f.actor] = f.action;
+  CHECK(action == std::map<std::string, std::string>{{"writer/dp0/pp0/tp0", "restart alone"},
+                                                     {"stage/dp0/pp0/tp0", "restart"}});
   const auto root = engine::checkpoint_root(c);
   CHECK(fs::exists(fs::path(root) / "step_00000006"));
+}
+
+TEST_CASE("a partial directory made anew is another directory, even where its inode is reused") {
+  const auto dir = fs::temp_directory_path() / "troupe-recovery-identity";
+  fs::remove_all(dir);
+  CHECK(engine::directory_identity(dir.string()).inode == 0);
+  fs::create_directory(dir);
+  const auto first = engine::directory_identity(dir.string());
+  CHECK(first.inode != 0);
+  CHECK(engine::same_directory(first, engine::directory_identity(dir.string())));
+  fs::remove(dir);
+  CHECK_FALSE(engine::same_directory(first, engine::directory_identity(dir.string())));
+  fs::create_directory(dir);
+  const auto second = engine::directory_identity(dir.string());
+  if (second.generation == 0) {
+    MESSAGE("this file system tells no inode generations: a reused inode cannot be told apart");
+  } else {
+    CHECK_FALSE(engine::same_directory(first, second));  // ext4 reuses the inode at once
+  }
+  fs::remove(dir);
 }
 
 TEST_CASE("a snapshot waits for its writer's restart; a writer that stays away fails only that checkpoint") {
@@ -240,7 +263,7 @@ TEST_CASE("a snapshot waits for its writer's restart; a writer that stays away f
   coordinator->receive([](const msg::NormPartial& n) { CHECK(n.step == 1); });
 
   auto snapshot = [&](int64_t step) {
-    coordinator->send(optimizer, msg::SnapshotCommand{step, "unused", 0});
+    coordinator->send(optimizer, msg::SnapshotCommand{step, "unused", 0, 0, uint64_t(step) * 1000});
     bool taken = false;
     coordinator->receive([&](const msg::SnapshotTaken& t) { taken = t.step == step; },
                          caf::after(std::chrono::seconds(10)) >> [] {});
@@ -265,9 +288,15 @@ TEST_CASE("a snapshot waits for its writer's restart; a writer that stays away f
   directory->erase(engine::writer_path(rank), caf::actor_cast<caf::actor>(writer).address());
   snapshot(4);
   std::string error;
-  coordinator->receive([&](const msg::ShardWritten& w) { error = w.ok ? "ok" : w.error; },
-                       caf::after(std::chrono::seconds(10)) >> [] {});
+  uint64_t attempt = 0;
+  coordinator->receive(
+      [&](const msg::ShardWritten& w) {
+        error = w.ok ? "ok" : w.error;
+        attempt = w.attempt;
+      },
+      caf::after(std::chrono::seconds(10)) >> [] {});
   CHECK(error == "writer/dp0/pp0/tp0 is not running (waited 0.30 s for its restart)");
+  CHECK(attempt == 4000);  // the save it fails (a later save of the same step ignores it)
   snapshot(6);  // still alive and answering
   coordinator->send_exit(optimizer, caf::exit_reason::user_shutdown);
   coordinator->send_exit(parent, caf::exit_reason::user_shutdown);
