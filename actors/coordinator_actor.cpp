@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <variant>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -72,6 +73,12 @@ struct CoordinatorState {
   int64_t evals_run = 0;
   int64_t last_eval_step = -1;
   std::vector<msg::ReplicaCounts> early_counts;  // loaders run ahead
+  // The newest training step whose RunStep went out. The next step is handed to the
+  // stages as soon as this one's update is decided (run_ahead): each starts it once
+  // its own part of the update is applied, without waiting for this actor to close
+  // the step. Reports of that step arriving before its ledger opens wait here.
+  int64_t issued_step = 0;
+  std::vector<std::variant<msg::LossReport, msg::NormPartial, msg::StageDone>> early_reports;
 
   // Checkpoints.
   std::optional<SaveInFlight> save;
@@ -91,6 +98,7 @@ struct CoordinatorState {
 using Self = caf::stateful_actor<CoordinatorState>;
 
 void next(Self* self);
+void progress(Self* self);
 void finish_run(Self* self, std::string status, std::string error = {});
 
 void to_metrics(Self* self, caf::message m) {
@@ -107,10 +115,11 @@ void check_fault(Self* self, int64_t step, Fault::Phase phase) {
 
 // ---- checkpoints -----------------------------------------------------------
 
-bool save_due(const CoordinatorState& st) {
+// Whether the checkpoint schedule asks for a save at the end of `step`.
+bool save_due(const CoordinatorState& st, int64_t step) {
   const auto& ck = st.args.config.checkpoint();
-  if (st.pos.step <= st.last_saved_step) return false;
-  if (ck.interval_steps() > 0 && st.pos.step % ck.interval_steps() == 0) return true;
+  if (step <= st.last_saved_step) return false;
+  if (ck.interval_steps() > 0 && step % ck.interval_steps() == 0) return true;
   return ck.interval_seconds() > 0 && seconds_since(st.last_save_time) >= ck.interval_seconds();
 }
 
@@ -206,8 +215,11 @@ void begin_train_step(Self* self) {
   st.decision.reset();
   st.lr = st.schedule->lr_for_update(st.pos.successful_updates);
   st.step_start = st.last_progress = Clock::now();
-  const msg::RunStep rs{step, StepKind::Train, st.pos.consumed_samples, st.microbatches};
-  for (const auto& s : st.stages) self->send(s, rs);
+  if (st.issued_step != step) {
+    st.issued_step = step;
+    const msg::RunStep rs{step, StepKind::Train, st.pos.consumed_samples, st.microbatches};
+    for (const auto& s : st.stages) self->send(s, rs);
+  }
   auto early = std::move(st.early_counts);
   st.early_counts.clear();
   for (auto& c : early) {
@@ -216,6 +228,40 @@ void begin_train_step(Self* self) {
     else if (c.step > step)
       st.early_counts.push_back(std::move(c));
   }
+  auto reports = std::move(st.early_reports);
+  st.early_reports.clear();
+  for (auto& r : reports) std::visit([&](auto& x) { st.ledger->add(x); }, r);
+  if (!reports.empty()) progress(self);
+}
+
+// Whether a report of a training step is for the step issued ahead, whose ledger is
+// not open yet (kept in early_reports until it is).
+bool ahead_of_ledger(const CoordinatorState& st, int64_t step) {
+  return step == st.issued_step &&
+         (!st.ledger || st.ledger->kind() != StepKind::Train || st.ledger->step() < step);
+}
+
+// Right after step n's update is decided: when nothing but step n+1 can follow n (no
+// evaluation, no checkpoint, no end, no stop asked, no checkpoint in flight that n+1
+// would have to wait for), its RunStep goes out now, and each stage starts it as soon
+// as its part of n's update is applied.
+void run_ahead(Self* self) {
+  auto& st = self->state;
+  const auto& ledger = *st.ledger;
+  const int64_t n = ledger.step();
+  const auto& t = st.args.config.training();
+  const bool eval_due = st.eval_microbatches > 0 &&
+                        ((t.eval_interval() > 0 && n % t.eval_interval() == 0) || n == st.total_steps);
+  const bool lagging =
+      st.save && n + 1 > st.save->step + std::max(0, st.args.config.checkpoint().max_lag_steps());
+  if (st.done || g_stop_signal.load() || n >= st.total_steps || eval_due || lagging || save_due(st, n) ||
+      st.issued_step != n)
+    return;
+  st.issued_step = n + 1;
+  st.args.book->step_decided(n);
+  const msg::RunStep rs{n + 1, StepKind::Train, st.pos.consumed_samples + st.args.config.batch().global_batch_size(),
+                        st.microbatches};
+  for (const auto& s : st.stages) self->send(s, rs);
 }
 
 // What comes after a finished training or evaluation step (or the start).
@@ -232,7 +278,9 @@ void next(Self* self) {
     }
     begin_save(self, /*final=*/true);
   };
-  if (int sig = g_stop_signal.load()) {
+  // Step n+1 already went out (run_ahead): it runs, whatever else is asked meanwhile.
+  const bool issued = st.issued_step == st.pos.step + 1;
+  if (int sig = g_stop_signal.load(); sig && !issued) {
     st.finish_status = "interrupted";
     st.finish_error = fmt::format("signal {}", sig);
     if (sig == SIGTERM && ck.save_on_exit() && st.pos.step > st.last_saved_step)
@@ -243,7 +291,9 @@ void next(Self* self) {
   }
   if (st.save_checked_step != st.pos.step) {
     st.save_checked_step = st.pos.step;
-    if (st.pos.step < st.total_steps && save_due(st)) {
+    // Not when step n+1 went out ahead: only a time-based save can fall due after that
+    // was decided, and it waits one step.
+    if (!issued && st.pos.step < st.total_steps && save_due(st, st.pos.step)) {
       if (st.save) {
         spdlog::warn("checkpoint of step {} skipped: step {} is still being written", st.pos.step, st.save->step);
       } else {
@@ -253,7 +303,7 @@ void next(Self* self) {
     }
   }
   const auto& t = st.args.config.training();
-  const bool eval_due = st.eval_microbatches > 0 && st.last_eval_step != st.pos.step &&
+  const bool eval_due = !issued && st.eval_microbatches > 0 && st.last_eval_step != st.pos.step &&
                         ((t.eval_interval() > 0 && st.pos.step % t.eval_interval() == 0) ||
                          st.pos.step == st.total_steps);
   if (eval_due) {
@@ -382,6 +432,7 @@ void progress(Self* self) {
     check_fault(self, ledger.step(), Fault::OPTIMIZER);
     const msg::UpdateCommand cmd{ledger.step(), st.lr, st.decision->factor, st.decision->skip};
     for (const auto& o : st.optimizers) self->send(o, cmd);
+    run_ahead(self);
   }
   if (!ledger.complete()) return;
   if (ledger.kind() == StepKind::Train) {
@@ -514,7 +565,9 @@ caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
         if (self->state.started) rejoin_loader(self, path, who, peers);
       },
       [self](const msg::LossReport& r) {
-        self->state.ledger->add(r);
+        auto& s = self->state;
+        if (r.kind == StepKind::Train && ahead_of_ledger(s, r.step)) return s.early_reports.push_back(r);
+        s.ledger->add(r);
         progress(self);
       },
       [self](msg::ReplicaCounts& r) {
@@ -532,11 +585,15 @@ caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
         progress(self);
       },
       [self](const msg::NormPartial& r) {
-        self->state.ledger->add(r);
+        auto& s = self->state;
+        if (ahead_of_ledger(s, r.step)) return s.early_reports.push_back(r);
+        s.ledger->add(r);
         progress(self);
       },
-      [self](const msg::StageDone& r) {
-        self->state.ledger->add(r);
+      [self](msg::StageDone& r) {
+        auto& s = self->state;
+        if (r.kind == StepKind::Train && ahead_of_ledger(s, r.step)) return s.early_reports.push_back(std::move(r));
+        s.ledger->add(r);
         progress(self);
       },
       [self](const msg::Heartbeat& h) {

@@ -4,8 +4,9 @@
 // partials, forms the global gradient norm, decides clip factor, skip and learning
 // rate (optim::decide, sched::LrSchedule: the schedule advances only on successful
 // updates; consumed samples advance always), sends UpdateCommand to every optimizer
-// shard, and once every stage has reported StageDone publishes the step's record to
-// the metrics actor. Every eval_interval steps (and at the end) it runs the
+// shard (and, when nothing else can follow, the next RunStep at once: stages start it
+// when their update is applied), and once every stage has reported StageDone
+// publishes the step's record to the metrics actor. Every eval_interval steps (and at the end) it runs the
 // validation set forward-only through the same pipeline.
 //
 // Checkpoints: at a save step (checkpoint.interval_steps / interval_seconds, the end

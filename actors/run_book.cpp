@@ -17,6 +17,11 @@ metrics::StepRecord RunBook::add_step(metrics::StepRecord r, std::vector<int64_t
   return r;
 }
 
+void RunBook::step_decided(int64_t step) {
+  std::lock_guard lock(mu_);
+  decided_step_ = std::max(decided_step_, step);
+}
+
 void RunBook::add_eval(const metrics::EvalRecord& e) {
   std::lock_guard lock(mu_);
   outcome_.evals.push_back(e);
@@ -31,6 +36,8 @@ void RunBook::failure(const metrics::FailureRecord& f, bool group_restart) {
 int64_t RunBook::resume_from(int64_t step) {
   std::lock_guard lock(mu_);
   // Keep the steps up to `step`; later ones belong to the abandoned timeline.
+  max_step_ = std::max(max_step_, decided_step_);
+  decided_step_ = 0;
   size_t keep = 0;
   while (keep < outcome_.steps.size() && outcome_.steps[keep].step <= step) ++keep;
   outcome_.steps.resize(keep);

@@ -22,6 +22,10 @@ class RunBook {
   metrics::StepRecord add_step(metrics::StepRecord r, std::vector<int64_t> samples,
                                std::vector<msg::StageTiming> timings = {});
   void add_eval(const metrics::EvalRecord& e);
+  // Step `step`'s update was decided and the next step went out before it closed
+  // (the coordinator runs ahead): should the group fail before `step` closes, its
+  // redo still counts as recomputed.
+  void step_decided(int64_t step);
 
   // A failure was seen (a supervisor's on_failure). One that restarts the training
   // group (`group_restart`) starts the recovery clock; a child restarted alone
@@ -59,7 +63,8 @@ class RunBook {
   using Clock = std::chrono::steady_clock;
   mutable std::mutex mu_;
   RunOutcome outcome_;
-  int64_t max_step_ = 0;
+  int64_t max_step_ = 0;      // the newest step finished by an earlier timeline, or this one
+  int64_t decided_step_ = 0;  // the newest step_decided of this timeline
   int64_t restarts_ = 0;
   int64_t recomputed_ = 0;
   std::vector<metrics::FailureRecord> failures_;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include <spdlog/spdlog.h>
@@ -37,6 +38,9 @@ struct StageState {
 
   // The step in progress.
   int64_t step = -1;
+  // The next step, when the coordinator handed it over before this one finished
+  // (it does so once an update is decided): started as soon as this one is done.
+  std::optional<msg::RunStep> queued;
   StepKind kind = StepKind::Train;
   std::vector<sched::PipelineOp> ops;
   size_t next_op = 0;
@@ -193,6 +197,8 @@ void run_backward(Self* self, int32_t mb) {
   st.batches.erase(key);
 }
 
+void start_queued(Self* self);
+
 // After the last op of a step: gradients to the optimizer (train), or done (eval).
 void end_of_ops(Self* self) {
   auto& st = self->state;
@@ -200,6 +206,7 @@ void end_of_ops(Self* self) {
   if (st.kind == StepKind::Eval) {
     self->send(st.coordinator, msg::StageDone{st.step, st.kind, r.dp, r.pp, r.tp, std::move(st.timing)});
     st.step = -1;
+    start_queued(self);
     return;
   }
   maybe_fault(self, Fault::REDUCE);
@@ -234,9 +241,14 @@ void advance(Self* self) {
 
 void start_step(Self* self, const msg::RunStep& rs) {
   auto& st = self->state;
-  if (st.step >= 0)
-    throw std::logic_error(st.path + ": step " + std::to_string(rs.step) + " started while step " +
-                           std::to_string(st.step) + " is still running");
+  if (st.step >= 0) {
+    if (st.queued)
+      throw std::logic_error(st.path + ": step " + std::to_string(rs.step) + " handed over while step " +
+                             std::to_string(st.step) + " runs and step " + std::to_string(st.queued->step) +
+                             " waits");
+    st.queued = rs;
+    return;
+  }
   st.step = rs.step;
   st.kind = rs.kind;
   st.next_op = 0;
@@ -252,6 +264,15 @@ void start_step(Self* self, const msg::RunStep& rs) {
     for (int32_t i = 0; i < rs.microbatches; ++i) st.ops.push_back({sched::OpKind::Forward, i});
   }
   advance(self);
+}
+
+// The step handed over while the previous one ran, if any.
+void start_queued(Self* self) {
+  auto& st = self->state;
+  if (!st.queued) return;
+  const auto rs = *st.queued;
+  st.queued.reset();
+  start_step(self, rs);
 }
 
 caf::behavior stage_impl(Self* self, StageArgs args) {
@@ -320,6 +341,7 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
         s.last_finished_step = s.step;
         s.step = -1;
         s.waiting_for_update = false;
+        start_queued(self);
       },
       [self](snapshot_atom) {
         auto& s = self->state;

@@ -4,7 +4,8 @@
 // needs have arrived: the microbatch from its loader, activations from the previous
 // stage (forward), gradients from the next stage (backward). After its last backward
 // it reduces gradients over its data-parallel group, hands its shard to its
-// optimizer actor, gathers the updated parameters and reports StageDone.
+// optimizer actor, gathers the updated parameters and reports StageDone. A RunStep
+// that arrives while a step runs (the coordinator runs ahead) starts right after it.
 //
 // Runs detached (its own thread): forward, backward and collectives block it, never
 // CAF's shared scheduler.

@@ -141,23 +141,32 @@ StepSplit plain_loop_step_times(const Config& c, const Options& o) {
 
 void overhead(const Options& o) {
   std::printf("## Runtime overhead: DP1 x PP1 through the actors vs the compute core in a plain loop\n\n");
-  std::printf("%d steps, first %d excluded, %d compute threads; medians\n\n", o.steps, o.warmup, o.threads);
-  std::printf("| config | plain loop (ms/step) | actors (ms/step) | actors / plain | forward + backward, plain / "
-              "actors (ms) | rest of the step, plain / actors (ms) |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("%d steps, first %d excluded, %d compute threads. The two alternate; each pair of neighbouring runs "
+              "gives a ratio of medians (the machine's speed drifts by more than the 5%% asked between runs, "
+              "much less within a pair). Times: each side's best median.\n\n",
+              o.steps, o.warmup, o.threads);
+  std::printf("| config | pairs | actors / plain, median of pairs (min - max) | plain loop (ms/step) | actors (ms/step) | "
+              "forward + backward, plain / actors (ms) | rest of the step, plain / actors (ms) |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const char* name : {"tiny", "small"}) {
     const Config c = model_config(name, o);
-    // Alternate the two, twice, and keep each one's better median (the machine is shared).
+    const int pairs = std::string(name) == "tiny" ? 10 : 2;  // a tiny run takes a second, a small one ten
     double plain = 1e30, actors = 1e30, plain_fb = 1e30, actors_fb = 1e30;
-    for (int rep = 0; rep < 2; ++rep) {
+    std::vector<double> ratios;
+    for (int rep = 0; rep < pairs; ++rep) {
       const auto p = plain_loop_step_times(c, o);
+      actors::RunResult r;
+      const double a = median(runtime_step_times(c, o, &r));
+      ratios.push_back(a / median(p.step));
       plain = std::min(plain, median(p.step));
       plain_fb = std::min(plain_fb, median(p.compute));
-      actors::RunResult r;
-      actors = std::min(actors, median(runtime_step_times(c, o, &r)));
+      actors = std::min(actors, a);
       actors_fb = std::min(actors_fb, median(stage_busy(r, o)));
     }
-    std::printf("| %s | %.2f | %.2f | %.3f | %.2f / %.2f | %.2f / %.2f |\n", name, plain * 1e3, actors * 1e3,
-                actors / plain, plain_fb * 1e3, actors_fb * 1e3, (plain - plain_fb) * 1e3, (actors - actors_fb) * 1e3);
+    std::printf("| %s | %d | %.3f (%.3f - %.3f) | %.2f | %.2f | %.2f / %.2f | %.2f / %.2f |\n", name, pairs,
+                median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+                *std::max_element(ratios.begin(), ratios.end()), plain * 1e3, actors * 1e3, plain_fb * 1e3,
+                actors_fb * 1e3, (plain - plain_fb) * 1e3, (actors - actors_fb) * 1e3);
   }
   std::printf("\n");
 }

@@ -13,7 +13,9 @@ void adamw_update(ThreadPool& pool, float* param, const float* grad, float* m, f
   const __m256 gs = _mm256_set1_ps(a.grad_scale), lr = _mm256_set1_ps(a.lr);
   const __m256 bc1 = _mm256_set1_ps(a.bias_correction1), bc2 = _mm256_set1_ps(a.bias_correction2);
   const __m256 eps = _mm256_set1_ps(a.eps), decay = _mm256_set1_ps(1.0f - a.lr * a.weight_decay);
-  pool.parallel_for(n, 16384, [&](int64_t lo, int64_t hi) {
+  // At least 64Ki elements a thread: waking a sleeping worker costs tens of
+  // microseconds, as much as updating some 30Ki elements.
+  pool.parallel_for(n, 65536, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; i += 8) {
       const int64_t k = hi - i;
       const __m256 g = _mm256_mul_ps(load_partial(grad + i, k), gs);
@@ -54,7 +56,7 @@ double sum_squares(ThreadPool& pool, Scratch& scratch, const float* x, int64_t n
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
   if (scratch.partials.size() < size_t(blocks)) scratch.partials.resize(size_t(blocks));
   double* part = scratch.partials.data();
-  pool.parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
+  pool.parallel_for(blocks, 2, [&](int64_t b, int64_t e) {  // 128Ki elements a thread at least
     for (int64_t i = b; i < e; ++i) part[i] = block_sum_squares(x + i * kSumBlock, std::min(kSumBlock, n - i * kSumBlock));
   });
   double total = 0;

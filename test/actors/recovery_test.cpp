@@ -127,7 +127,9 @@ struct Case {
   int64_t group_restarts;  // restarts of the training group the spec promises
   int64_t recomputed;      // steps done twice
   // Most steps done twice: the coordinator commits a checkpoint when the last shard
-  // is written, which may be after the next step finished.
+  // is written, which may be after the next step finished. (A step counts as done
+  // once its update is decided and the next one has gone out: the coordinator runs
+  // ahead, and a fault in the next step may come before it closed this one.)
   int64_t recomputed_max = -1;
 };
 
