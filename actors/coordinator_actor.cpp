@@ -242,9 +242,12 @@ bool ahead_of_ledger(const CoordinatorState& st, int64_t step) {
 }
 
 // Right after step n's update is decided: when nothing but step n+1 can follow n (no
-// evaluation, no checkpoint, no end, no stop asked, no checkpoint in flight that n+1
-// would have to wait for), its RunStep goes out now, and each stage starts it as soon
-// as its part of n's update is applied.
+// evaluation, no end, no stop asked, no checkpoint in flight that n+1 would have to
+// wait for), its RunStep goes out now, and each stage starts it as soon as its part of
+// n's update is applied. A checkpoint of step n does not hold n+1 back unless
+// max_lag_steps is 0: its copies are taken while n+1's forward and backward run (they
+// only read the parameters), and before n+1's update, which waits for n+1's ledger
+// (SnapshotCommand and UpdateCommand reach each shard in the order they were sent).
 void run_ahead(Self* self) {
   auto& st = self->state;
   const auto& ledger = *st.ledger;
@@ -252,10 +255,10 @@ void run_ahead(Self* self) {
   const auto& t = st.args.config.training();
   const bool eval_due = st.eval_microbatches > 0 &&
                         ((t.eval_interval() > 0 && n % t.eval_interval() == 0) || n == st.total_steps);
-  const bool lagging =
-      st.save && n + 1 > st.save->step + std::max(0, st.args.config.checkpoint().max_lag_steps());
-  if (st.done || g_stop_signal.load() || n >= st.total_steps || eval_due || lagging || save_due(st, n) ||
-      st.issued_step != n)
+  const int lag = std::max(0, st.args.config.checkpoint().max_lag_steps());
+  const bool lagging = st.save && n + 1 > st.save->step + lag;
+  if (st.done || g_stop_signal.load() || n >= st.total_steps || eval_due || lagging ||
+      (lag == 0 && save_due(st, n)) || st.issued_step != n)
     return;
   st.issued_step = n + 1;
   st.args.book->step_decided(n);
@@ -291,9 +294,10 @@ void next(Self* self) {
   }
   if (st.save_checked_step != st.pos.step) {
     st.save_checked_step = st.pos.step;
-    // Not when step n+1 went out ahead: only a time-based save can fall due after that
-    // was decided, and it waits one step.
-    if (!issued && st.pos.step < st.total_steps && save_due(st, st.pos.step)) {
+    // With max_lag_steps 0 no save may start once step n+1 went out ahead: only a
+    // time-based one can fall due after that was decided, and it waits one step.
+    const bool may_save = !issued || ck.max_lag_steps() > 0;
+    if (may_save && st.pos.step < st.total_steps && save_due(st, st.pos.step)) {
       if (st.save) {
         spdlog::warn("checkpoint of step {} skipped: step {} is still being written", st.pos.step, st.save->step);
       } else {
