@@ -41,6 +41,8 @@ struct StageState {
   // The next step, when the coordinator handed it over before this one finished
   // (it does so once an update is decided): started as soon as this one is done.
   std::optional<msg::RunStep> queued;
+  Clock::time_point last_beat{};  // the last Heartbeat sent
+  Clock::duration beat_period{};
   StepKind kind = StepKind::Train;
   std::vector<sched::PipelineOp> ops;
   size_t next_op = 0;
@@ -234,7 +236,12 @@ void advance(Self* self) {
     st.timing.backward.push_back(op.kind == sched::OpKind::Backward);
     st.timing.compute_s += since(t0, t1);
     st.idle_since = t1;
-    self->send(st.coordinator, msg::Heartbeat{st.path, st.step});
+    // At most one beat per supervision.heartbeat_interval_s: each wakes the
+    // coordinator's thread, which on a busy machine preempts a compute thread.
+    if (t1 - st.last_beat >= st.beat_period) {
+      st.last_beat = t1;
+      self->send(st.coordinator, msg::Heartbeat{st.path, st.step});
+    }
   }
   if (st.next_op == st.ops.size()) end_of_ops(self);
 }
@@ -284,6 +291,8 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
   const auto& c = st.args.config;
   if (st.args.connect_comms) st.args.comms = st.args.connect_comms();
   st.worker = std::make_shared<engine::StageWorker>(c, st.args.rank, st.args.comms);
+  st.beat_period = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(c.supervision().heartbeat_interval_s()));
   if (st.args.resume) {
     engine::restore_stage(*st.args.resume, st.worker->model());
     st.last_finished_step = st.args.resume->step();

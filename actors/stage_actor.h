@@ -10,8 +10,9 @@
 // Runs detached (its own thread): forward, backward and collectives block it, never
 // CAF's shared scheduler.
 //
-// After every op it sends the coordinator a Heartbeat: the step watchdog names a
-// stage whose beats stopped.
+// After an op it sends the coordinator a Heartbeat (at most one per
+// supervision.heartbeat_interval_s): the step watchdog names a stage whose beats
+// stopped.
 //
 // Neighbours in another process (cluster mode): the output of a forward (or the
 // input gradient of a backward) goes to the neighbour through the pipeline-neighbour
