@@ -234,6 +234,19 @@ void begin_train_step(Self* self) {
   if (!reports.empty()) progress(self);
 }
 
+// Whether the validation set runs after `step` (every eval_interval steps, and at the end).
+bool eval_due(const CoordinatorState& st, int64_t step) {
+  const auto& t = st.args.config.training();
+  return st.eval_microbatches > 0 &&
+         ((t.eval_interval() > 0 && step % t.eval_interval() == 0) || step == st.total_steps);
+}
+
+// Whether `step` must wait for the checkpoint in flight (it may lag by at most
+// max_lag_steps).
+bool held_by_save(const CoordinatorState& st, int64_t step) {
+  return st.save && step > st.save->step + std::max(0, st.args.config.checkpoint().max_lag_steps());
+}
+
 // Whether a report of a training step is for the step issued ahead, whose ledger is
 // not open yet (kept in early_reports until it is).
 bool ahead_of_ledger(const CoordinatorState& st, int64_t step) {
@@ -252,13 +265,9 @@ void run_ahead(Self* self) {
   auto& st = self->state;
   const auto& ledger = *st.ledger;
   const int64_t n = ledger.step();
-  const auto& t = st.args.config.training();
-  const bool eval_due = st.eval_microbatches > 0 &&
-                        ((t.eval_interval() > 0 && n % t.eval_interval() == 0) || n == st.total_steps);
-  const int lag = std::max(0, st.args.config.checkpoint().max_lag_steps());
-  const bool lagging = st.save && n + 1 > st.save->step + lag;
-  if (st.done || g_stop_signal.load() || n >= st.total_steps || eval_due || lagging ||
-      (lag == 0 && save_due(st, n)) || st.issued_step != n)
+  const bool no_lag = st.args.config.checkpoint().max_lag_steps() <= 0;
+  if (st.done || g_stop_signal.load() || n >= st.total_steps || eval_due(st, n) || held_by_save(st, n + 1) ||
+      (no_lag && save_due(st, n)) || st.issued_step != n)
     return;
   st.issued_step = n + 1;
   st.args.book->step_decided(n);
@@ -306,17 +315,12 @@ void next(Self* self) {
       }
     }
   }
-  const auto& t = st.args.config.training();
-  const bool eval_due = !issued && st.eval_microbatches > 0 && st.last_eval_step != st.pos.step &&
-                        ((t.eval_interval() > 0 && st.pos.step % t.eval_interval() == 0) ||
-                         st.pos.step == st.total_steps);
-  if (eval_due) {
+  if (!issued && st.last_eval_step != st.pos.step && eval_due(st, st.pos.step)) {
     begin_eval(self);
     return;
   }
   if (st.pos.step < st.total_steps) {
-    // A checkpoint still being written may lag by at most max_lag_steps.
-    if (st.save && st.pos.step + 1 > st.save->step + std::max(0, ck.max_lag_steps())) {
+    if (held_by_save(st, st.pos.step + 1)) {
       st.waiting_for_save = true;
       return;
     }

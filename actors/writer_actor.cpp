@@ -45,6 +45,11 @@ caf::behavior writer_impl(Self* self, WriterArgs args) {
         // Faults: KILL/THROW on receipt (phase OPTIMIZER: the copy just arrived), or
         // during the write (phase CHECKPOINT_WRITE); FAIL_WRITE fails the write;
         // CORRUPT_SHARD / TRUNCATE_SHARD damage the file after it is written.
+        auto report = [&](msg::ShardWritten done) {
+          done.attempt = s.attempt;
+          if (auto coordinator = w.args.directory->get(engine::coordinator_path()))
+            self->send(coordinator, std::move(done));
+        };
         std::optional<Fault> damage;
         if (faults && faults->targets(w.path)) {
           if (auto f = faults->take(w.path, s.step, Fault::OPTIMIZER)) engine::raise_fault(*f, w.path, s.step);
@@ -52,9 +57,7 @@ caf::behavior writer_impl(Self* self, WriterArgs args) {
             if (f->kind() == Fault::CORRUPT_SHARD || f->kind() == Fault::TRUNCATE_SHARD) {
               damage = f;
             } else if (f->kind() == Fault::FAIL_WRITE) {
-              msg::ShardWritten failed{s.step, s.dp, s.pp, s.tp, false, "injected FAIL_WRITE", {}, 0, 0, s.attempt};
-              if (auto coordinator = w.args.directory->get(engine::coordinator_path()))
-                self->send(coordinator, std::move(failed));
+              report({s.step, s.dp, s.pp, s.tp, false, "injected FAIL_WRITE", {}, 0, 0});
               engine::raise_fault(*f, w.path, s.step);
             } else {
               engine::raise_fault(*f, w.path, s.step);
@@ -68,11 +71,6 @@ caf::behavior writer_impl(Self* self, WriterArgs args) {
                        s.step);
           return;
         }
-        auto report = [&](msg::ShardWritten done) {
-          done.attempt = s.attempt;
-          if (auto coordinator = w.args.directory->get(engine::coordinator_path()))
-            self->send(coordinator, std::move(done));
-        };
         engine::ShardState state{{s.dp, s.pp, s.tp}, {s.range_begin, s.range_end}, *s.params, *s.exp_avg,
                                  *s.exp_avg_sq};
         const auto file = engine::shard_file_name(state.rank);
