@@ -23,6 +23,7 @@
 #include "actors/worker_process.h"
 #include "ckpt/reader.h"
 #include "engine/checkpointing.h"
+#include "test/actors/parity_check.h"
 #include "test/cluster/worker_launcher.h"
 
 using namespace troupe;
@@ -92,16 +93,6 @@ Config local_of(Config c) {
   c.mutable_logging()->set_run_dir(c.logging().run_dir() + "-local");
   c.clear_faults();
   return c;
-}
-
-actors::RunResult run_local(const Config& c) {
-  actors::RunOptions o;
-  o.console = false;
-  o.collect_state = true;
-  o.timeout = std::chrono::seconds(120);
-  auto r = actors::run_training(c, o);
-  REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
-  return r;
 }
 
 struct Worker {
@@ -187,7 +178,7 @@ void check_same_steps(const actors::RunResult& got, const actors::RunResult& wan
 }
 
 void check_parity(const Config& c, int workers) {
-  const auto want = run_local(local_of(c));
+  const auto want = testing::run(local_of(c));
   const auto run = run_cluster(c, workers);
   INFO(run.logs());
   REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
@@ -230,7 +221,7 @@ TEST_CASE("a SIGKILLed worker is replaced by the spare; the run finishes bitwise
   c.mutable_checkpoint()->set_interval_steps(1);
   // The worker hosting replica 1 kills itself (SIGKILL) in the backward of step 2.
   *c.mutable_faults()->add_fault() = fault("stage/dp1/pp0/tp0", 2, Fault::BACKWARD, Fault::KILL_PROCESS);
-  const auto want = run_local(local_of(c));
+  const auto want = testing::run(local_of(c));
   const auto run = run_cluster(c, 3);
   INFO(run.logs());
   REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
@@ -264,7 +255,7 @@ TEST_CASE("a hung worker (SIGSTOP) is found by the heartbeat and replaced") {
   // A collective would time out only after 91 s and the step watchdog after 60 s: a
   // recovery well before either is the heartbeat's doing.
   c.mutable_supervision()->set_step_watchdog_s(60);
-  const auto want = run_local(local_of(c));
+  const auto want = testing::run(local_of(c));
   // The stopped process never ends by itself: reaped (killed) after 3 s.
   const auto run = run_cluster(c, 3, true, nullptr, std::chrono::seconds(3));
   INFO(run.logs());
@@ -344,7 +335,7 @@ TEST_CASE("workers with a wrong secret, protocol version or config are refused a
 
 TEST_CASE("TLS (CAF's OpenSSL module, anonymous): workers join and train bitwise; a plain worker cannot connect") {
   Config c = tiny("tls", 2, 1, 2);
-  const auto want = run_local(local_of(c));
+  const auto want = testing::run(local_of(c));
   Worker plain;
   const auto run = run_cluster(
       c, 2, true,
@@ -392,7 +383,7 @@ TEST_CASE("workers started in another directory resolve the config's relative pa
   REQUIRE(misread != absolute.lexically_normal());
   Config local = local_of(c);
   local.mutable_logging()->set_run_dir((kRoot / "relative-local").string());
-  const auto want = run_local(local);
+  const auto want = testing::run(local);
   const auto run = run_cluster(c, 2, true, nullptr, std::chrono::seconds(20), false, elsewhere.string());
   INFO(run.logs());
   REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
