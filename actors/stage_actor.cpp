@@ -56,6 +56,15 @@ struct StageState {
   int64_t last_finished_step = 0;
   std::vector<bool> forwarded;  // this step's microbatches whose forward has run
 
+  // Bookkeeping a training step owes others but nobody needs before its last op: the
+  // last stage's loss reports and the credit of the step's last forward. Held until the
+  // gradients go to the optimizer, because on a machine whose cores all compute, each
+  // message wakes a thread that preempts a compute thread (one delayed participant
+  // delays the whole op); after the last op the compute threads are idle.
+  std::vector<msg::LossReport> held_losses;
+  std::optional<int32_t> held_credit;
+  int32_t last_forward = -1;  // the microbatch of this step's last forward op
+
   std::map<Key, std::shared_ptr<const data::Microbatch>> batches;
   std::map<Key, msg::Activations> inputs;
   std::map<Key, msg::Activations> grads;
@@ -159,9 +168,14 @@ void run_forward(Self* self, int32_t mb) {
   if (st.worker->is_last()) {
     // Every tensor-parallel rank of the last stage computes the same loss (the
     // vocab-parallel cross-entropy combines its pieces): rank 0 reports it.
-    if (r.tp == 0)
-      self->send(st.coordinator, msg::LossReport{st.step, st.kind, r.dp, mb, loss.loss_sum, loss.loss_tokens,
-                                                 std::isfinite(loss.loss_sum)});
+    if (r.tp == 0) {
+      msg::LossReport report{st.step, st.kind, r.dp, mb, loss.loss_sum, loss.loss_tokens,
+                             std::isfinite(loss.loss_sum)};
+      if (st.kind == StepKind::Train)
+        st.held_losses.push_back(std::move(report));
+      else
+        self->send(st.coordinator, std::move(report));
+    }
   } else if (in_other_process(self, st.next)) {
     const auto out = send_via_comm(self, st.args.comms.pipeline_next, 1,
                                    st.kind == StepKind::Eval ? kEvalTag : kForwardTag, st.worker->output(mb),
@@ -173,8 +187,14 @@ void run_forward(Self* self, int32_t mb) {
     self->send(st.next, msg::ActivationsReady{st.step, st.kind, mb,
                                               handle(st.worker, st.worker->output(mb), *batch, copy)});
   }
-  if (st.worker->is_first() && st.kind == StepKind::Train && r.tp == 0)
-    self->send(st.loader, credit_atom::value, st.step, mb);
+  if (st.worker->is_first() && st.kind == StepKind::Train && r.tp == 0) {
+    // The loader's next microbatch after the last forward belongs to the next step,
+    // which starts only after this one's update: its credit can wait (held_credit).
+    if (mb == st.last_forward)
+      st.held_credit = mb;
+    else
+      self->send(st.loader, credit_atom::value, st.step, mb);
+  }
   if (st.kind == StepKind::Eval) st.batches.erase(key);
 }
 
@@ -216,6 +236,10 @@ void end_of_ops(Self* self) {
   st.waiting_for_update = true;
   self->send(st.optimizer, msg::GradShardReady{st.step, st.worker->model().grads(), st.worker->model().params(),
                                                range.begin, range.end, st.worker});
+  for (auto& report : st.held_losses) self->send(st.coordinator, std::move(report));
+  st.held_losses.clear();
+  if (st.held_credit) self->send(st.loader, credit_atom::value, st.step, *st.held_credit);
+  st.held_credit.reset();
 }
 
 // Runs every op whose inputs are here, in schedule order.
@@ -265,6 +289,9 @@ void start_step(Self* self, const msg::RunStep& rs) {
   if (rs.kind == StepKind::Train) {
     st.ops = st.train_ops;
     st.forwarded.assign(size_t(rs.microbatches), false);
+    st.last_forward = -1;
+    for (const auto& op : st.ops)
+      if (op.kind == sched::OpKind::Forward) st.last_forward = op.microbatch;
     st.worker->begin_step();
   } else {
     st.ops.clear();
