@@ -11,7 +11,7 @@
 #include "engine/checkpointing.h"
 #include "engine/optimizer_shard.h"
 #include "engine/stage_worker.h"
-#include "kernels/cpu/cpu_device.h"
+#include "engine/rank_device.h"
 
 namespace troupe::actors {
 namespace {
@@ -19,7 +19,7 @@ namespace {
 struct OptimizerState {
   OptimizerArgs args;
   std::string path;
-  std::unique_ptr<kernels::cpu::CpuDevice> device;
+  std::shared_ptr<kernels::Device> device;  // usually shared with the stage (engine/rank_device.h)
   std::unique_ptr<model::ParameterRegistry> registry;
   std::unique_ptr<engine::OptimizerShard> shard;
   caf::actor coordinator, stage;
@@ -101,7 +101,7 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
   const auto& c = st.args.config;
   const auto& r = st.args.rank;
   const int dp = c.parallel().data();
-  st.device = std::make_unique<kernels::cpu::CpuDevice>(engine::threads_per_stage(c));
+  st.device = st.args.device ? st.args.device : engine::make_rank_device(c, r);
   // The same registry (layer range and tensor-parallel slice) as the rank's stage.
   st.registry = std::make_unique<model::ParameterRegistry>(engine::stage_registry(c, r));
   // The flat range this rank owns; must match engine::StageWorker::shard_range.

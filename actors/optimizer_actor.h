@@ -4,8 +4,9 @@
 // NormPartial to the coordinator -> UpdateCommand from the coordinator -> AdamW on
 // its range (unless skipped) -> ShardApplied to its stage.
 //
-// Runs detached: the update is compute. It has its own CPU device (AdamW and the sum
-// of squares give the same bits for any thread count).
+// Runs detached: the update is compute. It computes on its stage's device (the rank
+// device, engine/rank_device.h: the two never compute at once), or on one of its own
+// when spawned alone; AdamW and the sum of squares give the same bits either way.
 //
 // At a save step the coordinator asks for a copy of the shard (SnapshotCommand):
 // parameters of its range and both moments, handed to its checkpoint writer. A writer
@@ -24,6 +25,7 @@
 #include "ckpt/reader.h"
 #include "engine/faults.h"
 #include "engine/topology.h"
+#include "kernels/device.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {
@@ -34,6 +36,8 @@ struct OptimizerArgs {
   std::shared_ptr<engine::FaultPlan> faults;
   std::shared_ptr<const ckpt::Checkpoint> resume;  // moments and step counter from here
   std::shared_ptr<Directory> directory;             // finds its checkpoint writer
+  // The rank's device, shared with its stage (null: one of its own).
+  std::shared_ptr<kernels::Device> device;
 };
 
 caf::actor spawn_optimizer(caf::event_based_actor* parent, OptimizerArgs args);

@@ -13,6 +13,7 @@
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
 #include "engine/placement.h"
+#include "engine/rank_device.h"
 #include "engine/topology.h"
 #include "metrics/run_dir.h"
 #include "model/param_registry.h"
@@ -114,6 +115,7 @@ void print_startup(const Config& c, const std::string& source) {
 }
 
 RunResult run_training(const Config& c, const RunOptions& options) {
+  engine::check_runtime_device(c);
   // Data first: preparing the default corpus or building a sample index happens
   // here, once, not inside an actor.
   data::BatchSource::open(c, data::Split::Train);

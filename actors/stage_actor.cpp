@@ -317,7 +317,7 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
   exit_on_exception(self, st.path);
   const auto& c = st.args.config;
   if (st.args.connect_comms) st.args.comms = st.args.connect_comms();
-  st.worker = std::make_shared<engine::StageWorker>(c, st.args.rank, st.args.comms);
+  st.worker = std::make_shared<engine::StageWorker>(c, st.args.rank, st.args.comms, st.args.device);
   st.beat_period = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(c.supervision().heartbeat_interval_s()));
   if (st.args.resume) {

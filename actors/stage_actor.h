@@ -33,6 +33,7 @@
 #include "ckpt/reader.h"
 #include "engine/faults.h"
 #include "engine/topology.h"
+#include "kernels/device.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {
@@ -47,6 +48,8 @@ struct StageArgs {
   // Cluster mode: connects this rank's communicators (blocking, on the stage's own
   // thread as it starts) instead of using `comms`.
   std::function<engine::RankComms()> connect_comms;
+  // The rank's device, shared with its optimizer shard (null: one of its own).
+  std::shared_ptr<kernels::Device> device;
 };
 
 caf::actor spawn_stage(caf::event_based_actor* parent, StageArgs args);

@@ -13,6 +13,7 @@
 #include "actors/optimizer_actor.h"
 #include "actors/stage_actor.h"
 #include "actors/writer_actor.h"
+#include "engine/rank_device.h"
 #include "engine/topology.h"
 
 namespace troupe::actors {
@@ -115,23 +116,26 @@ SupervisorSpec training_group_spec(GroupArgs args) {
     child.restart_alone = true;
     spec.children.push_back(std::move(child));
   }
+  // A rank's stage and optimizer shard compute on one device (engine/rank_device.h).
+  auto devices = std::make_shared<engine::RankDevices>(c);
   for (const auto& r : topo.all_ranks())
     spec.children.push_back(
         {engine::optim_path(r), Restart::Permanent,
-         [c, r, faults = args.faults, resume, dir = args.directory, cluster, placement](caf::event_based_actor* self,
-                                                                                       int) {
+         [c, r, faults = args.faults, resume, dir = args.directory, cluster, placement, devices](
+             caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("optim", r, 0));
-           return spawn_optimizer(self, OptimizerArgs{c, r, faults, resume->current(), dir});
+           return spawn_optimizer(self,
+                                  OptimizerArgs{c, r, faults, resume->current(), dir, devices->get(r, incarnation)});
          }});
   for (const auto& r : topo.all_ranks())
     spec.children.push_back(
         {engine::stage_path(r), Restart::Permanent,
-         [c, r, topo, comms, resume, faults = args.faults, cluster, cluster_comms, placement](
-             caf::event_based_actor* self, int) {
+         [c, r, topo, comms, resume, faults = args.faults, cluster, cluster_comms, placement, devices](
+             caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("stage", r, cluster_comms->current()));
            auto plan = comms->current();
-           return spawn_stage(self,
-                              StageArgs{c, r, plan->ranks[size_t(topo.index(r))], faults, resume->current(), {}});
+           return spawn_stage(self, StageArgs{c, r, plan->ranks[size_t(topo.index(r))], faults, resume->current(),
+                                              {}, devices->get(r, incarnation)});
          }});
   spec.children.push_back(
       {engine::coordinator_path(), Restart::Permanent,

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "config/derived.h"
+#include "engine/rank_device.h"
 
 namespace troupe::engine {
 namespace {
@@ -36,12 +37,12 @@ model::ParameterRegistry stage_registry(const Config& c, const Rank& r) {
                                   tensor_slice(c, r));
 }
 
-StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms)
+StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::shared_ptr<kernels::Device> device)
     : rank_(rank),
       comms_(std::move(comms)),
       distributed_(c.parallel().distributed_optimizer()),
       width_(c.model().width()),
-      device_(threads_per_stage(c)) {
+      device_(device ? std::move(device) : make_rank_device(c, rank)) {
   const int p = c.parallel().pipeline();
   const int m = int(config::microbatches_per_replica(c));
   model::TensorParallel tp;
@@ -54,7 +55,7 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms)
     tp.group = comms_.tensor_parallel;
     tp.sequence_parallel = c.parallel().sequence_parallel();
   }
-  model_ = std::make_unique<model::GptStage>(c, model::StageRange::pipeline(c, rank.pp, p), device_,
+  model_ = std::make_unique<model::GptStage>(c, model::StageRange::pipeline(c, rank.pp, p), *device_,
                                              activation_slots(c.parallel().schedule(), p, rank.pp, m),
                                              model::StageShape::from_config(c), std::move(tp));
   const size_t n = size_t(model_->param_count());

@@ -22,7 +22,7 @@
 #include <memory>
 
 #include "engine/topology.h"
-#include "kernels/cpu/cpu_device.h"
+#include "kernels/device.h"
 #include "model/gpt_stage.h"
 
 namespace troupe::engine {
@@ -46,11 +46,13 @@ model::ParameterRegistry stage_registry(const Config& c, const Rank& r);
 
 class StageWorker {
  public:
-  StageWorker(const Config& c, Rank rank, RankComms comms);
+  // `device`: the rank's device (engine/rank_device.h), shared with its optimizer
+  // shard; null: a device of its own (make_rank_device).
+  StageWorker(const Config& c, Rank rank, RankComms comms, std::shared_ptr<kernels::Device> device = nullptr);
 
   const Rank& rank() const { return rank_; }
   model::GptStage& model() { return *model_; }
-  kernels::Device& device() { return device_; }
+  kernels::Device& device() { return *device_; }
   bool is_first() const { return model_->is_first(); }
   bool is_last() const { return model_->is_last(); }
 
@@ -94,7 +96,7 @@ class StageWorker {
   RankComms comms_;
   bool distributed_;
   int64_t width_;
-  kernels::cpu::CpuDevice device_;
+  std::shared_ptr<kernels::Device> device_;  // declared before model_: outlives its buffers
   std::unique_ptr<model::GptStage> model_;
   model::FlatRange shard_;
   double sync_s_ = 0;

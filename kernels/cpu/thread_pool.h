@@ -9,7 +9,8 @@
 //
 // Not OpenMP on purpose: idle OpenMP threads spin and fight OpenBLAS and the other
 // stage threads of the process; these workers spin briefly, then sleep.
-// One thread at a time may call run(); the pool is not reentrant.
+// One thread at a time may call run() (a second caller meanwhile gets
+// std::logic_error); the pool is not reentrant.
 #pragma once
 
 #include <algorithm>
@@ -38,6 +39,7 @@ class ThreadPool {
   // exception thrown by any participant is rethrown here.
   template <class F>
   void run(F&& f) {
+    const OneCaller guard(in_run_);
     if (size_ == 1) {
       f(0);
       return;
@@ -69,6 +71,14 @@ class ThreadPool {
   }
 
  private:
+  // Marks a run() in progress; a second caller meanwhile gets std::logic_error (a
+  // device shared by two actors that compute at once would race on the pool's state
+  // and on the device's scratch).
+  struct OneCaller {
+    explicit OneCaller(std::atomic<bool>& busy);
+    ~OneCaller() { busy_.store(false, std::memory_order_release); }
+    std::atomic<bool>& busy_;
+  };
   using TaskFn = void (*)(void*, int);
   void dispatch(TaskFn fn, void* ctx);
   void worker_loop(int id);
@@ -80,6 +90,7 @@ class ThreadPool {
   std::condition_variable done_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
+  std::atomic<bool> in_run_{false};
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
   bool stop_ = false;

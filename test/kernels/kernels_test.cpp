@@ -3,6 +3,7 @@
 // repeatable, and safe on several devices at once.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -45,6 +46,28 @@ TEST_CASE("thread pool runs every participant once and rethrows errors") {
   pool.parallel_for(1000, 1, [&](int64_t b, int64_t e) { part[size_t(b * 3 / 1000)] += e - b; });
   for (auto v : part) total += v;
   CHECK(total == 1000);
+}
+
+TEST_CASE("thread pool refuses a second caller while a run is in progress, and serves it afterwards") {
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    cpu::ThreadPool pool(threads);
+    std::atomic<bool> inside{false}, release{false};
+    std::thread first([&] {
+      pool.run([&](int p) {
+        if (p != 0) return;
+        inside = true;
+        while (!release) std::this_thread::yield();
+      });
+    });
+    while (!inside) std::this_thread::yield();
+    CHECK_THROWS_AS(pool.run([](int) {}), std::logic_error);
+    release = true;
+    first.join();
+    int calls = 0;
+    pool.run([&](int p) { if (p == 0) ++calls; });
+    CHECK(calls == 1);
+  }
 }
 
 TEST_CASE("gemm matches a double reference for every transpose combination") {

@@ -1,0 +1,50 @@
+// The compute device of one (dp, pp, tp) rank, shared by the rank's stage and its
+// optimizer shard.
+//
+// Why one device for both: a stage and its shard never compute at the same time (the
+// stage hands its gradients over and runs no op until ShardApplied), so one device
+// serves both: on the CPU one thread pool, so the shard's AdamW and norm run on the
+// threads threads_per_stage budgeted for the rank instead of a second pool whose
+// spinning workers preempt the stage's; on a GPU the gradients and parameters the
+// shard updates live on the stage's device anyway. The CPU pool refuses two callers
+// at once (kernels::cpu::ThreadPool), so a broken invariant fails loudly.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "engine/topology.h"
+#include "kernels/device.h"
+#include "messages/config.pb.h"
+
+namespace troupe::engine {
+
+// Throws std::invalid_argument naming device.type when the actor runtime cannot run
+// on the configured device.
+void check_runtime_device(const Config& c);
+
+// A new device for rank r: a CPU device with threads_per_stage(c) threads.
+std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r);
+
+// A training group's rank devices, handed out per start of the group: the stage and
+// the optimizer shard of one rank that start together (the same incarnation) get the
+// same device; a later start gets a new one, so an old actor still finishing an op
+// never shares a device with its successor. Thread-safe.
+class RankDevices {
+ public:
+  explicit RankDevices(Config c) : config_(std::move(c)) {}
+  std::shared_ptr<kernels::Device> get(const Rank& r, int incarnation);
+
+ private:
+  struct Entry {
+    int incarnation = -1;
+    std::weak_ptr<kernels::Device> device;
+  };
+  std::mutex mu_;
+  Config config_;
+  std::map<std::tuple<int32_t, int32_t, int32_t>, Entry> devices_;
+};
+
+}  // namespace troupe::engine
