@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <memory>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "actors/message_types.h"
 #include "metrics/console.h"
@@ -26,6 +28,7 @@ struct MetricsState {
   std::unique_ptr<metrics::EventFileWriter> events;
   bool bar = false;          // a progress bar is drawn on the last line
   bool header_printed = false;
+  bool catching_up = false;  // restarted, and the lost step records not yet written
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
 
@@ -69,10 +72,49 @@ void print_line(Self* self, const std::string& line, int64_t done) {
   std::fflush(stdout);
 }
 
+void write_step(Self* self, const metrics::StepRecord& r) {
+  auto& s = self->state;
+  s.jsonl->step(r);
+  if (s.events) s.events->step(r);
+  std::string line;
+  if (!s.header_printed) {
+    line = metrics::step_header() + "\n";
+    s.header_printed = true;
+  }
+  if (s.args.log_interval <= 1 || r.step % s.args.log_interval == 0 || r.step == s.args.total_steps)
+    line += metrics::step_line(r);
+  else if (line.size() > 0)
+    line.pop_back();
+  print_line(self, line, r.step);
+}
+
+// A restarted metrics actor, before the first record it is handed (wall time
+// `before`): the steps of the run book's current timeline that finished after the last
+// step line of metrics.jsonl were lost with its predecessor's mailbox or dropped while
+// no metrics actor was registered, so it writes them now, in order.
+void catch_up(Self* self, double before) {
+  auto& st = self->state;
+  if (!st.catching_up) return;
+  st.catching_up = false;
+  if (!st.args.book) return;
+  double last = -std::numeric_limits<double>::infinity();
+  for (const auto& o : metrics::read_jsonl(st.args.layout.metrics).objects)
+    if (o.value("type", std::string()) == "step") last = std::max(last, o.value("time", last));
+  int written = 0;
+  for (const auto& r : st.args.book->outcome().steps)
+    if (r.wall_time > last && r.wall_time < before) {
+      write_step(self, r);
+      ++written;
+    }
+  if (written > 0)
+    spdlog::warn("metrics: wrote {} step record(s) lost while it restarted, from the run book", written);
+}
+
 caf::behavior metrics_impl(Self* self, MetricsArgs args) {
   auto& st = self->state;
   st.args = std::move(args);
   exit_on_exception(self, "metrics");
+  st.catching_up = st.args.restarted;
   st.jsonl = std::make_unique<metrics::JsonlLog>(st.args.layout.metrics);
   if (st.args.tensorboard) st.events = std::make_unique<metrics::EventFileWriter>(st.args.layout.events, unix_now());
   st.bar = st.args.console && st.args.progress_bar && metrics::is_terminal(stdout);
@@ -88,20 +130,9 @@ caf::behavior metrics_impl(Self* self, MetricsArgs args) {
           self->state.events->session_start(*r.resumed_from_step + 1, r.wall_time);
       },
       [self](const metrics::StepRecord& r) {
-        auto& s = self->state;
-        engine::check_fault(s.args.faults.get(), "metrics", r.step, Fault::OPTIMIZER);
-        s.jsonl->step(r);
-        if (s.events) s.events->step(r);
-        std::string line;
-        if (!s.header_printed) {
-          line = metrics::step_header() + "\n";
-          s.header_printed = true;
-        }
-        if (s.args.log_interval <= 1 || r.step % s.args.log_interval == 0 || r.step == s.args.total_steps)
-          line += metrics::step_line(r);
-        else if (line.size() > 0)
-          line.pop_back();
-        print_line(self, line, r.step);
+        engine::check_fault(self->state.args.faults.get(), "metrics", r.step, Fault::OPTIMIZER);
+        catch_up(self, r.wall_time);
+        write_step(self, r);
       },
       [self](const StepExtras& x) {
         auto& s = self->state;
@@ -140,6 +171,7 @@ caf::behavior metrics_impl(Self* self, MetricsArgs args) {
         s.jsonl->write(object, /*durable=*/true);
       },
       [self](metrics::RunSummary r) {
+        catch_up(self, std::numeric_limits<double>::infinity());
         auto& s = self->state;
         r.spikes = s.spike_count;
         const auto report = metrics::straggler_report(s.timings);

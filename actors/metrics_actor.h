@@ -1,7 +1,9 @@
 // The metrics actor: every record of the run goes through it to the console (step
 // lines under a header, a progress bar with ETA on a terminal, the final summary),
 // to RUN_DIR/metrics.jsonl and to the TensorBoard event file (metrics/ formats all
-// three). Restarted one_for_one: it holds nothing that cannot be reopened.
+// three). Restarted one_for_one: it holds nothing that cannot be reopened, and a
+// restarted one first writes the step records its predecessor lost (those that died
+// with it or were sent while it was away) from the run book.
 //
 // Loss spikes go to RUN_DIR/spikes.jsonl (metrics::SpikeDetector, history reloaded on
 // restart). At the end it prints the straggler report (per stage: compute and wait
@@ -12,10 +14,12 @@
 // recoveries: written to metrics.jsonl and logged).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include <caf/all.hpp>
 
+#include "actors/run_book.h"
 #include "engine/faults.h"
 #include "messages/config.pb.h"
 #include "messages/runtime.h"
@@ -41,6 +45,10 @@ struct MetricsArgs {
   int64_t total_steps = 0;
   std::shared_ptr<engine::FaultPlan> faults;
   Config config;  // spike options, token budget and calendar efficiency
+  // The run's book, and whether this is a restart: a restarted metrics actor writes
+  // the step records its predecessor lost (see metrics_actor.cpp, catch_up).
+  std::shared_ptr<RunBook> book;
+  bool restarted = false;
 };
 
 caf::actor spawn_metrics(caf::event_based_actor* parent, MetricsArgs args);

@@ -159,6 +159,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
   margs.total_steps = config::full_updates(c);
   margs.faults = faults;
   margs.config = c;
+  margs.book = book;
 
   RunResult result;
   caf::actor client_handle = caf::actor_cast<caf::actor>(client);
@@ -190,8 +191,11 @@ RunResult run_training(const Config& c, const RunOptions& options) {
       spdlog::error("{} failed: {}; restarting it", path, reason);
       book->failure(alone_failure(path, reason, book->max_step_reached()), /*group_restart=*/false);
     };
-    s.children.push_back({engine::metrics_path(), Restart::Permanent, [margs](caf::event_based_actor* self, int) {
-                            return spawn_metrics(self, margs);
+    s.children.push_back({engine::metrics_path(), Restart::Permanent,
+                          [margs](caf::event_based_actor* self, int incarnation) {
+                            auto args = margs;
+                            args.restarted = incarnation > 0;
+                            return spawn_metrics(self, std::move(args));
                           }});
     return s;
   }());

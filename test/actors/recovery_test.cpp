@@ -22,6 +22,7 @@
 #include "ckpt/reader.h"
 #include "engine/checkpointing.h"
 #include "engine/stage_worker.h"
+#include "metrics/json.h"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -188,6 +189,34 @@ TEST_CASE("kill any actor at any of its phases: the run recovers bitwise") {
       CHECK(r.recoveries[0].rewarm_s > 0);
       CHECK(r.recoveries[0].reload_s > 0);
     }
+  }
+}
+
+TEST_CASE("a restarted metrics actor writes the step records its predecessor lost") {
+  for (const auto phase : {Fault::OPTIMIZER, Fault::CHECKPOINT_WRITE}) {
+    const std::string name = engine::phase_name(phase);
+    CAPTURE(name);
+    Config c = base("metrics-lines-" + name);
+    *c.mutable_faults()->add_fault() = fault("metrics", 4, phase);
+    const auto r = run(c);
+    REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
+    REQUIRE(r.failures.size() == 1);
+    CHECK(r.failures[0].actor == "metrics");
+    // Every step once, in order, with the loss the run book holds (the record that
+    // killed the actor at step 4 included).
+    std::vector<int64_t> steps;
+    std::vector<double> losses;
+    std::ifstream in(fs::path(c.logging().run_dir()) / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find("\"type\":\"step\"") == std::string::npos) continue;
+      const auto j = metrics::Json::parse(line);
+      steps.push_back(j.at("step").get<int64_t>());
+      losses.push_back(j.at("loss").get<double>());
+    }
+    CHECK(steps == std::vector<int64_t>{1, 2, 3, 4, 5, 6});
+    REQUIRE(losses.size() == r.outcome.steps.size());
+    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == r.outcome.steps[i].loss);
   }
 }
 
