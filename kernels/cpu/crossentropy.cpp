@@ -18,21 +18,8 @@ void crossentropy_forward(ThreadPool& pool, float* losses, float* lse, const flo
         continue;
       }
       const float* l = logits + n * ld;
-      __m256 mx = _mm256_set1_ps(-INFINITY);
-      for (int j = 0; j < V; j += 8) {
-        __m256 v = load_partial(l + j, V - j);
-        if (V - j < 8) v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), v, _mm256_castsi256_ps(tail_mask(V - j)));
-        mx = _mm256_max_ps(mx, v);
-      }
-      const float m = hmax8(mx);
-      const __m256 mv = _mm256_set1_ps(m);
-      __m256 acc = _mm256_setzero_ps();
-      for (int j = 0; j < V; j += 8) {
-        __m256 x = exp8(_mm256_sub_ps(load_partial(l + j, V - j), mv));
-        if (V - j < 8) x = _mm256_and_ps(x, _mm256_castsi256_ps(tail_mask(V - j)));
-        acc = _mm256_add_ps(acc, x);
-      }
-      const float s = m + std::log(hsum8(acc));
+      const auto r = max_sum_exp(l, V);
+      const float s = r.max + std::log(r.sum);
       lse[n] = s;
       losses[n] = mask[n] * (s - l[targets[n]]);
     }

@@ -9,6 +9,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace troupe::kernels::cpu {
@@ -111,6 +112,32 @@ inline float sum(const float* a, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n; i += 8) acc = _mm256_add_ps(acc, load_partial(a + i, n - i));
   return hsum8(acc);
+}
+
+// The max of row[0..V) and the sum of exp(row[j] - max): the two passes of a
+// log-sum-exp (lse = max + log(sum)). Cross-entropy and its vocabulary-parallel
+// partials both call this, so one shard's partials reproduce the unsharded loss bit
+// for bit.
+struct MaxSumExp {
+  float max;
+  float sum;
+};
+inline MaxSumExp max_sum_exp(const float* row, int V) {
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  for (int j = 0; j < V; j += 8) {
+    __m256 v = load_partial(row + j, V - j);
+    if (V - j < 8) v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), v, _mm256_castsi256_ps(tail_mask(V - j)));
+    mx = _mm256_max_ps(mx, v);
+  }
+  const float m = hmax8(mx);
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  for (int j = 0; j < V; j += 8) {
+    __m256 x = exp8(_mm256_sub_ps(load_partial(row + j, V - j), mv));
+    if (V - j < 8) x = _mm256_and_ps(x, _mm256_castsi256_ps(tail_mask(V - j)));
+    acc = _mm256_add_ps(acc, x);
+  }
+  return {m, hsum8(acc)};
 }
 
 // y[i] += s * x[i]

@@ -51,7 +51,7 @@ void embedding_backward_shard(ThreadPool& pool, float* dwte, float* dwpe, const 
   });
 }
 
-// The max and the sum of exps run exactly as in crossentropy_forward, so that one
+// The max and the sum of exps are crossentropy_forward's (max_sum_exp), so that one
 // shard combined reproduces it bit for bit.
 void crossentropy_partials(ThreadPool& pool, float* partials, const float* logits, const int32_t* targets,
                            const float* mask, int N, int V, int ld, int vocab_begin) {
@@ -65,22 +65,9 @@ void crossentropy_partials(ThreadPool& pool, float* partials, const float* logit
         continue;
       }
       const float* l = logits + n * ld;
-      __m256 mx = _mm256_set1_ps(-INFINITY);
-      for (int j = 0; j < V; j += 8) {
-        __m256 v = load_partial(l + j, V - j);
-        if (V - j < 8) v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), v, _mm256_castsi256_ps(tail_mask(V - j)));
-        mx = _mm256_max_ps(mx, v);
-      }
-      const float m = hmax8(mx);
-      const __m256 mv = _mm256_set1_ps(m);
-      __m256 acc = _mm256_setzero_ps();
-      for (int j = 0; j < V; j += 8) {
-        __m256 x = exp8(_mm256_sub_ps(load_partial(l + j, V - j), mv));
-        if (V - j < 8) x = _mm256_and_ps(x, _mm256_castsi256_ps(tail_mask(V - j)));
-        acc = _mm256_add_ps(acc, x);
-      }
-      pmax[n] = m;
-      psum[n] = hsum8(acc);
+      const auto r = max_sum_exp(l, V);
+      pmax[n] = r.max;
+      psum[n] = r.sum;
       const int64_t t = int64_t(targets[n]) - vocab_begin;
       ptarget[n] = t >= 0 && t < V ? l[t] : 0.0f;
     }
