@@ -10,13 +10,7 @@
 namespace troupe::kernels::cpu {
 
 void softmax_row(float* p, const float* s, int n, float scale) {
-  __m256 mx = _mm256_set1_ps(-INFINITY);
-  for (int i = 0; i < n; i += 8) {
-    __m256 v = load_partial(s + i, n - i);
-    if (n - i < 8) v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), v, _mm256_castsi256_ps(tail_mask(n - i)));
-    mx = _mm256_max_ps(mx, v);
-  }
-  const float m = hmax8(mx);
+  const float m = row_max(s, n);
   const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(scale);
   __m256 acc = _mm256_setzero_ps();
   for (int i = 0; i < n; i += 8) {

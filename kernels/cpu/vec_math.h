@@ -114,6 +114,17 @@ inline float sum(const float* a, int64_t n) {
   return hsum8(acc);
 }
 
+// max_i a[i] (-inf for n = 0); the tail's unused lanes never win.
+inline float row_max(const float* a, int64_t n) {
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 8) {
+    __m256 v = load_partial(a + i, n - i);
+    if (n - i < 8) v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), v, _mm256_castsi256_ps(tail_mask(n - i)));
+    mx = _mm256_max_ps(mx, v);
+  }
+  return hmax8(mx);
+}
+
 // The max of row[0..V) and the sum of exp(row[j] - max): the two passes of a
 // log-sum-exp (lse = max + log(sum)). Cross-entropy and its vocabulary-parallel
 // partials both call this, so one shard's partials reproduce the unsharded loss bit
@@ -123,13 +134,7 @@ struct MaxSumExp {
   float sum;
 };
 inline MaxSumExp max_sum_exp(const float* row, int V) {
-  __m256 mx = _mm256_set1_ps(-INFINITY);
-  for (int j = 0; j < V; j += 8) {
-    __m256 v = load_partial(row + j, V - j);
-    if (V - j < 8) v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), v, _mm256_castsi256_ps(tail_mask(V - j)));
-    mx = _mm256_max_ps(mx, v);
-  }
-  const float m = hmax8(mx);
+  const float m = row_max(row, V);
   const __m256 mv = _mm256_set1_ps(m);
   __m256 acc = _mm256_setzero_ps();
   for (int j = 0; j < V; j += 8) {
