@@ -63,7 +63,7 @@ struct StageState {
   // delays the whole op); after the last op the compute threads are idle.
   std::vector<msg::LossReport> held_losses;
   std::optional<int32_t> held_credit;
-  int32_t last_forward = -1;  // the microbatch of this step's last forward op
+  int32_t last_train_forward = -1;  // the microbatch of train_ops' last forward op
 
   std::map<Key, std::shared_ptr<const data::Microbatch>> batches;
   std::map<Key, msg::Activations> inputs;
@@ -190,7 +190,7 @@ void run_forward(Self* self, int32_t mb) {
   if (st.worker->is_first() && st.kind == StepKind::Train && r.tp == 0) {
     // The loader's next microbatch after the last forward belongs to the next step,
     // which starts only after this one's update: its credit can wait (held_credit).
-    if (mb == st.last_forward)
+    if (mb == st.last_train_forward)
       st.held_credit = mb;
     else
       self->send(st.loader, credit_atom::value, st.step, mb);
@@ -289,9 +289,6 @@ void start_step(Self* self, const msg::RunStep& rs) {
   if (rs.kind == StepKind::Train) {
     st.ops = st.train_ops;
     st.forwarded.assign(size_t(rs.microbatches), false);
-    st.last_forward = -1;
-    for (const auto& op : st.ops)
-      if (op.kind == sched::OpKind::Forward) st.last_forward = op.microbatch;
     st.worker->begin_step();
   } else {
     st.ops.clear();
@@ -327,6 +324,8 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
   st.train_ops = sched::build_pipeline_schedule(c.parallel().schedule(), c.parallel().pipeline(),
                                                 int32_t(config::microbatches_per_replica(c)))
                      .ops[size_t(st.args.rank.pp)];
+  for (const auto& op : st.train_ops)
+    if (op.kind == sched::OpKind::Forward) st.last_train_forward = op.microbatch;
   return {
       [self](wire_atom, const Registry& peers) {
         auto& s = self->state;

@@ -88,7 +88,9 @@ Config model_config(const std::string& name, const Options& o) {
   return c;
 }
 
-std::vector<double> runtime_step_times(const Config& c, const Options& o, actors::RunResult* out = nullptr) {
+// Trains `c` through the actors without console output; exits the bench if the run
+// does not complete.
+actors::RunResult run_actors(const Config& c) {
   actors::RunOptions ro;
   ro.console = false;
   auto r = actors::run_training(c, ro);
@@ -96,10 +98,7 @@ std::vector<double> runtime_step_times(const Config& c, const Options& o, actors
     std::fprintf(stderr, "runtime_bench: run failed: %s\n", r.outcome.error.c_str());
     std::exit(1);
   }
-  std::vector<double> t;
-  for (size_t i = size_t(o.warmup); i < r.outcome.steps.size(); ++i) t.push_back(r.outcome.steps[i].step_time_s);
-  if (out) *out = std::move(r);
-  return t;
+  return r;
 }
 
 // Per step of a DP1 x PP1 run: from the start of its first op on the stage to the
@@ -173,8 +172,7 @@ void overhead(const Options& o) {
     std::vector<double> ratios;
     for (int rep = 0; rep < pairs; ++rep) {
       const auto p = plain_loop_step_times(c, oo);
-      actors::RunResult r;
-      runtime_step_times(c, oo, &r);
+      const auto r = run_actors(c);
       const double a = median(stage_step_periods(r, oo));
       ratios.push_back(a / median(p.step));
       plain = std::min(plain, median(p.step));
@@ -199,8 +197,7 @@ void pipeline_idle(const Options& o) {
   c.mutable_batch()->set_global_batch_size(8);
   c.mutable_device()->set_threads(2);  // one compute thread per stage
   c.mutable_logging()->set_run_dir(o.run_dir + "/pipeline");
-  actors::RunResult r;
-  runtime_step_times(c, o, &r);
+  const auto r = run_actors(c);
   std::vector<double> idle, fwd[2], bwd[2];
   for (size_t s = size_t(o.warmup); s < r.outcome.step_timings.size(); ++s) {
     const auto& ranks = r.outcome.step_timings[s];
@@ -257,8 +254,7 @@ void checkpoint_overhead(const Options& o) {
   c.mutable_checkpoint()->set_keep_last(2);
   c.mutable_logging()->set_run_dir(o.run_dir + "/checkpointing");
   std::filesystem::remove_all(c.logging().run_dir());
-  actors::RunResult r;
-  runtime_step_times(c, o, &r);
+  const auto r = run_actors(c);
   // Time between step completions: what a step costs the run, waits included.
   std::vector<double> normal, writing, after;
   const auto& st = r.outcome.steps;
