@@ -63,6 +63,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
   if (lda < (a_rows > 1 ? a_rows : 1) || ldb < (b_rows > 1 ? b_rows : 1) || ldc < (m > 1 ? m : 1))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (!supported(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  troupe_emu::DeviceAccess device;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   for (int b = 0; b < batch; ++b)
     for (int j = 0; j < n; ++j)

@@ -7,15 +7,34 @@
 // kernel runs in direct mode from then on: threads are plain calls, one after another.
 // A direct-mode kernel that does reach a barrier aborts with a message.
 //
-// Memory: device allocations carry a guard zone after the requested bytes; cudaFree
-// checks it and aborts on an out-of-bounds write, naming the allocation size. Fresh
-// allocations are filled with 0xff bytes (NaN as floats), like uninitialised GPU memory,
-// so a read of something never written shows up in the results.
+// Memory: cudaMalloc carves page-aligned blocks out of one arena, a 16 GiB range of
+// address space reserved PROT_NONE at the first allocation (no memory behind it until
+// used). Freed blocks go back to a first-fit free list (coalesced; the whole 2 MiB units
+// of free space go back to the system) and are reused. The arena up to its high-water mark is made readable
+// and writable on entry to the outermost DeviceAccess and PROT_NONE again on its exit,
+// under one process-wide lock, so host code that touches device memory faults and the
+// device runs one operation at a time. The scheduler's state (g_block, g_stacks, each
+// kernel's mode, __shared__ storage) and the arena's bookkeeping are touched only inside
+// a DeviceAccess, i.e. under that lock.
+//
+// Each block has a header before the data (the size, then guard bytes) and guard bytes
+// after the requested bytes up to the block's end; cudaFree checks both and aborts on an
+// out-of-bounds write, naming the allocation size. Fresh allocations are filled with
+// 0xff bytes (NaN as floats), like uninitialised GPU memory, so a read of something never
+// written shows up in the results.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "troupe_cuda_emulation.h"
@@ -87,6 +106,7 @@ struct Block {
   uint64_t barriers = 0;  // barrier calls in this launch
 };
 
+// Both only inside a DeviceAccess.
 Block* g_block = nullptr;
 std::vector<std::unique_ptr<char[]>> g_stacks;
 
@@ -152,7 +172,166 @@ void* fresh_stack(char* base) {
   return &slot[-10];
 }
 
+// ---- device memory ---------------------------------------------------------------
+
+constexpr size_t kArenaBytes = size_t(16) << 30;
+// The arena asks for transparent huge pages: mprotect's cost grows with the page-table
+// entries it rewrites, 512 times fewer with 2 MiB pages. So the arena starts on a 2 MiB
+// boundary, protection changes cover whole 2 MiB units, and freeing returns only whole
+// units to the system (a partial one would split its huge page).
+constexpr size_t kHuge = size_t(2) << 20;
+constexpr size_t kHeader = 256, kGuard = 256;
+constexpr unsigned char kGuardByte = 0xa5;
+
+struct Allocation {
+  size_t offset, length;  // the block: page-aligned, header and guards included
+  size_t bytes;           // as requested; the data starts at offset + kHeader
+};
+
+struct Arena {
+  unsigned char* base = nullptr;
+  size_t reserved = 0, page = 0;
+  size_t high = 0;                              // high-water mark: [base, base + high) was ever handed out
+  std::map<size_t, size_t> free;                // freed extents below high: offset -> length, coalesced
+  std::unordered_map<const void*, Allocation> live;  // by data pointer
+};
+
+// Function-local: usable from other translation units' static initialisers.
+Arena& arena() {
+  static Arena a;
+  return a;
+}
+
+std::mutex g_device;            // held by the thread inside a DeviceAccess
+thread_local int t_depth = 0;   // this thread's nesting of DeviceAccess
+
+size_t huge_up(size_t b) { return (b + kHuge - 1) / kHuge * kHuge; }
+
+void set_access(int prot) {
+  const Arena& a = arena();
+  if (a.high > 0 && mprotect(a.base, huge_up(a.high), prot) != 0) die("mprotect of the device arena failed");
+}
+
+// Reserves the arena at the first allocation: 16 GiB of address space, less where a
+// limit on it (ulimit -v) refuses that, down to 1 GiB.
+bool reserve(Arena& a) {
+  if (a.base) return true;
+  for (size_t bytes = kArenaBytes; bytes >= (size_t(1) << 30); bytes /= 2) {
+    void* p = mmap(nullptr, bytes + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) continue;
+    auto* raw = static_cast<unsigned char*>(p);
+    unsigned char* base = raw + (kHuge - reinterpret_cast<uintptr_t>(raw) % kHuge) % kHuge;
+    if (base > raw) munmap(raw, size_t(base - raw));
+    munmap(base + bytes, size_t(raw + kHuge - base));
+    madvise(base, bytes, MADV_HUGEPAGE);  // a hint; 4 KiB pages work too, only slower
+    a.base = base;
+    a.reserved = bytes;
+    a.page = size_t(sysconf(_SC_PAGESIZE));
+    return true;
+  }
+  return false;
+}
+
+// A block of `length` bytes (a multiple of the page size): the first freed extent that
+// fits, else above the high-water mark (starting inside a freed extent that ends
+// there). Returns the offset, or SIZE_MAX when the arena is full.
+size_t take(Arena& a, size_t length) {
+  for (auto it = a.free.begin(); it != a.free.end(); ++it) {
+    if (it->second < length) continue;
+    const size_t at = it->first, rest = it->second - length;
+    a.free.erase(it);
+    if (rest > 0) a.free.emplace(at + length, rest);
+    return at;
+  }
+  size_t at = a.high;
+  auto last = a.free.empty() ? a.free.end() : std::prev(a.free.end());
+  if (last != a.free.end() && last->first + last->second == a.high) at = last->first;
+  if (length > a.reserved - at) return SIZE_MAX;
+  if (last != a.free.end() && at == last->first) a.free.erase(last);
+  const size_t open = huge_up(a.high);
+  a.high = std::max(a.high, at + length);
+  // Inside a DeviceAccess (always, from cudaMalloc) the new pages must be open too.
+  if (t_depth > 0 && huge_up(a.high) > open &&
+      mprotect(a.base + open, huge_up(a.high) - open, PROT_READ | PROT_WRITE) != 0)
+    die("mprotect of the device arena failed");
+  return at;
+}
+
+// Returns a block to the free list, merged with free neighbours, and the whole 2 MiB
+// units of the merged extent to the system (the next use gets zero pages).
+void give_back(Arena& a, size_t at, size_t length) {
+  auto next = a.free.lower_bound(at);
+  if (next != a.free.end() && at + length == next->first) {
+    length += next->second;
+    next = a.free.erase(next);
+  }
+  if (next != a.free.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == at) {
+      at = prev->first;
+      length += prev->second;
+      next = a.free.erase(prev);
+    }
+  }
+  a.free.emplace_hint(next, at, length);
+  const size_t from = huge_up(at), to = (at + length) / kHuge * kHuge;
+  if (to > from) madvise(a.base + from, to - from, MADV_DONTNEED);
+}
+
+// Inside a DeviceAccess.
+void* device_malloc(size_t bytes) {
+  Arena& a = arena();
+  if (!reserve(a) || bytes > a.reserved) return nullptr;
+  const size_t length = (kHeader + bytes + kGuard + a.page - 1) / a.page * a.page;
+  const size_t at = take(a, length);
+  if (at == SIZE_MAX) return nullptr;
+  unsigned char* block = a.base + at;
+  std::memcpy(block, &bytes, sizeof(bytes));
+  std::memset(block + sizeof(bytes), kGuardByte, kHeader - sizeof(bytes));
+  std::memset(block + kHeader, 0xff, bytes);
+  std::memset(block + kHeader + bytes, kGuardByte, length - kHeader - bytes);
+  a.live.emplace(block + kHeader, Allocation{at, length, bytes});
+  return block + kHeader;
+}
+
+// Inside a DeviceAccess.
+void device_free(void* p) {
+  Arena& a = arena();
+  const auto it = a.live.find(p);
+  if (it == a.live.end()) die("cudaFree of a pointer that is not a live cudaMalloc allocation");
+  const Allocation al = it->second;
+  a.live.erase(it);
+  const unsigned char* block = a.base + al.offset;
+  size_t stored = 0;
+  std::memcpy(&stored, block, sizeof(stored));
+  for (size_t i = kHeader; i-- > 0;)
+    if (i < sizeof(stored) ? stored != al.bytes : block[i] != kGuardByte) {
+      std::fprintf(stderr, "CUDA emulation: byte %zu before the start of a %zu-byte device allocation was written\n",
+                   kHeader - i, al.bytes);
+      std::abort();
+    }
+  for (size_t i = kHeader + al.bytes; i < al.length; ++i)
+    if (block[i] != kGuardByte) {
+      std::fprintf(stderr, "CUDA emulation: byte %zu past the end of a %zu-byte device allocation was written\n",
+                   i - kHeader - al.bytes, al.bytes);
+      std::abort();
+    }
+  give_back(a, al.offset, al.length);
+}
+
 }  // namespace
+
+DeviceAccess::DeviceAccess() {
+  if (t_depth++ > 0) return;
+  g_device.lock();
+  set_access(PROT_READ | PROT_WRITE);
+}
+
+DeviceAccess::~DeviceAccess() {
+  if (--t_depth > 0) return;
+  set_access(PROT_NONE);
+  g_device.unlock();
+}
 
 const dim3& thread_idx() { return current().tid; }
 const dim3& block_idx() { return (void)current(), g_block->bidx; }
@@ -174,6 +353,7 @@ void warp_exchange(const void* in, void* out, int size, int src_lane) {
 }
 
 void run_grid(dim3 grid, dim3 block, const std::function<void()>& body, Mode& mode) {
+  DeviceAccess device;
   if (g_block) die("kernel launched from inside a kernel");
   const size_t n = size_t(block.x) * block.y * block.z;
   if (n == 0 || n > 1024) die("block size outside 1..1024 threads");
@@ -244,9 +424,6 @@ cudaError_t fail(cudaError_t e) {
   return e;
 }
 
-constexpr size_t kHeader = 256, kGuard = 256;
-constexpr unsigned char kGuardByte = 0xa5;
-
 }  // namespace
 
 struct CUstream_st {
@@ -293,27 +470,15 @@ const char* cudaGetErrorName(cudaError_t e) {
 const char* cudaGetErrorString(cudaError_t e) { return cudaGetErrorName(e); }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
-  auto* raw = static_cast<unsigned char*>(std::aligned_alloc(256, kHeader + (bytes + 255) / 256 * 256 + kGuard));
-  if (!raw) return fail(cudaErrorMemoryAllocation);
-  std::memcpy(raw, &bytes, sizeof(bytes));
-  std::memset(raw + kHeader, 0xff, bytes);
-  std::memset(raw + kHeader + bytes, kGuardByte, (bytes + 255) / 256 * 256 - bytes + kGuard);
-  *p = raw + kHeader;
-  return cudaSuccess;
+  if (!p) return fail(cudaErrorInvalidValue);
+  troupe_emu::DeviceAccess device;
+  *p = troupe_emu::device_malloc(bytes);
+  return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
-  auto* raw = static_cast<unsigned char*>(p) - kHeader;
-  size_t bytes = 0;
-  std::memcpy(&bytes, raw, sizeof(bytes));
-  const size_t tail = (bytes + 255) / 256 * 256 - bytes + kGuard;
-  for (size_t i = 0; i < tail; ++i)
-    if (raw[kHeader + bytes + i] != kGuardByte) {
-      std::fprintf(stderr, "CUDA emulation: byte %zu past the end of a %zu-byte device allocation was written\n", i,
-                   bytes);
-      std::abort();
-    }
-  std::free(raw);
+  troupe_emu::DeviceAccess device;
+  troupe_emu::device_free(p);
   return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
@@ -325,6 +490,7 @@ cudaError_t cudaFreeHost(void* p) {
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  troupe_emu::DeviceAccess device;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -332,6 +498,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   return cudaMemcpy(dst, src, bytes, k);
 }
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
+  troupe_emu::DeviceAccess device;
   std::memset(dst, value, bytes);
   return cudaSuccess;
 }
@@ -364,7 +531,9 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
   return cudaSuccess;
 }
+// Host code: runs outside any DeviceAccess, so device memory is out of its reach.
 cudaError_t cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void* data) {
+  if (troupe_emu::t_depth > 0) troupe_emu::die("cudaLaunchHostFunc inside an emulated device operation");
   fn(data);
   return cudaSuccess;
 }

@@ -11,9 +11,19 @@
 // enqueued. cuBLAS GEMMs are naive column-major loops with fp32 accumulation, bf16
 // operands rounded exactly as the GPU would read them; CUB's radix sort is a stable sort.
 //
+// Device memory is out of the host's reach, as on a GPU: cudaMalloc hands out blocks of
+// one reserved address range (the arena) that is mapped PROT_NONE except while an
+// emulated device operation runs (a troupe_emu::DeviceAccess: a kernel launch, a copy or
+// memset, a cuBLAS or CUB call), so host code that dereferences a device pointer dies
+// by SIGSEGV. cudaMallocHost memory is plain host memory. Device operations hold one
+// process-wide lock: the emulated device runs one operation at a time, whichever host
+// thread enqueues it.
+//
 // What it is not: a GPU. It cannot show races between blocks, memory-model or alignment
-// faults, occupancy, or anything about real cuBLAS; timings mean nothing. The emulated
-// device reports itself as "troupe CUDA emulation (CPU)".
+// faults, occupancy, or anything about real cuBLAS; timings mean nothing. While one
+// thread's device operation runs, the arena is open to every thread, so a host access
+// from another thread at that moment goes unnoticed. The emulated device reports itself
+// as "troupe CUDA emulation (CPU)".
 //
 // Kernel launches `k<<<grid, block, shmem, stream>>>(args)` are not C++: the build
 // rewrites them to `::troupe_emu::launch([&](auto... a) { k(a...); }, grid, block, shmem,
@@ -105,6 +115,21 @@ cudaError_t cudaMalloc(T** p, size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(p), bytes);
 }
 
+namespace troupe_emu {
+// The scope of one emulated device operation: while one is alive on a thread, that
+// thread holds the device lock and the whole arena is readable and writable (one
+// mprotect on entry, one on exit). Scopes nest on one thread; the outermost one
+// decides. Everything in the emulation that reads or writes device memory runs inside
+// one; host callbacks (cudaLaunchHostFunc) run outside, as host code.
+class DeviceAccess {
+ public:
+  DeviceAccess();
+  ~DeviceAccess();
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
+}  // namespace troupe_emu
+
 // ---- device side -----------------------------------------------------------------
 #define __global__
 #define __device__
@@ -126,8 +151,9 @@ int lane_id();
 // How a kernel runs: unknown until its first launch, then directly (no thread of the
 // first launch reached a barrier: threads run one after another, no fibers) or as fibers.
 enum class Mode { kUnknown, kDirect, kFibers };
-// Runs body once per thread of every block of the grid (blocks in order). A kernel in
-// direct mode that reaches a barrier after all aborts with a message (never silently).
+// Runs body once per thread of every block of the grid (blocks in order), inside a
+// DeviceAccess. A kernel in direct mode that reaches a barrier after all aborts with a
+// message (never silently).
 void run_grid(dim3 grid, dim3 block, const std::function<void()>& body, Mode& mode);
 
 template <class F>

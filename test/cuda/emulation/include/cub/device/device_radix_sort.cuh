@@ -17,6 +17,7 @@ struct DeviceRadixSort {
       temp_bytes = 16;
       return cudaSuccess;
     }
+    troupe_emu::DeviceAccess device;  // keys and values are device memory
     std::vector<size_t> idx(static_cast<size_t>(num_items));
     std::iota(idx.begin(), idx.end(), size_t(0));
     std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return keys_in[a] < keys_in[b]; });
