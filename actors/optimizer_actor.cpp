@@ -77,12 +77,13 @@ void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
     const auto range = st.shard->range();
     const auto n = size_t(range.end - range.begin);
     const auto& a = st.shard->adamw();
-    const float* sources[3] = {st.stage_params + range.begin, a.m(), a.v()};
+    const float* sources[3] = {st.stage_params + range.begin, a.m(), a.v()};  // device memory
     for (int i = 0; i < 3; ++i) {
       auto& copy = st.snapshot[i];
       // use_count 1: the writer dropped its handle (it never takes one again).
       if (!copy || copy.use_count() != 1) copy = std::make_shared<std::vector<float>>();
-      copy->assign(sources[i], sources[i] + n);
+      copy->resize(n);
+      st.device->copy_to_host(copy->data(), sources[i], n * sizeof(float));
     }
     deliver_snapshot(self,
                      msg::ShardSnapshot{cmd.step, cmd.partial_dir, cmd.partial_dir_inode, cmd.partial_dir_generation,
@@ -141,6 +142,7 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
                                  " without its gradients");
         maybe_fault(self, u.step, Fault::OPTIMIZER);
         if (!u.skip) s.shard->apply(s.pending->params, s.pending->grads, u.lr, u.clip_factor);
+        s.device->synchronize();  // the stage reads the parameters next (GPU; nothing to wait for on the CPU)
         s.pending.reset();
         self->send(s.stage, msg::ShardApplied{u.step});
       },
@@ -151,10 +153,11 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
       [self](snapshot_atom) {
         auto& s = self->state;
         const auto& a = s.shard->adamw();
-        const auto n = a.range().end - a.range().begin;
-        return engine::OptimSnapshot{s.args.rank, a.range(), a.steps(),
-                                     std::vector<float>(a.m(), a.m() + n),
-                                     std::vector<float>(a.v(), a.v() + n)};
+        const auto n = size_t(a.range().end - a.range().begin);
+        std::vector<float> m(n), v(n);
+        s.device->copy_to_host(m.data(), a.m(), n * sizeof(float));
+        s.device->copy_to_host(v.data(), a.v(), n * sizeof(float));
+        return engine::OptimSnapshot{s.args.rank, a.range(), a.steps(), std::move(m), std::move(v)};
       },
   };
 }

@@ -90,7 +90,8 @@ void maybe_poison(Self* self, int32_t mb) {
   auto this_mb = [mb](const Fault& f) { return f.kind() == Fault::NAN_GRADIENT && f.microbatch() == mb; };
   if (st.args.faults->take(st.path, st.step, Fault::BACKWARD, this_mb)) {
     spdlog::warn("{}: injected NaN gradient at step {} microbatch {}", st.path, st.step, mb);
-    st.worker->model().grads()[0] = std::numeric_limits<float>::quiet_NaN();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    st.worker->device().copy_from_host(st.worker->model().grads(), &nan, sizeof nan);
   }
 }
 
@@ -137,15 +138,16 @@ void receive_via_comm(Self* self, msg::Activations& a, const std::shared_ptr<com
 // microbatch; each row is width() floats.
 int64_t activation_rows(const data::Microbatch& b) { return int64_t(b.batch) * b.seq; }
 
-// `data` points into `stage`'s buffers; `copy` hands over a copy instead.
+// `data` points into `stage`'s buffers; `copy` hands over a copy instead (in the
+// stage's device memory).
 msg::Activations handle(const std::shared_ptr<engine::StageWorker>& stage, const float* data,
                         const data::Microbatch& b, bool copy) {
   msg::Activations a;
   a.rows = activation_rows(b);
   a.cols = stage->width();
   if (copy) {
-    auto owned = std::make_shared<std::vector<float>>(data, data + a.rows * a.cols);
-    a.data = owned->data();
+    auto owned = stage->copy_on_device(data, a.rows * a.cols);
+    a.data = owned->f32();
     a.owner = std::move(owned);
   } else {
     a.data = data;
@@ -177,6 +179,7 @@ void run_forward(Self* self, int32_t mb) {
         self->send(st.coordinator, std::move(report));
     }
   } else if (in_other_process(self, st.next)) {
+    st.worker->finish_device_work();
     const auto out = send_via_comm(self, st.args.comms.pipeline_next, 1,
                                    st.kind == StepKind::Eval ? kEvalTag : kForwardTag, st.worker->output(mb),
                                    activation_rows(*batch), st.worker->width());
@@ -184,8 +187,9 @@ void run_forward(Self* self, int32_t mb) {
   } else {
     // Evaluation has no backward to pace the slots: hand over a copy.
     const bool copy = st.kind == StepKind::Eval;
-    self->send(st.next, msg::ActivationsReady{st.step, st.kind, mb,
-                                              handle(st.worker, st.worker->output(mb), *batch, copy)});
+    auto out = handle(st.worker, st.worker->output(mb), *batch, copy);
+    st.worker->finish_device_work();
+    self->send(st.next, msg::ActivationsReady{st.step, st.kind, mb, std::move(out)});
   }
   if (st.worker->is_first() && st.kind == StepKind::Train && r.tp == 0) {
     // The loader's next microbatch after the last forward belongs to the next step,
@@ -207,6 +211,7 @@ void run_backward(Self* self, int32_t mb) {
   maybe_poison(self, mb);
   st.grads.erase(key);
   if (!st.worker->is_first()) {
+    st.worker->finish_device_work();
     const auto& batch = *st.batches.at(key);
     if (in_other_process(self, st.prev))
       self->send(st.prev, msg::GradientsReady{st.step, mb,
@@ -233,6 +238,7 @@ void end_of_ops(Self* self) {
   }
   maybe_fault(self, Fault::REDUCE);
   const auto range = st.worker->reduce_gradients();
+  st.worker->finish_device_work();
   st.waiting_for_update = true;
   self->send(st.optimizer, msg::GradShardReady{st.step, st.worker->model().grads(), st.worker->model().params(),
                                                range.begin, range.end, st.worker});
@@ -381,9 +387,9 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
       [self](snapshot_atom) {
         auto& s = self->state;
         auto& model = s.worker->model();
-        return engine::StageSnapshot{
-            s.args.rank, model.registry().tensors(),
-            std::vector<float>(model.params(), model.params() + model.param_count())};
+        std::vector<float> params(size_t(model.param_count()));
+        s.worker->device().copy_to_host(params.data(), model.params(), params.size() * sizeof(float));
+        return engine::StageSnapshot{s.args.rank, model.registry().tensors(), std::move(params)};
       },
   };
 }

@@ -109,8 +109,16 @@ void restore_shard(const ckpt::Checkpoint& ck, const model::ParameterRegistry& r
   const auto layout = reading_layout(ck, reg);
   const auto r = shard.range();
   auto& a = shard.adamw();
-  ckpt::read_flat_range(ck, layout, TensorPiece::EXP_AVG, r.begin, r.end, a.m());
-  ckpt::read_flat_range(ck, layout, TensorPiece::EXP_AVG_SQ, r.begin, r.end, a.v());
+  auto& device = shard.device();
+  // Through the host: the moments may live in GPU memory. Gaps between tensors keep
+  // their values (read_flat_range leaves them untouched).
+  std::vector<float> host(size_t(r.end - r.begin));
+  const size_t bytes = host.size() * sizeof(float);
+  for (auto [piece, moment] : {std::pair{TensorPiece::EXP_AVG, a.m()}, std::pair{TensorPiece::EXP_AVG_SQ, a.v()}}) {
+    device.copy_to_host(host.data(), moment, bytes);
+    ckpt::read_flat_range(ck, layout, piece, r.begin, r.end, host.data());
+    device.copy_from_host(moment, host.data(), bytes);
+  }
   a.set_steps(ck.manifest().successful_updates());
 }
 

@@ -27,6 +27,7 @@ class OptimizerShard {
   void apply(float* params, const float* grads, double lr, double clip_factor);
 
   optim::AdamW& adamw() { return adamw_; }
+  kernels::Device& device() { return device_; }
   const optim::AdamW& adamw() const { return adamw_; }
   model::FlatRange range() const { return adamw_.range(); }
 

@@ -1,22 +1,55 @@
 #include "engine/rank_device.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "engine/stage_worker.h"
 #include "kernels/cpu/cpu_device.h"
+#include "kernels/gpu_backend.h"
 
 namespace troupe::engine {
+namespace {
 
-void check_runtime_device(const Config& c) {
-  if (c.device().type() != DeviceConfig::CPU)
-    throw std::invalid_argument(
-        "device.type: the actor runtime runs its stages and optimizer shards on the CPU device; the CUDA device "
-        "is so far used by test_cuda and gpu_bench only (docs/gpu.md, \"Hooks the runtime needs\")");
+[[noreturn]] void refuse(const std::string& why) { throw std::invalid_argument("device.type: CUDA: " + why); }
+
+// The installed GPU backend and its GPU count; throws naming device.type when there
+// is no GPU to run on.
+std::shared_ptr<const kernels::GpuBackend> usable_gpu_backend(int* count) {
+  auto backend = kernels::gpu_backend();
+  if (!backend)
+    refuse("this supervisor was built without CUDA (cmake found no CUDA toolkit, or -DTROUPE_CUDA=OFF)");
+  std::string why;
+  *count = backend->count(&why);
+  if (*count <= 0) refuse("no GPU: " + why);
+  return backend;
 }
 
-std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank&) {
+}  // namespace
+
+void check_runtime_device(const Config& c) {
+  if (c.device().type() == DeviceConfig::CPU) return;
+  // The in-process communicators read and write host memory. The stages stage the
+  // data-parallel and tied-embedding collectives through the host (StageWorker), but
+  // the tensor-parallel ones run inside the model's forward and backward, and the
+  // pipeline's cross-process sends read the activations directly: both need NCCL
+  // communicators on the ranks' GPUs first (docs/gpu.md).
+  if (c.parallel().tensor() > 1) refuse("parallel.tensor > 1 is not supported on GPUs yet (it needs NCCL groups)");
+  if (c.cluster().workers() > 0) refuse("cluster mode is not supported on GPUs yet (it needs NCCL groups)");
+  int count = 0;
+  usable_gpu_backend(&count);
+}
+
+std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r) {
   check_runtime_device(c);
-  return std::make_shared<kernels::cpu::CpuDevice>(threads_per_stage(c));
+  if (c.device().type() == DeviceConfig::CPU)
+    return std::make_shared<kernels::cpu::CpuDevice>(threads_per_stage(c));
+  // Ranks in (dp, pp, tp) order round-robin over the GPUs: with fewer GPUs than ranks
+  // several ranks share one, each with a device (streams, scratch) of its own.
+  int count = 0;
+  auto backend = usable_gpu_backend(&count);
+  const auto& p = c.parallel();
+  const int flat = (r.dp * p.pipeline() + r.pp) * p.tensor() + r.tp;
+  return backend->make(flat % count);
 }
 
 std::shared_ptr<kernels::Device> RankDevices::get(const Rank& r, int incarnation) {

@@ -22,10 +22,12 @@
 namespace troupe::engine {
 
 // Throws std::invalid_argument naming device.type when the actor runtime cannot run
-// on the configured device.
+// on the configured device: CUDA without an installed GPU backend (kernels/gpu_backend.h)
+// or without a GPU, or with tensor parallelism or cluster mode (not on GPUs yet).
 void check_runtime_device(const Config& c);
 
-// A new device for rank r: a CPU device with threads_per_stage(c) threads.
+// A new device for rank r: a CPU device with threads_per_stage(c) threads, or a CUDA
+// device on GPU (flat rank index mod GPU count) from the installed GPU backend.
 std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r);
 
 // A training group's rank devices, handed out per start of the group: the stage and

@@ -81,21 +81,40 @@ void StageWorker::backward(int mb, const float* grad_output) { model_->backward(
 const float* StageWorker::output(int mb) const { return model_->output(slot(mb)); }
 const float* StageWorker::input_grad(int mb) const { return model_->input_grad(slot(mb)); }
 
+std::shared_ptr<const kernels::Buffer> StageWorker::copy_on_device(const float* data, int64_t n) {
+  struct Copy {
+    std::shared_ptr<kernels::Device> device;  // declared first: outlives the buffer
+    kernels::Buffer buffer;
+  };
+  auto copy = std::make_shared<Copy>(Copy{device_, device_->allocate(n)});
+  device_->copy(copy->buffer.f32(), data, size_t(n) * sizeof(float));
+  return {copy, &copy->buffer};
+}
+
+void StageWorker::on_host(float* data, size_t n, const std::function<void(std::span<float>)>& collective) {
+  if (device_->kind() == kernels::DeviceKind::kCpu) return collective({data, n});
+  staging_.resize(n);
+  device_->copy_to_host(staging_.data(), data, n * sizeof(float));
+  collective(staging_);
+  device_->copy_from_host(data, staging_.data(), n * sizeof(float));
+}
+
 model::FlatRange StageWorker::reduce_gradients() {
   const auto t0 = std::chrono::steady_clock::now();
   model_->reduce_tensor_parallel_grads();
   if (comms_.embedding) {
     const auto& wte = model_->registry().at("wte.weight");
-    comms_.embedding->all_reduce_sum({model_->grads() + wte.offset, size_t(wte.numel)});
+    on_host(model_->grads() + wte.offset, size_t(wte.numel),
+            [&](std::span<float> g) { comms_.embedding->all_reduce_sum(g); });
   }
-  const size_t n = size_t(model_->param_count());
   auto& dp = *comms_.data_parallel;
   if (dp.size() > 1) {
-    std::span<float> all(model_->grads(), n);
-    if (distributed_)
-      dp.reduce_scatter_sum(all, all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)));
-    else
-      dp.all_reduce_sum(all);
+    on_host(model_->grads(), size_t(model_->param_count()), [&](std::span<float> all) {
+      if (distributed_)
+        dp.reduce_scatter_sum(all, all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)));
+      else
+        dp.all_reduce_sum(all);
+    });
   }
   sync_s_ = seconds_since(t0);
   return shard_;
@@ -105,8 +124,9 @@ void StageWorker::gather_parameters() {
   auto& dp = *comms_.data_parallel;
   if (!distributed_ || dp.size() == 1) return;
   const auto t0 = std::chrono::steady_clock::now();
-  std::span<float> all(model_->params(), size_t(model_->param_count()));
-  dp.all_gather(all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)), all);
+  on_host(model_->params(), size_t(model_->param_count()), [&](std::span<float> all) {
+    dp.all_gather(all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)), all);
+  });
   sync_s_ += seconds_since(t0);
 }
 

@@ -17,9 +17,18 @@
 //   3. the optimizer shard updates the parameters of its chunk (optimizer_shard.h);
 //   4. with the distributed optimizer, the chunks are all-gathered in place, so every
 //      replica holds the same updated parameters again.
+//
+// On a GPU (a CUDA rank device): the in-process communicators read and write host
+// memory, so steps 1, 2 and 4 copy the buffer to the host, run the collective there and
+// copy it back (correct, not fast: NCCL on device memory is the fast path, docs/gpu.md).
+// Device memory handed to another actor must be complete first: the actors call
+// finish_device_work() before they send a pointer into it (a no-op on the CPU).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "engine/topology.h"
 #include "kernels/device.h"
@@ -53,6 +62,12 @@ class StageWorker {
   const Rank& rank() const { return rank_; }
   model::GptStage& model() { return *model_; }
   kernels::Device& device() { return *device_; }
+  // Waits until every kernel this rank's device was given has finished (GPU; the CPU
+  // device has nothing pending), so that its memory can be handed to another actor.
+  void finish_device_work() { device_->synchronize(); }
+  // A copy of the n floats at `data` (this device's memory) in a new buffer of this
+  // device, freed when the last handle goes (which keeps the device alive).
+  std::shared_ptr<const kernels::Buffer> copy_on_device(const float* data, int64_t n);
   bool is_first() const { return model_->is_first(); }
   bool is_last() const { return model_->is_last(); }
 
@@ -91,6 +106,9 @@ class StageWorker {
 
  private:
   int slot(int mb) const { return mb % model_->slots(); }
+  // Runs `collective` on the n floats at `data` (device memory): in place on the CPU,
+  // on a host copy copied back afterwards on a GPU.
+  void on_host(float* data, size_t n, const std::function<void(std::span<float>)>& collective);
 
   Rank rank_;
   RankComms comms_;
@@ -100,6 +118,7 @@ class StageWorker {
   std::unique_ptr<model::GptStage> model_;
   model::FlatRange shard_;
   double sync_s_ = 0;
+  std::vector<float> staging_;  // on_host's copy (GPU devices only)
 };
 
 }  // namespace troupe::engine

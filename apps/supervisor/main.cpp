@@ -5,6 +5,9 @@
 #include <string>
 
 #include "apps/supervisor/commands.h"
+#ifdef TROUPE_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace troupe::cli {
 
@@ -54,6 +57,9 @@ void print_usage(std::FILE* out) {
 
 int main(int argc, char** argv) {
   using namespace troupe::cli;
+#ifdef TROUPE_HAVE_CUDA
+  troupe::kernels::cuda::install_cuda_backend();  // device.type: CUDA
+#endif
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     print_usage(argc < 2 ? stderr : stdout);

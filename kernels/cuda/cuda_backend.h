@@ -1,0 +1,12 @@
+// Installs the CUDA device as this process's GPU backend (kernels/gpu_backend.h), so
+// that the engine can put ranks on GPUs (device.type: CUDA).
+#pragma once
+
+#include "kernels/cuda/cuda_device.h"
+
+namespace troupe::kernels::cuda {
+
+// Every device made gets `defaults` with its `device` ordinal replaced.
+void install_cuda_backend(CudaDeviceOptions defaults = {});
+
+}  // namespace troupe::kernels::cuda

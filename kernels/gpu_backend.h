@@ -1,0 +1,32 @@
+// The GPU devices this process can make, for code that must not link a CUDA library
+// itself (the engine makes each rank's device from the config, engine/rank_device.h).
+//
+// A binary linked with a CUDA device library installs its backend once at start
+// (kernels/cuda/cuda_backend.h: the supervisor built with CUDA; the emulated runtime
+// test installs the CPU emulation of CUDA the same way). A CPU-only build installs
+// none, and asking for a GPU then fails with an error that says so.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kernels/device.h"
+
+namespace troupe::kernels {
+
+struct GpuBackend {
+  std::string name;  // for messages: "CUDA", "CUDA emulation (CPU)"
+  // GPUs this process can use now; 0 with the reason in *why.
+  std::function<int(std::string* why)> count;
+  // A new device (its own streams and scratch) on GPU `ordinal` in [0, count).
+  std::function<std::shared_ptr<Device>(int ordinal)> make;
+};
+
+// Replaces the process's backend (thread-safe; normally called once, before any rank
+// device is made).
+void install_gpu_backend(GpuBackend backend);
+// The installed backend, or null.
+std::shared_ptr<const GpuBackend> gpu_backend();
+
+}  // namespace troupe::kernels
