@@ -22,6 +22,9 @@
 //     noise that differs with the summation order (0.3-1.5% apart here, while the query
 //     and value thirds agree to 2e-5). The fp32 case above checks it at the parity
 //     bounds.
+//   - checkpoints on the GPU (save, kill and recover, stop and resume): bitwise equal to
+//     the uninterrupted GPU run, as on the CPU (the device is deterministic, and
+//     snapshots and restores copy bits).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -32,6 +35,7 @@
 #include "actors/runtime.h"
 #include "config/derived.h"
 #include "data/batch_source.h"
+#include "engine/checkpointing.h"
 #include "engine/rank_device.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "optim/reference_trainer.h"
@@ -157,6 +161,71 @@ TEST_CASE("device.type CUDA: DP2 x PP2 on one GPU matches one GPU device running
     const auto want = compared(t.name, params.data() + t.offset, all.size());
     CHECK(norm_diff(got.data(), want.data(), got.size()) <= kBf16Rel * norm(want.data(), want.size()));
   }
+}
+
+namespace {
+
+// DP2 x PP2 on the GPU for `steps` updates, a checkpoint every 2 committed before the
+// next step starts, in a run directory of its own.
+Config checkpointed(const std::string& name, int steps) {
+  Config c = with_steps(gpu_layout(2, 2), steps);
+  c.mutable_training()->set_eval_interval(0);
+  c.mutable_training()->set_eval_samples(0);
+  c.mutable_lr_schedule()->set_decay_samples(48);  // fixed, so that shorter runs share the schedule
+  c.mutable_checkpoint()->set_interval_steps(2);
+  c.mutable_checkpoint()->set_keep_last(10);
+  c.mutable_checkpoint()->set_max_lag_steps(0);
+  c.mutable_checkpoint()->set_save_on_exit(true);
+  c.mutable_supervision()->set_max_restarts(3);
+  const auto dir = std::filesystem::temp_directory_path() / ("troupe-runtime-cuda-ckpt-" + name);
+  std::filesystem::remove_all(dir);
+  c.mutable_logging()->set_run_dir(dir.string());
+  return c;
+}
+
+void check_bitwise(const actors::RunResult& got, const actors::RunResult& want, size_t first_step) {
+  REQUIRE(got.outcome.steps.size() + first_step == want.outcome.steps.size());
+  for (size_t s = 0; s < got.outcome.steps.size(); ++s) {
+    CAPTURE(s);
+    CHECK(got.outcome.steps[s].step == want.outcome.steps[s + first_step].step);
+    CHECK(got.outcome.steps[s].loss == want.outcome.steps[s + first_step].loss);
+    CHECK(got.outcome.steps[s].grad_norm == want.outcome.steps[s + first_step].grad_norm);
+  }
+  CHECK(got.state->params == want.state->params);
+  CHECK(got.state->exp_avg == want.state->exp_avg);
+  CHECK(got.state->exp_avg_sq == want.state->exp_avg_sq);
+  CHECK(got.state->adam_steps == want.state->adam_steps);
+}
+
+}  // namespace
+
+TEST_CASE("device.type CUDA: a killed stage recovers from its checkpoint, and a stopped run resumes, bitwise") {
+  kernels::cuda::install_cuda_backend();
+  const auto clean = run(checkpointed("clean", 6));
+  CHECK(clean.restarts == 0);
+
+  // A stage dies in step 4's forward: the group restarts on new devices from the
+  // checkpoint of step 2 (restore through copy_from_host) and recomputes step 3.
+  Config killed = checkpointed("killed", 6);
+  Fault f;
+  f.set_actor("stage/dp1/pp1/tp0");
+  f.set_step(4);
+  f.set_phase(Fault::FORWARD);
+  f.set_kind(Fault::KILL);
+  *killed.mutable_faults()->add_fault() = f;
+  const auto k = run(killed);
+  CHECK(k.restarts == 1);
+  check_bitwise(k, clean, 0);
+
+  // Three steps and the final checkpoint, then a new run resumes from it for 4..6.
+  Config first = checkpointed("first", 3);
+  first.mutable_checkpoint()->set_interval_steps(0);
+  REQUIRE(run(first).outcome.steps.size() == 3);
+  Config second = checkpointed("second", 6);
+  second.mutable_checkpoint()->set_interval_steps(0);
+  second.mutable_checkpoint()->set_dir(engine::checkpoint_root(first));
+  second.mutable_checkpoint()->set_load("latest");
+  check_bitwise(run(second), clean, 3);
 }
 
 TEST_CASE("device.type CUDA refuses what the GPU path cannot run yet, naming the field") {
