@@ -5,11 +5,43 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 #include "config/derived.h"
 #include "data/batch_source.h"
 
 namespace troupe::testing {
+
+Config parity_layout(int dp, int pp, const std::string& run_dir) {
+  Config c;
+  auto* m = c.mutable_model();
+  m->set_layers(4);
+  m->set_heads(2);
+  m->set_width(32);
+  m->set_vocab_size(257);
+  m->set_max_positions(32);
+  auto* p = c.mutable_parallel();
+  p->set_data(dp);
+  p->set_pipeline(pp);
+  p->set_schedule(ParallelConfig::ONE_F_ONE_B);
+  p->set_distributed_optimizer(true);
+  auto* b = c.mutable_batch();
+  b->set_micro_batch_size(1);
+  b->set_global_batch_size(8);
+  b->set_seq_length(32);
+  auto* o = c.mutable_optimizer();
+  o->set_lr(1e-3);
+  o->set_min_lr(1e-4);
+  c.mutable_lr_schedule()->set_warmup_samples(8);
+  c.mutable_training()->set_train_samples(24);
+  c.mutable_training()->set_seed(7);
+  c.mutable_device()->set_threads(1);  // one thread everywhere: identical GEMM partitions
+  c.mutable_logging()->set_run_dir((std::filesystem::temp_directory_path() / run_dir).string());
+  c.mutable_logging()->set_tensorboard(false);
+  c.mutable_supervision()->set_max_restarts(0);
+  c.mutable_checkpoint()->set_save_on_exit(false);
+  return c;
+}
 
 Config with_steps(Config c, int steps) {
   c.mutable_training()->set_train_samples(int64_t(steps) * c.batch().global_batch_size());

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "actors/runtime.h"
@@ -23,6 +24,12 @@ namespace troupe::testing {
 inline constexpr double kLossRel = 1e-5;    // loss and gradient norm of each step, relative
 inline constexpr double kParamAbs = 1e-5;   // every parameter, max |runtime - reference| (1% of an lr step)
 inline constexpr double kMomentRel = 1e-4;  // Adam moments per tensor, max |diff| / max |reference|
+
+// The runtime suites' layout: 4 layers of width 32 (2 heads), byte vocabulary, global
+// batch 8 of 1 x 32 sequences, lr 1e-3 after 8 warm-up samples, seed 7, one compute
+// thread, DP x PP with 1F1B and the distributed optimizer, 3 updates, no restarts and
+// no checkpoint; its run directory is `run_dir` in the temporary directory.
+Config parity_layout(int dp, int pp, const std::string& run_dir);
 
 // `c` with training.train_samples set for `steps` updates of its global batch.
 Config with_steps(Config c, int steps);

@@ -57,36 +57,12 @@ CudaDeviceOptions gemm(GemmType t) {
   return o;
 }
 
-// DP2 x PP2 of a 4-layer model, 4 microbatches of 1 x 32 per replica, on the GPU.
+// The runtime suites' layout (test/actors/parity_check.h) on the GPU, with evaluation passes.
 Config gpu_layout(int dp, int pp) {
-  Config c;
-  auto* m = c.mutable_model();
-  m->set_layers(4);
-  m->set_heads(2);
-  m->set_width(32);
-  m->set_vocab_size(257);
-  m->set_max_positions(32);
-  auto* p = c.mutable_parallel();
-  p->set_data(dp);
-  p->set_pipeline(pp);
-  p->set_distributed_optimizer(true);
-  auto* b = c.mutable_batch();
-  b->set_micro_batch_size(1);
-  b->set_global_batch_size(8);
-  b->set_seq_length(32);
-  auto* o = c.mutable_optimizer();
-  o->set_lr(1e-3);
-  o->set_min_lr(1e-4);
-  c.mutable_lr_schedule()->set_warmup_samples(8);
-  c.mutable_training()->set_train_samples(24);
-  c.mutable_training()->set_seed(7);
+  Config c = parity_layout(dp, pp, "troupe-runtime-cuda-test");
+  c.mutable_device()->set_type(DeviceConfig::CUDA);
   c.mutable_training()->set_eval_interval(2);  // evaluation passes hand activation copies along
   c.mutable_training()->set_eval_samples(4);
-  c.mutable_device()->set_type(DeviceConfig::CUDA);
-  c.mutable_logging()->set_run_dir((std::filesystem::temp_directory_path() / "troupe-runtime-cuda-test").string());
-  c.mutable_logging()->set_tensorboard(false);
-  c.mutable_supervision()->set_max_restarts(0);
-  c.mutable_checkpoint()->set_save_on_exit(false);
   return c;
 }
 

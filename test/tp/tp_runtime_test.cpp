@@ -17,7 +17,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <filesystem>
 
 #include "actors/runtime.h"
 #include "config/derived.h"
@@ -32,34 +31,9 @@ using namespace troupe::testing;
 namespace {
 
 Config tiny(int tp, bool sp, int pp, int dp) {
-  Config c;
-  auto* m = c.mutable_model();
-  m->set_layers(4);
-  m->set_heads(2);
-  m->set_width(32);
-  m->set_vocab_size(257);
-  m->set_max_positions(32);
-  auto* p = c.mutable_parallel();
-  p->set_tensor(tp);
-  p->set_sequence_parallel(sp);
-  p->set_pipeline(pp);
-  p->set_data(dp);
-  p->set_schedule(ParallelConfig::ONE_F_ONE_B);
-  p->set_distributed_optimizer(true);
-  auto* b = c.mutable_batch();
-  b->set_micro_batch_size(1);
-  b->set_global_batch_size(8);
-  b->set_seq_length(32);
-  auto* o = c.mutable_optimizer();
-  o->set_lr(1e-3);
-  o->set_min_lr(1e-4);
-  c.mutable_lr_schedule()->set_warmup_samples(8);
-  c.mutable_training()->set_seed(7);
-  c.mutable_device()->set_threads(1);
-  c.mutable_logging()->set_run_dir((std::filesystem::temp_directory_path() / "troupe-tp-runtime-test").string());
-  c.mutable_logging()->set_tensorboard(false);
-  c.mutable_supervision()->set_max_restarts(0);
-  c.mutable_checkpoint()->set_save_on_exit(false);
+  Config c = parity_layout(dp, pp, "troupe-tp-runtime-test");
+  c.mutable_parallel()->set_tensor(tp);
+  c.mutable_parallel()->set_sequence_parallel(sp);
   return c;
 }
 
