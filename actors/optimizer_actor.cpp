@@ -142,9 +142,10 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
                                  " without its gradients");
         maybe_fault(self, u.step, Fault::OPTIMIZER);
         if (!u.skip) s.shard->apply(s.pending->params, s.pending->grads, u.lr, u.clip_factor);
-        s.device->synchronize();  // the stage reads the parameters next (GPU; nothing to wait for on the CPU)
         s.pending.reset();
-        self->send(s.stage, msg::ShardApplied{u.step});
+        // Once the update is done on the device (at once on the CPU; on a GPU from the
+        // device's completion callback, kernels::Device::when_done).
+        s.device->when_done([stage = s.stage, step = u.step] { caf::anon_send(stage, msg::ShardApplied{step}); });
       },
       [self](const msg::SnapshotCommand& cmd) { take_snapshot(self, cmd); },
       [self](deliver_atom, msg::ShardSnapshot& snap, int64_t waited_ms) {

@@ -156,6 +156,16 @@ msg::Activations handle(const std::shared_ptr<engine::StageWorker>& stage, const
   return a;
 }
 
+// Sends `m`, which points into this stage's device memory, once the device has done
+// everything issued so far: at once on the CPU; on a GPU from the device's completion
+// callback, while this thread goes on issuing the next op (kernels::Device::when_done).
+// Each kind of handed-over message goes to one receiver that gets nothing else from
+// this stage, so sending some of them later never reorders a receiver's mail.
+template <class Msg>
+void hand_over(Self* self, const caf::actor& to, Msg m) {
+  self->state.worker->device().when_done([to, m = std::move(m)]() mutable { caf::anon_send(to, std::move(m)); });
+}
+
 void run_forward(Self* self, int32_t mb) {
   auto& st = self->state;
   const Key key{st.kind, st.step, mb};
@@ -187,9 +197,8 @@ void run_forward(Self* self, int32_t mb) {
   } else {
     // Evaluation has no backward to pace the slots: hand over a copy.
     const bool copy = st.kind == StepKind::Eval;
-    auto out = handle(st.worker, st.worker->output(mb), *batch, copy);
-    st.worker->finish_device_work();
-    self->send(st.next, msg::ActivationsReady{st.step, st.kind, mb, std::move(out)});
+    hand_over(self, st.next,
+              msg::ActivationsReady{st.step, st.kind, mb, handle(st.worker, st.worker->output(mb), *batch, copy)});
   }
   if (st.worker->is_first() && st.kind == StepKind::Train && r.tp == 0) {
     // The loader's next microbatch after the last forward belongs to the next step,
@@ -211,15 +220,16 @@ void run_backward(Self* self, int32_t mb) {
   maybe_poison(self, mb);
   st.grads.erase(key);
   if (!st.worker->is_first()) {
-    st.worker->finish_device_work();
     const auto& batch = *st.batches.at(key);
-    if (in_other_process(self, st.prev))
+    if (in_other_process(self, st.prev)) {
+      st.worker->finish_device_work();
       self->send(st.prev, msg::GradientsReady{st.step, mb,
                                               send_via_comm(self, st.args.comms.pipeline_prev, 0, kBackwardTag,
                                                             st.worker->input_grad(mb), activation_rows(batch),
                                                             st.worker->width())});
-    else
-      self->send(st.prev, msg::GradientsReady{st.step, mb, handle(st.worker, st.worker->input_grad(mb), batch, false)});
+    } else {
+      hand_over(self, st.prev, msg::GradientsReady{st.step, mb, handle(st.worker, st.worker->input_grad(mb), batch, false)});
+    }
   }
   st.batches.erase(key);
 }
@@ -238,10 +248,10 @@ void end_of_ops(Self* self) {
   }
   maybe_fault(self, Fault::REDUCE);
   const auto range = st.worker->reduce_gradients();
-  st.worker->finish_device_work();
   st.waiting_for_update = true;
-  self->send(st.optimizer, msg::GradShardReady{st.step, st.worker->model().grads(), st.worker->model().params(),
-                                               range.begin, range.end, st.worker});
+  hand_over(self, st.optimizer,
+            msg::GradShardReady{st.step, st.worker->model().grads(), st.worker->model().params(), range.begin,
+                                range.end, st.worker});
   for (auto& report : st.held_losses) self->send(st.coordinator, std::move(report));
   st.held_losses.clear();
   if (st.held_credit) self->send(st.loader, credit_atom::value, st.step, *st.held_credit);

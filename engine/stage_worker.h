@@ -21,8 +21,12 @@
 // On a GPU (a CUDA rank device): the in-process communicators read and write host
 // memory, so steps 1, 2 and 4 copy the buffer to the host, run the collective there and
 // copy it back (correct, not fast: NCCL on device memory is the fast path, docs/gpu.md).
-// Device memory handed to another actor must be complete first: the actors call
-// finish_device_work() before they send a pointer into it (a no-op on the CPU).
+// Device memory handed to another actor must be complete first: the actors send a
+// pointer into it from device().when_done (at once on the CPU, from the GPU's
+// completion callback on a GPU), or after finish_device_work() where the send itself
+// reads the memory (a communicator to another process). Slot reuse stays safe on a
+// GPU: a neighbour's next message comes after everything it issued before, including
+// its reads of a handed-over slot.
 #pragma once
 
 #include <functional>
@@ -63,7 +67,7 @@ class StageWorker {
   model::GptStage& model() { return *model_; }
   kernels::Device& device() { return *device_; }
   // Waits until every kernel this rank's device was given has finished (GPU; the CPU
-  // device has nothing pending), so that its memory can be handed to another actor.
+  // device has nothing pending).
   void finish_device_work() { device_->synchronize(); }
   // A copy of the n floats at `data` (this device's memory) in a new buffer of this
   // device, freed when the last handle goes (which keeps the device alive).

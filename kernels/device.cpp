@@ -1,10 +1,17 @@
-// Defaults of the optional Device primitives: a device that does not implement
-// them cannot run tensor parallelism, and says so by name.
+// Defaults of the optional Device primitives: when_done for a device with nothing
+// pending, and the tensor-parallel pieces, which a device that does not implement them
+// cannot run (it says so by name).
 #include "kernels/device.h"
 
 #include <stdexcept>
 
 namespace troupe::kernels {
+
+void Device::when_done(std::function<void()> fn) {
+  synchronize();
+  fn();
+}
+
 namespace {
 
 [[noreturn]] void missing(const Device& d, const char* what) {

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "kernels/buffer.h"
@@ -55,6 +56,11 @@ class Device {
   virtual void fill_zero(void* dst, size_t bytes) = 0;
   // Returns when every kernel issued so far has finished (CPU: immediately).
   virtual void synchronize() = 0;
+  // Runs fn once every kernel issued so far has finished. This default (the CPU
+  // device, where nothing is ever pending) synchronizes and calls fn at once on the
+  // calling thread; the CUDA device calls it later on a CUDA runtime thread (fn must
+  // then not call CUDA), and the caller goes on issuing work meanwhile.
+  virtual void when_done(std::function<void()> fn);
 
   // ---- general matrix multiply ------------------------------------------------
   // C[M, N] = alpha * op(A)[M, K] * op(B)[K, N] + beta * C, row-major, op = transpose

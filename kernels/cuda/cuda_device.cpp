@@ -215,6 +215,11 @@ void CudaDevice::fill_zero(void* dst, size_t bytes) {
   TROUPE_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, compute_));
 }
 
+void CudaDevice::when_done(std::function<void()> fn) {
+  wait_event(Stream::kCompute, record_event(Stream::kComm));
+  on_complete(std::move(fn), Stream::kCompute);
+}
+
 void CudaDevice::synchronize() {
   make_current();
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));

@@ -112,6 +112,9 @@ class CudaDevice final : public Device {
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;
   void synchronize() override;
+  // fn runs once both streams have done everything issued so far (on_complete on the
+  // compute stream after it waited for the communication stream).
+  void when_done(std::function<void()> fn) override;
 
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
             const float* B, int ldb, float beta, float* C, int ldc) override;

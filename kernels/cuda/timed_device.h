@@ -32,6 +32,7 @@ class TimedDevice final : public Device {
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;
   void synchronize() override { inner_.synchronize(); }
+  void when_done(std::function<void()> fn) override { inner_.when_done(std::move(fn)); }
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
             float beta, float* C, int ldc) override;
   void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
