@@ -1,8 +1,10 @@
 // The actor runtime with device.type: CUDA: every rank's stage and optimizer shard on
-// a CUDA device from the installed GPU backend (engine/rank_device.h). Built against
-// the CPU emulation of CUDA (test_runtime_cuda_emulated), where device memory is out
-// of bounds to host code outside device operations, so a host read or write of device
-// memory anywhere in the runtime crashes the test as it would on a GPU.
+// a CUDA device from the installed GPU backend (engine/rank_device.h). Built twice:
+// against the CPU emulation of CUDA (test_runtime_cuda_emulated, every CI run), where
+// device memory is out of bounds to host code outside device operations, so a host
+// read or write of device memory anywhere in the runtime crashes the test as it would
+// on a GPU; and against the real CUDA device (test_runtime_cuda, built with the CUDA
+// toolkit), whose cases report themselves skipped without a GPU.
 //
 // Tolerances, fixed before any run:
 //   - fp32 GEMM operands (CudaDeviceOptions::gemm = kF32): the GPU runtime computes the
@@ -40,6 +42,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "optim/reference_trainer.h"
 #include "test/actors/parity_check.h"
+#include "test/cuda/cuda_test_util.h"
 
 using namespace troupe;
 using namespace troupe::testing;
@@ -90,6 +93,7 @@ std::vector<float> compared(const std::string& name, const float* x, size_t n) {
 }  // namespace
 
 TEST_CASE("device.type CUDA: DP2 x PP2 through the actors on the GPU matches the CPU reference (fp32 GEMMs)") {
+  REQUIRE_GPU();
   kernels::cuda::install_cuda_backend(gemm(GemmType::kF32));
   const Config c = gpu_layout(2, 2);
   for (int steps : {1, 3}) {
@@ -102,6 +106,7 @@ TEST_CASE("device.type CUDA: DP2 x PP2 through the actors on the GPU matches the
 }
 
 TEST_CASE("device.type CUDA: DP2 x PP2 on one GPU matches one GPU device running the whole model (bf16 GEMMs)") {
+  REQUIRE_GPU();
   kernels::cuda::install_cuda_backend(gemm(GemmType::kBf16));
   const int steps = 3;
   const Config c = with_steps(gpu_layout(2, 2), steps);
@@ -176,6 +181,7 @@ void check_bitwise(const actors::RunResult& got, const actors::RunResult& want, 
 }  // namespace
 
 TEST_CASE("device.type CUDA: a killed stage recovers from its checkpoint, and a stopped run resumes, bitwise") {
+  REQUIRE_GPU();
   kernels::cuda::install_cuda_backend();
   const auto clean = run(checkpointed("clean", 6));
   CHECK(clean.restarts == 0);
@@ -207,13 +213,23 @@ TEST_CASE("device.type CUDA: a killed stage recovers from its checkpoint, and a 
 TEST_CASE("device.type CUDA refuses what the GPU path cannot run yet, naming the field") {
   kernels::cuda::install_cuda_backend();
   Config c = gpu_layout(1, 1);
-  CHECK_NOTHROW(engine::check_runtime_device(c));
-  c.mutable_parallel()->set_tensor(2);
-  c.mutable_model()->set_heads(2);
-  try {
-    engine::check_runtime_device(c);
-    FAIL("tensor parallelism on CUDA was accepted");
-  } catch (const std::invalid_argument& e) {
-    CHECK(std::string(e.what()).rfind("device.type: CUDA: parallel.tensor", 0) == 0);
-  }
+  auto refusal = [](const Config& bad) -> std::string {
+    try {
+      engine::check_runtime_device(bad);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  std::string why;
+  if (kernels::cuda::gpu_available(&why))
+    CHECK_NOTHROW(engine::check_runtime_device(c));
+  else
+    CHECK(refusal(c) == "device.type: CUDA: no GPU: " + why);
+  Config tp = c;
+  tp.mutable_parallel()->set_tensor(2);
+  CHECK(refusal(tp).rfind("device.type: CUDA: parallel.tensor", 0) == 0);
+  Config cluster = c;
+  cluster.mutable_cluster()->set_workers(2);
+  CHECK(refusal(cluster).rfind("device.type: CUDA: cluster mode", 0) == 0);
 }
