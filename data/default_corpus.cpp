@@ -67,8 +67,16 @@ std::string ensure_default_corpus(const std::string& fortunes_dir, const std::st
   const std::string sources = prefix + ".sources";
   const std::vector<std::string> files = fortune_files(fortunes_dir);
   if (files.empty()) {
+    // A machine without the fortunes package (a GPU machine the GPU check runs on) can
+    // still use a corpus prepared elsewhere and copied into the data dir.
+    if (fs::exists(sources) && fs::exists(prefix + ".bin") && fs::exists(prefix + ".idx")) {
+      spdlog::info("data: {} has no fortune files; using the default corpus already prepared at {}", fortunes_dir,
+                   prefix);
+      return prefix;
+    }
     throw DataError(fortunes_dir + ": no fortune files; the embedded default corpus needs Debian's "
-                    "fortunes package (scripts/setup.sh installs it), or set data.prefix");
+                    "fortunes package (scripts/setup.sh installs it), a corpus prepared by it in " + data_dir +
+                    ", or data.prefix");
   }
   const std::string want = listing(files);
   if (read_text(sources) == want && fs::exists(prefix + ".bin") && fs::exists(prefix + ".idx")) {

@@ -4,7 +4,9 @@
 // Where: $TROUPE_DATA_DIR if set, else runs/data under the working directory; the
 // dataset is <dir>/fortunes-bytes.{bin,idx}, with <dir>/fortunes-bytes.sources
 // listing the fortune files (name, size, mtime) it was made from. It is prepared
-// again when that listing no longer matches /usr/share/games/fortunes.
+// again when that listing no longer matches /usr/share/games/fortunes. Where that
+// folder holds no fortune files (a machine without the package), a corpus already
+// prepared in the data dir is used as it is.
 //
 // What: every regular file of the fortunes directory except strfile's *.dat and the
 // *.u8 symlinks; each fortune ('%'-separated entry) is one document. Documents are

@@ -174,6 +174,10 @@ TEST_CASE("default corpus: prepared once into the data dir, again when the sourc
   CHECK(IndexedDataset::open(prefix).sequences() == 3);
   CHECK(count_temporaries(d.path() / "cache") == 0);
 
+  // Without the fortunes package, a prepared corpus is used as it is.
+  CHECK(ensure_default_corpus(d / "no-fortunes-here", d / "cache") == prefix);
+  CHECK(IndexedDataset::open(prefix).sequences() == 3);
+
   ScratchDir none;
   CHECK_THROWS_WITH_AS(ensure_default_corpus(none / "missing", none / "c"),
                        doctest::Contains("needs Debian's fortunes package"), DataError);
