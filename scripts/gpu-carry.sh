@@ -5,14 +5,17 @@
 # holding doctest.h, the protobuf headers and static library, protoc's C++ for
 # messages/config.proto, cblas.h, and cblas_sgemm with the OpenBLAS kernels it pulls in,
 # linked into one relocatable object (the whole libopenblas.a is 58 MB; this is 27 MB,
-# about 6 MB compressed). scripts/gpu-check.sh unpacks it. Versions go to
+# about 6 MB compressed). scripts/gpu-check.sh unpacks it. Where the CUDA toolkit is
+# here too, it also writes build-gpucarry/runtime-test.tar.xz: test_runtime_cuda
+# prebuilt with its shared libraries and the default corpus (below). Versions go to
 # build-gpucarry/MANIFEST.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out=build-gpucarry
 stage="$(mktemp -d)"
-trap 'rm -rf "$stage"' EXIT
+rt_stage="$(mktemp -d)"
+trap 'rm -rf "$stage" "$rt_stage"' EXIT
 
 need() { [ -e "$1" ] || { echo "gpu-carry: $1 is missing (run scripts/setup.sh first)" >&2; exit 1; }; }
 blas_dir=/usr/include/x86_64-linux-gnu/openblas-pthread
@@ -32,6 +35,42 @@ ld -r -o "$stage/lib/openblas_sgemm.o" -u cblas_sgemm -u openblas_set_num_thread
   /usr/lib/x86_64-linux-gnu/libopenblas.a
 strip --strip-debug "$stage/lib/openblas_sgemm.o"
 
+# The actor runtime's GPU suite, prebuilt: test_runtime_cuda links CAF, spdlog,
+# OpenBLAS, ICU, OpenSSL and more that the GPU machine lacks, so it travels as a binary
+# with every shared library it loads except glibc's and CUDA's (the GPU machine has
+# those; the binary needs glibc >= 2.36), plus the default corpus prepared here (the GPU
+# machine has no fortunes package). About 19 MB as build-gpucarry/runtime-test.tar.xz.
+# Needs the CUDA toolkit here (TROUPE_CUDA finds it); skipped with a note otherwise.
+runtime_made=no
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  [ -f build/CMakeCache.txt ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
+  cmake --build build -j "$(nproc)" --target test_runtime_cuda supervisor > "$rt_stage/runtime-build.log" 2>&1 \
+    || { tail -30 "$rt_stage/runtime-build.log" >&2; echo "gpu-carry: building test_runtime_cuda failed" >&2; exit 1; }
+  rt="$rt_stage/runtime"
+  mkdir -p "$rt/lib" "$rt/data"
+  cp build/test/test_runtime_cuda "$rt/"
+  ldd build/test/test_runtime_cuda | awk '$3 ~ /^\// {print $3}' \
+    | grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux-x86-64|libcudart|libcublas|libcublasLt|libnccl|libcuda)\.so' \
+    | while read -r lib; do cp -L "$lib" "$rt/lib/"; done
+  # The default corpus, prepared by a one-layer inspect-update into the bundle's data dir.
+  TROUPE_DATA_DIR="$rt/data" build/apps/supervisor inspect-update --set model.layers=1 --set model.width=32 \
+    --set model.heads=1 --set batch.global_batch_size=2 --set batch.micro_batch_size=1 --set parallel.data=1 \
+    --set parallel.pipeline=1 --out "$rt_stage/inspect-update" > "$rt_stage/corpus.log" 2>&1 \
+    || { cat "$rt_stage/corpus.log" >&2; echo "gpu-carry: preparing the default corpus failed" >&2; exit 1; }
+  rm -f "$rt"/data/*.sidx
+  # Every library the binary loads must now come from the bundle, glibc's and CUDA's aside.
+  missing="$(LD_LIBRARY_PATH="$rt/lib" ldd "$rt/test_runtime_cuda" | awk '$3 ~ /^\// {print $3}' | grep -v "^$rt/lib/" \
+    | grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux-x86-64|libcudart|libcublas|libcublasLt|libnccl|libcuda)\.so' || true)"
+  [ -z "$missing" ] || { echo "gpu-carry: the runtime bundle misses $missing" >&2; exit 1; }
+  mkdir -p "$out"
+  tar -cJf "$out/runtime-test.tar.xz.tmp" -C "$rt" .
+  sync "$out/runtime-test.tar.xz.tmp"
+  mv "$out/runtime-test.tar.xz.tmp" "$out/runtime-test.tar.xz"
+  runtime_made=yes
+else
+  echo "gpu-carry: no nvcc here: the prebuilt runtime suite (runtime-test.tar.xz) is left out" >&2
+fi
+
 mkdir -p "$out"
 tar -czf "$out/gpu-deps.tar.gz.tmp" -C "$stage" .
 sync "$out/gpu-deps.tar.gz.tmp"
@@ -41,6 +80,10 @@ mv "$out/gpu-deps.tar.gz.tmp" "$out/gpu-deps.tar.gz"
   echo "protoc: $(protoc --version)"
   dpkg-query -W -f='${Package} ${Version}\n' doctest-dev libprotobuf-dev libopenblas0-pthread 2>/dev/null || true
   sha256sum "$out/gpu-deps.tar.gz"
+  [ "$runtime_made" = yes ] && sha256sum "$out/runtime-test.tar.xz"
+  true
 } > "$out/MANIFEST.tmp"
 mv "$out/MANIFEST.tmp" "$out/MANIFEST"
-echo "gpu-carry: $out/gpu-deps.tar.gz ($(du -h "$out/gpu-deps.tar.gz" | cut -f1)); carry $out with scripts/gpu-check.sh"
+echo "gpu-carry: $out/gpu-deps.tar.gz ($(du -h "$out/gpu-deps.tar.gz" | cut -f1))"
+[ "$runtime_made" = yes ] && echo "gpu-carry: $out/runtime-test.tar.xz ($(du -h "$out/runtime-test.tar.xz" | cut -f1))"
+echo "gpu-carry: carry $out with scripts/gpu-check.sh"

@@ -3,8 +3,9 @@
 # machines have nothing else troupe needs), finds nvcc, cuBLAS and NCCL and says what it
 # found, builds test_cuda and gpu_bench with scripts/gpu-check/CMakeLists.txt against the
 # carry from scripts/gpu-carry.sh, runs the tests and the benchmark, and prints a short
-# table. Without a GPU it still builds and runs test_cuda (every case reports itself
-# skipped) and says "no GPU" instead of benchmarking.
+# table. It also runs test_runtime_cuda (the actor runtime on the GPU), which travels
+# prebuilt in the carry. Without a GPU it still builds and runs both (every case
+# reports itself skipped) and says "no GPU" instead of benchmarking.
 #
 #   scripts/gpu-carry.sh                 here, where the Debian packages are (once per change
 #                                        of config.proto or the packages)
@@ -149,6 +150,34 @@ else
   row "test_cuda" "FAILED (exit $test_rc), ${test_s} s; ${cases}; ${asserts}"
 fi
 grep 'MESSAGE:' "$logs/test_cuda.log" | grep -v SKIPPED | sed 's/^.*MESSAGE: /  /' | head -12
+
+# ---- 4b. the actor runtime on the GPU (prebuilt by scripts/gpu-carry.sh) --------------
+rt_archive="$root/build-gpucarry/runtime-test.tar.xz"
+if [ -f "$rt_archive" ]; then
+  rt="$work/runtime"
+  rm -rf "$rt" && mkdir -p "$rt" && tar -xJf "$rt_archive" -C "$rt"
+  cudart="$(find_file_in 'libcudart.so.*' "${lib_dirs[@]}" || true)"
+  rt_path="$rt/lib:$(dirname "$cublas")${cudart:+:$(dirname "$cudart")}"
+  t0=$(date +%s)
+  (cd "$rt" && TROUPE_DATA_DIR="$rt/data" LD_LIBRARY_PATH="$rt_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    timeout 300 ./test_runtime_cuda) > "$logs/test_runtime_cuda.log" 2>&1
+  rt_rc=$?
+  rt_s=$(( $(date +%s) - t0 ))
+  rt_cases="$(grep -o 'test cases: .*' "$logs/test_runtime_cuda.log" | tail -1 | sed 's/ *| */, /g; s/, *$//')"
+  rt_skipped="$(grep -c 'SKIPPED:' "$logs/test_runtime_cuda.log")"
+  if [ $rt_rc -eq 0 ]; then
+    say "test_runtime_cuda passed in ${rt_s} s ($rt_cases; $rt_skipped cases reported SKIPPED)"
+    row "test_runtime_cuda" "passed, ${rt_s} s; ${rt_cases}; ${rt_skipped} skipped"
+  else
+    status=1
+    say "test_runtime_cuda FAILED (exit $rt_rc) in ${rt_s} s; the log's end:"
+    grep -B2 -A6 'ERROR\|FATAL\|timed out\|Aborted\|not found' "$logs/test_runtime_cuda.log" | head -60
+    tail -5 "$logs/test_runtime_cuda.log"
+    row "test_runtime_cuda" "FAILED (exit $rt_rc), ${rt_s} s; ${rt_cases}"
+  fi
+else
+  row "test_runtime_cuda" "not run: no build-gpucarry/runtime-test.tar.xz (scripts/gpu-carry.sh makes it where nvcc is)"
+fi
 
 # ---- 5. benchmark -------------------------------------------------------------------
 if [ "$gpu" != "none" ]; then
