@@ -16,7 +16,6 @@
 namespace troupe::kernels {
 
 struct GpuBackend {
-  std::string name;  // for messages: "CUDA", "CUDA emulation (CPU)"
   // GPUs this process can use now; 0 with the reason in *why.
   std::function<int(std::string* why)> count;
   // A new device (its own streams and scratch) on GPU `ordinal` in [0, count).

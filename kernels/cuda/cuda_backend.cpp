@@ -6,11 +6,6 @@ namespace troupe::kernels::cuda {
 
 void install_cuda_backend(CudaDeviceOptions defaults) {
   GpuBackend b;
-#ifdef TROUPE_CUDA_EMULATION
-  b.name = "CUDA emulation (CPU)";
-#else
-  b.name = "CUDA";
-#endif
   b.count = [](std::string* why) { return gpu_available(why) ? device_count() : 0; };
   b.make = [defaults](int ordinal) -> std::shared_ptr<Device> {
     auto o = defaults;
