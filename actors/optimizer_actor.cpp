@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/message_types.h"
+#include "actors/send_when_done.h"
 #include "comm/communicator.h"
 #include "engine/checkpointing.h"
 #include "engine/optimizer_shard.h"
@@ -143,9 +144,8 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
         maybe_fault(self, u.step, Fault::OPTIMIZER);
         if (!u.skip) s.shard->apply(s.pending->params, s.pending->grads, u.lr, u.clip_factor);
         s.pending.reset();
-        // Once the update is done on the device (at once on the CPU; on a GPU from the
-        // device's completion callback, kernels::Device::when_done).
-        s.device->when_done([stage = s.stage, step = u.step] { caf::anon_send(stage, msg::ShardApplied{step}); });
+        // Once the update is done on the device (the stage gets nothing else from here).
+        send_when_done(*s.device, s.stage, msg::ShardApplied{u.step});
       },
       [self](const msg::SnapshotCommand& cmd) { take_snapshot(self, cmd); },
       [self](deliver_atom, msg::ShardSnapshot& snap, int64_t waited_ms) {
@@ -155,10 +155,8 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
         auto& s = self->state;
         const auto& a = s.shard->adamw();
         const auto n = size_t(a.range().end - a.range().begin);
-        std::vector<float> m(n), v(n);
-        s.device->copy_to_host(m.data(), a.m(), n * sizeof(float));
-        s.device->copy_to_host(v.data(), a.v(), n * sizeof(float));
-        return engine::OptimSnapshot{s.args.rank, a.range(), a.steps(), std::move(m), std::move(v)};
+        return engine::OptimSnapshot{s.args.rank, a.range(), a.steps(), kernels::download(*s.device, a.m(), n),
+                                     kernels::download(*s.device, a.v(), n)};
       },
   };
 }

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/message_types.h"
+#include "actors/send_when_done.h"
 #include "config/derived.h"
 #include "engine/checkpointing.h"
 #include "engine/stage_worker.h"
@@ -156,14 +157,13 @@ msg::Activations handle(const std::shared_ptr<engine::StageWorker>& stage, const
   return a;
 }
 
-// Sends `m`, which points into this stage's device memory, once the device has done
-// everything issued so far: at once on the CPU; on a GPU from the device's completion
-// callback, while this thread goes on issuing the next op (kernels::Device::when_done).
-// Each kind of handed-over message goes to one receiver that gets nothing else from
-// this stage, so sending some of them later never reorders a receiver's mail.
+// Sends `m`, which points into this stage's device memory, once the device has written
+// it (actors/send_when_done.h). Each kind of handed-over message goes to one receiver
+// that gets nothing else from this stage, so sending some of them later never reorders
+// a receiver's mail.
 template <class Msg>
 void hand_over(Self* self, const caf::actor& to, Msg m) {
-  self->state.worker->device().when_done([to, m = std::move(m)]() mutable { caf::anon_send(to, std::move(m)); });
+  send_when_done(self->state.worker->device(), to, std::move(m));
 }
 
 void run_forward(Self* self, int32_t mb) {
@@ -397,9 +397,8 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
       [self](snapshot_atom) {
         auto& s = self->state;
         auto& model = s.worker->model();
-        std::vector<float> params(size_t(model.param_count()));
-        s.worker->device().copy_to_host(params.data(), model.params(), params.size() * sizeof(float));
-        return engine::StageSnapshot{s.args.rank, model.registry().tensors(), std::move(params)};
+        return engine::StageSnapshot{s.args.rank, model.registry().tensors(),
+                                     kernels::download(s.worker->device(), model.params(), size_t(model.param_count()))};
       },
   };
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kernels/buffer.h"
 
@@ -182,5 +183,12 @@ class Device {
   // sum of x[i]^2 in double, in an order fixed by n alone.
   virtual double sum_squares(const float* x, int64_t n) = 0;
 };
+
+// A host copy of the n floats at `p` in `device`'s memory (waits for the device).
+inline std::vector<float> download(Device& device, const float* p, size_t n) {
+  std::vector<float> out(n);
+  device.copy_to_host(out.data(), p, n * sizeof(float));
+  return out;
+}
 
 }  // namespace troupe::kernels

@@ -64,11 +64,7 @@ inline kernels::Buffer poisoned(kernels::Device& dev, size_t n) {
   return upload(dev, std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()));
 }
 
-inline std::vector<float> download(kernels::Device& dev, const float* p, size_t n) {
-  std::vector<float> out(n);
-  dev.copy_to_host(out.data(), p, n * sizeof(float));
-  return out;
-}
+using kernels::download;
 
 // ||out - ref|| / ||ref|| over all elements (NaN when anything is NaN, so a NaN never
 // passes a "<= bound" check). ref must not be all zeros (the caller's inputs are random).

@@ -1,0 +1,22 @@
+// Sends a message that points into a device's memory once the device has done
+// everything issued so far (kernels::Device::when_done): at once on the CPU; on a GPU
+// from the device's completion callback, while the sending actor's thread goes on
+// issuing work. The message goes as an anonymous send from whichever thread runs the
+// callback, so a receiver must not need the sender, and should get nothing else from
+// this sender whose order relative to these messages matters.
+#pragma once
+
+#include <utility>
+
+#include <caf/all.hpp>
+
+#include "kernels/device.h"
+
+namespace troupe::actors {
+
+template <class Msg>
+void send_when_done(kernels::Device& device, const caf::actor& to, Msg m) {
+  device.when_done([to, m = std::move(m)]() mutable { caf::anon_send(to, std::move(m)); });
+}
+
+}  // namespace troupe::actors
