@@ -59,15 +59,17 @@ actors::RunResult run(const Config& c) {
   return r;
 }
 
+std::vector<data::Microbatch> global_batch(const Config& c, const data::BatchSource& src, int step) {
+  const int m = int(config::microbatches_per_replica(c));
+  std::vector<data::Microbatch> mbs;
+  for (int d = 0; d < c.parallel().data(); ++d)
+    for (int j = 0; j < m; ++j) mbs.push_back(src.microbatch(int64_t(step) * c.batch().global_batch_size(), d, j));
+  return mbs;
+}
+
 Reference::Reference(const Config& c, int steps) : trainer(c, device) {
   const auto src = data::BatchSource::open(c);
-  const int m = int(config::microbatches_per_replica(c));
-  for (int s = 0; s < steps; ++s) {
-    std::vector<data::Microbatch> mbs;
-    for (int d = 0; d < c.parallel().data(); ++d)
-      for (int j = 0; j < m; ++j) mbs.push_back(src.microbatch(int64_t(s) * c.batch().global_batch_size(), d, j));
-    reports.push_back(trainer.step(mbs));
-  }
+  for (int s = 0; s < steps; ++s) reports.push_back(trainer.step(global_batch(c, src, s)));
 }
 
 double max_abs(const float* a, size_t n) {
@@ -111,6 +113,26 @@ void compare(const actors::RunResult& r, Reference& ref) {
     CHECK(max_diff(state.exp_avg.at(t.name).data(), m, n) <= kMomentRel * max_abs(m, n));
     CHECK(max_diff(state.exp_avg_sq.at(t.name).data(), v, n) <= kMomentRel * max_abs(v, n));
   }
+}
+
+void check_same_state(const actors::RunResult& got, const actors::RunResult& want) {
+  REQUIRE(got.state);
+  REQUIRE(want.state);
+  CHECK(got.state->params == want.state->params);
+  CHECK(got.state->exp_avg == want.state->exp_avg);
+  CHECK(got.state->exp_avg_sq == want.state->exp_avg_sq);
+  CHECK(got.state->adam_steps == want.state->adam_steps);
+}
+
+void check_bitwise(const actors::RunResult& got, const actors::RunResult& want, size_t first) {
+  REQUIRE(got.outcome.steps.size() + first == want.outcome.steps.size());
+  for (size_t s = 0; s < got.outcome.steps.size(); ++s) {
+    CAPTURE(s);
+    CHECK(got.outcome.steps[s].step == want.outcome.steps[s + first].step);
+    CHECK(got.outcome.steps[s].loss == want.outcome.steps[s + first].loss);
+    CHECK(got.outcome.steps[s].grad_norm == want.outcome.steps[s + first].grad_norm);
+  }
+  check_same_state(got, want);
 }
 
 void check_layout(const Config& c) {

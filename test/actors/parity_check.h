@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "actors/runtime.h"
+#include "data/batch_source.h"
 #include "kernels/cpu/cpu_device.h"
 #include "messages/config.pb.h"
 #include "optim/reference_trainer.h"
@@ -37,6 +38,10 @@ Config with_steps(Config c, int steps);
 // The run through the actors, with the final state collected; REQUIREs completion.
 actors::RunResult run(const Config& c);
 
+// Global batch `step` (0-based) of `c` as the single-device run takes it: every
+// replica's microbatches, replica by replica.
+std::vector<data::Microbatch> global_batch(const Config& c, const data::BatchSource& src, int step);
+
 // The single-device run over the same global batches (every replica's microbatches).
 struct Reference {
   kernels::cpu::CpuDevice device{1};
@@ -55,5 +60,11 @@ void compare(const actors::RunResult& r, Reference& ref);
 
 // `c` after 1 and after 3 updates against the reference.
 void check_layout(const Config& c);
+
+// The final states are bitwise identical: parameters, both Adam moments, Adam step.
+void check_same_state(const actors::RunResult& got, const actors::RunResult& want);
+// Bitwise: `got`'s steps are `want`'s from step index `first` on (step number, loss,
+// grad norm), and the final states are identical (check_same_state).
+void check_bitwise(const actors::RunResult& got, const actors::RunResult& want, size_t first = 0);
 
 }  // namespace troupe::testing

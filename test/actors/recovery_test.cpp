@@ -23,6 +23,7 @@
 #include "engine/checkpointing.h"
 #include "engine/stage_worker.h"
 #include "metrics/json.h"
+#include "test/actors/parity_check.h"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -108,10 +109,7 @@ void check_identical_to_clean(const actors::RunResult& r) {
     CHECK(r.outcome.steps[s].lr == ref.outcome.steps[s].lr);
     CHECK_FALSE(r.outcome.steps[s].skipped);
   }
-  CHECK(r.state->params == ref.state->params);
-  CHECK(r.state->exp_avg == ref.state->exp_avg);
-  CHECK(r.state->exp_avg_sq == ref.state->exp_avg_sq);
-  CHECK(r.state->adam_steps == ref.state->adam_steps);
+  testing::check_same_state(r, ref);
   // The sample audit: the final timeline's updates read exactly the clean run's
   // samples, each in one update, none skipped.
   CHECK(r.outcome.step_samples == ref.outcome.step_samples);
@@ -371,10 +369,7 @@ TEST_CASE("stop at step k and resume: steps k+1..n are bitwise those of an unint
     CHECK(got.consumed_samples == want.consumed_samples);
     CHECK(b.outcome.step_samples[s] == ref.outcome.step_samples[s + 3]);
   }
-  CHECK(b.state->params == ref.state->params);
-  CHECK(b.state->exp_avg == ref.state->exp_avg);
-  CHECK(b.state->exp_avg_sq == ref.state->exp_avg_sq);
-  CHECK(b.state->adam_steps == ref.state->adam_steps);
+  testing::check_same_state(b, ref);
 }
 
 TEST_CASE("a hung stage is detected by the step watchdog and the run recovers") {

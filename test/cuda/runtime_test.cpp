@@ -35,7 +35,6 @@
 #include <vector>
 
 #include "actors/runtime.h"
-#include "config/derived.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
 #include "engine/rank_device.h"
@@ -69,18 +68,6 @@ Config gpu_layout(int dp, int pp) {
   return c;
 }
 
-double norm(const float* a, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; ++i) s += double(a[i]) * a[i];
-  return std::sqrt(s);
-}
-
-double norm_diff(const float* a, const float* b, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-  return std::sqrt(s);
-}
-
 // The elements of tensor `name` (n elements) the bf16 check compares: all, except the
 // key third [n/3, 2n/3) of an attention's c_attn.bias (see the top of this file).
 std::vector<float> compared(const std::string& name, const float* x, size_t n) {
@@ -95,14 +82,7 @@ std::vector<float> compared(const std::string& name, const float* x, size_t n) {
 TEST_CASE("device.type CUDA: DP2 x PP2 through the actors on the GPU matches the CPU reference (fp32 GEMMs)") {
   REQUIRE_GPU();
   kernels::cuda::install_cuda_backend(gemm(GemmType::kF32));
-  const Config c = gpu_layout(2, 2);
-  for (int steps : {1, 3}) {
-    CAPTURE(steps);
-    const Config cs = with_steps(c, steps);
-    const auto r = run(cs);
-    Reference ref(cs, steps);
-    compare(r, ref);
-  }
+  check_layout(gpu_layout(2, 2));
 }
 
 TEST_CASE("device.type CUDA: DP2 x PP2 on one GPU matches one GPU device running the whole model (bf16 GEMMs)") {
@@ -117,14 +97,10 @@ TEST_CASE("device.type CUDA: DP2 x PP2 on one GPU matches one GPU device running
   CudaDevice device(gemm(GemmType::kBf16));
   optim::ReferenceTrainer single(c, device);
   const auto src = data::BatchSource::open(c);
-  const int m = int(config::microbatches_per_replica(c));
   REQUIRE(r.outcome.steps.size() == size_t(steps));
   for (int s = 0; s < steps; ++s) {
     CAPTURE(s);
-    std::vector<data::Microbatch> mbs;
-    for (int d = 0; d < c.parallel().data(); ++d)
-      for (int j = 0; j < m; ++j) mbs.push_back(src.microbatch(int64_t(s) * c.batch().global_batch_size(), d, j));
-    const auto want = single.step(mbs);
+    const auto want = single.step(global_batch(c, src, s));
     const auto& got = r.outcome.steps[size_t(s)];
     CHECK(got.loss_tokens == want.loss_tokens);
     CHECK(std::fabs(got.loss - want.loss) <= kBf16Rel * std::fabs(want.loss));
@@ -132,15 +108,14 @@ TEST_CASE("device.type CUDA: DP2 x PP2 on one GPU matches one GPU device running
     CHECK(got.skipped == want.skipped);
   }
   auto& model = single.model();
-  std::vector<float> params(size_t(model.param_count()));
-  device.copy_to_host(params.data(), model.params(), params.size() * sizeof(float));
+  const auto params = download(device, model.params(), size_t(model.param_count()));
   for (const auto& t : model.registry().tensors()) {
     CAPTURE(t.name);
     const auto& all = r.state->params.at(t.name);
     REQUIRE(all.size() == size_t(t.numel));
     const auto got = compared(t.name, all.data(), all.size());
     const auto want = compared(t.name, params.data() + t.offset, all.size());
-    CHECK(norm_diff(got.data(), want.data(), got.size()) <= kBf16Rel * norm(want.data(), want.size()));
+    CHECK(rel_err(got, want) <= kBf16Rel);
   }
 }
 
@@ -164,19 +139,6 @@ Config checkpointed(const std::string& name, int steps) {
   return c;
 }
 
-void check_bitwise(const actors::RunResult& got, const actors::RunResult& want, size_t first_step) {
-  REQUIRE(got.outcome.steps.size() + first_step == want.outcome.steps.size());
-  for (size_t s = 0; s < got.outcome.steps.size(); ++s) {
-    CAPTURE(s);
-    CHECK(got.outcome.steps[s].step == want.outcome.steps[s + first_step].step);
-    CHECK(got.outcome.steps[s].loss == want.outcome.steps[s + first_step].loss);
-    CHECK(got.outcome.steps[s].grad_norm == want.outcome.steps[s + first_step].grad_norm);
-  }
-  CHECK(got.state->params == want.state->params);
-  CHECK(got.state->exp_avg == want.state->exp_avg);
-  CHECK(got.state->exp_avg_sq == want.state->exp_avg_sq);
-  CHECK(got.state->adam_steps == want.state->adam_steps);
-}
 
 }  // namespace
 
