@@ -48,10 +48,15 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     || { tail -30 "$rt_stage/runtime-build.log" >&2; echo "gpu-carry: building test_runtime_cuda failed" >&2; exit 1; }
   rt="$rt_stage/runtime"
   mkdir -p "$rt/lib" "$rt/data"
+  # The shared libraries BINARY loads (with the environment's LD_LIBRARY_PATH) that
+  # the GPU machine lacks: all but glibc's and CUDA's.
+  bundled_libs() {
+    ldd "$1" | awk '$3 ~ /^\// {print $3}' \
+      | grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux-x86-64|libcudart|libcublas|libcublasLt|libnccl|libcuda)\.so' \
+      || true
+  }
   cp build/test/test_runtime_cuda "$rt/"
-  ldd build/test/test_runtime_cuda | awk '$3 ~ /^\// {print $3}' \
-    | grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux-x86-64|libcudart|libcublas|libcublasLt|libnccl|libcuda)\.so' \
-    | while read -r lib; do cp -L "$lib" "$rt/lib/"; done
+  bundled_libs build/test/test_runtime_cuda | while read -r lib; do cp -L "$lib" "$rt/lib/"; done
   # The default corpus, prepared by a one-layer inspect-update into the bundle's data dir.
   TROUPE_DATA_DIR="$rt/data" build/apps/supervisor inspect-update --set model.layers=1 --set model.width=32 \
     --set model.heads=1 --set batch.global_batch_size=2 --set batch.micro_batch_size=1 --set parallel.data=1 \
@@ -59,8 +64,7 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     || { cat "$rt_stage/corpus.log" >&2; echo "gpu-carry: preparing the default corpus failed" >&2; exit 1; }
   rm -f "$rt"/data/*.sidx
   # Every library the binary loads must now come from the bundle, glibc's and CUDA's aside.
-  missing="$(LD_LIBRARY_PATH="$rt/lib" ldd "$rt/test_runtime_cuda" | awk '$3 ~ /^\// {print $3}' | grep -v "^$rt/lib/" \
-    | grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux-x86-64|libcudart|libcublas|libcublasLt|libnccl|libcuda)\.so' || true)"
+  missing="$(LD_LIBRARY_PATH="$rt/lib" bundled_libs "$rt/test_runtime_cuda" | grep -v "^$rt/lib/" || true)"
   [ -z "$missing" ] || { echo "gpu-carry: the runtime bundle misses $missing" >&2; exit 1; }
   mkdir -p "$out"
   tar -cJf "$out/runtime-test.tar.xz.tmp" -C "$rt" .

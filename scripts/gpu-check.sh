@@ -132,49 +132,42 @@ if command -v cuobjdump >/dev/null; then
 fi
 
 # ---- 4. tests -----------------------------------------------------------------------
-t0=$(date +%s)
-(cd "$work/build" && NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-lo}" NCCL_DEBUG="${NCCL_DEBUG:-WARN}" \
-  timeout 300 ./test_cuda) > "$logs/test_cuda.log" 2>&1
-test_rc=$?
-test_s=$(( $(date +%s) - t0 ))
-cases="$(grep -o 'test cases: .*' "$logs/test_cuda.log" | tail -1 | sed 's/ *| */, /g; s/, *$//')"
-asserts="$(grep -o 'assertions: .*' "$logs/test_cuda.log" | tail -1 | sed 's/ *| */, /g; s/, *$//')"
-skipped="$(grep -c 'SKIPPED:' "$logs/test_cuda.log")"
-if [ $test_rc -eq 0 ]; then
-  say "test_cuda passed in ${test_s} s ($cases; $skipped cases reported SKIPPED)"
-  row "test_cuda" "passed, ${test_s} s; ${cases}; ${asserts}; ${skipped} skipped"
-else
-  status=1
-  say "test_cuda FAILED (exit $test_rc) in ${test_s} s; failures:"
-  grep -B2 -A6 'ERROR\|FATAL\|timed out\|Aborted' "$logs/test_cuda.log" | head -80
-  row "test_cuda" "FAILED (exit $test_rc), ${test_s} s; ${cases}; ${asserts}"
-fi
-grep 'MESSAGE:' "$logs/test_cuda.log" | grep -v SKIPPED | sed 's/^.*MESSAGE: /  /' | head -12
+# run_suite NAME DIR [VAR=VALUE...]: runs DIR/NAME (a doctest binary) with the given
+# environment, logs to $logs/NAME.log, prints its failures and adds a table row.
+run_suite() {
+  local name="$1" dir="$2"; shift 2
+  local log="$logs/$name.log" t0 rc secs cases asserts skipped
+  t0=$(date +%s)
+  (cd "$dir" && env "$@" timeout 300 "./$name") > "$log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - t0 ))
+  cases="$(grep -o 'test cases: .*' "$log" | tail -1 | sed 's/ *| */, /g; s/, *$//')"
+  asserts="$(grep -o 'assertions: .*' "$log" | tail -1 | sed 's/ *| */, /g; s/, *$//')"
+  skipped="$(grep -c 'SKIPPED:' "$log")"
+  if [ $rc -eq 0 ]; then
+    say "$name passed in ${secs} s ($cases; $skipped cases reported SKIPPED)"
+    row "$name" "passed, ${secs} s; ${cases}; ${asserts}; ${skipped} skipped"
+  else
+    status=1
+    say "$name FAILED (exit $rc) in ${secs} s; failures:"
+    grep -B2 -A6 'ERROR\|FATAL\|timed out\|Aborted\|not found' "$log" | head -80
+    tail -5 "$log"
+    row "$name" "FAILED (exit $rc), ${secs} s; ${cases}; ${asserts}"
+  fi
+  grep 'MESSAGE:' "$log" | grep -v SKIPPED | sed 's/^.*MESSAGE: /  /' | head -12
+}
 
-# ---- 4b. the actor runtime on the GPU (prebuilt by scripts/gpu-carry.sh) --------------
+run_suite test_cuda "$work/build" NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-lo}" NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+
+# The actor runtime on the GPU, prebuilt by scripts/gpu-carry.sh with its libraries.
 rt_archive="$root/build-gpucarry/runtime-test.tar.xz"
 if [ -f "$rt_archive" ]; then
   rt="$work/runtime"
   rm -rf "$rt" && mkdir -p "$rt" && tar -xJf "$rt_archive" -C "$rt"
   cudart="$(find_file_in 'libcudart.so.*' "${lib_dirs[@]}" || true)"
   rt_path="$rt/lib:$(dirname "$cublas")${cudart:+:$(dirname "$cudart")}"
-  t0=$(date +%s)
-  (cd "$rt" && TROUPE_DATA_DIR="$rt/data" LD_LIBRARY_PATH="$rt_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    timeout 300 ./test_runtime_cuda) > "$logs/test_runtime_cuda.log" 2>&1
-  rt_rc=$?
-  rt_s=$(( $(date +%s) - t0 ))
-  rt_cases="$(grep -o 'test cases: .*' "$logs/test_runtime_cuda.log" | tail -1 | sed 's/ *| */, /g; s/, *$//')"
-  rt_skipped="$(grep -c 'SKIPPED:' "$logs/test_runtime_cuda.log")"
-  if [ $rt_rc -eq 0 ]; then
-    say "test_runtime_cuda passed in ${rt_s} s ($rt_cases; $rt_skipped cases reported SKIPPED)"
-    row "test_runtime_cuda" "passed, ${rt_s} s; ${rt_cases}; ${rt_skipped} skipped"
-  else
-    status=1
-    say "test_runtime_cuda FAILED (exit $rt_rc) in ${rt_s} s; the log's end:"
-    grep -B2 -A6 'ERROR\|FATAL\|timed out\|Aborted\|not found' "$logs/test_runtime_cuda.log" | head -60
-    tail -5 "$logs/test_runtime_cuda.log"
-    row "test_runtime_cuda" "FAILED (exit $rt_rc), ${rt_s} s; ${rt_cases}"
-  fi
+  run_suite test_runtime_cuda "$rt" TROUPE_DATA_DIR="$rt/data" \
+    LD_LIBRARY_PATH="$rt_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 else
   row "test_runtime_cuda" "not run: no build-gpucarry/runtime-test.tar.xz (scripts/gpu-carry.sh makes it where nvcc is)"
 fi
