@@ -17,6 +17,8 @@
 //    the first new step, split into detection, restart, reload and re-warm.
 //
 // Usage: runtime_bench [--steps N] [--warmup W] [--threads T] [--run-dir DIR] [--only PART]
+//                      [--model tiny|small] [--pairs N] [--tiny-steps N]  (the overhead part: one
+//                      model only, alternations per model, steps of a tiny run)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -46,6 +48,9 @@ struct Options {
   int steps = 20;
   int warmup = 3;
   int threads = 2;
+  std::string model;  // overhead: only this model (tiny or small); empty: both
+  int pairs = 0;      // overhead: alternations per model (0: 10 for tiny, 2 for small)
+  int tiny_steps = 100;  // overhead: steps of a tiny run (a tiny step takes about 4 ms)
   std::string run_dir = (std::filesystem::temp_directory_path() / "troupe-runtime-bench").string();
 };
 
@@ -54,6 +59,15 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The q-quantile of v (0 <= q <= 1), linear between neighbouring order statistics.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double at = q * double(v.size() - 1);
+  const size_t i = size_t(at);
+  return i + 1 < v.size() ? v[i] + (at - double(i)) * (v[i + 1] - v[i]) : v[i];
 }
 
 Config model_config(const std::string& name, const Options& o) {
@@ -155,35 +169,42 @@ void overhead(const Options& o) {
   std::printf("tiny: %d steps a run, small: %d; first %d excluded; %d compute threads. The two alternate; each pair of "
               "neighbouring runs gives a ratio of medians (the machine's speed drifts by more than the 5%% asked "
               "between runs, much less within a pair). An actor step: from its first op on the stage to the next "
-              "step's. Times: each side's best median.\n\n",
-              std::max(o.steps, 100), o.steps, o.warmup, o.threads);
-  std::printf("| config | pairs | actors / plain, median of pairs (min - max) | plain loop (ms/step) | actors (ms/step) | "
-              "forward + backward, plain / actors (ms) | rest of the step, plain / actors (ms) |\n"
+              "step's. Times: each side's best median. The end of a step: the step minus its forward + backward, "
+              "step by step (plain: the same step's two passes), median over all pairs' steps.\n\n",
+              o.tiny_steps, o.steps, o.warmup, o.threads);
+  std::printf("| config | pairs | actors / plain, median of pairs [quartiles] (min - max) | plain loop (ms/step) | actors (ms/step) | "
+              "forward + backward, plain / actors (ms) | end of a step, plain / actors (ms) |\n"
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const char* name : {"tiny", "small"}) {
+    if (!o.model.empty() && o.model != name) continue;
     const bool tiny = std::string(name) == "tiny";
-    // A tiny step takes 4 ms: 100 steps a run (at least) and 10 pairs keep the
+    // A tiny step takes 4 ms: 100 steps a run and 10 pairs by default keep the
     // machine's sub-second hiccups out of the medians; a small run takes 10 s.
     Options oo = o;
-    if (tiny) oo.steps = std::max(o.steps, 100);
+    if (tiny) oo.steps = o.tiny_steps;
     const Config c = model_config(name, oo);
-    const int pairs = tiny ? 10 : 2;
+    const int pairs = o.pairs > 0 ? o.pairs : tiny ? 10 : 2;
     double plain = 1e30, actors = 1e30, plain_fb = 1e30, actors_fb = 1e30;
-    std::vector<double> ratios;
+    std::vector<double> ratios, plain_end, actors_end;
     for (int rep = 0; rep < pairs; ++rep) {
       const auto p = plain_loop_step_times(c, oo);
       const auto r = run_actors(c);
-      const double a = median(stage_step_periods(r, oo));
+      const auto periods = stage_step_periods(r, oo);
+      const auto busy = stage_busy(r, oo);
+      for (size_t i = 0; i < p.step.size(); ++i) plain_end.push_back(p.step[i] - p.compute[i]);
+      for (size_t i = 0; i < periods.size(); ++i) actors_end.push_back(periods[i] - busy[i]);
+      const double a = median(periods);
       ratios.push_back(a / median(p.step));
       plain = std::min(plain, median(p.step));
       plain_fb = std::min(plain_fb, median(p.compute));
       actors = std::min(actors, a);
       actors_fb = std::min(actors_fb, median(stage_busy(r, oo)));
     }
-    std::printf("| %s | %d | %.3f (%.3f - %.3f) | %.2f | %.2f | %.2f / %.2f | %.2f / %.2f |\n", name, pairs,
-                median(ratios), *std::min_element(ratios.begin(), ratios.end()),
-                *std::max_element(ratios.begin(), ratios.end()), plain * 1e3, actors * 1e3, plain_fb * 1e3,
-                actors_fb * 1e3, (plain - plain_fb) * 1e3, (actors - actors_fb) * 1e3);
+    std::printf("| %s | %d | %.3f [%.3f, %.3f] (%.3f - %.3f) | %.2f | %.2f | %.2f / %.2f | %.2f / %.2f |\n", name,
+                pairs, median(ratios), quantile(ratios, 0.25), quantile(ratios, 0.75),
+                *std::min_element(ratios.begin(), ratios.end()), *std::max_element(ratios.begin(), ratios.end()),
+                plain * 1e3, actors * 1e3, plain_fb * 1e3,
+                actors_fb * 1e3, median(plain_end) * 1e3, median(actors_end) * 1e3);
   }
   std::printf("\n");
 }
@@ -343,12 +364,24 @@ int main(int argc, char** argv) {
     else if (a == "--threads") o.threads = std::stoi(value());
     else if (a == "--run-dir") o.run_dir = value();
     else if (a == "--only") only = value();
+    else if (a == "--model") o.model = value();
+    else if (a == "--pairs") o.pairs = std::stoi(value());
+    else if (a == "--tiny-steps") o.tiny_steps = std::stoi(value());
     else {
       std::fprintf(stderr,
                    "usage: runtime_bench [--steps N] [--warmup W] [--threads T] [--run-dir DIR] "
-                   "[--only overhead|pipeline|checkpoint|recovery]\n");
+                   "[--only overhead|pipeline|checkpoint|recovery] [--model tiny|small] [--pairs N] [--tiny-steps N]\n");
       return 2;
     }
+  }
+  if (o.tiny_steps < o.warmup + 3 || o.steps < o.warmup + 3 || o.pairs < 0) {
+    std::fprintf(stderr, "runtime_bench: --steps and --tiny-steps must be at least --warmup + 3 (%d), --pairs >= 1\n",
+                 o.warmup + 3);
+    return 2;
+  }
+  if (!o.model.empty() && o.model != "tiny" && o.model != "small") {
+    std::fprintf(stderr, "runtime_bench: --model %s: expected tiny or small\n", o.model.c_str());
+    return 2;
   }
   if (only.empty() || only == "overhead") overhead(o);
   if (only.empty() || only == "pipeline") pipeline_idle(o);
