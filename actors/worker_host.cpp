@@ -113,13 +113,16 @@ caf::actor place(Self* self, const PlaceActor& p) {
     throw std::invalid_argument(fmt::format("rank (dp {}, pp {}, tp {}) is outside the layout", p.dp, p.pp, p.tp));
   caf::actor placed;
   if (p.kind == "stage") {
-    StageArgs s{c, r, {}, a.faults, checkpoint(self, p.resume_dir), {}};
+    // Each placed here with a device of its own (null): the in-process runtime's shared
+    // rank device (engine/rank_device.h) is not made for placed ranks.
+    StageArgs s{c, r, {}, a.faults, checkpoint(self, p.resume_dir), {}, nullptr};
     s.connect_comms = [comms = generation(self, p.generation), index = topo.index(r)] {
       return comms->connect(index);
     };
     placed = spawn_stage(self, std::move(s));
   } else if (p.kind == "optim") {
-    placed = spawn_optimizer(self, OptimizerArgs{c, r, a.faults, checkpoint(self, p.resume_dir), st.directory});
+    placed = spawn_optimizer(self, OptimizerArgs{c, r, a.faults, checkpoint(self, p.resume_dir), st.directory,
+                                                 nullptr});
   } else if (p.kind == "writer") {
     placed = spawn_writer(self, WriterArgs{c, r, a.faults, st.directory});
     st.directory->put(engine::writer_path(r), placed);
