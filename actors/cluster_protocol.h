@@ -27,7 +27,7 @@
 namespace troupe::actors {
 
 // Bumped whenever a message below or a training message changes shape.
-inline constexpr int32_t kClusterProtocolVersion = 2;
+inline constexpr int32_t kClusterProtocolVersion = 3;
 
 struct WorkerHello {
   int32_t protocol = 0;

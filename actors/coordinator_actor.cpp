@@ -70,6 +70,12 @@ struct CoordinatorState {
   std::optional<optim::ClipDecision> decision;
   double lr = 0;
   Clock::time_point step_start;
+  // Unix seconds: when the step in flight went out to the stages, and when the previous
+  // training step ended on them (StageTiming::end_time). A training step's time runs
+  // from the later of the two to its own end: with the next step handed over ahead,
+  // from one update's end to the next, whenever the coordinator closes the steps.
+  double step_issued_at = 0;
+  double last_train_end = 0;
   int64_t evals_run = 0;
   int64_t last_eval_step = -1;
   std::vector<msg::ReplicaCounts> early_counts;  // loaders run ahead
@@ -78,6 +84,7 @@ struct CoordinatorState {
   // its own part of the update is applied, without waiting for this actor to close
   // the step. Reports of that step arriving before its ledger opens wait here.
   int64_t issued_step = 0;
+  double issued_at = 0;  // Unix seconds when issued_step went out
   std::vector<std::variant<msg::LossReport, msg::NormPartial, msg::StageDone>> early_reports;
 
   // Checkpoints.
@@ -202,7 +209,7 @@ void begin_eval(Self* self) {
   st.decision.reset();
   st.step_start = st.last_progress = Clock::now();
   st.last_eval_step = st.pos.step;
-  const msg::RunStep rs{id, StepKind::Eval, 0, st.eval_microbatches};
+  const msg::RunStep rs{id, StepKind::Eval, 0, st.eval_microbatches, /*previous_done_may_wait=*/false};
   for (const auto& l : st.loaders) self->send(l, rs);
   for (const auto& s : st.stages) self->send(s, rs);
 }
@@ -217,9 +224,12 @@ void begin_train_step(Self* self) {
   st.step_start = st.last_progress = Clock::now();
   if (st.issued_step != step) {
     st.issued_step = step;
-    const msg::RunStep rs{step, StepKind::Train, st.pos.consumed_samples, st.microbatches};
+    st.issued_at = unix_now();
+    const msg::RunStep rs{step, StepKind::Train, st.pos.consumed_samples, st.microbatches,
+                          /*previous_done_may_wait=*/false};
     for (const auto& s : st.stages) self->send(s, rs);
   }
+  st.step_issued_at = st.issued_at;
   auto early = std::move(st.early_counts);
   st.early_counts.clear();
   for (auto& c : early) {
@@ -270,9 +280,13 @@ void run_ahead(Self* self) {
       (no_lag && save_due(st, n)) || st.issued_step != n)
     return;
   st.issued_step = n + 1;
+  st.issued_at = unix_now();
   st.args.book->step_decided(n);
+  // A step to be checkpointed closes at once (the save starts at its close, and the next
+  // update waits for the save's copies), and so does a restarted group's first step.
+  const bool done_may_wait = !save_due(st, n) && !st.args.book->recovering();
   const msg::RunStep rs{n + 1, StepKind::Train, st.pos.consumed_samples + st.args.config.batch().global_batch_size(),
-                        st.microbatches};
+                        st.microbatches, done_may_wait};
   for (const auto& s : st.stages) self->send(s, rs);
 }
 
@@ -361,6 +375,14 @@ StepExtras step_extras(const CoordinatorState& st, const engine::StepLedger& led
   return x;
 }
 
+// When a step ended: the last stage to apply its update (StageTiming::end_time, Unix
+// seconds; stages in other processes read their own host's clock).
+double step_end_time(const engine::StepLedger& ledger) {
+  double end = 0;
+  for (const auto& t : ledger.timings()) end = std::max(end, t.end_time);
+  return end > 0 ? end : unix_now();
+}
+
 void finish_train_step(Self* self) {
   auto& st = self->state;
   auto& ledger = *st.ledger;
@@ -381,8 +403,9 @@ void finish_train_step(Self* self) {
   r.input_tokens = counts.input_tokens;
   r.loss_tokens = counts.loss_tokens;
   r.padding_tokens = counts.padding_tokens;
-  r.step_time_s = seconds_since(st.step_start);
-  r.wall_time = unix_now();
+  r.wall_time = step_end_time(ledger);
+  r.step_time_s = std::max(0.0, r.wall_time - std::max(st.last_train_end, st.step_issued_at));
+  st.last_train_end = r.wall_time;
   if (r.skipped) {
     ++st.pos.skipped_updates;
     spdlog::warn("step {}: gradient norm is not finite ({}); update skipped, the LR schedule holds",

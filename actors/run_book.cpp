@@ -80,6 +80,11 @@ std::optional<RunBook::Recovery> RunBook::first_step_done() {
   return r;
 }
 
+bool RunBook::recovering() const {
+  std::lock_guard lock(mu_);
+  return awaiting_first_step_;
+}
+
 int64_t RunBook::restarts() const {
   std::lock_guard lock(mu_);
   return restarts_;

@@ -45,6 +45,8 @@ class RunBook {
     double total_s() const { return detection_s + restart_s + reload_s + rewarm_s; }
   };
   std::optional<Recovery> first_step_done();
+  // A restarted group has not finished its first step yet (the recovery clock runs).
+  bool recovering() const;
   // When the failure was caused on purpose, the moment the fault fired.
   void fault_fired_at(std::chrono::steady_clock::time_point t);
 

@@ -132,7 +132,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RunStep& x) {
   auto kind = uint8_t(x.kind);
   return f(caf::meta::type_name("troupe::msg::RunStep"), x.step, kind, x.consumed_samples, x.microbatches,
-           caf::meta::load_callback([&]() -> caf::error {
+           x.previous_done_may_wait, caf::meta::load_callback([&]() -> caf::error {
              x.kind = StepKind(kind);
              return caf::none;
            }));
@@ -233,7 +233,7 @@ typename Inspector::result_type inspect(Inspector& f, StageTiming& x) {
   if constexpr (!Inspector::writes_state)
     for (const auto& [a, b] : x.busy) busy.insert(busy.end(), {a, b});
   return f(caf::meta::type_name("troupe::msg::StageTiming"), wire::raw(busy), wire::raw(x.backward),
-           wire::raw(x.waits), x.compute_s, x.wait_s, x.sync_s, caf::meta::load_callback([&]() -> caf::error {
+           wire::raw(x.waits), x.compute_s, x.wait_s, x.sync_s, x.end_time, caf::meta::load_callback([&]() -> caf::error {
              x.busy.clear();
              for (size_t i = 0; i + 1 < busy.size(); i += 2) x.busy.emplace_back(busy[i], busy[i + 1]);
              return caf::none;

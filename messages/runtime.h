@@ -42,6 +42,12 @@ struct RunStep {
   StepKind kind = StepKind::Train;
   int64_t consumed_samples = 0;
   int32_t microbatches = 0;  // per replica
+  // A training step handed over ahead (the coordinator's run_ahead): the stage may hold
+  // the previous step's StageDone until this step's ops end, so that nothing is sent
+  // between the two steps' compute (docs/runtime.md). False when the coordinator needs
+  // the previous step closed at once: it is to be checkpointed, or it is the first
+  // step after a restart (its close ends the recovery's measurement).
+  bool previous_done_may_wait = false;
 };
 
 // loader[dp] -> every stage of replica dp (and the counts to the coordinator).
@@ -151,6 +157,10 @@ struct StageTiming {
   double compute_s = 0;
   double wait_s = 0;
   double sync_s = 0;  // gradient reduce-scatter + parameter all-gather
+  // Unix seconds when this stage's part of the step ended: its update applied and its
+  // parameters gathered (Train), its last op run (Eval). The coordinator dates a step by
+  // these, not by when it closes the step, which a held StageDone delays.
+  double end_time = 0;
 };
 
 // stage -> coordinator: the stage finished step `step` (weights updated for Train).

@@ -27,12 +27,14 @@ struct StepRecord {
   int64_t loss_tokens = 0;     // loss-bearing predictions
   int64_t padding_tokens = 0;  // padding positions among the inputs
 
-  double step_time_s = 0;  // wall time of the whole update, data to updated weights
+  // Wall time of the whole update, data to updated weights: from the previous step's end
+  // (or from when this one went out, if later) to this one's end (docs/runtime.md).
+  double step_time_s = 0;
   int64_t restarts = 0;    // restarts of the training group so far in this run
   // This step had completed once before a failure and was run again after the
   // restart from an older checkpoint.
   bool recomputed = false;
-  double wall_time = 0;  // Unix seconds when the step finished
+  double wall_time = 0;  // Unix seconds when the step finished: the last stage's update applied
 };
 
 // Throughput of a step: non-padding input tokens per second of step time. 0 when
