@@ -116,9 +116,9 @@ actors::RunResult run_actors(const Config& c) {
 }
 
 // Per step of a DP1 x PP1 run: from the start of its first op on the stage to the
-// start of the next step's first op. The step records' step_time_s counts from the
-// coordinator's close of the previous step, which lags the stage when the coordinator
-// runs ahead: one late close makes one step look long and the next short.
+// start of the next step's first op, the period that the step's forward + backward
+// (stage_busy) is part of. (The step records' step_time_s runs from one update's end
+// to the next: the same period, shifted.)
 std::vector<double> stage_step_periods(const actors::RunResult& r, const Options& o) {
   std::vector<double> t;
   const auto& st = r.outcome.step_timings;
@@ -129,7 +129,7 @@ std::vector<double> stage_step_periods(const actors::RunResult& r, const Options
 
 // Per step of a run: the whole step, and its forward + backward part.
 struct StepSplit {
-  std::vector<double> step, compute;
+  std::vector<double> step, compute, data;  // data: the batch's assembly, part of `step`
 };
 
 // Rank 0's forward and backward ops of each measured step (the stage's busy time).
@@ -143,8 +143,9 @@ std::vector<double> stage_busy(const actors::RunResult& r, const Options& o) {
   return out;
 }
 
-// The compute core in a plain loop: every step timed whole; then the same batches'
-// forward + backward alone (ReferenceTrainer::accumulate), timed the same way.
+// The compute core in a plain loop: every step timed whole, its batch's assembly
+// included (the actor run's loader does that work on the same cores); then the same
+// batches' forward + backward alone (ReferenceTrainer::accumulate), without it.
 StepSplit plain_loop_step_times(const Config& c, const Options& o) {
   kernels::cpu::CpuDevice device(o.threads);
   optim::ReferenceTrainer trainer(c, device);
@@ -153,11 +154,16 @@ StepSplit plain_loop_step_times(const Config& c, const Options& o) {
   StepSplit t;
   for (int pass = 0; pass < 2; ++pass)
     for (int s = 0; s < o.steps; ++s) {
+      auto t0 = std::chrono::steady_clock::now();
       std::vector<data::Microbatch> mbs;
       for (int j = 0; j < m; ++j) mbs.push_back(src.microbatch(int64_t(s) * c.batch().global_batch_size(), 0, j));
-      const auto t0 = std::chrono::steady_clock::now();
-      if (pass == 0) trainer.step(mbs);
-      else trainer.accumulate(mbs);
+      if (pass == 0) {
+        if (s >= o.warmup) t.data.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        trainer.step(mbs);
+      } else {
+        t0 = std::chrono::steady_clock::now();
+        trainer.accumulate(mbs);
+      }
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (s >= o.warmup) (pass == 0 ? t.step : t.compute).push_back(dt);
     }
@@ -170,11 +176,12 @@ void overhead(const Options& o) {
               "neighbouring runs gives a ratio of medians (the machine's speed drifts by more than the 5%% asked "
               "between runs, much less within a pair). An actor step: from its first op on the stage to the next "
               "step's. Times: each side's best median. The end of a step: the step minus its forward + backward, "
-              "step by step (plain: the same step's two passes), median over all pairs' steps.\n\n",
+              "step by step (plain: the same step's two passes), median over all pairs' steps; the plain loop's steps include "
+              "assembling their batches, which the actor run's loader does on the same cores.\n\n",
               o.tiny_steps, o.steps, o.warmup, o.threads);
   std::printf("| config | pairs | actors / plain, median of pairs [quartiles] (min - max) | plain loop (ms/step) | actors (ms/step) | "
-              "forward + backward, plain / actors (ms) | end of a step, plain / actors (ms) |\n"
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+              "forward + backward, plain / actors (ms) | end of a step, plain / actors (ms) | batch assembly, plain (ms) |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const char* name : {"tiny", "small"}) {
     if (!o.model.empty() && o.model != name) continue;
     const bool tiny = std::string(name) == "tiny";
@@ -185,13 +192,14 @@ void overhead(const Options& o) {
     const Config c = model_config(name, oo);
     const int pairs = o.pairs > 0 ? o.pairs : tiny ? 10 : 2;
     double plain = 1e30, actors = 1e30, plain_fb = 1e30, actors_fb = 1e30;
-    std::vector<double> ratios, plain_end, actors_end;
+    std::vector<double> ratios, plain_end, actors_end, plain_data;
     for (int rep = 0; rep < pairs; ++rep) {
       const auto p = plain_loop_step_times(c, oo);
       const auto r = run_actors(c);
       const auto periods = stage_step_periods(r, oo);
       const auto busy = stage_busy(r, oo);
       for (size_t i = 0; i < p.step.size(); ++i) plain_end.push_back(p.step[i] - p.compute[i]);
+      plain_data.insert(plain_data.end(), p.data.begin(), p.data.end());
       for (size_t i = 0; i < periods.size(); ++i) actors_end.push_back(periods[i] - busy[i]);
       const double a = median(periods);
       ratios.push_back(a / median(p.step));
@@ -200,11 +208,11 @@ void overhead(const Options& o) {
       actors = std::min(actors, a);
       actors_fb = std::min(actors_fb, median(stage_busy(r, oo)));
     }
-    std::printf("| %s | %d | %.3f [%.3f, %.3f] (%.3f - %.3f) | %.2f | %.2f | %.2f / %.2f | %.2f / %.2f |\n", name,
+    std::printf("| %s | %d | %.3f [%.3f, %.3f] (%.3f - %.3f) | %.2f | %.2f | %.2f / %.2f | %.2f / %.2f | %.3f |\n", name,
                 pairs, median(ratios), quantile(ratios, 0.25), quantile(ratios, 0.75),
                 *std::min_element(ratios.begin(), ratios.end()), *std::max_element(ratios.begin(), ratios.end()),
                 plain * 1e3, actors * 1e3, plain_fb * 1e3,
-                actors_fb * 1e3, median(plain_end) * 1e3, median(actors_end) * 1e3);
+                actors_fb * 1e3, median(plain_end) * 1e3, median(actors_end) * 1e3, median(plain_data) * 1e3);
   }
   std::printf("\n");
 }
