@@ -135,7 +135,12 @@ CheckpointCommit CheckpointCommit::begin(std::string root, int64_t step, CommitH
     throw CheckpointError(root + "/" + step_dir_name(step) +
                           " is the latest complete checkpoint; refusing to rewrite it");
   CheckpointCommit c(std::move(root), step, std::move(hook));
-  remove_tree(c.partial_dir_);  // left by a crash during an earlier attempt
+  // One left by an earlier attempt (a crash, or a save given up while a late writer may
+  // still be writing into it): moved aside in one rename, then removed, so that such a
+  // writer finds its directory gone or made anew (actors/writer_actor.cpp), never
+  // half-emptied under the same identity.
+  if (exists(c.partial_dir_))
+    remove_checkpoint_dir(c.root_, step_dir_name(step) + std::string(kPartialSuffix), CommitHook{});
   make_dir(c.partial_dir_);
   call(c.hook_, CommitPoint::kPartialDirCreated);
   return c;
@@ -218,7 +223,8 @@ void prune_checkpoints(const std::string& root, int64_t latest_step, int keep_la
   for (const auto& entry : it) {
     const std::string name = entry.path().filename().string();
     if (ends_with(name, kPartialSuffix) || ends_with(name, kDeletingSuffix)) {
-      if (parse_step_dir_name(name.substr(0, name.rfind('.')))) leftovers.push_back(name);
+      // step_N.partial, step_N.deleting, step_N.partial.deleting (begin() set it aside)
+      if (parse_step_dir_name(name.substr(0, name.find('.')))) leftovers.push_back(name);
     }
   }
   std::sort(leftovers.begin(), leftovers.end());

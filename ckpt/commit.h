@@ -2,7 +2,8 @@
 // any moment leaves either the previous or the new checkpoint complete, never a
 // half one that loads (docs/checkpoints.md explains why each step is needed).
 //
-//   1. begin(): mkdir ROOT/step_N.partial/ (a stale one of the same step is removed)
+//   1. begin(): mkdir ROOT/step_N.partial/ (a stale one of the same step is renamed to
+//      step_N.partial.deleting/ first, then removed)
 //   2. writers write their shards into it (ShardWriter: FILE.tmp, fsync, rename)
 //   3. commit(): manifest.pb.tmp, fsync, rename to manifest.pb, fsync step_N.partial/
 //   4. rename step_N.partial/ to step_N/ (an old step_N/ from an abandoned run is

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "ckpt/commit.h"
 #include "ckpt/error.h"
@@ -187,4 +188,26 @@ TEST_CASE("commit refuses a manifest that does not match the shards on disk") {
   // Nothing was committed.
   CHECK_FALSE(read_latest(root.path()));
   CHECK(list_step_dirs(root.path()).empty());
+}
+
+TEST_CASE("a stale partial directory of the same step is set aside in one rename, and its leftovers pruned") {
+  ScratchDir root;
+  save_test_checkpoint(root.path(), 1, 1, 1, 0);
+  // An attempt at step 2 that was given up while a late writer still wrote into it.
+  auto first = CheckpointCommit::begin(root.path(), 2);
+  const std::string partial = first.partial_dir();
+  const std::string late = partial + "/dp0_pp0_tp0.shard.tmp";
+  { std::ofstream(late) << "late writer"; }
+  // The next attempt at step 2 makes its directory anew: the late writer's file went
+  // with the old one, and nothing is left aside.
+  auto second = CheckpointCommit::begin(root.path(), 2);
+  CHECK(second.partial_dir() == partial);
+  CHECK(dir_entries(partial).empty());
+  CHECK_FALSE(std::filesystem::exists(late));
+  CHECK_FALSE(has_entry_ending(root.path(), ".deleting"));
+  // A crash between the rename and the removal leaves step_N.partial.deleting: the
+  // next commit's prune removes it with the other leftovers.
+  std::filesystem::create_directory(root / "step_00000003.partial.deleting");
+  prune_checkpoints(root.path(), 1, 0, {});
+  CHECK(dir_entries(root.path()) == std::vector<std::string>{"latest", "step_00000001"});
 }
