@@ -69,6 +69,7 @@ struct PlaceActor {
   std::string kind;  // "stage", "optim", "writer", "loader" (loader: rank.dp only)
   int32_t dp = 0, pp = 0, tp = 0;
   int64_t generation = 0;           // communicator generation of the training group's start
+  int32_t incarnation = 0;          // the child's start: a rank's stage and optim of one start share a device
   std::string resume_dir;           // checkpoint to start from ("" : initial weights)
   std::vector<int32_t> fired;       // fault indices fired anywhere so far
 };
@@ -137,8 +138,8 @@ typename Inspector::result_type inspect(Inspector& f, Welcome& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PlaceActor& x) {
-  return f(caf::meta::type_name("troupe::actors::PlaceActor"), x.kind, x.dp, x.pp, x.tp, x.generation, x.resume_dir,
-           x.fired);
+  return f(caf::meta::type_name("troupe::actors::PlaceActor"), x.kind, x.dp, x.pp, x.tp, x.generation,
+           x.incarnation, x.resume_dir, x.fired);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, AbortComms& x) {

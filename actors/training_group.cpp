@@ -95,13 +95,14 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   auto cluster_comms = args.cluster_comms;
   // Cluster mode: what a worker needs to place one of the group's actors.
   auto placement = [cluster, resume, faults = args.faults](const std::string& kind, const engine::Rank& r,
-                                                             int64_t generation) {
+                                                             int64_t generation, int incarnation) {
     PlaceActor p;
     p.kind = kind;
     p.dp = r.dp;
     p.pp = r.pp;
     p.tp = r.tp;
     p.generation = generation;
+    p.incarnation = incarnation;
     if (kind != "loader")
       if (auto ck = resume->current()) p.resume_dir = ck->dir();
     p.fired = faults->fired_indices();
@@ -110,7 +111,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   for (int32_t d = 0; d < topo.dp; ++d) {
     ChildSpec child{engine::loader_path(d), Restart::Permanent,
                     [c, d, faults = args.faults, cluster, placement](caf::event_based_actor* self, int) {
-                      if (cluster) return place_on_worker(self, *cluster, placement("loader", {d, 0, 0}, 0));
+                      if (cluster) return place_on_worker(self, *cluster, placement("loader", {d, 0, 0}, 0, 0));
                       return spawn_loader(self, LoaderArgs{c, d, faults});
                     }};
     child.restart_alone = true;
@@ -123,7 +124,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
         {engine::optim_path(r), Restart::Permanent,
          [c, r, faults = args.faults, resume, dir = args.directory, cluster, placement, devices](
              caf::event_based_actor* self, int incarnation) {
-           if (cluster) return place_on_worker(self, *cluster, placement("optim", r, 0));
+           if (cluster) return place_on_worker(self, *cluster, placement("optim", r, 0, incarnation));
            return spawn_optimizer(self,
                                   OptimizerArgs{c, r, faults, resume->current(), dir, devices->get(r, incarnation)});
          }});
@@ -132,7 +133,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
         {engine::stage_path(r), Restart::Permanent,
          [c, r, topo, comms, resume, faults = args.faults, cluster, cluster_comms, placement, devices](
              caf::event_based_actor* self, int incarnation) {
-           if (cluster) return place_on_worker(self, *cluster, placement("stage", r, cluster_comms->current()));
+           if (cluster) return place_on_worker(self, *cluster, placement("stage", r, cluster_comms->current(), incarnation));
            auto plan = comms->current();
            return spawn_stage(self, StageArgs{c, r, plan->ranks[size_t(topo.index(r))], faults, resume->current(),
                                               {}, devices->get(r, incarnation)});

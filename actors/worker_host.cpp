@@ -16,6 +16,7 @@
 #include "actors/writer_actor.h"
 #include "ckpt/reader.h"
 #include "comm/gloo_groups.h"
+#include "engine/rank_device.h"
 
 namespace troupe::actors {
 namespace {
@@ -74,6 +75,9 @@ struct HostState {
   std::string name = "worker";
   std::shared_ptr<Directory> directory = std::make_shared<Directory>();
   std::shared_ptr<GenerationComms> comms;
+  // A rank's stage and optimizer shard placed here by the same start of the training
+  // group share one device, as in the in-process runtime (engine/rank_device.h).
+  std::shared_ptr<engine::RankDevices> devices;
   std::string ckpt_dir;
   std::shared_ptr<const ckpt::Checkpoint> ckpt;
   std::vector<caf::actor_addr> hosted;
@@ -112,17 +116,16 @@ caf::actor place(Self* self, const PlaceActor& p) {
   if (p.dp < 0 || p.dp >= topo.dp || p.pp < 0 || p.pp >= topo.pp || p.tp < 0 || p.tp >= topo.tp)
     throw std::invalid_argument(fmt::format("rank (dp {}, pp {}, tp {}) is outside the layout", p.dp, p.pp, p.tp));
   caf::actor placed;
+  if (!st.devices) st.devices = std::make_shared<engine::RankDevices>(c);
   if (p.kind == "stage") {
-    // Each placed here with a device of its own (null): the in-process runtime's shared
-    // rank device (engine/rank_device.h) is not made for placed ranks.
-    StageArgs s{c, r, {}, a.faults, checkpoint(self, p.resume_dir), {}, nullptr};
+    StageArgs s{c, r, {}, a.faults, checkpoint(self, p.resume_dir), {}, st.devices->get(r, p.incarnation)};
     s.connect_comms = [comms = generation(self, p.generation), index = topo.index(r)] {
       return comms->connect(index);
     };
     placed = spawn_stage(self, std::move(s));
   } else if (p.kind == "optim") {
     placed = spawn_optimizer(self, OptimizerArgs{c, r, a.faults, checkpoint(self, p.resume_dir), st.directory,
-                                                 nullptr});
+                                                 st.devices->get(r, p.incarnation)});
   } else if (p.kind == "writer") {
     placed = spawn_writer(self, WriterArgs{c, r, a.faults, st.directory});
     st.directory->put(engine::writer_path(r), placed);
