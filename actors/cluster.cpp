@@ -3,12 +3,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/unix_time.h"
+
 namespace troupe::actors {
 namespace {
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::string rank_list(const std::vector<int32_t>& ranks) {
   std::string out;

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/message_types.h"
+#include "actors/unix_time.h"
 #include "ckpt/commit.h"
 #include "ckpt/error.h"
 #include "config/derived.h"
@@ -31,9 +32,6 @@ std::atomic<int> g_stop_signal{0};
 using Clock = std::chrono::steady_clock;
 using msg::StepKind;
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The checkpoint being saved.

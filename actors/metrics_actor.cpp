@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/message_types.h"
+#include "actors/unix_time.h"
 #include "metrics/console.h"
 #include "metrics/jsonl_log.h"
 #include "metrics/straggler.h"
@@ -33,10 +34,6 @@ struct MetricsState {
 };
 
 using Self = caf::stateful_actor<MetricsState>;
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // The calendar from the measured throughput (DESIGN.md section 7's arithmetic):
 // the step-time rate excludes checkpoint waits and evaluation, so the calendar

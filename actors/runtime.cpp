@@ -9,6 +9,7 @@
 #include "actors/metrics_actor.h"
 #include "actors/scheduler_config.h"
 #include "actors/training_group.h"
+#include "actors/unix_time.h"
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
@@ -23,10 +24,6 @@ namespace troupe::actors {
 namespace {
 
 using group_exit_atom = caf::atom_constant<caf::atom("groupexit")>;
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 void on_signal(int sig) { request_stop(sig); }
 

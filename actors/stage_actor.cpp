@@ -11,6 +11,7 @@
 
 #include "actors/message_types.h"
 #include "actors/send_when_done.h"
+#include "actors/unix_time.h"
 #include "config/derived.h"
 #include "engine/checkpointing.h"
 #include "engine/stage_worker.h"
@@ -80,10 +81,6 @@ struct StageState {
 using Self = caf::stateful_actor<StageState>;
 
 double clock_seconds(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 double since(Clock::time_point t0, Clock::time_point t) {
   return std::chrono::duration<double>(t - t0).count();

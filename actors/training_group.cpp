@@ -12,6 +12,7 @@
 #include "actors/message_types.h"
 #include "actors/optimizer_actor.h"
 #include "actors/stage_actor.h"
+#include "actors/unix_time.h"
 #include "actors/writer_actor.h"
 #include "engine/rank_device.h"
 #include "engine/topology.h"
@@ -26,10 +27,6 @@ Strategy strategy_of(SupervisionConfig::Strategy s) {
     case SupervisionConfig::REST_FOR_ONE: return Strategy::RestForOne;
   }
   return Strategy::OneForAll;
-}
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // The group's communicators. A failure aborts them; the next start of the group
