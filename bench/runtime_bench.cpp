@@ -206,7 +206,7 @@ void overhead(const Options& o) {
       plain = std::min(plain, median(p.step));
       plain_fb = std::min(plain_fb, median(p.compute));
       actors = std::min(actors, a);
-      actors_fb = std::min(actors_fb, median(stage_busy(r, oo)));
+      actors_fb = std::min(actors_fb, median(busy));
     }
     std::printf("| %s | %d | %.3f [%.3f, %.3f] (%.3f - %.3f) | %.2f | %.2f | %.2f / %.2f | %.2f / %.2f | %.3f |\n", name,
                 pairs, median(ratios), quantile(ratios, 0.25), quantile(ratios, 0.75),
