@@ -121,7 +121,10 @@ std::vector<RankMemory> measure_step_memory(const Config& c) {
   // tensor-parallel ranks of a stage run together (their collectives pair up).
   const auto src = data::BatchSource::open(c);
   const int m = int(config::microbatches_per_replica(c));
-  for (auto& w : workers) w->begin_step();
+  for (auto& w : workers) {
+    w->begin_step();
+    w->reserve_losses(m);
+  }
   for (int d = 0; d < topo.dp; ++d)
     for (int j = 0; j < m; ++j) {
       const auto mb = src.microbatch(0, d, j);

@@ -133,8 +133,15 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
         s.pending = g;
         s.stage_params = g.params;
         s.stage_owner = g.owner;
+        // The partial reaches the coordinator once the device has summed it (on a GPU
+        // from its completion callback): this thread does not wait for the device.
+        s.shard->issue_norm_partial(g.grads);
         const auto& rk = s.args.rank;
-        self->send(s.coordinator, msg::NormPartial{g.step, rk.dp, rk.pp, rk.tp, s.shard->norm_partial(g.grads)});
+        s.device->when_done([to = s.coordinator, sums = s.shard->norm_readback(),
+                             partial = msg::NormPartial{g.step, rk.dp, rk.pp, rk.tp, 0.0}]() mutable {
+          partial.sum_squares = sums.total();
+          caf::anon_send(to, std::move(partial));
+        });
       },
       [self](const msg::UpdateCommand& u) {
         auto& s = self->state;

@@ -69,7 +69,12 @@ struct StageState {
   // gradients go to the optimizer, because on a machine whose cores all compute, each
   // message wakes a thread that preempts a compute thread (one delayed participant
   // delays the whole op); after the last op the compute threads are idle.
-  std::vector<msg::LossReport> held_losses;
+  // Their loss sums are filled in from the read-back losses when sent (send_losses).
+  struct HeldLoss {
+    msg::LossReport report;
+    int64_t rows = 0;  // tokens of the microbatch
+  };
+  std::vector<HeldLoss> held_losses;
   std::optional<int32_t> held_credit;
   int32_t last_train_forward = -1;  // the microbatch of train_ops' last forward op
 
@@ -180,21 +185,17 @@ void run_forward(Self* self, int32_t mb) {
   const auto& batch = st.batches.at(key);
   const float* input = nullptr;
   if (!st.worker->is_first()) input = st.inputs.at(key).data;
-  const auto loss = st.worker->forward(mb, *batch, input);
+  const int64_t loss_tokens = st.worker->forward(mb, *batch, input);
   st.inputs.erase(key);
   if (st.kind == StepKind::Train) st.forwarded[size_t(mb)] = true;
   const auto& r = st.args.rank;
   if (st.worker->is_last()) {
     // Every tensor-parallel rank of the last stage computes the same loss (the
-    // vocab-parallel cross-entropy combines its pieces): rank 0 reports it.
-    if (r.tp == 0) {
-      msg::LossReport report{st.step, st.kind, r.dp, mb, loss.loss_sum, loss.loss_tokens,
-                             std::isfinite(loss.loss_sum)};
-      if (st.kind == StepKind::Train)
-        st.held_losses.push_back(std::move(report));
-      else
-        self->send(st.coordinator, std::move(report));
-    }
+    // vocab-parallel cross-entropy combines its pieces): rank 0 reports it, after the
+    // step's last op (send_losses).
+    if (r.tp == 0)
+      st.held_losses.push_back({msg::LossReport{st.step, st.kind, r.dp, mb, 0.0, loss_tokens, true},
+                                activation_rows(*batch)});
   } else if (in_other_process(self, st.next)) {
     st.worker->finish_device_work();
     const auto out = send_via_comm(self, st.args.comms.pipeline_next, 1,
@@ -243,6 +244,24 @@ void run_backward(Self* self, int32_t mb) {
 
 void start_queued(Self* self);
 
+// Sends the held loss reports, then `done` (if any), to the coordinator once the device
+// has read this step's losses back: on a GPU from its completion callback, so this
+// thread never waits for the read-back; on the CPU at once.
+void send_losses(Self* self, std::optional<msg::StageDone> done = std::nullopt) {
+  auto& st = self->state;
+  if (st.held_losses.empty() && !done) return;
+  st.worker->device().when_done([to = st.coordinator, losses = st.worker->losses(),
+                                 held = std::move(st.held_losses), done = std::move(done)]() mutable {
+    for (auto& h : held) {
+      h.report.loss_sum = losses.sum(h.report.microbatch, h.rows);
+      h.report.finite = std::isfinite(h.report.loss_sum);
+      caf::anon_send(to, std::move(h.report));
+    }
+    if (done) caf::anon_send(to, std::move(*done));
+  });
+  st.held_losses.clear();
+}
+
 // After the last op of a step: gradients to the optimizer (train), or done (eval).
 void end_of_ops(Self* self) {
   auto& st = self->state;
@@ -252,7 +271,8 @@ void end_of_ops(Self* self) {
   st.held_done.reset();
   if (st.kind == StepKind::Eval) {
     st.timing.end_time = unix_now();
-    self->send(st.coordinator, msg::StageDone{st.step, st.kind, r.dp, r.pp, r.tp, std::move(st.timing)});
+    // The losses first: the coordinator closes the pass on the last StageDone.
+    send_losses(self, msg::StageDone{st.step, st.kind, r.dp, r.pp, r.tp, std::move(st.timing)});
     st.step = -1;
     start_queued(self);
     return;
@@ -260,11 +280,12 @@ void end_of_ops(Self* self) {
   maybe_fault(self, Fault::REDUCE);
   const auto range = st.worker->reduce_gradients();
   st.waiting_for_update = true;
+  // Before the gradients: the reports then reach the coordinator before anything the
+  // optimizer shard sends about this step.
+  send_losses(self);
   hand_over(self, st.optimizer,
             msg::GradShardReady{st.step, st.worker->model().grads(), st.worker->model().params(), range.begin,
                                 range.end, st.worker});
-  for (auto& report : st.held_losses) self->send(st.coordinator, std::move(report));
-  st.held_losses.clear();
   if (st.held_credit) self->send(st.loader, credit_atom::value, st.step, *st.held_credit);
   st.held_credit.reset();
 }
@@ -313,6 +334,7 @@ void start_step(Self* self, const msg::RunStep& rs) {
   st.waiting_for_update = false;
   st.timing = {};
   st.step_start = st.idle_since = Clock::now();
+  st.worker->reserve_losses(rs.microbatches);
   if (rs.kind == StepKind::Train) {
     st.ops = st.train_ops;
     st.forwarded.assign(size_t(rs.microbatches), false);

@@ -8,6 +8,7 @@
 #include "kernels/device.h"
 #include "model/param_registry.h"
 #include "optim/adamw.h"
+#include "optim/grad_clip.h"
 
 namespace troupe::engine {
 
@@ -20,8 +21,13 @@ class OptimizerShard {
                  model::FlatRange range, bool counts_in_norm);
 
   // Sum of squares of the gradients this shard counts in the global norm (grads
-  // points at the start of the stage's flat gradient buffer).
-  double norm_partial(const float* grads) const;
+  // points at the start of the stage's flat gradient buffer). Waits for the device.
+  double norm_partial(const float* grads);
+  // The same without waiting: issues the sums into host memory, and norm_readback()
+  // adds them up inside a device().when_done fn issued after this. One read-back is
+  // in flight at a time (the next step's comes after the update, after the last read).
+  void issue_norm_partial(const float* grads);
+  optim::NormReadback norm_readback() const { return {norm_parts_host_, norm_parts_.size()}; }
 
   // AdamW on the range with the coordinator's learning rate and clip factor.
   void apply(float* params, const float* grads, double lr, double clip_factor);
@@ -33,9 +39,12 @@ class OptimizerShard {
 
  private:
   kernels::Device& device_;
-  std::vector<model::FlatRange> norm_ranges_;
   bool counts_in_norm_;
   optim::AdamW adamw_;
+  // The parts of the norm ranges inside this shard's range (none when it does not
+  // count in the norm), and one double of host memory per part for their sums.
+  std::vector<model::FlatRange> norm_parts_;
+  std::shared_ptr<double> norm_parts_host_;
 };
 
 }  // namespace troupe::engine

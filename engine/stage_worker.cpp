@@ -72,8 +72,28 @@ void StageWorker::begin_step() {
   model_->reset_tp_comm_seconds();
 }
 
-model::StageLoss StageWorker::forward(int mb, const data::Microbatch& batch, const float* input) {
-  return model_->forward(slot(mb), batch, input);
+double LossReadback::sum(int mb, int64_t rows) const {
+  return model::sum_token_losses(host.get() + int64_t(mb) * stride, rows);
+}
+
+void StageWorker::reserve_losses(int microbatches) {
+  if (!is_last() || microbatches <= loss_capacity_) return;
+  loss_stride_ = int64_t(model_->shape().micro_batch) * model_->shape().seq;
+  auto block = device_->allocate_host(size_t(microbatches) * size_t(loss_stride_) * sizeof(float));
+  loss_host_ = {block, static_cast<float*>(block.get())};
+  loss_capacity_ = microbatches;
+}
+
+int64_t StageWorker::forward(int mb, const data::Microbatch& batch, const float* input) {
+  const int64_t loss_tokens = model_->issue_forward(slot(mb), batch, input);
+  if (is_last()) {
+    if (mb < 0 || mb >= loss_capacity_)
+      throw std::logic_error("StageWorker::forward: microbatch " + std::to_string(mb) + " outside the " +
+                             std::to_string(loss_capacity_) + " reserved for losses (reserve_losses)");
+    device_->copy_to_host_async(loss_host_.get() + int64_t(mb) * loss_stride_,
+                                model_->token_losses(slot(mb)), size_t(batch.batch) * size_t(batch.seq) * sizeof(float));
+  }
+  return loss_tokens;
 }
 
 void StageWorker::backward(int mb, const float* grad_output) { model_->backward(slot(mb), grad_output); }

@@ -57,6 +57,16 @@ model::TensorSlice tensor_slice(const Config& c, const Rank& r);
 // ranges, checkpoint boxes).
 model::ParameterRegistry stage_registry(const Config& c, const Rank& r);
 
+// The last stage's per-token losses, read back into host memory without waiting (see
+// StageWorker::forward). The values are there inside a device().when_done fn issued
+// after the forwards; the handle keeps the memory alive past a restart.
+struct LossReadback {
+  std::shared_ptr<const float> host;  // microbatch mb's losses start at mb * stride
+  int64_t stride = 0;
+  // The loss sum of microbatch mb's first `rows` tokens (model::sum_token_losses).
+  double sum(int mb, int64_t rows) const;
+};
+
 class StageWorker {
  public:
   // `device`: the rank's device (engine/rank_device.h), shared with its optimizer
@@ -79,8 +89,15 @@ class StageWorker {
   void begin_step();
 
   // Forward of microbatch `mb` (slot mb mod slots). `input` ([B*T, D], the previous
-  // stage's output) is copied before this returns; null on the first stage.
-  model::StageLoss forward(int mb, const data::Microbatch& batch, const float* input);
+  // stage's output) is copied before this returns; null on the first stage. Nothing
+  // waits for the device: on the last stage the microbatch's per-token losses are
+  // read back into losses() (its row mb) as the device gets there, and the return
+  // value is its loss-bearing tokens (0 on other stages).
+  int64_t forward(int mb, const data::Microbatch& batch, const float* input);
+  // Room in losses() for `microbatches` microbatches; called when a step starts. More
+  // than before takes new host memory (handles already taken keep the old one).
+  void reserve_losses(int microbatches);
+  LossReadback losses() const { return {loss_host_, loss_stride_}; }
   // Backward of microbatch `mb`; `grad_output` ([B*T, D]) null on the last stage.
   void backward(int mb, const float* grad_output);
   // Valid until the forward of microbatch mb + slots (see activation_slots).
@@ -123,6 +140,9 @@ class StageWorker {
   model::FlatRange shard_;
   double sync_s_ = 0;
   std::vector<float> staging_;  // on_host's copy (GPU devices only)
+  std::shared_ptr<float> loss_host_;  // [loss_capacity_, loss_stride_] (last stage)
+  int64_t loss_stride_ = 0;
+  int loss_capacity_ = 0;
 };
 
 }  // namespace troupe::engine

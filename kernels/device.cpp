@@ -1,8 +1,11 @@
-// Defaults of the optional Device primitives: when_done for a device with nothing
-// pending, and the tensor-parallel pieces, which a device that does not implement them
-// cannot run (it says so by name).
+// Defaults of the optional Device primitives: when_done and the non-blocking reads for
+// a device with nothing pending, and the tensor-parallel pieces, which a device that
+// does not implement them cannot run (it says so by name).
 #include "kernels/device.h"
 
+#include <algorithm>
+#include <cstring>
+#include <new>
 #include <stdexcept>
 
 namespace troupe::kernels {
@@ -11,6 +14,17 @@ void Device::when_done(std::function<void()> fn) {
   synchronize();
   fn();
 }
+
+std::shared_ptr<void> Device::allocate_host(size_t bytes) {
+  constexpr std::align_val_t kAlign{64};
+  void* p = ::operator new(std::max<size_t>(bytes, 1), kAlign);
+  std::memset(p, 0, std::max<size_t>(bytes, 1));
+  return {p, [](void* q) { ::operator delete(q, kAlign); }};
+}
+
+void Device::copy_to_host_async(void* dst, const void* src, size_t bytes) { copy_to_host(dst, src, bytes); }
+
+void Device::sum_squares_to_host(double* dst, const float* x, int64_t n) { *dst = sum_squares(x, n); }
 
 namespace {
 

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,21 @@ class Device {
   // calling thread; the CUDA device calls it later on a CUDA runtime thread (fn must
   // then not call CUDA), and the caller goes on issuing work meanwhile.
   virtual void when_done(std::function<void()> fn);
+
+  // ---- reads that do not block the caller ---------------------------------------
+  // The pattern: issue the read into host memory from allocate_host, then read that
+  // memory only inside a later when_done's fn (or after synchronize). On a GPU the
+  // values land when the device gets there; before that the memory holds anything.
+  //
+  // Host memory of `bytes` (zero-filled, 64-byte aligned) that the device can copy into
+  // while the caller goes on (CUDA: page-locked). Freed when the last handle goes.
+  virtual std::shared_ptr<void> allocate_host(size_t bytes);
+  // Copies `bytes` of device memory into `dst` (from allocate_host) after everything
+  // issued so far and returns at once. Default: copy_to_host.
+  virtual void copy_to_host_async(void* dst, const void* src, size_t bytes);
+  // *dst (in memory from allocate_host) = sum_squares(x, n), without waiting.
+  // Default: computes it at once.
+  virtual void sum_squares_to_host(double* dst, const float* x, int64_t n);
 
   // ---- general matrix multiply ------------------------------------------------
   // C[M, N] = alpha * op(A)[M, K] * op(B)[K, N] + beta * C, row-major, op = transpose

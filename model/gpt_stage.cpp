@@ -20,6 +20,7 @@ struct GptStage::Slot {
   Buffer mask;  // loss_mask [B*T]
   int B = 0, T = 0;
   bool forwarded = false;
+  int64_t loss_tokens = 0;  // of this microbatch (last stage)
   int64_t global_loss_tokens = 0;
   // Offsets into acts (capacity layout).
   int64_t residual = 0;  // (layers + 1) x [Nr, D]; residual 0 is the stage input
@@ -148,7 +149,6 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
   if (sp_) ln_staging_ = device_.allocate(2 * D * (2 * L + (last_ ? 1 : 0)) + 1, DType::kF32);
   host_ints_.resize(size_t(4 * BT));
   host_losses_.resize(size_t(BT));
-  host_mask_.resize(size_t(BT));
 }
 
 GptStage::~GptStage() = default;
@@ -279,6 +279,7 @@ void GptStage::load_microbatch(Slot& s, const data::Microbatch& mb) {
       throw std::invalid_argument("microbatch global_loss_tokens " + std::to_string(mb.global_loss_tokens) +
                                   " is below its own " + std::to_string(count) + " loss-bearing tokens");
     device_.copy_from_host(s.mask.f32(), mb.loss_mask.data(), n * sizeof(float));
+    s.loss_tokens = count;
     s.global_loss_tokens = mb.global_loss_tokens;
   }
   // Capacity layout of ints: 4 arrays of capacity B*T each.
@@ -338,7 +339,25 @@ void GptStage::reduce_tensor_parallel_grads() {
     device_.copy(grads() + offsets[i], stage + int64_t(i) * chunk, size_t(chunk) * sizeof(float));
 }
 
+double sum_token_losses(const float* losses, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += double(losses[i]);
+  return sum;
+}
+
 StageLoss GptStage::forward(int slot, const data::Microbatch& mb, const float* input) {
+  StageLoss out;
+  out.loss_tokens = issue_forward(slot, mb, input);
+  if (last_) {
+    const Slot& s = slots_[size_t(slot)];
+    const int64_t n = int64_t(s.B) * s.T;
+    device_.copy_to_host(host_losses_.data(), token_losses(slot), size_t(n) * sizeof(float));
+    out.loss_sum = sum_token_losses(host_losses_.data(), n);
+  }
+  return out;
+}
+
+int64_t GptStage::issue_forward(int slot, const data::Microbatch& mb, const float* input) {
   Slot& s = check_slot(slot, "GptStage::forward");
   if (is_first() != (input == nullptr))
     throw std::invalid_argument(is_first() ? "GptStage::forward: the first stage takes no input activations"
@@ -395,7 +414,6 @@ StageLoss GptStage::forward(int slot, const data::Microbatch& mb, const float* i
     row_parallel_forward(residual(l + 1), a.fch_gelu, P + o.fc_proj_w, P + o.fc_proj_b, a.res2, BT, Ft_);
   }
 
-  StageLoss out;
   if (last_) {
     float* lnf = acts + s.lnf;
     device_.layernorm_forward(lnf + r0 * D, acts + s.lnf_mean, acts + s.lnf_rstd, residual(range().layers()),
@@ -418,17 +436,9 @@ StageLoss GptStage::forward(int slot, const data::Microbatch& mb, const float* i
       tp_.gather_rows(gathered, T_, 3 * int64_t(BT));
       device_.crossentropy_combine(acts + s.losses, acts + s.lse, gathered, T_, s.mask.f32(), BT);
     }
-    float* losses = host_losses_.data();
-    float* mask = host_mask_.data();
-    device_.copy_to_host(losses, acts + s.losses, size_t(BT) * sizeof(float));
-    device_.copy_to_host(mask, s.mask.f32(), size_t(BT) * sizeof(float));
-    for (int i = 0; i < BT; ++i) {  // in token order: the sum is fixed by the microbatch
-      out.loss_sum += double(losses[i]);
-      out.loss_tokens += mask[i] != 0.0f;
-    }
   }
   s.forwarded = true;
-  return out;
+  return last_ ? s.loss_tokens : 0;
 }
 
 void GptStage::backward(int slot, const float* grad_output) {

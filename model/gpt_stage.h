@@ -74,6 +74,10 @@ struct StageLoss {
   int64_t loss_tokens = 0;  // loss-bearing tokens of the microbatch (last stage; 0 elsewhere)
 };
 
+// The loss sum of a microbatch from its n per-token losses (host memory): in double,
+// in token order, so the sum is fixed by the microbatch.
+double sum_token_losses(const float* losses, int64_t n);
+
 // Capacity of one activation slot.
 struct StageShape {
   int micro_batch = 0;  // max rows B per microbatch
@@ -129,7 +133,13 @@ class GptStage {
   // The same initial values written into host memory (registry().total() floats).
   void init_parameters_into(float* host) const;
 
+  // Runs the forward of microbatch mb in `slot` and, on the last stage, reads its
+  // per-token losses back and sums them (waits for the device).
   StageLoss forward(int slot, const data::Microbatch& mb, const float* input = nullptr);
+  // The same forward without the read-back, so the caller never waits for the device:
+  // token_losses(slot) holds the losses once the device gets there. Returns the
+  // microbatch's loss-bearing tokens (last stage; 0 elsewhere), counted on the host.
+  int64_t issue_forward(int slot, const data::Microbatch& mb, const float* input = nullptr);
   void backward(int slot, const float* grad_output = nullptr);
 
   const float* output(int slot) const;      // non-last stages
@@ -183,7 +193,7 @@ class GptStage {
   kernels::Buffer scratch_, ones_, ln_staging_;
   // Host staging, sized once: microbatch IDs on the way in, per-token losses out.
   std::vector<int32_t> host_ints_;
-  std::vector<float> host_losses_, host_mask_;
+  std::vector<float> host_losses_;
   int64_t slot_floats_ = 0, scratch_floats_ = 0;
 };
 

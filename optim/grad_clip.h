@@ -8,6 +8,7 @@
 // determinism) and calls decide() once.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "kernels/device.h"
@@ -20,6 +21,19 @@ namespace troupe::optim {
 double sum_squares(kernels::Device& device, const float* grads,
                    const std::vector<model::FlatRange>& ranges,
                    model::FlatRange within = {0, INT64_MAX});
+
+// The parts of `ranges` inside `within`, in order: the ranges sum_squares adds.
+std::vector<model::FlatRange> parts_within(const std::vector<model::FlatRange>& ranges, model::FlatRange within);
+
+// Partial sums of squares read back into host memory without waiting
+// (Device::sum_squares_to_host), one per part: valid inside a device when_done fn
+// issued after them.
+struct NormReadback {
+  std::shared_ptr<const double> parts;
+  size_t count = 0;
+  // Their sum, part by part in order: the same bits as sum_squares over those parts.
+  double total() const;
+};
 
 struct ClipDecision {
   double norm = 0;      // pre-clip global L2 norm

@@ -1,5 +1,7 @@
 #include "kernels/cuda/cuda_device.h"
 
+#include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "kernels/cuda/blas.h"
@@ -220,6 +222,19 @@ void CudaDevice::when_done(std::function<void()> fn) {
   on_complete(std::move(fn), Stream::kCompute);
 }
 
+std::shared_ptr<void> CudaDevice::allocate_host(size_t bytes) {
+  make_current();
+  void* p = nullptr;
+  TROUPE_CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 1)));
+  std::memset(p, 0, std::max<size_t>(bytes, 1));
+  return {p, [](void* q) { cudaFreeHost(q); }};
+}
+
+void CudaDevice::copy_to_host_async(void* dst, const void* src, size_t bytes) {
+  make_current();
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_));
+}
+
 void CudaDevice::synchronize() {
   make_current();
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));
@@ -359,12 +374,18 @@ void CudaDevice::adamw_update(float* param, const float* grad, float* m, float* 
   launch::adamw_update(param, grad, m, v, n, args, compute_);
 }
 
-double CudaDevice::sum_squares(const float* x, int64_t n) {
+void CudaDevice::sum_squares_to_host(double* dst, const float* x, int64_t n) {
   make_current();
   auto* s = static_cast<double*>(scratch(kReduce, size_t(std::max<int64_t>(1, launch::sum_squares_scratch(n))) *
                                                        sizeof(double)));
+  // One result slot serves every call: the copy out of it runs before the next kernel
+  // writes it (stream order).
   launch::sum_squares(result_device_, x, n, s, compute_);
-  TROUPE_CUDA_CHECK(cudaMemcpyAsync(result_host_, result_device_, sizeof(double), cudaMemcpyDeviceToHost, compute_));
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, result_device_, sizeof(double), cudaMemcpyDeviceToHost, compute_));
+}
+
+double CudaDevice::sum_squares(const float* x, int64_t n) {
+  sum_squares_to_host(result_host_, x, n);
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));
   return *result_host_;
 }

@@ -16,7 +16,9 @@
 //
 // Streams and completion. Every kernel of the Device interface is enqueued on the
 // compute stream and returns at once, except the calls that hand data to the host
-// (copy_to_host, copy_from_host, sum_squares), which wait for the compute stream.
+// (copy_to_host, copy_from_host, sum_squares), which wait for the compute stream;
+// copy_to_host_async and sum_squares_to_host write page-locked host memory without
+// waiting (read it from a when_done callback).
 // record_event() marks a point in a stream; Event::done() polls it and on_complete()
 // runs a host callback once the stream reaches it, so an actor can turn GPU
 // completion into a message instead of blocking. wait_event() makes one stream wait
@@ -115,6 +117,11 @@ class CudaDevice final : public Device {
   // fn runs once both streams have done everything issued so far (on_complete on the
   // compute stream after it waited for the communication stream).
   void when_done(std::function<void()> fn) override;
+  // Page-locked host memory (cudaMallocHost); the reads below are cudaMemcpyAsync on
+  // the compute stream into it.
+  std::shared_ptr<void> allocate_host(size_t bytes) override;
+  void copy_to_host_async(void* dst, const void* src, size_t bytes) override;
+  void sum_squares_to_host(double* dst, const float* x, int64_t n) override;
 
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
             const float* B, int ldb, float beta, float* C, int ldc) override;

@@ -30,6 +30,9 @@ void TimedDevice::copy_from_host(void* dst, const void* src, size_t bytes) {
 void TimedDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
   timed("host transfers", [&] { inner_.copy_to_host(dst, src, bytes); });
 }
+void TimedDevice::copy_to_host_async(void* dst, const void* src, size_t bytes) {
+  timed("host transfers", [&] { inner_.copy_to_host_async(dst, src, bytes); });
+}
 void TimedDevice::fill_zero(void* dst, size_t bytes) {
   timed("copies and fills", [&] { inner_.fill_zero(dst, bytes); });
 }
@@ -91,6 +94,9 @@ void TimedDevice::crossentropy_backward(float* dlogits, const float* logits, con
 }
 void TimedDevice::adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWArgs& args) {
   timed("adamw", [&] { inner_.adamw_update(param, grad, m, v, n, args); });
+}
+void TimedDevice::sum_squares_to_host(double* dst, const float* x, int64_t n) {
+  timed("grad norm", [&] { inner_.sum_squares_to_host(dst, x, n); });
 }
 double TimedDevice::sum_squares(const float* x, int64_t n) {
   double r = 0;
