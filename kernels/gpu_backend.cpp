@@ -11,7 +11,8 @@ std::shared_ptr<const GpuBackend> installed;
 }  // namespace
 
 void install_gpu_backend(GpuBackend backend) {
-  auto b = std::make_shared<const GpuBackend>(std::move(backend));
+  std::shared_ptr<const GpuBackend> b;
+  if (backend.count) b = std::make_shared<const GpuBackend>(std::move(backend));
   std::lock_guard lock(mu);
   installed = std::move(b);
 }

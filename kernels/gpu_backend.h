@@ -23,7 +23,7 @@ struct GpuBackend {
 };
 
 // Replaces the process's backend (thread-safe; normally called once, before any rank
-// device is made).
+// device is made). A backend without a count function removes it (tests).
 void install_gpu_backend(GpuBackend backend);
 // The installed backend, or null.
 std::shared_ptr<const GpuBackend> gpu_backend();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 
 #include "kernels/cuda/blas.h"
@@ -46,7 +47,15 @@ cudaEvent_t Event::get() const { return impl_ ? impl_->ev : nullptr; }
 
 // ---- CudaDevice -------------------------------------------------------------------
 
-CudaDevice::CudaDevice(CudaDeviceOptions options) : options_(options) {
+// Page-locked blocks whose handles went while the device lived (see allocate_host).
+struct CudaDevice::ReleasedHost {
+  std::mutex mu;
+  bool device_alive = true;
+  std::vector<void*> blocks;
+};
+
+CudaDevice::CudaDevice(CudaDeviceOptions options)
+    : options_(options), released_host_(std::make_shared<ReleasedHost>()) {
   std::string why;
   if (!gpu_available(&why)) throw CudaError("CudaDevice: no usable CUDA device: " + why);
   if (options_.device < 0 || options_.device >= device_count())
@@ -77,6 +86,12 @@ void CudaDevice::release_all() noexcept {
   if (compute_) cudaStreamSynchronize(compute_);
   if (comm_) cudaStreamSynchronize(comm_);
   blas_.reset();
+  uploads_.clear();
+  {
+    std::lock_guard lock(released_host_->mu);
+    released_host_->device_alive = false;
+  }
+  free_released_host();
   for (auto& r : regions_) {
     if (r.ptr) cudaFree(r.ptr);
     r = {};
@@ -201,9 +216,25 @@ void CudaDevice::copy(void* dst, const void* src, size_t bytes) {
 
 void CudaDevice::copy_from_host(void* dst, const void* src, size_t bytes) {
   make_current();
-  TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_));
-  // The caller may reuse src when this returns (even pinned memory).
-  TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));
+  if (bytes > kStagedUploadBytes) {
+    TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_));
+    // The caller may reuse src when this returns (even pinned memory).
+    TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));
+    return;
+  }
+  if (uploads_.empty() || (uploads_[next_upload_].copied.valid() && !uploads_[next_upload_].copied.done() &&
+                           uploads_.size() < kMaxUploadBlocks))
+    uploads_.insert(uploads_.begin() + std::ptrdiff_t(next_upload_), Upload{});
+  Upload& u = uploads_[next_upload_];
+  next_upload_ = (next_upload_ + 1) % uploads_.size();
+  if (u.copied.valid()) u.copied.wait();  // done by now unless kMaxUploadBlocks are in flight
+  if (u.bytes < bytes) {
+    u.bytes = std::max<size_t>(bytes, size_t(64) << 10);
+    u.host = allocate_host(u.bytes);
+  }
+  std::memcpy(u.host.get(), src, bytes);
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, u.host.get(), bytes, cudaMemcpyHostToDevice, compute_));
+  u.copied = record_event(Stream::kCompute);
 }
 
 void CudaDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
@@ -222,12 +253,28 @@ void CudaDevice::when_done(std::function<void()> fn) {
   on_complete(std::move(fn), Stream::kCompute);
 }
 
+void CudaDevice::free_released_host() noexcept {
+  std::vector<void*> blocks;
+  {
+    std::lock_guard lock(released_host_->mu);
+    blocks.swap(released_host_->blocks);
+  }
+  for (void* p : blocks) cudaFreeHost(p);
+}
+
 std::shared_ptr<void> CudaDevice::allocate_host(size_t bytes) {
   make_current();
+  free_released_host();
   void* p = nullptr;
   TROUPE_CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 1)));
   std::memset(p, 0, std::max<size_t>(bytes, 1));
-  return {p, [](void* q) { cudaFreeHost(q); }};
+  return {p, [released = released_host_](void* q) {
+            {
+              std::lock_guard lock(released->mu);
+              if (released->device_alive) return released->blocks.push_back(q);
+            }
+            cudaFreeHost(q);  // the device is gone, and with it its callbacks
+          }};
 }
 
 void CudaDevice::copy_to_host_async(void* dst, const void* src, size_t bytes) {

@@ -16,7 +16,8 @@
 //
 // Streams and completion. Every kernel of the Device interface is enqueued on the
 // compute stream and returns at once, except the calls that hand data to the host
-// (copy_to_host, copy_from_host, sum_squares), which wait for the compute stream;
+// (copy_to_host, sum_squares, and copy_from_host of more than kStagedUploadBytes),
+// which wait for the compute stream;
 // copy_to_host_async and sum_squares_to_host write page-locked host memory without
 // waiting (read it from a when_done callback).
 // record_event() marks a point in a stream; Event::done() polls it and on_complete()
@@ -110,6 +111,14 @@ class CudaDevice final : public Device {
   Buffer allocate(int64_t count, DType dtype = DType::kF32) override;
   void release(void* data) override;
   void copy(void* dst, const void* src, size_t bytes) override;
+  // Up to kStagedUploadBytes: the bytes go into a page-locked staging block, which the
+  // compute stream copies to dst, and the call returns at once (a microbatch's token
+  // IDs and mask, five calls per forward, never wait for the device). A block is
+  // reused once its copy is done; while every block is still in flight a new one is
+  // added, up to kMaxUploadBlocks, and only then does the call wait for the oldest.
+  // Larger copies wait for the compute stream.
+  static constexpr size_t kStagedUploadBytes = size_t(4) << 20;
+  static constexpr size_t kMaxUploadBlocks = 256;
   void copy_from_host(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;
@@ -118,7 +127,9 @@ class CudaDevice final : public Device {
   // compute stream after it waited for the communication stream).
   void when_done(std::function<void()> fn) override;
   // Page-locked host memory (cudaMallocHost); the reads below are cudaMemcpyAsync on
-  // the compute stream into it.
+  // the compute stream into it. A when_done fn may hold the last handle, and a host
+  // callback must not call CUDA: a block whose handle goes while this device lives is
+  // freed by the device (at its next allocate_host, or when it is destroyed).
   std::shared_ptr<void> allocate_host(size_t bytes) override;
   void copy_to_host_async(void* dst, const void* src, size_t bytes) override;
   void sum_squares_to_host(double* dst, const float* x, int64_t n) override;
@@ -195,6 +206,19 @@ class CudaDevice final : public Device {
   Region regions_[kSlots];
   double* result_device_ = nullptr;  // sum_squares result
   double* result_host_ = nullptr;    // pinned
+  // copy_from_host's page-locked staging (see there): a ring of blocks, oldest at
+  // next_upload_, each with the event of its last copy to the device.
+  struct Upload {
+    std::shared_ptr<void> host;
+    size_t bytes = 0;
+    Event copied;
+  };
+  std::vector<Upload> uploads_;
+  size_t next_upload_ = 0;
+  // Page-locked blocks whose handles went (see allocate_host), shared with the handles.
+  struct ReleasedHost;
+  std::shared_ptr<ReleasedHost> released_host_;
+  void free_released_host() noexcept;
   std::string name_;
 };
 

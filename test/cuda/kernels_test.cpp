@@ -75,6 +75,43 @@ TEST_CASE("memory: zero-filled allocation, host round trips, device copies, fill
   CHECK(gpu.describe().find("cuda:0") == 0);
 }
 
+TEST_CASE("staged uploads and reads without waiting: sources reusable at once, values there in when_done") {
+  REQUIRE_GPU();
+  CudaDevice gpu;
+  // More uploads than the staging ring holds blocks, all from one host vector that is
+  // rewritten after each call: each upload must take its bytes when called.
+  const int uploads = int(CudaDevice::kMaxUploadBlocks) + 44, each = 256;
+  const size_t n = size_t(uploads) * size_t(each);
+  auto dst = gpu.allocate(int64_t(n));
+  std::vector<float> want(n), src(static_cast<size_t>(each));
+  for (int i = 0; i < uploads; ++i) {
+    for (int j = 0; j < each; ++j) src[size_t(j)] = want[size_t(i) * each + size_t(j)] = float(i) * 0.5f - float(j);
+    gpu.copy_from_host(dst.f32() + int64_t(i) * each, src.data(), src.size() * sizeof(float));
+  }
+  auto host = gpu.allocate_host(n * sizeof(float));
+  auto sum = gpu.allocate_host(sizeof(double));
+  gpu.copy_to_host_async(host.get(), dst.f32(), n * sizeof(float));
+  gpu.sum_squares_to_host(static_cast<double*>(sum.get()), dst.f32(), int64_t(n));
+  std::vector<float> got;
+  double got_sum = 0;
+  std::promise<void> fired;
+  auto fut = fired.get_future();
+  gpu.when_done([&] {  // host memory only: a CUDA callback may not call CUDA
+    const float* h = static_cast<const float*>(host.get());
+    got.assign(h, h + n);
+    got_sum = *static_cast<const double*>(sum.get());
+    fired.set_value();
+  });
+  REQUIRE(fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  CHECK(got == want);
+  const double blocking = gpu.sum_squares(dst.f32(), int64_t(n));
+  CHECK(std::memcmp(&got_sum, &blocking, sizeof(double)) == 0);
+  // Above kStagedUploadBytes an upload waits instead, and still round-trips.
+  const auto big = randn(CudaDevice::kStagedUploadBytes / sizeof(float) + 1000, 9);
+  auto b = upload(gpu, big);
+  CHECK(download(gpu, b.f32(), big.size()) == big);
+}
+
 TEST_CASE("events: polling, cross-stream waits and completion callbacks") {
   REQUIRE_GPU();
   CudaDevice gpu(opts(GemmType::kBf16));

@@ -1,0 +1,71 @@
+// The runtime on a device that completes late, as a GPU does (late_completion_device.h):
+// reads issued without waiting land, and when_done fns run, 2 ms after their call on
+// the device's own thread. The run must give the CPU run's bits: a loss sum or a norm
+// partial read before its read-back landed would see the host memory's stale contents
+// (zero, or another microbatch's losses), and a message sent before its data was
+// complete would carry stale values.
+//
+// It also counts the calls that would block an actor thread on a GPU. What is left
+// after the non-blocking reads, for DP1 x PP2 with tied embeddings, is exactly:
+//   - the tied-embedding all-reduce staged through the host (StageWorker::on_host):
+//     one copy_to_host per stage per update;
+//   - the final state collected after the run: each stage's parameters, each shard's
+//     two Adam moments (one copy_to_host each).
+// Before this change the last stage also waited for every microbatch's losses (two
+// reads per forward) and each shard for its norm partial (one sum_squares per range).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kernels/gpu_backend.h"
+#include "test/actors/late_completion_device.h"
+#include "test/actors/parity_check.h"
+
+using namespace troupe;
+using namespace troupe::testing;
+
+TEST_CASE("on a device that completes late the runtime gives the CPU run's bits and waits only where said") {
+  constexpr int kSteps = 4;
+  Config cpu = with_steps(parity_layout(1, 2, "troupe-late-completion-cpu"), kSteps);
+  cpu.mutable_training()->set_eval_interval(2);  // evaluation passes: their losses are read back too
+  cpu.mutable_training()->set_eval_samples(4);
+  Config late = cpu;
+  late.mutable_logging()->set_run_dir((std::filesystem::temp_directory_path() / "troupe-late-completion").string());
+  late.mutable_device()->set_type(DeviceConfig::CUDA);
+
+  std::mutex mu;
+  std::vector<std::shared_ptr<LateCompletionDevice>> devices;
+  kernels::install_gpu_backend({[](std::string*) { return 1; }, [&](int) -> std::shared_ptr<kernels::Device> {
+                                  auto d = std::make_shared<LateCompletionDevice>(std::chrono::milliseconds(2));
+                                  std::lock_guard lock(mu);
+                                  devices.push_back(d);
+                                  return d;
+                                }});
+  const auto want = run(cpu);
+  const auto got = run(late);
+  kernels::install_gpu_backend({});
+
+  check_bitwise(got, want);
+  REQUIRE(got.outcome.evals.size() == want.outcome.evals.size());
+  REQUIRE(got.outcome.evals.size() == 3);  // before the first update, after the 2nd and the 4th
+  for (size_t i = 0; i < got.outcome.evals.size(); ++i) {
+    CHECK(got.outcome.evals[i].step == int64_t(2 * i));
+    CHECK(got.outcome.evals[i].loss == want.outcome.evals[i].loss);
+    CHECK(got.outcome.evals[i].loss_tokens == want.outcome.evals[i].loss_tokens);
+  }
+
+  REQUIRE(devices.size() == 2);  // one per rank, shared by its stage and its shard
+  LateCompletionDevice::Waits waits;
+  for (const auto& d : devices) {
+    const auto w = d->waits();
+    waits.synchronize += w.synchronize;
+    waits.copy_to_host += w.copy_to_host;
+    waits.sum_squares += w.sum_squares;
+  }
+  CHECK(waits.sum_squares == 0);
+  CHECK(waits.synchronize == 0);
+  CHECK(waits.copy_to_host == 2 * kSteps + 2 * 3);
+}
