@@ -41,6 +41,10 @@ using finished_atom = caf::atom_constant<caf::atom("finished")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 // optimizer -> itself: hand a snapshot to its writer, which is being restarted.
 using deliver_atom = caf::atom_constant<caf::atom("deliver")>;
+// stage -> itself, from its device's when_done: the host copy of what a collective
+// step reads has landed (GPU devices; engine/stage_worker.h, stages_collectives).
+using grads_on_host_atom = caf::atom_constant<caf::atom("gradshost")>;
+using params_on_host_atom = caf::atom_constant<caf::atom("paramshost")>;
 
 }  // namespace troupe::actors
 

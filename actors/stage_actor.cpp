@@ -262,6 +262,36 @@ void send_losses(Self* self, std::optional<msg::StageDone> done = std::nullopt) 
   st.held_losses.clear();
 }
 
+// After the step's gradient collectives: the gradients to the optimizer shard.
+void gradients_reduced(Self* self, model::FlatRange range) {
+  auto& st = self->state;
+  // Before the gradients: the reports then reach the coordinator before anything the
+  // optimizer shard sends about this step.
+  send_losses(self);
+  hand_over(self, st.optimizer,
+            msg::GradShardReady{st.step, st.worker->model().grads(), st.worker->model().params(), range.begin,
+                                range.end, st.worker});
+  if (st.held_credit) self->send(st.loader, credit_atom::value, st.step, *st.held_credit);
+  st.held_credit.reset();
+}
+
+// After the step's parameter all-gather: done; the next step starts if it is here.
+void parameters_gathered(Self* self) {
+  auto& s = self->state;
+  s.timing.sync_s = s.worker->sync_seconds();
+  s.timing.end_time = unix_now();
+  const auto& r = s.args.rank;
+  msg::StageDone done{s.step, s.kind, r.dp, r.pp, r.tp, std::move(s.timing)};
+  if (s.queued && s.queued->previous_done_may_wait)
+    s.held_done = std::move(done);
+  else
+    self->send(s.coordinator, std::move(done));
+  s.last_finished_step = s.step;
+  s.step = -1;
+  s.waiting_for_update = false;
+  start_queued(self);
+}
+
 // After the last op of a step: gradients to the optimizer (train), or done (eval).
 void end_of_ops(Self* self) {
   auto& st = self->state;
@@ -278,16 +308,13 @@ void end_of_ops(Self* self) {
     return;
   }
   maybe_fault(self, Fault::REDUCE);
-  const auto range = st.worker->reduce_gradients();
   st.waiting_for_update = true;
-  // Before the gradients: the reports then reach the coordinator before anything the
-  // optimizer shard sends about this step.
-  send_losses(self);
-  hand_over(self, st.optimizer,
-            msg::GradShardReady{st.step, st.worker->model().grads(), st.worker->model().params(), range.begin,
-                                range.end, st.worker});
-  if (st.held_credit) self->send(st.loader, credit_atom::value, st.step, *st.held_credit);
-  st.held_credit.reset();
+  if (!st.worker->stages_collectives()) return gradients_reduced(self, st.worker->reduce_gradients());
+  // On a GPU the collectives run on a host copy: once it has landed (a message from
+  // the device's completion), not by waiting for it here.
+  if (!st.worker->issue_gradients_to_host()) return gradients_reduced(self, st.worker->reduce_gradients_on_host());
+  st.worker->device().when_done(
+      [me = caf::actor_cast<caf::actor>(self), step = st.step] { caf::anon_send(me, grads_on_host_atom::value, step); });
 }
 
 // Runs every op whose inputs are here, in schedule order.
@@ -418,19 +445,27 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
         auto& s = self->state;
         if (!s.waiting_for_update || a.step != s.step)
           throw std::logic_error(s.path + ": unexpected ShardApplied for step " + std::to_string(a.step));
-        s.worker->gather_parameters();
-        s.timing.sync_s = s.worker->sync_seconds();
-        s.timing.end_time = unix_now();
-        const auto& r = s.args.rank;
-        msg::StageDone done{s.step, s.kind, r.dp, r.pp, r.tp, std::move(s.timing)};
-        if (s.queued && s.queued->previous_done_may_wait)
-          s.held_done = std::move(done);
-        else
-          self->send(s.coordinator, std::move(done));
-        s.last_finished_step = s.step;
-        s.step = -1;
-        s.waiting_for_update = false;
-        start_queued(self);
+        if (!s.worker->stages_collectives()) {
+          s.worker->gather_parameters();
+          return parameters_gathered(self);
+        }
+        if (!s.worker->issue_parameters_to_host()) return parameters_gathered(self);
+        s.worker->device().when_done([me = caf::actor_cast<caf::actor>(self), step = s.step] {
+          caf::anon_send(me, params_on_host_atom::value, step);
+        });
+      },
+      [self](grads_on_host_atom, int64_t step) {
+        auto& s = self->state;
+        if (!s.waiting_for_update || step != s.step)
+          throw std::logic_error(s.path + ": gradients of step " + std::to_string(step) + " landed out of turn");
+        gradients_reduced(self, s.worker->reduce_gradients_on_host());
+      },
+      [self](params_on_host_atom, int64_t step) {
+        auto& s = self->state;
+        if (!s.waiting_for_update || step != s.step)
+          throw std::logic_error(s.path + ": parameters of step " + std::to_string(step) + " landed out of turn");
+        s.worker->gather_parameters_on_host();
+        parameters_gathered(self);
       },
       [self](snapshot_atom) {
         auto& s = self->state;

@@ -111,42 +111,104 @@ std::shared_ptr<const kernels::Buffer> StageWorker::copy_on_device(const float* 
   return {copy, &copy->buffer};
 }
 
-void StageWorker::on_host(float* data, size_t n, const std::function<void(std::span<float>)>& collective) {
-  if (device_->kind() == kernels::DeviceKind::kCpu) return collective({data, n});
-  staging_.resize(n);
-  device_->copy_to_host(staging_.data(), data, n * sizeof(float));
-  collective(staging_);
-  device_->copy_from_host(data, staging_.data(), n * sizeof(float));
+model::FlatRange StageWorker::gradient_collective_range() const {
+  if (comms_.data_parallel->size() > 1) return {0, model_->param_count()};
+  if (!comms_.embedding) return {0, 0};
+  const auto& wte = model_->registry().at("wte.weight");
+  return {wte.offset, wte.offset + wte.numel};
 }
 
-model::FlatRange StageWorker::reduce_gradients() {
-  const auto t0 = std::chrono::steady_clock::now();
-  model_->reduce_tensor_parallel_grads();
+model::FlatRange StageWorker::parameter_collective_range() const {
+  if (!distributed_ || comms_.data_parallel->size() == 1) return {0, 0};
+  return {0, model_->param_count()};
+}
+
+void StageWorker::reduce_gradients_at(float* grads) {
   if (comms_.embedding) {
     const auto& wte = model_->registry().at("wte.weight");
-    on_host(model_->grads() + wte.offset, size_t(wte.numel),
-            [&](std::span<float> g) { comms_.embedding->all_reduce_sum(g); });
+    comms_.embedding->all_reduce_sum({grads + wte.offset, size_t(wte.numel)});
   }
   auto& dp = *comms_.data_parallel;
   if (dp.size() > 1) {
-    on_host(model_->grads(), size_t(model_->param_count()), [&](std::span<float> all) {
-      if (distributed_)
-        dp.reduce_scatter_sum(all, all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)));
-      else
-        dp.all_reduce_sum(all);
-    });
+    const std::span<float> all(grads, size_t(model_->param_count()));
+    if (distributed_)
+      dp.reduce_scatter_sum(all, all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)));
+    else
+      dp.all_reduce_sum(all);
   }
+}
+
+void StageWorker::gather_parameters_at(float* params) {
+  const std::span<float> all(params, size_t(model_->param_count()));
+  comms_.data_parallel->all_gather(all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)), all);
+}
+
+bool StageWorker::issue_to_host(const float* device_buffer, model::FlatRange range) {
+  if (range.begin == range.end) return false;
+  if (!staging_) {
+    auto block = device_->allocate_host(size_t(model_->param_count()) * sizeof(float));
+    staging_ = {block, static_cast<float*>(block.get())};
+  }
+  device_->copy_to_host_async(staging_.get() + range.begin, device_buffer + range.begin,
+                              size_t(range.end - range.begin) * sizeof(float));
+  return true;
+}
+
+bool StageWorker::issue_gradients_to_host() {
+  sync_s_ = 0;
+  model_->reduce_tensor_parallel_grads();
+  return issue_to_host(model_->grads(), gradient_collective_range());
+}
+
+model::FlatRange StageWorker::reduce_gradients_on_host() {
+  const auto range = gradient_collective_range();
+  if (range.begin == range.end) return shard_;
+  const auto t0 = std::chrono::steady_clock::now();
+  reduce_gradients_at(staging_.get());
+  device_->copy_from_host_async(model_->grads() + range.begin, staging_.get() + range.begin,
+                                size_t(range.end - range.begin) * sizeof(float));
+  sync_s_ = seconds_since(t0);
+  return shard_;
+}
+
+bool StageWorker::issue_parameters_to_host() { return issue_to_host(model_->params(), parameter_collective_range()); }
+
+void StageWorker::gather_parameters_on_host() {
+  const auto range = parameter_collective_range();
+  if (range.begin == range.end) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  gather_parameters_at(staging_.get());
+  device_->copy_from_host_async(model_->params() + range.begin, staging_.get() + range.begin,
+                                size_t(range.end - range.begin) * sizeof(float));
+  sync_s_ += seconds_since(t0);
+}
+
+model::FlatRange StageWorker::reduce_gradients() {
+  if (stages_collectives()) {
+    if (issue_gradients_to_host()) device_->synchronize();
+    const auto range = reduce_gradients_on_host();
+    device_->synchronize();  // the caller may reuse or read the buffers at once
+    return range;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  model_->reduce_tensor_parallel_grads();
+  reduce_gradients_at(model_->grads());
   sync_s_ = seconds_since(t0);
   return shard_;
 }
 
 void StageWorker::gather_parameters() {
-  auto& dp = *comms_.data_parallel;
-  if (!distributed_ || dp.size() == 1) return;
+  if (stages_collectives()) {
+    if (issue_parameters_to_host()) {
+      device_->synchronize();
+      gather_parameters_on_host();
+      device_->synchronize();
+    }
+    return;
+  }
+  if (parameter_collective_range().begin == parameter_collective_range().end) return;
   const auto t0 = std::chrono::steady_clock::now();
-  on_host(model_->params(), size_t(model_->param_count()), [&](std::span<float> all) {
-    dp.all_gather(all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)), all);
-  });
+  gather_parameters_at(model_->params());
   sync_s_ += seconds_since(t0);
 }
 

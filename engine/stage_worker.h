@@ -19,8 +19,11 @@
 //      replica holds the same updated parameters again.
 //
 // On a GPU (a CUDA rank device): the in-process communicators read and write host
-// memory, so steps 1, 2 and 4 copy the buffer to the host, run the collective there and
-// copy it back (correct, not fast: NCCL on device memory is the fast path, docs/gpu.md).
+// memory, so steps 1, 2 and 4 run on a page-locked host copy of the buffer that is
+// copied back afterwards (correct, not fast: NCCL on device memory is the fast path,
+// docs/gpu.md). Neither copy waits for the device: the actor issues the copy out, runs
+// the collectives from a message it sends itself from a when_done fn, and the copy back
+// is ordered before everything issued after it (stages_collectives() below).
 // Device memory handed to another actor must be complete first: the actors send a
 // pointer into it from device().when_done (at once on the CPU, from the GPU's
 // completion callback on a GPU), or after finish_device_work() where the send itself
@@ -112,10 +115,26 @@ class StageWorker {
   }
 
   // Steps 1 and 2 above; returns the flat range this rank's optimizer shard owns
-  // (the whole buffer without the distributed optimizer).
+  // (the whole buffer without the distributed optimizer). Waits for the device when
+  // stages_collectives().
   model::FlatRange reduce_gradients();
-  // Step 4 above (nothing without the distributed optimizer).
+  // Step 4 above (nothing without the distributed optimizer). Waits for the device
+  // when stages_collectives().
   void gather_parameters();
+
+  // True when the collectives run on a host copy (a GPU device). The actor then splits
+  // each of the two calls above so that its thread never waits for the device:
+  //   issue_*_to_host() issues the copy of what the collectives read into page-locked
+  //     memory and returns at once; false when there is nothing to copy;
+  //   *_on_host(), from a message the actor sends itself from a device().when_done fn
+  //     issued after that, runs the collectives on the copy and issues the copy back.
+  // Work issued after *_on_host() (the shard's update, the next step) runs after the
+  // copy back, in device order.
+  bool stages_collectives() const { return device_->kind() != kernels::DeviceKind::kCpu; }
+  bool issue_gradients_to_host();
+  model::FlatRange reduce_gradients_on_host();
+  bool issue_parameters_to_host();
+  void gather_parameters_on_host();
 
   model::FlatRange shard_range() const { return shard_; }
   bool distributed_optimizer() const { return distributed_; }
@@ -127,9 +146,17 @@ class StageWorker {
 
  private:
   int slot(int mb) const { return mb % model_->slots(); }
-  // Runs `collective` on the n floats at `data` (device memory): in place on the CPU,
-  // on a host copy copied back afterwards on a GPU.
-  void on_host(float* data, size_t n, const std::function<void(std::span<float>)>& collective);
+  // The flat ranges the gradient and the parameter collectives read and write: the
+  // whole buffer with data parallelism, else wte.weight with a tied-embedding group
+  // (gradients only), else none.
+  model::FlatRange gradient_collective_range() const;
+  model::FlatRange parameter_collective_range() const;
+  // Issues the copy of `range` of `device_buffer` into staging_ (same offsets).
+  bool issue_to_host(const float* device_buffer, model::FlatRange range);
+  // The collectives of steps 1 and 2 / step 4 on `grads` / `params`: device memory on the
+  // CPU, staging_ on a GPU.
+  void reduce_gradients_at(float* grads);
+  void gather_parameters_at(float* params);
 
   Rank rank_;
   RankComms comms_;
@@ -139,7 +166,7 @@ class StageWorker {
   std::unique_ptr<model::GptStage> model_;
   model::FlatRange shard_;
   double sync_s_ = 0;
-  std::vector<float> staging_;  // on_host's copy (GPU devices only)
+  std::shared_ptr<float> staging_;  // [param_count] page-locked host copy (GPU devices only)
   std::shared_ptr<float> loss_host_;  // [loss_capacity_, loss_stride_] (last stage)
   int64_t loss_stride_ = 0;
   int loss_capacity_ = 0;

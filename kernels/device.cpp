@@ -26,6 +26,8 @@ void Device::copy_to_host_async(void* dst, const void* src, size_t bytes) { copy
 
 void Device::sum_squares_to_host(double* dst, const float* x, int64_t n) { *dst = sum_squares(x, n); }
 
+void Device::copy_from_host_async(void* dst, const void* src, size_t bytes) { copy_from_host(dst, src, bytes); }
+
 namespace {
 
 [[noreturn]] void missing(const Device& d, const char* what) {

@@ -78,6 +78,10 @@ class Device {
   // *dst (in memory from allocate_host) = sum_squares(x, n), without waiting.
   // Default: computes it at once.
   virtual void sum_squares_to_host(double* dst, const float* x, int64_t n);
+  // The way back: copies `bytes` from `src` (allocate_host memory) to device memory
+  // after everything issued so far and returns at once; the caller must leave src
+  // unchanged until a later when_done's fn runs. Default: copy_from_host.
+  virtual void copy_from_host_async(void* dst, const void* src, size_t bytes);
 
   // ---- general matrix multiply ------------------------------------------------
   // C[M, N] = alpha * op(A)[M, K] * op(B)[K, N] + beta * C, row-major, op = transpose

@@ -282,6 +282,11 @@ void CudaDevice::copy_to_host_async(void* dst, const void* src, size_t bytes) {
   TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_));
 }
 
+void CudaDevice::copy_from_host_async(void* dst, const void* src, size_t bytes) {
+  make_current();
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_));
+}
+
 void CudaDevice::synchronize() {
   make_current();
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));

@@ -133,6 +133,7 @@ class CudaDevice final : public Device {
   std::shared_ptr<void> allocate_host(size_t bytes) override;
   void copy_to_host_async(void* dst, const void* src, size_t bytes) override;
   void sum_squares_to_host(double* dst, const float* x, int64_t n) override;
+  void copy_from_host_async(void* dst, const void* src, size_t bytes) override;
 
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
             const float* B, int ldb, float beta, float* C, int ldc) override;

@@ -33,6 +33,9 @@ void TimedDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
 void TimedDevice::copy_to_host_async(void* dst, const void* src, size_t bytes) {
   timed("host transfers", [&] { inner_.copy_to_host_async(dst, src, bytes); });
 }
+void TimedDevice::copy_from_host_async(void* dst, const void* src, size_t bytes) {
+  timed("host transfers", [&] { inner_.copy_from_host_async(dst, src, bytes); });
+}
 void TimedDevice::fill_zero(void* dst, size_t bytes) {
   timed("copies and fills", [&] { inner_.fill_zero(dst, bytes); });
 }

@@ -36,6 +36,7 @@ class TimedDevice final : public Device {
   std::shared_ptr<void> allocate_host(size_t bytes) override { return inner_.allocate_host(bytes); }
   void copy_to_host_async(void* dst, const void* src, size_t bytes) override;
   void sum_squares_to_host(double* dst, const float* x, int64_t n) override;
+  void copy_from_host_async(void* dst, const void* src, size_t bytes) override;
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
             float beta, float* C, int ldc) override;
   void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,

@@ -48,6 +48,11 @@ class LateCompletionDevice final : public kernels::Device {
   void when_done(std::function<void()> fn) override { enqueue(std::move(fn)); }
   void copy_to_host_async(void* dst, const void* src, size_t bytes) override;
   void sum_squares_to_host(double* dst, const float* x, int64_t n) override;
+  // At once: a GPU copies in stream order, before the kernels issued after it (src
+  // must stay unchanged until a later when_done fn either way).
+  void copy_from_host_async(void* dst, const void* src, size_t bytes) override {
+    inner_.copy_from_host(dst, src, bytes);
+  }
 
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
             float beta, float* C, int ldc) override {

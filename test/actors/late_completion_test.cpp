@@ -1,18 +1,18 @@
 // The runtime on a device that completes late, as a GPU does (late_completion_device.h):
 // reads issued without waiting land, and when_done fns run, 2 ms after their call on
-// the device's own thread. The run must give the CPU run's bits: a loss sum or a norm
-// partial read before its read-back landed would see the host memory's stale contents
-// (zero, or another microbatch's losses), and a message sent before its data was
-// complete would carry stale values.
+// the device's own thread. The run must give the CPU run's bits: a loss sum, a norm
+// partial or a host-staged collective that read host memory before its read-back
+// landed would see stale contents (zero, or an earlier microbatch's or step's values).
 //
-// It also counts the calls that would block an actor thread on a GPU. What is left
-// after the non-blocking reads, for DP1 x PP2 with tied embeddings, is exactly:
-//   - the tied-embedding all-reduce staged through the host (StageWorker::on_host):
-//     one copy_to_host per stage per update;
-//   - the final state collected after the run: each stage's parameters, each shard's
-//     two Adam moments (one copy_to_host each).
-// Before this change the last stage also waited for every microbatch's losses (two
-// reads per forward) and each shard for its norm partial (one sum_squares per range).
+// It also counts the calls that would block an actor thread on a GPU. For DP2 x PP2
+// with the distributed optimizer and tied embeddings (so every collective a step runs
+// is staged through the host: the tied-embedding all-reduce, the gradient
+// reduce-scatter, the parameter all-gather) none is left inside the steps; what remains
+// is the final state collected after the run: each stage's parameters and each shard's
+// two Adam moments, one copy_to_host each. Before the non-blocking reads the last stage
+// also waited for every microbatch's losses (two reads per forward), each shard for its
+// norm partial (one sum_squares per range), and every staged collective for its copy
+// to the host.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -29,7 +29,7 @@ using namespace troupe::testing;
 
 TEST_CASE("on a device that completes late the runtime gives the CPU run's bits and waits only where said") {
   constexpr int kSteps = 4;
-  Config cpu = with_steps(parity_layout(1, 2, "troupe-late-completion-cpu"), kSteps);
+  Config cpu = with_steps(parity_layout(2, 2, "troupe-late-completion-cpu"), kSteps);
   cpu.mutable_training()->set_eval_interval(2);  // evaluation passes: their losses are read back too
   cpu.mutable_training()->set_eval_samples(4);
   Config late = cpu;
@@ -57,7 +57,7 @@ TEST_CASE("on a device that completes late the runtime gives the CPU run's bits 
     CHECK(got.outcome.evals[i].loss_tokens == want.outcome.evals[i].loss_tokens);
   }
 
-  REQUIRE(devices.size() == 2);  // one per rank, shared by its stage and its shard
+  REQUIRE(devices.size() == 4);  // one per rank, shared by its stage and its shard
   LateCompletionDevice::Waits waits;
   for (const auto& d : devices) {
     const auto w = d->waits();
@@ -67,5 +67,5 @@ TEST_CASE("on a device that completes late the runtime gives the CPU run's bits 
   }
   CHECK(waits.sum_squares == 0);
   CHECK(waits.synchronize == 0);
-  CHECK(waits.copy_to_host == 2 * kSteps + 2 * 3);
+  CHECK(waits.copy_to_host == 4 * 3);
 }
