@@ -433,17 +433,35 @@ struct CUevent_st {
   std::chrono::steady_clock::time_point t;
 };
 
+namespace {
+// The emulated GPUs: TROUPE_EMU_GPUS of them (1 when unset), all one CPU sharing one
+// arena; the ordinal only names the device a host thread has selected.
+int emulated_device_count() {
+  static const int n = [] {
+    const char* env = std::getenv("TROUPE_EMU_GPUS");
+    const int v = env ? std::atoi(env) : 1;
+    return v >= 1 && v <= 64 ? v : 1;
+  }();
+  return n;
+}
+thread_local int t_device = 0;
+}  // namespace
+
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = emulated_device_count();
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = t_device;
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : fail(cudaErrorInvalidValue); }
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= emulated_device_count()) return fail(cudaErrorInvalidValue);
+  t_device = device;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return fail(cudaErrorInvalidValue);
+  if (device < 0 || device >= emulated_device_count()) return fail(cudaErrorInvalidValue);
   std::memset(prop, 0, sizeof(*prop));
   std::snprintf(prop->name, sizeof(prop->name), "troupe CUDA emulation (CPU)");
   prop->major = 9;
