@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -31,18 +32,24 @@ Strategy strategy_of(SupervisionConfig::Strategy s) {
 
 // The group's communicators. A failure aborts them; the next start of the group
 // builds fresh ones (an aborted group cannot be used again).
+// On GPUs each with one rank, the plan also holds the ranks' devices, over which its
+// data-parallel and embedding groups are NCCL communicators (engine::make_group_comms).
 struct SharedComms {
   std::mutex mu;
-  engine::Topology topo;
+  Config config;
   std::chrono::milliseconds timeout{120000};
   std::shared_ptr<engine::CommPlan> plan;
   bool aborted = true;
+  bool announced = false;
 
   std::shared_ptr<engine::CommPlan> current() {
     std::lock_guard lock(mu);
     if (aborted) {
-      plan = std::make_shared<engine::CommPlan>(engine::make_inprocess_comms(topo, timeout));
+      plan = std::make_shared<engine::CommPlan>(engine::make_group_comms(config, timeout));
       aborted = false;
+      if (!plan->devices.empty() && !std::exchange(announced, true))
+        spdlog::info("training: one GPU per rank: data-parallel and embedding collectives run in NCCL groups on "
+                     "device memory");
     }
     return plan;
   }
@@ -77,7 +84,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   const auto& c = args.config;
   const auto topo = engine::Topology::of(c);
   auto comms = std::make_shared<SharedComms>();
-  comms->topo = topo;
+  comms->config = c;
   comms->timeout = engine::collective_timeout(c);
 
   SupervisorSpec spec;
@@ -114,26 +121,30 @@ SupervisorSpec training_group_spec(GroupArgs args) {
     child.restart_alone = true;
     spec.children.push_back(std::move(child));
   }
-  // A rank's stage and optimizer shard compute on one device (engine/rank_device.h).
+  // A rank's stage and optimizer shard compute on one device (engine/rank_device.h): the
+  // communicator plan's, when it made them, else one RankDevices hands out.
   auto devices = std::make_shared<engine::RankDevices>(c);
+  auto device_of = [comms, devices, topo](const engine::Rank& r, int incarnation) {
+    const auto plan = comms->current();
+    return plan->devices.empty() ? devices->get(r, incarnation) : plan->devices[size_t(topo.index(r))];
+  };
   for (const auto& r : topo.all_ranks())
     spec.children.push_back(
         {engine::optim_path(r), Restart::Permanent,
-         [c, r, faults = args.faults, resume, dir = args.directory, cluster, placement, devices](
+         [c, r, faults = args.faults, resume, dir = args.directory, cluster, placement, device_of](
              caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("optim", r, 0, incarnation));
-           return spawn_optimizer(self,
-                                  OptimizerArgs{c, r, faults, resume->current(), dir, devices->get(r, incarnation)});
+           return spawn_optimizer(self, OptimizerArgs{c, r, faults, resume->current(), dir, device_of(r, incarnation)});
          }});
   for (const auto& r : topo.all_ranks())
     spec.children.push_back(
         {engine::stage_path(r), Restart::Permanent,
-         [c, r, topo, comms, resume, faults = args.faults, cluster, cluster_comms, placement, devices](
+         [c, r, topo, comms, resume, faults = args.faults, cluster, cluster_comms, placement, device_of](
              caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("stage", r, cluster_comms->current(), incarnation));
            auto plan = comms->current();
            return spawn_stage(self, StageArgs{c, r, plan->ranks[size_t(topo.index(r))], faults, resume->current(),
-                                              {}, devices->get(r, incarnation)});
+                                              {}, device_of(r, incarnation)});
          }});
   spec.children.push_back(
       {engine::coordinator_path(), Restart::Permanent,

@@ -1,8 +1,8 @@
 // A communicator: one member's handle on a group of ranks that run collectives
 // together (a data-parallel group, a tensor-parallel group, the first and last
 // pipeline stage sharing the tied embedding). Implementations: in-process (threads of
-// one process, comm/inprocess.h); Gloo across processes and NCCL on GPUs arrive later
-// behind this same interface.
+// one process, comm/inprocess.h), Gloo across processes (comm/gloo_communicator.h) and
+// NCCL on GPUs (comm/nccl/).
 //
 // Every collective blocks the calling thread until the group has finished it, so it
 // must only be called from a thread that may block (a detached actor or a worker),
@@ -68,6 +68,19 @@ class Communicator {
   // Fails every collective now blocked or called later on any member with CommError
   // naming `why`. Used when a member is known dead, so the others do not wait for it.
   virtual void abort(const std::string& why) = 0;
+
+  // ---- device memory (NCCL) ------------------------------------------------------
+  // True when the spans are device memory of the GPU the communicator was made for
+  // (comm/nccl). Only such a communicator has real issue forms below: each enqueues
+  // the collective on the device after the work issued so far and makes the device's
+  // later work wait for it, and returns at once (completion is seen through the
+  // device's when_done). Elsewhere they are the blocking calls.
+  virtual bool on_device() const { return false; }
+  virtual void issue_all_reduce_sum(std::span<float> data) { all_reduce_sum(data); }
+  virtual void issue_reduce_scatter_sum(std::span<const float> in, std::span<float> out) {
+    reduce_scatter_sum(in, out);
+  }
+  virtual void issue_all_gather(std::span<const float> in, std::span<float> out) { all_gather(in, out); }
 };
 
 }  // namespace troupe::comm

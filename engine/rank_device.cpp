@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "engine/stage_worker.h"
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/gpu_backend.h"
@@ -50,6 +52,39 @@ std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r
   const auto& p = c.parallel();
   const int flat = (r.dp * p.pipeline() + r.pp) * p.tensor() + r.tp;
   return gpus.backend->make(flat % gpus.count);
+}
+
+CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout) {
+  const auto topo = Topology::of(c);
+  CommPlan plan = make_inprocess_comms(topo, timeout);
+  if (c.device().type() == DeviceConfig::CPU) return plan;
+  const auto gpus = usable_gpus(c);
+  if (!gpus.backend->make_group || gpus.count < topo.ranks()) return plan;
+  for (const auto& r : topo.all_ranks()) plan.devices.push_back(gpus.backend->make(topo.index(r)));
+  auto group = [&](const std::vector<Rank>& members, const std::string& name) {
+    std::vector<std::shared_ptr<kernels::Device>> devices;
+    for (const auto& m : members) devices.push_back(plan.devices[size_t(topo.index(m))]);
+    auto g = gpus.backend->make_group(devices, name, timeout);
+    plan.all_members.insert(plan.all_members.end(), g.begin(), g.end());
+    return g;
+  };
+  // These replace the in-process groups of the same name (left unused).
+  for (int32_t p = 0; p < topo.pp; ++p)
+    for (int32_t k = 0; k < topo.tp; ++k) {
+      std::vector<Rank> members;
+      for (int32_t d = 0; d < topo.dp; ++d) members.push_back({d, p, k});
+      const auto g = group(members, fmt::format("dp[pp{}/tp{}]", p, k));
+      for (int32_t d = 0; d < topo.dp; ++d) plan.ranks[size_t(topo.index({d, p, k}))].data_parallel = g[size_t(d)];
+    }
+  if (topo.pp > 1)
+    for (int32_t d = 0; d < topo.dp; ++d)
+      for (int32_t k = 0; k < topo.tp; ++k) {
+        const Rank first{d, 0, k}, last{d, topo.pp - 1, k};
+        const auto g = group({first, last}, fmt::format("embedding[dp{}/tp{}]", d, k));
+        plan.ranks[size_t(topo.index(first))].embedding = g[0];
+        plan.ranks[size_t(topo.index(last))].embedding = g[1];
+      }
+  return plan;
 }
 
 std::shared_ptr<kernels::Device> RankDevices::get(const Rank& r, int incarnation) {

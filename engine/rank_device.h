@@ -30,6 +30,15 @@ void check_runtime_device(const Config& c);
 // device on GPU (flat rank index mod GPU count) from the installed GPU backend.
 std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r);
 
+// The communicators (and maybe devices) of one start of a training group. On GPUs, when
+// every rank has a GPU of its own and the GPU backend makes device communicators
+// (kernels::GpuBackend::make_group: NCCL), the ranks' devices are made here (one per
+// rank, on GPU Topology::index) and each data-parallel and tied-embedding group is a
+// device communicator over them: the stages then run those collectives on device
+// memory (engine/stage_worker.h). Otherwise the in-process communicators
+// (make_inprocess_comms) and no devices (RankDevices makes them as the actors start).
+CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout);
+
 // A training group's rank devices, handed out per start of the group: the stage and
 // the optimizer shard of one rank that start together (the same incarnation) get the
 // same device; a later start gets a new one, so an old actor still finishing an op

@@ -123,24 +123,26 @@ model::FlatRange StageWorker::parameter_collective_range() const {
   return {0, model_->param_count()};
 }
 
+// The issue forms: a device communicator enqueues and returns, any other one blocks
+// until the collective is done (comm/communicator.h).
 void StageWorker::reduce_gradients_at(float* grads) {
   if (comms_.embedding) {
     const auto& wte = model_->registry().at("wte.weight");
-    comms_.embedding->all_reduce_sum({grads + wte.offset, size_t(wte.numel)});
+    comms_.embedding->issue_all_reduce_sum({grads + wte.offset, size_t(wte.numel)});
   }
   auto& dp = *comms_.data_parallel;
   if (dp.size() > 1) {
     const std::span<float> all(grads, size_t(model_->param_count()));
     if (distributed_)
-      dp.reduce_scatter_sum(all, all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)));
+      dp.issue_reduce_scatter_sum(all, all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)));
     else
-      dp.all_reduce_sum(all);
+      dp.issue_all_reduce_sum(all);
   }
 }
 
 void StageWorker::gather_parameters_at(float* params) {
   const std::span<float> all(params, size_t(model_->param_count()));
-  comms_.data_parallel->all_gather(all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)), all);
+  comms_.data_parallel->issue_all_gather(all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)), all);
 }
 
 bool StageWorker::issue_to_host(const float* device_buffer, model::FlatRange range) {

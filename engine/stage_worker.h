@@ -18,12 +18,15 @@
 //   4. with the distributed optimizer, the chunks are all-gathered in place, so every
 //      replica holds the same updated parameters again.
 //
-// On a GPU (a CUDA rank device): the in-process communicators read and write host
-// memory, so steps 1, 2 and 4 run on a page-locked host copy of the buffer that is
-// copied back afterwards (correct, not fast: NCCL on device memory is the fast path,
-// docs/gpu.md). Neither copy waits for the device: the actor issues the copy out, runs
-// the collectives from a message it sends itself from a when_done fn, and the copy back
-// is ordered before everything issued after it (stages_collectives() below).
+// On a GPU (a CUDA rank device) with device communicators (NCCL groups, when every rank
+// has a GPU of its own: engine/rank_device.h, make_group_comms), steps 1, 2 and 4 are
+// issued on device memory in place: each runs on the device's communication stream
+// after the work issued so far, the compute stream waits for it, and nothing waits on
+// the host. With in-process communicators (they read and write host memory) they run
+// on a page-locked host copy of the buffer that is copied back afterwards (correct, not
+// fast). Neither copy waits for the device: the actor issues the copy out, runs the
+// collectives from a message it sends itself from a when_done fn, and the copy back is
+// ordered before everything issued after it (stages_collectives() below).
 // Device memory handed to another actor must be complete first: the actors send a
 // pointer into it from device().when_done (at once on the CPU, from the GPU's
 // completion callback on a GPU), or after finish_device_work() where the send itself
@@ -122,7 +125,8 @@ class StageWorker {
   // when stages_collectives().
   void gather_parameters();
 
-  // True when the collectives run on a host copy (a GPU device). The actor then splits
+  // True when the collectives run on a host copy (a GPU device with in-process
+  // communicators). The actor then splits
   // each of the two calls above so that its thread never waits for the device:
   //   issue_*_to_host() issues the copy of what the collectives read into page-locked
   //     memory and returns at once; false when there is nothing to copy;
@@ -130,7 +134,9 @@ class StageWorker {
   //     issued after that, runs the collectives on the copy and issues the copy back.
   // Work issued after *_on_host() (the shard's update, the next step) runs after the
   // copy back, in device order.
-  bool stages_collectives() const { return device_->kind() != kernels::DeviceKind::kCpu; }
+  bool stages_collectives() const {
+    return device_->kind() != kernels::DeviceKind::kCpu && !comms_.data_parallel->on_device();
+  }
   bool issue_gradients_to_host();
   model::FlatRange reduce_gradients_on_host();
   bool issue_parameters_to_host();
@@ -153,8 +159,8 @@ class StageWorker {
   model::FlatRange parameter_collective_range() const;
   // Issues the copy of `range` of `device_buffer` into staging_ (same offsets).
   bool issue_to_host(const float* device_buffer, model::FlatRange range);
-  // The collectives of steps 1 and 2 / step 4 on `grads` / `params`: device memory on the
-  // CPU, staging_ on a GPU.
+  // The collectives of steps 1 and 2 / step 4 on `grads` / `params`: the device's memory
+  // (CPU, or GPU with device communicators: issued, not waited for), or staging_.
   void reduce_gradients_at(float* grads);
   void gather_parameters_at(float* params);
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/device.h"
 #include "messages/config.pb.h"
 
 namespace troupe::engine {
@@ -71,6 +72,9 @@ std::chrono::milliseconds collective_timeout(const Config& c);
 struct CommPlan {
   std::vector<RankComms> ranks;
   std::vector<std::shared_ptr<comm::Communicator>> all_members;
+  // The ranks' devices (Topology::index order) when the communicators were made over
+  // them (device memory, engine/rank_device.h: make_group_comms); empty otherwise.
+  std::vector<std::shared_ptr<kernels::Device>> devices;
   void abort_all(const std::string& why) const;
 };
 CommPlan make_inprocess_comms(const Topology& t, std::chrono::milliseconds timeout);

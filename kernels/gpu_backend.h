@@ -7,11 +7,17 @@
 // none, and asking for a GPU then fails with an error that says so.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/device.h"
+
+namespace troupe::comm {
+class Communicator;
+}
 
 namespace troupe::kernels {
 
@@ -20,6 +26,12 @@ struct GpuBackend {
   std::function<int(std::string* why)> count;
   // A new device (its own streams and scratch) on GPU `ordinal` in [0, count).
   std::function<std::shared_ptr<Device>(int ordinal)> make;
+  // Communicators over device memory (NCCL, comm/nccl: comm::nccl_group_maker) for one
+  // group: member r on devices[r], devices from `make` on distinct GPUs. Left empty, the
+  // engine stages every collective through the host (engine/stage_worker.h).
+  using MakeGroup = std::function<std::vector<std::shared_ptr<comm::Communicator>>(
+      const std::vector<std::shared_ptr<Device>>& devices, const std::string& name, std::chrono::milliseconds timeout)>;
+  MakeGroup make_group;
 };
 
 // Replaces the process's backend (thread-safe; normally called once, before any rank

@@ -6,6 +6,7 @@
 
 #include "apps/supervisor/commands.h"
 #ifdef TROUPE_HAVE_CUDA
+#include "comm/nccl/nccl_communicator.h"
 #include "kernels/cuda/cuda_backend.h"
 #endif
 
@@ -58,7 +59,8 @@ void print_usage(std::FILE* out) {
 int main(int argc, char** argv) {
   using namespace troupe::cli;
 #ifdef TROUPE_HAVE_CUDA
-  troupe::kernels::cuda::install_cuda_backend();  // device.type: CUDA
+  // device.type: CUDA; with a GPU per rank, NCCL groups for the collectives.
+  troupe::kernels::cuda::install_cuda_backend({}, troupe::comm::nccl_group_maker());
 #endif
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {

@@ -170,6 +170,25 @@ std::vector<std::shared_ptr<NcclCommunicator>> make_nccl_group(const std::vector
   return out;
 }
 
+kernels::GpuBackend::MakeGroup nccl_group_maker() {
+  return [](const std::vector<std::shared_ptr<kernels::Device>>& devices, const std::string& name,
+            std::chrono::milliseconds timeout) {
+    std::vector<kernels::cuda::CudaDevice*> cuda;
+    for (const auto& d : devices) {
+      auto* c = dynamic_cast<kernels::cuda::CudaDevice*>(d.get());
+      if (!c) throw CommError(name + ": NCCL needs CUDA devices, got " + (d ? d->describe() : std::string("none")));
+      cuda.push_back(c);
+    }
+    std::vector<std::shared_ptr<Communicator>> out;
+    auto members = make_nccl_group(cuda, name, timeout);
+    for (size_t i = 0; i < members.size(); ++i) {
+      members[i]->hold(devices[i]);
+      out.push_back(std::move(members[i]));
+    }
+    return out;
+  };
+}
+
 // ---- the communicator -------------------------------------------------------------
 
 NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int size, kernels::cuda::CudaDevice& device,
@@ -308,6 +327,18 @@ Event NcclCommunicator::all_gather_async(std::span<const float> in, std::span<fl
     const ncclResult_t g = ncclGroupEnd();
     return r != ncclSuccess ? r : g;
   });
+}
+
+void NcclCommunicator::issue_all_reduce_sum(std::span<float> data) {
+  device_.wait_event(Stream::kCompute, all_reduce_sum_async(data));
+}
+
+void NcclCommunicator::issue_reduce_scatter_sum(std::span<const float> in, std::span<float> out) {
+  device_.wait_event(Stream::kCompute, reduce_scatter_sum_async(in, out));
+}
+
+void NcclCommunicator::issue_all_gather(std::span<const float> in, std::span<float> out) {
+  device_.wait_event(Stream::kCompute, all_gather_async(in, out));
 }
 
 void NcclCommunicator::all_reduce_sum(std::span<float> data) { wait(all_reduce_sum_async(data), "all_reduce_sum"); }

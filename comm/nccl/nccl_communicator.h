@@ -50,6 +50,7 @@
 #include "comm/communicator.h"
 #include "kernels/buffer.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/gpu_backend.h"
 
 struct ncclComm;
 
@@ -86,6 +87,14 @@ class NcclCommunicator final : public Communicator {
   void recv(std::span<float> data, int peer, int tag) override;
   void abort(const std::string& why) override;
 
+  // Device memory: the issue forms launch the collective and make the compute stream
+  // wait for it (NCCL errors then surface through a stalled stream, i.e. the step
+  // watchdog, and abort() unblocks it).
+  bool on_device() const override { return true; }
+  void issue_all_reduce_sum(std::span<float> data) override;
+  void issue_reduce_scatter_sum(std::span<const float> in, std::span<float> out) override;
+  void issue_all_gather(std::span<const float> in, std::span<float> out) override;
+
   kernels::cuda::Event all_reduce_sum_async(std::span<float> data);
   kernels::cuda::Event reduce_scatter_sum_async(std::span<const float> in, std::span<float> out);
   kernels::cuda::Event all_gather_async(std::span<const float> in, std::span<float> out);
@@ -94,6 +103,8 @@ class NcclCommunicator final : public Communicator {
   void wait(const kernels::cuda::Event& e, const char* op);
 
   bool aborted() const { return aborted_.load(); }
+  // Keeps `owner` (e.g. the device's handle) alive as long as this communicator.
+  void hold(std::shared_ptr<const void> owner) { held_ = std::move(owner); }
 
  private:
   template <class Enqueue>
@@ -101,6 +112,7 @@ class NcclCommunicator final : public Communicator {
   [[noreturn]] void fail(const char* op, const std::string& cause);
   std::string where(const char* op) const;
 
+  std::shared_ptr<const void> held_;  // declared first: outlives everything below
   std::mutex mu_;  // guards comm_ against a concurrent abort
   ncclComm* comm_;
   const int rank_, size_;
@@ -115,6 +127,10 @@ class NcclCommunicator final : public Communicator {
 std::shared_ptr<NcclCommunicator> make_nccl_communicator(
     const NcclId& id, int rank, int size, kernels::cuda::CudaDevice& device, std::string name,
     std::chrono::milliseconds timeout = std::chrono::milliseconds(120000));
+
+// kernels::GpuBackend::make_group over NCCL: make_nccl_group on the devices (CudaDevices
+// on distinct GPUs; each member keeps its device alive).
+kernels::GpuBackend::MakeGroup nccl_group_maker();
 
 // Member r runs on devices[r] (distinct GPUs). Members are then used from one thread each.
 std::vector<std::shared_ptr<NcclCommunicator>> make_nccl_group(

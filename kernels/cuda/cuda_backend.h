@@ -3,10 +3,12 @@
 #pragma once
 
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/gpu_backend.h"
 
 namespace troupe::kernels::cuda {
 
-// Every device made gets `defaults` with its `device` ordinal replaced.
-void install_cuda_backend(CudaDeviceOptions defaults = {});
+// Every device made gets `defaults` with its `device` ordinal replaced. `make_group`:
+// NCCL communicators over the devices (comm::nccl_group_maker()), or none.
+void install_cuda_backend(CudaDeviceOptions defaults = {}, GpuBackend::MakeGroup make_group = {});
 
 }  // namespace troupe::kernels::cuda
