@@ -223,9 +223,12 @@ void run_backward(Self* self, int32_t mb) {
   auto& st = self->state;
   const Key key{st.kind, st.step, mb};
   maybe_fault(self, Fault::BACKWARD);
-  const float* grad = st.worker->is_last() ? nullptr : st.grads.at(key).data;
-  st.worker->backward(mb, grad);
+  // Before the backward adds to the gradients (the NaN stays): after it, a bucket of the
+  // last backward may already be on its way.
   maybe_poison(self, mb);
+  const float* grad = st.worker->is_last() ? nullptr : st.grads.at(key).data;
+  // The step's last op: its blocks' gradients are final as they are computed (buckets).
+  st.worker->backward(mb, grad, /*last_of_step=*/st.next_op == st.ops.size());
   st.grads.erase(key);
   if (!st.worker->is_first()) {
     const auto& batch = *st.batches.at(key);

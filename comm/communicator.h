@@ -81,6 +81,21 @@ class Communicator {
     reduce_scatter_sum(in, out);
   }
   virtual void issue_all_gather(std::span<const float> in, std::span<float> out) { all_gather(in, out); }
+
+  // Part [begin, end) of an in-place reduce-scatter of `all` (cut into chunks as
+  // reduce_scatter_sum cuts it): the elements of that part in rank q's chunk receive
+  // their sum over the group on rank q. Issuing the parts of a partition of `all` is the
+  // whole in-place reduce-scatter, in pieces that can start as soon as each is final
+  // (gradient buckets overlapping the backward). A device communicator enqueues the
+  // part without making the device's later work wait for it: call
+  // device_waits_for_issued() before that work touches the part. Elsewhere every rank
+  // gets the part's sums (an all-reduce of the part: same values in its own chunk).
+  virtual void issue_reduce_scatter_sum_part(std::span<float> all, size_t begin, size_t end) {
+    all_reduce_sum(all.subspan(begin, end - begin));
+  }
+  // The device's work issued from now on waits for every collective issued so far
+  // (device communicators; nothing to do elsewhere).
+  virtual void device_waits_for_issued() {}
 };
 
 }  // namespace troupe::comm

@@ -70,6 +70,12 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::share
 void StageWorker::begin_step() {
   model_->zero_grads();
   model_->reset_tp_comm_seconds();
+  buckets_.clear();
+}
+
+bool StageWorker::overlaps_reduction() const {
+  const auto& dp = *comms_.data_parallel;
+  return dp.on_device() && distributed_ && dp.size() > 1 && model_->tensor_parallel().size() == 1;
 }
 
 double LossReadback::sum(int mb, int64_t rows) const {
@@ -96,7 +102,14 @@ int64_t StageWorker::forward(int mb, const data::Microbatch& batch, const float*
   return loss_tokens;
 }
 
-void StageWorker::backward(int mb, const float* grad_output) { model_->backward(slot(mb), grad_output); }
+void StageWorker::backward(int mb, const float* grad_output, bool last_of_step) {
+  if (!last_of_step || !overlaps_reduction()) return model_->backward(slot(mb), grad_output);
+  const std::span<float> all(model_->grads(), size_t(model_->param_count()));
+  model_->backward(slot(mb), grad_output, [&](model::FlatRange block) {
+    comms_.data_parallel->issue_reduce_scatter_sum_part(all, size_t(block.begin), size_t(block.end));
+    buckets_.push_back(block);
+  });
+}
 
 const float* StageWorker::output(int mb) const { return model_->output(slot(mb)); }
 const float* StageWorker::input_grad(int mb) const { return model_->input_grad(slot(mb)); }
@@ -131,12 +144,22 @@ void StageWorker::reduce_gradients_at(float* grads) {
     comms_.embedding->issue_all_reduce_sum({grads + wte.offset, size_t(wte.numel)});
   }
   auto& dp = *comms_.data_parallel;
-  if (dp.size() > 1) {
-    const std::span<float> all(grads, size_t(model_->param_count()));
-    if (distributed_)
-      dp.issue_reduce_scatter_sum(all, all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)));
-    else
-      dp.issue_all_reduce_sum(all);
+  if (dp.size() == 1) return;
+  const std::span<float> all(grads, size_t(model_->param_count()));
+  if (!buckets_.empty()) {
+    // The parts the buckets left (embeddings, final LayerNorm, the tied head's wte),
+    // then the device waits for every part before the update reads them.
+    int64_t next = 0;
+    for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {  // ascending order
+      if (next < it->begin) dp.issue_reduce_scatter_sum_part(all, size_t(next), size_t(it->begin));
+      next = it->end;
+    }
+    if (next < model_->param_count()) dp.issue_reduce_scatter_sum_part(all, size_t(next), all.size());
+    dp.device_waits_for_issued();
+  } else if (distributed_) {
+    dp.issue_reduce_scatter_sum(all, all.subspan(size_t(shard_.begin), size_t(shard_.end - shard_.begin)));
+  } else {
+    dp.issue_all_reduce_sum(all);
   }
 }
 

@@ -105,7 +105,12 @@ class StageWorker {
   void reserve_losses(int microbatches);
   LossReadback losses() const { return {loss_host_, loss_stride_}; }
   // Backward of microbatch `mb`; `grad_output` ([B*T, D]) null on the last stage.
-  void backward(int mb, const float* grad_output);
+  // `last_of_step`: this is the step's last backward on this stage, so each block's
+  // gradients are final once its kernels are issued: with device communicators and the
+  // distributed optimizer, each block's part of the data-parallel reduce-scatter is
+  // issued right then and overlaps the earlier blocks' backward (gradient buckets);
+  // reduce_gradients() issues the rest.
+  void backward(int mb, const float* grad_output, bool last_of_step = false);
   // Valid until the forward of microbatch mb + slots (see activation_slots).
   const float* output(int mb) const;
   const float* input_grad(int mb) const;
@@ -142,6 +147,11 @@ class StageWorker {
   bool issue_parameters_to_host();
   void gather_parameters_on_host();
 
+  // Whether the data-parallel reduce-scatter starts in buckets during the last backward.
+  bool overlaps_reduction() const;
+  // Buckets (blocks) issued during this step's last backward.
+  int buckets_issued() const { return int(buckets_.size()); }
+
   model::FlatRange shard_range() const { return shard_; }
   bool distributed_optimizer() const { return distributed_; }
   // Seconds spent in the two collective phases of the last step.
@@ -173,6 +183,7 @@ class StageWorker {
   model::FlatRange shard_;
   double sync_s_ = 0;
   std::shared_ptr<float> staging_;  // [param_count] page-locked host copy (GPU devices only)
+  std::vector<model::FlatRange> buckets_;  // this step's, in issue order (blocks, last first)
   std::shared_ptr<float> loss_host_;  // [loss_capacity_, loss_stride_] (last stage)
   int64_t loss_stride_ = 0;
   int loss_capacity_ = 0;

@@ -441,7 +441,7 @@ int64_t GptStage::issue_forward(int slot, const data::Microbatch& mb, const floa
   return last_ ? s.loss_tokens : 0;
 }
 
-void GptStage::backward(int slot, const float* grad_output) {
+void GptStage::backward(int slot, const float* grad_output, const std::function<void(FlatRange)>& block_done) {
   Slot& s = check_slot(slot, "GptStage::backward");
   if (!s.forwarded) throw std::logic_error("GptStage::backward: slot " + std::to_string(slot) + " holds no forward");
   if (last_ != (grad_output == nullptr))
@@ -522,6 +522,7 @@ void GptStage::backward(int slot, const float* grad_output) {
     float* dln1 = T_ == 1 ? dsmall : reduce_input_grad(dsmall, BT);
     device_.layernorm_backward(dres_mine, G + o.ln1_w, G + o.ln1_b, dln1, residual(l), P + o.ln1_w, a.ln1_mean,
                                a.ln1_rstd, Nr, D);
+    if (block_done) block_done({o.ln1_w, o.end});
   }
 
   if (!is_first()) {

@@ -57,6 +57,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "data/batch.h"
@@ -140,7 +141,12 @@ class GptStage {
   // token_losses(slot) holds the losses once the device gets there. Returns the
   // microbatch's loss-bearing tokens (last stage; 0 elsewhere), counted on the host.
   int64_t issue_forward(int slot, const data::Microbatch& mb, const float* input = nullptr);
-  void backward(int slot, const float* grad_output = nullptr);
+  // `block_done`, when given, is called with each block's flat range once the kernels
+  // that add this microbatch's gradients to it are issued (blocks from last to first):
+  // after the last microbatch's backward those gradients are final, and their
+  // data-parallel reduction can start while the earlier blocks' backward runs.
+  void backward(int slot, const float* grad_output = nullptr,
+                const std::function<void(FlatRange)>& block_done = {});
 
   const float* output(int slot) const;      // non-last stages
   const float* input_grad(int slot) const;  // non-first stages

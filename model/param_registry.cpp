@@ -67,6 +67,7 @@ ParameterRegistry::ParameterRegistry(const Config& c, StageRange range, TensorSl
     b.fc_b = add_slice(p + "mlp.c_fc.bias", {F}, {t * Ft}, {Ft}, NW, Z, 0);
     b.fc_proj_w = add_slice(p + "mlp.c_proj.weight", {F, D}, {t * Ft, 0}, {Ft, D}, W, N, proj_std);
     b.fc_proj_b = add(p + "mlp.c_proj.bias", {D}, NW, Z, 0);
+    b.end = total_;
     blocks_.push_back(b);
   }
   if (range.has_head(c)) {

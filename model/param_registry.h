@@ -101,10 +101,12 @@ struct DecaySpan {
   DecayGroup group = DecayGroup::kDecay;
 };
 
-// Offsets of one transformer block's tensors in the flat buffer.
+// Offsets of one transformer block's tensors in the flat buffer; the block's tensors
+// fill [ln1_w, end).
 struct BlockOffsets {
   int64_t ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b;
   int64_t ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
+  int64_t end;
 };
 
 class ParameterRegistry {

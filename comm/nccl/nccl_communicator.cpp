@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <thread>
@@ -339,6 +340,30 @@ void NcclCommunicator::issue_reduce_scatter_sum(std::span<const float> in, std::
 
 void NcclCommunicator::issue_all_gather(std::span<const float> in, std::span<float> out) {
   device_.wait_event(Stream::kCompute, all_gather_async(in, out));
+}
+
+void NcclCommunicator::issue_reduce_scatter_sum_part(std::span<float> all, size_t begin, size_t end) {
+  if (begin > end || end > all.size())
+    throw CommError(where("reduce_scatter_sum_part") + ": part [" + std::to_string(begin) + ", " +
+                    std::to_string(end) + ") outside " + std::to_string(all.size()) + " elements");
+  if (begin == end) return;
+  launch("reduce_scatter_sum_part", [&](ncclComm_t c, cudaStream_t s) {
+    ncclResult_t r = ncclGroupStart();
+    for (int q = 0; q < size_ && r == ncclSuccess; ++q) {
+      const Chunk ch = chunk_range(all.size(), size_, q);
+      const size_t lo = std::max(begin, ch.begin), hi = std::min(end, ch.end);
+      if (lo >= hi) continue;
+      r = ncclReduce(all.data() + lo, all.data() + lo, hi - lo, ncclFloat, ncclSum, q, c, s);
+    }
+    const ncclResult_t g = ncclGroupEnd();
+    return r != ncclSuccess ? r : g;
+  });
+}
+
+void NcclCommunicator::device_waits_for_issued() {
+  std::lock_guard lock(mu_);
+  if (aborted_ || !comm_) throw CommError(where("device_waits_for_issued") + ": aborted: " + abort_reason_);
+  device_.wait_event(Stream::kCompute, device_.record_event(Stream::kComm));
 }
 
 void NcclCommunicator::all_reduce_sum(std::span<float> data) { wait(all_reduce_sum_async(data), "all_reduce_sum"); }

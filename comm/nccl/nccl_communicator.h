@@ -94,6 +94,9 @@ class NcclCommunicator final : public Communicator {
   void issue_all_reduce_sum(std::span<float> data) override;
   void issue_reduce_scatter_sum(std::span<const float> in, std::span<float> out) override;
   void issue_all_gather(std::span<const float> in, std::span<float> out) override;
+  // One ncclReduce per owner whose chunk meets the part, in one NCCL group.
+  void issue_reduce_scatter_sum_part(std::span<float> all, size_t begin, size_t end) override;
+  void device_waits_for_issued() override;
 
   kernels::cuda::Event all_reduce_sum_async(std::span<float> data);
   kernels::cuda::Event reduce_scatter_sum_async(std::span<const float> in, std::span<float> out);

@@ -80,6 +80,43 @@ std::vector<float> compared(const std::string& name, const float* x, size_t n) {
   return out;
 }
 
+// A device communicator that counts the reduce-scatter parts issued through it.
+class CountingComm final : public comm::Communicator {
+ public:
+  CountingComm(std::shared_ptr<comm::Communicator> inner, std::atomic<int>& parts)
+      : inner_(std::move(inner)), parts_(parts) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& name() const override { return inner_->name(); }
+  void all_reduce_sum(std::span<float> d) override { inner_->all_reduce_sum(d); }
+  void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override {
+    inner_->reduce_scatter_sum(in, out);
+  }
+  void all_gather(std::span<const float> in, std::span<float> out) override { inner_->all_gather(in, out); }
+  void broadcast(std::span<float> d, int root) override { inner_->broadcast(d, root); }
+  void barrier() override { inner_->barrier(); }
+  void send(std::span<const float> d, int peer, int tag) override { inner_->send(d, peer, tag); }
+  void recv(std::span<float> d, int peer, int tag) override { inner_->recv(d, peer, tag); }
+  void abort(const std::string& why) override { inner_->abort(why); }
+  bool on_device() const override { return inner_->on_device(); }
+  void issue_all_reduce_sum(std::span<float> d) override { inner_->issue_all_reduce_sum(d); }
+  void issue_reduce_scatter_sum(std::span<const float> in, std::span<float> out) override {
+    inner_->issue_reduce_scatter_sum(in, out);
+  }
+  void issue_all_gather(std::span<const float> in, std::span<float> out) override {
+    inner_->issue_all_gather(in, out);
+  }
+  void issue_reduce_scatter_sum_part(std::span<float> all, size_t begin, size_t end) override {
+    ++parts_;
+    inner_->issue_reduce_scatter_sum_part(all, begin, end);
+  }
+  void device_waits_for_issued() override { inner_->device_waits_for_issued(); }
+
+ private:
+  std::shared_ptr<comm::Communicator> inner_;
+  std::atomic<int>& parts_;
+};
+
 }  // namespace
 
 TEST_CASE("device.type CUDA: DP2 x PP2 through the actors on the GPU matches the CPU reference (fp32 GEMMs)") {
@@ -128,20 +165,27 @@ TEST_CASE("device.type CUDA: with a GPU per rank, DP2 x PP2 runs its collectives
     MESSAGE("SKIPPED: needs 4 CUDA devices (one per rank), found " << kernels::cuda::device_count());
     return;
   }
-  // The groups the backend makes, counted: the run must really use NCCL.
+  // The groups the backend makes, and the reduce-scatter parts issued through them,
+  // counted: the run must really use NCCL, and reduce its gradients in buckets.
   const auto nccl = comm::nccl_group_maker();
-  std::atomic<int> groups{0};
+  std::atomic<int> groups{0}, parts{0};
   kernels::cuda::install_cuda_backend(
       gemm(GemmType::kF32), [&](const std::vector<std::shared_ptr<kernels::Device>>& devices, const std::string& name,
                                std::chrono::milliseconds timeout) {
         ++groups;
-        return nccl(devices, name, timeout);
+        std::vector<std::shared_ptr<comm::Communicator>> counted;
+        for (auto& m : nccl(devices, name, timeout)) counted.push_back(std::make_shared<CountingComm>(m, parts));
+        return counted;
       });
   const int steps = 3;
   const Config c = with_steps(gpu_layout(2, 2), steps);
   Reference ref(c, steps);
   const auto r = run(c);
   CHECK(groups == 4);  // dp[pp0/tp0], dp[pp1/tp0], embedding[dp0/tp0], embedding[dp1/tp0]
+  // Per update and rank: its stage's two blocks as buckets during the last backward,
+  // then one part for the rest (wte and wpe on the first stage, ln_f and the tied wte
+  // on the last).
+  CHECK(parts == steps * 4 * 3);
   compare(r, ref);
 #ifdef TROUPE_CUDA_EMULATION
   // The emulated NCCL adds in rank order, as the in-process communicators do, so the
