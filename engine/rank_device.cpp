@@ -19,21 +19,33 @@ struct UsableGpus {
   int count = 0;
 };
 
+// Whether each rank gets a GPU of its own and the backend makes device communicators
+// (NCCL) over them: make_group_comms then puts the groups on device memory.
+bool device_groups(const UsableGpus& gpus, const Config& c) {
+  return gpus.backend->make_group && gpus.count >= Topology::of(c).ranks();
+}
+
 // The GPUs a CUDA config runs on; throws naming device.type when it cannot run there.
 UsableGpus usable_gpus(const Config& c) {
-  // The in-process communicators read and write host memory. The stages stage the
-  // data-parallel and tied-embedding collectives through the host (StageWorker), but
-  // the tensor-parallel ones run inside the model's forward and backward, and the
-  // pipeline's cross-process sends read the activations directly: both need NCCL
-  // communicators on the ranks' GPUs first (docs/gpu.md).
-  if (c.parallel().tensor() > 1) refuse("parallel.tensor > 1 is not supported on GPUs yet (it needs NCCL groups)");
+  // The pipeline's cross-process sends read the activations directly, and the workers
+  // would need the supervisor's NCCL unique IDs (docs/gpu.md).
   if (c.cluster().workers() > 0) refuse("cluster mode is not supported on GPUs yet (it needs NCCL groups)");
   UsableGpus gpus{kernels::gpu_backend()};
   if (!gpus.backend)
     refuse("this supervisor was built without CUDA (cmake found no CUDA toolkit, or -DTROUPE_CUDA=OFF)");
+  // The in-process communicators read and write host memory. The stages stage the
+  // data-parallel and tied-embedding collectives through the host (StageWorker), but
+  // the tensor-parallel ones run inside the model's forward and backward on device
+  // memory: they need NCCL groups, so a GPU per rank.
+  const bool tp = c.parallel().tensor() > 1;
+  const int ranks = Topology::of(c).ranks();
+  if (tp && !gpus.backend->make_group) refuse("parallel.tensor > 1 needs NCCL, which this build has not");
   std::string why;
   gpus.count = gpus.backend->count(&why);
   if (gpus.count <= 0) refuse("no GPU: " + why);
+  if (tp && !device_groups(gpus, c))
+    refuse("parallel.tensor > 1 needs a GPU per rank (NCCL groups): " + std::to_string(ranks) + " ranks, " +
+           std::to_string(gpus.count) + " GPUs");
   return gpus;
 }
 
@@ -59,7 +71,7 @@ CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout) {
   CommPlan plan = make_inprocess_comms(topo, timeout);
   if (c.device().type() == DeviceConfig::CPU) return plan;
   const auto gpus = usable_gpus(c);
-  if (!gpus.backend->make_group || gpus.count < topo.ranks()) return plan;
+  if (!device_groups(gpus, c)) return plan;
   for (const auto& r : topo.all_ranks()) plan.devices.push_back(gpus.backend->make(topo.index(r)));
   auto group = [&](const std::vector<Rank>& members, const std::string& name) {
     std::vector<std::shared_ptr<kernels::Device>> devices;
@@ -68,7 +80,16 @@ CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout) {
     plan.all_members.insert(plan.all_members.end(), g.begin(), g.end());
     return g;
   };
-  // These replace the in-process groups of the same name (left unused).
+  // These replace the in-process groups of the same name (left unused). Data-parallel
+  // groups even of one member: a stage's collectives are all on device memory or none.
+  if (topo.tp > 1)
+    for (int32_t d = 0; d < topo.dp; ++d)
+      for (int32_t p = 0; p < topo.pp; ++p) {
+        std::vector<Rank> members;
+        for (int32_t k = 0; k < topo.tp; ++k) members.push_back({d, p, k});
+        const auto g = group(members, fmt::format("tp[dp{}/pp{}]", d, p));
+        for (int32_t k = 0; k < topo.tp; ++k) plan.ranks[size_t(topo.index({d, p, k}))].tensor_parallel = g[size_t(k)];
+      }
   for (int32_t p = 0; p < topo.pp; ++p)
     for (int32_t k = 0; k < topo.tp; ++k) {
       std::vector<Rank> members;

@@ -31,7 +31,7 @@ void TpCollectives::all_reduce(float* x, int64_t N, int64_t W) { all_reduce_flat
 void TpCollectives::all_reduce_flat(float* x, int64_t n) {
   if (!tp_.active()) return;
   Timed t(seconds_);
-  tp_.group->all_reduce_sum(std::span<float>(x, size_t(n)));
+  tp_.group->issue_all_reduce_sum(std::span<float>(x, size_t(n)));
 }
 
 void TpCollectives::gather_rows(float* full, int64_t N, int64_t W) {
@@ -40,7 +40,7 @@ void TpCollectives::gather_rows(float* full, int64_t N, int64_t W) {
   Timed t(seconds_);
   const int64_t rows = N / tp_.size();
   std::span<float> all(full, size_t(N * W));
-  tp_.group->all_gather(all.subspan(size_t(tp_.rank() * rows * W), size_t(rows * W)), all);
+  tp_.group->issue_all_gather(all.subspan(size_t(tp_.rank() * rows * W), size_t(rows * W)), all);
 }
 
 void TpCollectives::reduce_scatter_rows(const float* in, float* out, int64_t N, int64_t W) {
@@ -48,7 +48,8 @@ void TpCollectives::reduce_scatter_rows(const float* in, float* out, int64_t N, 
   check_rows(N, tp_.size());
   Timed t(seconds_);
   const int64_t rows = N / tp_.size();
-  tp_.group->reduce_scatter_sum(std::span<const float>(in, size_t(N * W)), std::span<float>(out, size_t(rows * W)));
+  tp_.group->issue_reduce_scatter_sum(std::span<const float>(in, size_t(N * W)),
+                                      std::span<float>(out, size_t(rows * W)));
 }
 
 }  // namespace troupe::model

@@ -31,7 +31,9 @@ struct TensorParallel {
 };
 
 // The group's collectives over row-major [N, W] fp32 activations in device memory,
-// with the time spent in them (the communication share of a step).
+// with the time spent in them (the communication share of a step). They use the
+// communicator's issue forms: blocking in-process or Gloo collectives, or NCCL ones
+// enqueued in order with the GPU's work (the time is then the enqueueing only).
 class TpCollectives {
  public:
   explicit TpCollectives(TensorParallel tp) : tp_(std::move(tp)) {}

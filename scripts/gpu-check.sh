@@ -165,8 +165,9 @@ if [ -f "$rt_archive" ]; then
   rt="$work/runtime"
   rm -rf "$rt" && mkdir -p "$rt" && tar -xJf "$rt_archive" -C "$rt"
   cudart="$(find_file_in 'libcudart.so.*' "${lib_dirs[@]}" || true)"
-  rt_path="$rt/lib:$(dirname "$cublas")${cudart:+:$(dirname "$cudart")}"
-  run_suite test_runtime_cuda "$rt" TROUPE_DATA_DIR="$rt/data" \
+  # It links NCCL too (its NCCL-groups case; the library comes from the toolkit found above).
+  rt_path="$rt/lib:$(dirname "$cublas")${cudart:+:$(dirname "$cudart")}${nccl_lib:+:$(dirname "$nccl_lib")}"
+  run_suite test_runtime_cuda "$rt" TROUPE_DATA_DIR="$rt/data" NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-lo}" \
     LD_LIBRARY_PATH="$rt_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 else
   row "test_runtime_cuda" "not run: no build-gpucarry/runtime-test.tar.xz (scripts/gpu-carry.sh makes it where nvcc is)"

@@ -222,6 +222,7 @@ void CudaDevice::copy_from_host(void* dst, const void* src, size_t bytes) {
     TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));
     return;
   }
+  std::lock_guard lock(upload_mu_);
   if (uploads_.empty() || (uploads_[next_upload_].copied.valid() && !uploads_[next_upload_].copied.done() &&
                            uploads_.size() < kMaxUploadBlocks))
     uploads_.insert(uploads_.begin() + std::ptrdiff_t(next_upload_), Upload{});
@@ -316,6 +317,21 @@ void CudaDevice::embedding_backward(float* dwte, float* dwpe, const float* dout,
   make_current();
   const size_t bytes = launch::embedding_backward_scratch_bytes(N);
   launch::embedding_backward(dwte, dwpe, dout, tokens, positions, N, C, scratch(kSort, bytes), bytes, compute_);
+}
+
+void CudaDevice::embedding_forward_shard(float* out, const int32_t* tokens, const int32_t* positions,
+                                         const float* wte, const float* wpe, int N, int C, int vocab_begin,
+                                         int vocab_rows) {
+  make_current();
+  launch::embedding_forward_shard(out, tokens, positions, wte, wpe, N, C, vocab_begin, vocab_rows, compute_);
+}
+
+void CudaDevice::embedding_backward_shard(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                          const int32_t* positions, int N, int C, int vocab_begin, int vocab_rows) {
+  make_current();
+  const size_t bytes = launch::embedding_backward_scratch_bytes(N);
+  launch::embedding_backward(dwte, dwpe, dout, tokens, positions, N, C, scratch(kSort, bytes), bytes, compute_,
+                             vocab_begin, vocab_rows);
 }
 
 void CudaDevice::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,

@@ -41,6 +41,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,10 @@ class CudaDevice final : public Device {
 
   void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
                          const float* wte, const float* wpe, int N, int C) override;
+  void embedding_forward_shard(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
+                               const float* wpe, int N, int C, int vocab_begin, int vocab_rows) override;
+  void embedding_backward_shard(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                const int32_t* positions, int N, int C, int vocab_begin, int vocab_rows) override;
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                           const int32_t* positions, int N, int C) override;
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -214,6 +219,9 @@ class CudaDevice final : public Device {
     size_t bytes = 0;
     Event copied;
   };
+  // Guarded although a device has one user at a time: a rank's stage and optimizer
+  // shard restore a checkpoint concurrently as they start, each uploading through it.
+  std::mutex upload_mu_;
   std::vector<Upload> uploads_;
   size_t next_upload_ = 0;
   // Page-locked blocks whose handles went (see allocate_host), shared with the handles.

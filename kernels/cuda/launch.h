@@ -65,9 +65,14 @@ void embedding_forward(float* out, const int32_t* tokens, const int32_t* positio
 size_t embedding_backward_scratch_bytes(int N);
 // Deterministic: the (row, n) pairs are stably sorted by row, and each distinct row
 // adds its tokens' gradients in increasing n, exactly the CPU kernel's order.
+// vocab_rows >= 0: a vocabulary shard (rows [vocab_begin, vocab_begin + vocab_rows) of
+// the table; other tokens add nothing), and dwpe may be null.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         const int32_t* positions, int N, int C, void* scratch,
-                        size_t scratch_bytes, cudaStream_t s);
+                        size_t scratch_bytes, cudaStream_t s, int vocab_begin = 0, int vocab_rows = -1);
+// out[N, C] = (token in the shard ? wte[token - vocab_begin] : 0) + (wpe ? wpe[position] : 0).
+void embedding_forward_shard(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
+                             const float* wpe, int N, int C, int vocab_begin, int vocab_rows, cudaStream_t s);
 
 // ---- attention.cu ---------------------------------------------------------------
 // qkv[B, T, 3C] (fp32) -> q, k, v each [B, NH, T, hs] of type t (packed per head).

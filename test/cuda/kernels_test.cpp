@@ -187,6 +187,37 @@ TEST_CASE("embedding forward and backward equal the CPU bit for bit") {
   CHECK(download(gpu, gdwpe.f32(), dwpe.size()) == dwpe);
 }
 
+TEST_CASE("vocabulary-shard embedding forward and backward equal the CPU bit for bit") {
+  REQUIRE_GPU();
+  const int N = 300, C = 200, V = 50, P = 40;
+  const int begin = 20, rows = 17;  // tokens below, inside and above the shard
+  CpuDevice cpu(2);
+  CudaDevice gpu;
+  const auto tokens = randint(N, 11, 0, V), positions = randint(N, 12, 0, P);
+  const auto wte = randn(size_t(rows) * C, 13), wpe = randn(size_t(P) * C, 14);
+  auto gt = upload(gpu, tokens), gp = upload(gpu, positions), gw = upload(gpu, wte), gq = upload(gpu, wpe);
+  for (bool with_wpe : {true, false}) {
+    CAPTURE(with_wpe);
+    std::vector<float> ref(size_t(N) * C);
+    cpu.embedding_forward_shard(ref.data(), tokens.data(), positions.data(), wte.data(),
+                                with_wpe ? wpe.data() : nullptr, N, C, begin, rows);
+    auto out = poisoned(gpu, ref.size());
+    gpu.embedding_forward_shard(out.f32(), gt.i32(), gp.i32(), gw.f32(), with_wpe ? gq.f32() : nullptr, N, C, begin,
+                                rows);
+    CHECK(download(gpu, out.f32(), ref.size()) == ref);
+
+    const auto dout = randn(size_t(N) * C, 15);
+    auto dwte = randn(size_t(rows) * C, 16), dwpe = randn(size_t(P) * C, 17);
+    auto gdwte = upload(gpu, dwte), gdwpe = upload(gpu, dwpe), gdout = upload(gpu, dout);
+    cpu.embedding_backward_shard(dwte.data(), with_wpe ? dwpe.data() : nullptr, dout.data(), tokens.data(),
+                                 positions.data(), N, C, begin, rows);
+    gpu.embedding_backward_shard(gdwte.f32(), with_wpe ? gdwpe.f32() : nullptr, gdout.f32(), gt.i32(), gp.i32(), N, C,
+                                 begin, rows);
+    CHECK(download(gpu, gdwte.f32(), dwte.size()) == dwte);
+    CHECK(download(gpu, gdwpe.f32(), dwpe.size()) == dwpe);  // untouched without wpe
+  }
+}
+
 TEST_CASE("layernorm forward and backward (several row chunks, a partial last warp pass)") {
   REQUIRE_GPU();
   const int N = 600, C = 80;

@@ -195,6 +195,32 @@ TEST_CASE("device.type CUDA: with a GPU per rank, DP2 x PP2 runs its collectives
 #endif
 }
 
+TEST_CASE("device.type CUDA: with a GPU per rank, TP2 x PP2 (sequence parallel) runs on NCCL groups") {
+  REQUIRE_GPU();
+  if (kernels::cuda::device_count() < 4) {
+    MESSAGE("SKIPPED: needs 4 CUDA devices (one per rank), found " << kernels::cuda::device_count());
+    return;
+  }
+  const auto nccl = comm::nccl_group_maker();
+  std::atomic<int> groups{0};
+  kernels::cuda::install_cuda_backend(
+      gemm(GemmType::kF32), [&](const std::vector<std::shared_ptr<kernels::Device>>& devices, const std::string& name,
+                               std::chrono::milliseconds timeout) {
+        ++groups;
+        return nccl(devices, name, timeout);
+      });
+  const int steps = 3;
+  Config c = with_steps(gpu_layout(1, 2), steps);
+  c.mutable_parallel()->set_tensor(2);
+  c.mutable_parallel()->set_sequence_parallel(true);
+  Reference ref(c, steps);
+  const auto r = run(c);
+  // tp[dp0/pp0], tp[dp0/pp1], dp[pp0/tp0], dp[pp0/tp1], dp[pp1/tp0], dp[pp1/tp1] (one
+  // member each), embedding[dp0/tp0], embedding[dp0/tp1].
+  CHECK(groups == 8);
+  compare(r, ref);
+}
+
 namespace {
 
 // DP2 x PP2 on the GPU for `steps` updates, a checkpoint every 2 committed before the
@@ -249,6 +275,7 @@ TEST_CASE("device.type CUDA: a killed stage recovers from its checkpoint, and a 
 }
 
 TEST_CASE("device.type CUDA refuses what the GPU path cannot run yet, naming the field") {
+  // No NCCL group maker installed: as a build without NCCL.
   kernels::cuda::install_cuda_backend();
   Config c = gpu_layout(1, 1);
   auto refusal = [](const Config& bad) -> std::string {
@@ -266,7 +293,14 @@ TEST_CASE("device.type CUDA refuses what the GPU path cannot run yet, naming the
     CHECK(refusal(c) == "device.type: CUDA: no GPU: " + why);
   Config tp = c;
   tp.mutable_parallel()->set_tensor(2);
-  CHECK(refusal(tp).rfind("device.type: CUDA: parallel.tensor", 0) == 0);
+  CHECK(refusal(tp) == "device.type: CUDA: parallel.tensor > 1 needs NCCL, which this build has not");
+  // With NCCL, tensor parallelism needs a GPU per rank.
+  kernels::cuda::install_cuda_backend({}, comm::nccl_group_maker());
+  Config many = tp;
+  many.mutable_parallel()->set_data(64);
+  if (kernels::cuda::gpu_available())
+    CHECK(refusal(many) == "device.type: CUDA: parallel.tensor > 1 needs a GPU per rank (NCCL groups): 128 ranks, " +
+                               std::to_string(kernels::cuda::device_count()) + " GPUs");
   Config cluster = c;
   cluster.mutable_cluster()->set_workers(2);
   CHECK(refusal(cluster).rfind("device.type: CUDA: cluster mode", 0) == 0);
