@@ -73,38 +73,33 @@ CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout) {
   const auto gpus = usable_gpus(c);
   if (!device_groups(gpus, c)) return plan;
   for (const auto& r : topo.all_ranks()) plan.devices.push_back(gpus.backend->make(topo.index(r)));
-  auto group = [&](const std::vector<Rank>& members, const std::string& name) {
+  // One device communicator over `members`, member i into members[i]'s `slot`; these
+  // replace the in-process groups of the same name (left unused).
+  using Slot = std::shared_ptr<comm::Communicator> RankComms::*;
+  auto group = [&](const std::vector<Rank>& members, const std::string& name, Slot slot) {
     std::vector<std::shared_ptr<kernels::Device>> devices;
     for (const auto& m : members) devices.push_back(plan.devices[size_t(topo.index(m))]);
-    auto g = gpus.backend->make_group(devices, name, timeout);
+    const auto g = gpus.backend->make_group(devices, name, timeout);
     plan.all_members.insert(plan.all_members.end(), g.begin(), g.end());
-    return g;
+    for (size_t i = 0; i < members.size(); ++i) plan.ranks[size_t(topo.index(members[i]))].*slot = g[i];
   };
-  // These replace the in-process groups of the same name (left unused). Data-parallel
-  // groups even of one member: a stage's collectives are all on device memory or none.
-  if (topo.tp > 1)
-    for (int32_t d = 0; d < topo.dp; ++d)
-      for (int32_t p = 0; p < topo.pp; ++p) {
-        std::vector<Rank> members;
-        for (int32_t k = 0; k < topo.tp; ++k) members.push_back({d, p, k});
-        const auto g = group(members, fmt::format("tp[dp{}/pp{}]", d, p));
-        for (int32_t k = 0; k < topo.tp; ++k) plan.ranks[size_t(topo.index({d, p, k}))].tensor_parallel = g[size_t(k)];
-      }
+  for (int32_t d = 0; d < topo.dp; ++d)
+    for (int32_t p = 0; p < topo.pp && topo.tp > 1; ++p) {
+      std::vector<Rank> members;
+      for (int32_t k = 0; k < topo.tp; ++k) members.push_back({d, p, k});
+      group(members, fmt::format("tp[dp{}/pp{}]", d, p), &RankComms::tensor_parallel);
+    }
+  // Data-parallel groups even of one member: a stage's collectives are all on device
+  // memory or none.
   for (int32_t p = 0; p < topo.pp; ++p)
     for (int32_t k = 0; k < topo.tp; ++k) {
       std::vector<Rank> members;
       for (int32_t d = 0; d < topo.dp; ++d) members.push_back({d, p, k});
-      const auto g = group(members, fmt::format("dp[pp{}/tp{}]", p, k));
-      for (int32_t d = 0; d < topo.dp; ++d) plan.ranks[size_t(topo.index({d, p, k}))].data_parallel = g[size_t(d)];
+      group(members, fmt::format("dp[pp{}/tp{}]", p, k), &RankComms::data_parallel);
     }
-  if (topo.pp > 1)
-    for (int32_t d = 0; d < topo.dp; ++d)
-      for (int32_t k = 0; k < topo.tp; ++k) {
-        const Rank first{d, 0, k}, last{d, topo.pp - 1, k};
-        const auto g = group({first, last}, fmt::format("embedding[dp{}/tp{}]", d, k));
-        plan.ranks[size_t(topo.index(first))].embedding = g[0];
-        plan.ranks[size_t(topo.index(last))].embedding = g[1];
-      }
+  for (int32_t d = 0; d < topo.dp && topo.pp > 1; ++d)
+    for (int32_t k = 0; k < topo.tp; ++k)
+      group({{d, 0, k}, {d, topo.pp - 1, k}}, fmt::format("embedding[dp{}/tp{}]", d, k), &RankComms::embedding);
   return plan;
 }
 

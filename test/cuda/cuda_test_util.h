@@ -26,6 +26,14 @@ inline bool gpu_or_skip() {
   return false;
 }
 
+// At least n GPUs (NCCL allows one rank per GPU), or logs why not.
+inline bool gpus_or_skip(int n) {
+  if (!gpu_or_skip()) return false;
+  if (kernels::cuda::device_count() >= n) return true;
+  MESSAGE("SKIPPED: needs " << n << " CUDA devices (one rank per GPU), found " << kernels::cuda::device_count());
+  return false;
+}
+
 #define REQUIRE_GPU()                                   \
   do {                                                  \
     if (!::troupe::testing::gpu_or_skip()) return;      \

@@ -21,14 +21,6 @@ namespace {
 
 void loopback_only() { setenv("NCCL_SOCKET_IFNAME", "lo", 0); }
 
-bool gpus_or_skip(int n) {
-  if (!gpu_or_skip()) return false;
-  if (kernels::cuda::device_count() >= n) return true;
-  MESSAGE("SKIPPED: needs " << n << " CUDA devices (NCCL allows one rank per GPU), found "
-                            << kernels::cuda::device_count());
-  return false;
-}
-
 std::vector<float> iota_values(size_t n, float base) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = base + float(i % 1000);

@@ -160,11 +160,7 @@ TEST_CASE("device.type CUDA: DP2 x PP2 on one GPU matches one GPU device running
 }
 
 TEST_CASE("device.type CUDA: with a GPU per rank, DP2 x PP2 runs its collectives in NCCL groups on device memory") {
-  REQUIRE_GPU();
-  if (kernels::cuda::device_count() < 4) {
-    MESSAGE("SKIPPED: needs 4 CUDA devices (one per rank), found " << kernels::cuda::device_count());
-    return;
-  }
+  if (!gpus_or_skip(4)) return;  // one per rank
   // The groups the backend makes, and the reduce-scatter parts issued through them,
   // counted: the run must really use NCCL, and reduce its gradients in buckets.
   const auto nccl = comm::nccl_group_maker();
@@ -196,11 +192,7 @@ TEST_CASE("device.type CUDA: with a GPU per rank, DP2 x PP2 runs its collectives
 }
 
 TEST_CASE("device.type CUDA: with a GPU per rank, TP2 x PP2 (sequence parallel) runs on NCCL groups") {
-  REQUIRE_GPU();
-  if (kernels::cuda::device_count() < 4) {
-    MESSAGE("SKIPPED: needs 4 CUDA devices (one per rank), found " << kernels::cuda::device_count());
-    return;
-  }
+  if (!gpus_or_skip(4)) return;  // one per rank
   const auto nccl = comm::nccl_group_maker();
   std::atomic<int> groups{0};
   kernels::cuda::install_cuda_backend(
