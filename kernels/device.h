@@ -13,6 +13,9 @@
 // identical construction (thread count). The CPU device is stronger: every kernel
 // except gemm gives the same bits for any thread count (see cpu/cpu_device.h).
 // A Device is used by one thread at a time; distinct devices may run concurrently.
+// One exception: a rank's stage and optimizer shard share a device and restore a
+// checkpoint into it concurrently as they start (allocate, copy_from_host and
+// copy_to_host only; CudaDevice guards its upload staging for that).
 #pragma once
 
 #include <cstddef>

@@ -233,7 +233,6 @@ Config checkpointed(const std::string& name, int steps) {
   return c;
 }
 
-
 }  // namespace
 
 TEST_CASE("device.type CUDA: a killed stage recovers from its checkpoint, and a stopped run resumes, bitwise") {
