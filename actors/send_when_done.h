@@ -1,4 +1,5 @@
-// Sends a message that points into a device's memory once the device has done
+// Sends a message (one value, or an atom and its arguments) that points into a
+// device's memory, or says that the device got somewhere, once the device has done
 // everything issued so far (kernels::Device::when_done): at once on the CPU; on a GPU
 // from the device's completion callback, while the sending actor's thread goes on
 // issuing work. The message goes as an anonymous send from whichever thread runs the
@@ -14,9 +15,9 @@
 
 namespace troupe::actors {
 
-template <class Msg>
-void send_when_done(kernels::Device& device, const caf::actor& to, Msg m) {
-  device.when_done([to, m = std::move(m)]() mutable { caf::anon_send(to, std::move(m)); });
+template <class... Ts>
+void send_when_done(kernels::Device& device, const caf::actor& to, Ts... xs) {
+  device.when_done([to, ...xs = std::move(xs)]() mutable { caf::anon_send(to, std::move(xs)...); });
 }
 
 }  // namespace troupe::actors

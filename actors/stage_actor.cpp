@@ -316,8 +316,14 @@ void end_of_ops(Self* self) {
   // On a GPU the collectives run on a host copy: once it has landed (a message from
   // the device's completion), not by waiting for it here.
   if (!st.worker->issue_gradients_to_host()) return gradients_reduced(self, st.worker->reduce_gradients_on_host());
-  st.worker->device().when_done(
-      [me = caf::actor_cast<caf::actor>(self), step = st.step] { caf::anon_send(me, grads_on_host_atom::value, step); });
+  send_when_done(st.worker->device(), caf::actor_cast<caf::actor>(self), grads_on_host_atom::value, st.step);
+}
+
+// A host copy of step `step` landed (grads_on_host_atom, params_on_host_atom): only
+// ever for the step whose update this stage waits for.
+void check_landed(const StageState& st, int64_t step, const char* what) {
+  if (!st.waiting_for_update || step != st.step)
+    throw std::logic_error(st.path + ": " + what + " of step " + std::to_string(step) + " landed out of turn");
 }
 
 // Runs every op whose inputs are here, in schedule order.
@@ -453,21 +459,15 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
           return parameters_gathered(self);
         }
         if (!s.worker->issue_parameters_to_host()) return parameters_gathered(self);
-        s.worker->device().when_done([me = caf::actor_cast<caf::actor>(self), step = s.step] {
-          caf::anon_send(me, params_on_host_atom::value, step);
-        });
+        send_when_done(s.worker->device(), caf::actor_cast<caf::actor>(self), params_on_host_atom::value, s.step);
       },
       [self](grads_on_host_atom, int64_t step) {
-        auto& s = self->state;
-        if (!s.waiting_for_update || step != s.step)
-          throw std::logic_error(s.path + ": gradients of step " + std::to_string(step) + " landed out of turn");
-        gradients_reduced(self, s.worker->reduce_gradients_on_host());
+        check_landed(self->state, step, "gradients");
+        gradients_reduced(self, self->state.worker->reduce_gradients_on_host());
       },
       [self](params_on_host_atom, int64_t step) {
-        auto& s = self->state;
-        if (!s.waiting_for_update || step != s.step)
-          throw std::logic_error(s.path + ": parameters of step " + std::to_string(step) + " landed out of turn");
-        s.worker->gather_parameters_on_host();
+        check_landed(self->state, step, "parameters");
+        self->state.worker->gather_parameters_on_host();
         parameters_gathered(self);
       },
       [self](snapshot_atom) {

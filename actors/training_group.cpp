@@ -33,7 +33,8 @@ Strategy strategy_of(SupervisionConfig::Strategy s) {
 // The group's communicators. A failure aborts them; the next start of the group
 // builds fresh ones (an aborted group cannot be used again).
 // On GPUs each with one rank, the plan also holds the ranks' devices, over which its
-// data-parallel and embedding groups are NCCL communicators (engine::make_group_comms).
+// data-parallel, tensor-parallel and embedding groups are NCCL communicators
+// (engine::make_group_comms).
 struct SharedComms {
   std::mutex mu;
   Config config;
@@ -48,8 +49,8 @@ struct SharedComms {
       plan = std::make_shared<engine::CommPlan>(engine::make_group_comms(config, timeout));
       aborted = false;
       if (!plan->devices.empty() && !std::exchange(announced, true))
-        spdlog::info("training: one GPU per rank: data-parallel and embedding collectives run in NCCL groups on "
-                     "device memory");
+        spdlog::info("training: one GPU per rank: data-parallel, tensor-parallel and embedding collectives run in "
+                     "NCCL groups on device memory");
     }
     return plan;
   }

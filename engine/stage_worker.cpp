@@ -185,36 +185,31 @@ bool StageWorker::issue_gradients_to_host() {
   return issue_to_host(model_->grads(), gradient_collective_range());
 }
 
-model::FlatRange StageWorker::reduce_gradients_on_host() {
-  const auto range = gradient_collective_range();
-  if (range.begin == range.end) return shard_;
+double StageWorker::collective_on_host(void (StageWorker::*collective)(float*), float* device_buffer,
+                                       model::FlatRange range) {
+  if (range.begin == range.end) return 0;
   const auto t0 = std::chrono::steady_clock::now();
-  reduce_gradients_at(staging_.get());
-  device_->copy_from_host_async(model_->grads() + range.begin, staging_.get() + range.begin,
+  (this->*collective)(staging_.get());
+  device_->copy_from_host_async(device_buffer + range.begin, staging_.get() + range.begin,
                                 size_t(range.end - range.begin) * sizeof(float));
-  sync_s_ = seconds_since(t0);
+  return seconds_since(t0);
+}
+
+model::FlatRange StageWorker::reduce_gradients_on_host() {
+  sync_s_ = collective_on_host(&StageWorker::reduce_gradients_at, model_->grads(), gradient_collective_range());
   return shard_;
 }
 
 bool StageWorker::issue_parameters_to_host() { return issue_to_host(model_->params(), parameter_collective_range()); }
 
 void StageWorker::gather_parameters_on_host() {
-  const auto range = parameter_collective_range();
-  if (range.begin == range.end) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  gather_parameters_at(staging_.get());
-  device_->copy_from_host_async(model_->params() + range.begin, staging_.get() + range.begin,
-                                size_t(range.end - range.begin) * sizeof(float));
-  sync_s_ += seconds_since(t0);
+  sync_s_ += collective_on_host(&StageWorker::gather_parameters_at, model_->params(), parameter_collective_range());
 }
 
 model::FlatRange StageWorker::reduce_gradients() {
-  if (stages_collectives()) {
-    if (issue_gradients_to_host()) device_->synchronize();
-    const auto range = reduce_gradients_on_host();
-    device_->synchronize();  // the caller may reuse or read the buffers at once
-    return range;
-  }
+  if (stages_collectives())
+    throw std::logic_error("StageWorker::reduce_gradients: collectives staged through the host run in two parts "
+                           "(issue_gradients_to_host, reduce_gradients_on_host)");
   const auto t0 = std::chrono::steady_clock::now();
   model_->reduce_tensor_parallel_grads();
   reduce_gradients_at(model_->grads());
@@ -223,14 +218,9 @@ model::FlatRange StageWorker::reduce_gradients() {
 }
 
 void StageWorker::gather_parameters() {
-  if (stages_collectives()) {
-    if (issue_parameters_to_host()) {
-      device_->synchronize();
-      gather_parameters_on_host();
-      device_->synchronize();
-    }
-    return;
-  }
+  if (stages_collectives())
+    throw std::logic_error("StageWorker::gather_parameters: collectives staged through the host run in two parts "
+                           "(issue_parameters_to_host, gather_parameters_on_host)");
   if (parameter_collective_range().begin == parameter_collective_range().end) return;
   const auto t0 = std::chrono::steady_clock::now();
   gather_parameters_at(model_->params());

@@ -123,11 +123,11 @@ class StageWorker {
   }
 
   // Steps 1 and 2 above; returns the flat range this rank's optimizer shard owns
-  // (the whole buffer without the distributed optimizer). Waits for the device when
-  // stages_collectives().
+  // (the whole buffer without the distributed optimizer). Not with
+  // stages_collectives() (std::logic_error): those run in the two parts below.
   model::FlatRange reduce_gradients();
-  // Step 4 above (nothing without the distributed optimizer). Waits for the device
-  // when stages_collectives().
+  // Step 4 above (nothing without the distributed optimizer). Not with
+  // stages_collectives() (std::logic_error).
   void gather_parameters();
 
   // True when the collectives run on a host copy (a GPU device with in-process
@@ -169,6 +169,9 @@ class StageWorker {
   model::FlatRange parameter_collective_range() const;
   // Issues the copy of `range` of `device_buffer` into staging_ (same offsets).
   bool issue_to_host(const float* device_buffer, model::FlatRange range);
+  // The host half: `collective` on staging_, then the copy of `range` back into
+  // `device_buffer` issued; returns its seconds (0 when the range is empty).
+  double collective_on_host(void (StageWorker::*collective)(float*), float* device_buffer, model::FlatRange range);
   // The collectives of steps 1 and 2 / step 4 on `grads` / `params`: the device's memory
   // (CPU, or GPU with device communicators: issued, not waited for), or staging_.
   void reduce_gradients_at(float* grads);

@@ -59,27 +59,21 @@ LateCompletionDevice::Waits LateCompletionDevice::waits() const {
   return waits_;
 }
 
-void LateCompletionDevice::synchronize() {
+void LateCompletionDevice::wait(int64_t Waits::*counter) {
   drain();
   std::lock_guard lock(waits_mu_);
-  ++waits_.synchronize;
+  ++(waits_.*counter);
 }
 
+void LateCompletionDevice::synchronize() { wait(&Waits::synchronize); }
+
 void LateCompletionDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
-  drain();
-  {
-    std::lock_guard lock(waits_mu_);
-    ++waits_.copy_to_host;
-  }
+  wait(&Waits::copy_to_host);
   inner_.copy_to_host(dst, src, bytes);
 }
 
 double LateCompletionDevice::sum_squares(const float* x, int64_t n) {
-  drain();
-  {
-    std::lock_guard lock(waits_mu_);
-    ++waits_.sum_squares;
-  }
+  wait(&Waits::sum_squares);
   return inner_.sum_squares(x, n);
 }
 

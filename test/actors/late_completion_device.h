@@ -128,6 +128,8 @@ class LateCompletionDevice final : public kernels::Device {
   void enqueue(std::function<void()> fn);
   // Returns when everything queued so far has run.
   void drain();
+  // A call that waits for the device: drains the queue and counts it.
+  void wait(int64_t Waits::*counter);
   static void run(std::shared_ptr<Queue> q);
 
   kernels::cpu::CpuDevice inner_{1};

@@ -38,12 +38,16 @@ TEST_CASE("on a device that completes late the runtime gives the CPU run's bits 
 
   std::mutex mu;
   std::vector<std::shared_ptr<LateCompletionDevice>> devices;
-  kernels::install_gpu_backend({[](std::string*) { return 1; }, [&](int) -> std::shared_ptr<kernels::Device> {
-                                  auto d = std::make_shared<LateCompletionDevice>(std::chrono::milliseconds(2));
-                                  std::lock_guard lock(mu);
-                                  devices.push_back(d);
-                                  return d;
-                                }});
+  kernels::GpuBackend backend;
+  backend.count = [](std::string*) { return 1; };
+  backend.make = [&](int) -> std::shared_ptr<kernels::Device> {
+    auto d = std::make_shared<LateCompletionDevice>(std::chrono::milliseconds(2));
+    std::lock_guard lock(mu);
+    devices.push_back(d);
+    return d;
+  };
+  // No make_group: the collectives are staged through the host, as with shared GPUs.
+  kernels::install_gpu_backend(std::move(backend));
   const auto want = run(cpu);
   const auto got = run(late);
   kernels::install_gpu_backend({});

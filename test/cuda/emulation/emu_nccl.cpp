@@ -213,15 +213,32 @@ ncclResult_t check_comm(ncclComm* comm) {
   return ncclSuccess;
 }
 
-ncclResult_t collective(ncclComm* comm, const Part& part) {
-  if (const auto r = check_comm(comm); r != ncclSuccess) return r;
-  if (part.type != ncclFloat && part.type != ncclInt32) return failure(comm, ncclInvalidArgument, "unsupported type");
+// Runs one call, now or at ncclGroupEnd.
+ncclResult_t run(const Deferred& d) {
+  const size_t bytes = d.part.count * type_size(d.part.type);
+  switch (d.kind) {
+    case Deferred::kSend: return post_send(d.comm, d.part.send, bytes, d.peer);
+    case Deferred::kRecv: return take_recv(d.comm, d.part.recv, bytes, d.peer);
+    case Deferred::kCollective: return run_collective(d.comm, d.part);
+  }
+  return ncclInternalError;
+}
+
+// A call after its checks: deferred inside a group, else run.
+ncclResult_t call(const Deferred& d) {
+  if (const auto r = check_comm(d.comm); r != ncclSuccess) return r;
+  if (d.part.type != ncclFloat && d.part.type != ncclInt32)
+    return failure(d.comm, ncclInvalidArgument, "unsupported type");
+  if (d.kind != Deferred::kCollective && (d.peer < 0 || d.peer >= d.comm->clique->size || d.peer == d.comm->rank))
+    return ncclInvalidArgument;
   if (t_group_depth > 0) {
-    t_group.push_back({Deferred::kCollective, comm, part, 0});
+    t_group.push_back(d);
     return ncclSuccess;
   }
-  return run_collective(comm, part);
+  return run(d);
 }
+
+ncclResult_t collective(ncclComm* comm, const Part& part) { return call({Deferred::kCollective, comm, part, 0}); }
 
 }  // namespace
 
@@ -312,13 +329,9 @@ ncclResult_t ncclGroupEnd() {
   // Sends first, so that members receiving from each other in one group cannot wait on
   // each other; then receives and collectives in call order.
   for (const auto& d : calls)
-    if (d.kind == Deferred::kSend && result == ncclSuccess)
-      result = post_send(d.comm, d.part.send, d.part.count * type_size(d.part.type), d.peer);
-  for (const auto& d : calls) {
-    if (result != ncclSuccess) break;
-    if (d.kind == Deferred::kRecv) result = take_recv(d.comm, d.part.recv, d.part.count * type_size(d.part.type), d.peer);
-    if (d.kind == Deferred::kCollective) result = run_collective(d.comm, d.part);
-  }
+    if (d.kind == Deferred::kSend && result == ncclSuccess) result = run(d);
+  for (const auto& d : calls)
+    if (d.kind != Deferred::kSend && result == ncclSuccess) result = run(d);
   return result;
 }
 
@@ -343,24 +356,11 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   return collective(comm, {Op::kBroadcast, send, recv, count, type, root});
 }
 
+// (Part's op is unused for point to point.)
 ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
-  if (const auto r = check_comm(comm); r != ncclSuccess) return r;
-  if (peer < 0 || peer >= comm->clique->size || peer == comm->rank) return ncclInvalidArgument;
-  const Part part{Op::kAllReduce, send, nullptr, count, type, 0};
-  if (t_group_depth > 0) {
-    t_group.push_back({Deferred::kSend, comm, part, peer});
-    return ncclSuccess;
-  }
-  return post_send(comm, send, count * type_size(type), peer);
+  return call({Deferred::kSend, comm, {Op::kAllReduce, send, nullptr, count, type, 0}, peer});
 }
 
 ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
-  if (const auto r = check_comm(comm); r != ncclSuccess) return r;
-  if (peer < 0 || peer >= comm->clique->size || peer == comm->rank) return ncclInvalidArgument;
-  const Part part{Op::kAllReduce, nullptr, recv, count, type, 0};
-  if (t_group_depth > 0) {
-    t_group.push_back({Deferred::kRecv, comm, part, peer});
-    return ncclSuccess;
-  }
-  return take_recv(comm, recv, count * type_size(type), peer);
+  return call({Deferred::kRecv, comm, {Op::kAllReduce, nullptr, recv, count, type, 0}, peer});
 }
