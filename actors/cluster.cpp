@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/unix_time.h"
+#include "engine/cluster_device_groups.h"
 
 namespace troupe::actors {
 namespace {
@@ -184,14 +185,23 @@ std::string generation_prefix(const std::string& run_id, int64_t generation) {
   return fmt::format("{}/gen{}", run_id, generation);
 }
 
-ClusterComms::ClusterComms(std::shared_ptr<Cluster> cluster, caf::actor store, std::string run_id)
-    : cluster_(std::move(cluster)), store_(std::move(store)), run_id_(std::move(run_id)) {}
+ClusterComms::ClusterComms(std::shared_ptr<Cluster> cluster, caf::actor store, std::string run_id, const Config& c)
+    : cluster_(std::move(cluster)),
+      store_(std::move(store)),
+      run_id_(std::move(run_id)),
+      device_groups_(c.device().type() != DeviceConfig::CPU),
+      config_(c) {}
 
 int64_t ClusterComms::current() {
   std::lock_guard lock(mu_);
   if (aborted_) {
     ++generation_;
     aborted_ = false;
+    // Before any rank of the generation is placed; a member that asks first waits in
+    // the store for its ID.
+    if (device_groups_)
+      for (auto& [key, id] : engine::mint_device_group_ids(config_, generation_prefix(run_id_, generation_)))
+        caf::anon_send(store_, StoreSet{std::move(key), std::vector<char>(id.begin(), id.end())});
   }
   return generation_;
 }

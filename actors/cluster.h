@@ -109,10 +109,11 @@ class Cluster {
 // of the group uses a fresh generation (store prefix RUN_ID/genG); abort() abandons
 // the current one everywhere (the store fails its pending rendezvous, every live
 // worker aborts its communicators), so no process waits in a collective for a peer
-// that is gone.
+// that is gone. On GPUs, opening a generation also hands out its NCCL group IDs
+// through the store (engine/cluster_device_groups.h).
 class ClusterComms {
  public:
-  ClusterComms(std::shared_ptr<Cluster> cluster, caf::actor store, std::string run_id);
+  ClusterComms(std::shared_ptr<Cluster> cluster, caf::actor store, std::string run_id, const Config& c);
   int64_t current();
   void abort(const std::string& why);
   const std::string& run_id() const { return run_id_; }
@@ -122,6 +123,8 @@ class ClusterComms {
   std::shared_ptr<Cluster> cluster_;
   caf::actor store_;
   std::string run_id_;
+  bool device_groups_;  // device.type CUDA: every group is an NCCL group
+  Config config_;
   int64_t generation_ = 0;
   bool aborted_ = true;  // the first current() opens generation 1
 };

@@ -59,7 +59,7 @@ ClusterRoot::ClusterRoot(caf::actor_system& sys, const Config& c, const ClusterO
     : sys_(sys), config_(c), cluster_(std::make_shared<Cluster>(c)) {
   const std::string run_id = "run-" + random_hex(8);
   store_ = spawn_store_actor(sys);
-  comms_ = std::make_shared<ClusterComms>(cluster_, store_, run_id);
+  comms_ = std::make_shared<ClusterComms>(cluster_, store_, run_id, c);
   RegistrarArgs r;
   r.cluster = cluster_;
   r.secret = options.secret;

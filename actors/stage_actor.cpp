@@ -121,13 +121,25 @@ enum PipelineTag : int { kForwardTag = 1, kEvalTag = 2, kBackwardTag = 3 };
 bool in_other_process(Self* self, const caf::actor& peer) { return peer && peer.node() != self->node(); }
 
 // Sends rows x cols values at `data` to a neighbour in another process; the message
-// will carry only the shape.
+// will carry only the shape. Over Gloo (host memory) once the device has finished
+// writing them; over a device communicator (cluster mode on GPUs) issued on the
+// device, nothing waited for: the receiver's own receive waits there. The output slot
+// then stays unchanged until the peer has received it, since the slot is reused only
+// after the backward that the peer's gradient enables; evaluation has no such
+// backward, so `eval` makes the device's later work wait for the send.
 msg::Activations send_via_comm(Self* self, const std::shared_ptr<comm::Communicator>& comm, int peer, int tag,
-                               const float* data, int64_t rows, int64_t cols) {
+                               const float* data, int64_t rows, int64_t cols, bool eval = false) {
   if (!comm)
     throw std::logic_error(self->state.path +
                            ": a pipeline neighbour lives in another process but no communicator connects them");
-  comm->send({data, size_t(rows * cols)}, peer, tag);
+  const std::span<const float> values{data, size_t(rows * cols)};
+  if (comm->on_device()) {
+    comm->issue_send(values, peer, tag);
+    if (eval) comm->device_waits_for_issued();
+  } else {
+    self->state.worker->finish_device_work();
+    comm->send(values, peer, tag);
+  }
   msg::Activations a;
   a.rows = rows;
   a.cols = cols;
@@ -135,16 +147,31 @@ msg::Activations send_via_comm(Self* self, const std::shared_ptr<comm::Communica
   return a;
 }
 
-// Receives the values announced by a via_comm message, before the op that needs them.
+// Receives the values announced by a via_comm message as it arrives: over Gloo into
+// host memory. A device communicator receives only when the op runs (input_of).
 void receive_via_comm(Self* self, msg::Activations& a, const std::shared_ptr<comm::Communicator>& comm, int peer,
                       int tag) {
   if (!comm)
     throw std::logic_error(self->state.path +
                            ": values came from another process but no pipeline communicator connects them");
+  if (comm->on_device()) return;
   auto owned = std::make_shared<std::vector<float>>(size_t(a.rows * a.cols));
   comm->recv(*owned, peer, tag);
   a.data = owned->data();
   a.owner = std::move(owned);
+}
+
+// The values an op reads: a's, or, when a device communicator carries them, the
+// stage's inbox for that side after the receive issued now. Receives are issued in op
+// order, which is the order the neighbour sent them in (the same schedule), so each
+// matches its send; the inbox is reused only after the op issued next has read it
+// (one stream).
+const float* input_of(Self* self, const msg::Activations& a, const std::shared_ptr<comm::Communicator>& comm,
+                      int peer, int tag, engine::StageWorker::Inbox side) {
+  if (a.data) return a.data;
+  float* inbox = self->state.worker->inbox(side, a.rows * a.cols);
+  comm->issue_recv({inbox, size_t(a.rows * a.cols)}, peer, tag);
+  return inbox;
 }
 
 // Rows of the activations (and their gradients) a stage hands its neighbour for one
@@ -184,7 +211,10 @@ void run_forward(Self* self, int32_t mb) {
   maybe_fault(self, Fault::FORWARD);
   const auto& batch = st.batches.at(key);
   const float* input = nullptr;
-  if (!st.worker->is_first()) input = st.inputs.at(key).data;
+  const int forward_tag = st.kind == StepKind::Eval ? kEvalTag : kForwardTag;
+  if (!st.worker->is_first())
+    input = input_of(self, st.inputs.at(key), st.args.comms.pipeline_prev, 0, forward_tag,
+                     engine::StageWorker::Inbox::kActivations);
   const int64_t loss_tokens = st.worker->forward(mb, *batch, input);
   st.inputs.erase(key);
   if (st.kind == StepKind::Train) st.forwarded[size_t(mb)] = true;
@@ -197,10 +227,8 @@ void run_forward(Self* self, int32_t mb) {
       st.held_losses.push_back({msg::LossReport{st.step, st.kind, r.dp, mb, 0.0, loss_tokens, true},
                                 activation_rows(*batch)});
   } else if (in_other_process(self, st.next)) {
-    st.worker->finish_device_work();
-    const auto out = send_via_comm(self, st.args.comms.pipeline_next, 1,
-                                   st.kind == StepKind::Eval ? kEvalTag : kForwardTag, st.worker->output(mb),
-                                   activation_rows(*batch), st.worker->width());
+    const auto out = send_via_comm(self, st.args.comms.pipeline_next, 1, forward_tag, st.worker->output(mb),
+                                   activation_rows(*batch), st.worker->width(), st.kind == StepKind::Eval);
     self->send(st.next, msg::ActivationsReady{st.step, st.kind, mb, out});
   } else {
     // Evaluation has no backward to pace the slots: hand over a copy.
@@ -226,14 +254,16 @@ void run_backward(Self* self, int32_t mb) {
   // Before the backward adds to the gradients (the NaN stays): after it, a bucket of the
   // last backward may already be on its way.
   maybe_poison(self, mb);
-  const float* grad = st.worker->is_last() ? nullptr : st.grads.at(key).data;
+  const float* grad = st.worker->is_last()
+                          ? nullptr
+                          : input_of(self, st.grads.at(key), st.args.comms.pipeline_next, 1, kBackwardTag,
+                                     engine::StageWorker::Inbox::kGradients);
   // The step's last op: its blocks' gradients are final as they are computed (buckets).
   st.worker->backward(mb, grad, /*last_of_step=*/st.next_op == st.ops.size());
   st.grads.erase(key);
   if (!st.worker->is_first()) {
     const auto& batch = *st.batches.at(key);
     if (in_other_process(self, st.prev)) {
-      st.worker->finish_device_work();
       self->send(st.prev, msg::GradientsReady{st.step, mb,
                                               send_via_comm(self, st.args.comms.pipeline_prev, 0, kBackwardTag,
                                                             st.worker->input_grad(mb), activation_rows(batch),

@@ -16,40 +16,61 @@
 #include "actors/writer_actor.h"
 #include "ckpt/reader.h"
 #include "comm/gloo_groups.h"
+#include "engine/cluster_device_groups.h"
 #include "engine/rank_device.h"
 
 namespace troupe::actors {
 namespace {
 
 // The communicators of one generation on this worker: each stage connects its own
-// rank's groups (blocking, on its thread); abort() fails all of them, also those
-// connected after it.
+// rank's groups (blocking, on its thread): Gloo groups on the CPU, NCCL groups on the
+// rank's device with the supervisor's IDs on GPUs (engine/cluster_device_groups.h).
+// abort() fails all of them, also those connected after it.
 class GenerationComms {
  public:
-  GenerationComms(int64_t generation, engine::Topology t, std::shared_ptr<comm::Store> store, std::string prefix,
+  GenerationComms(int64_t generation, const Config& c, std::shared_ptr<comm::Store> store, std::string prefix,
                   comm::GlooOptions options)
-      : generation_(generation), topo_(t), store_(std::move(store)), prefix_(std::move(prefix)), options_(options) {}
+      : generation_(generation),
+        config_(c),
+        topo_(engine::Topology::of(c)),
+        store_(std::move(store)),
+        prefix_(std::move(prefix)),
+        options_(options) {}
 
   int64_t generation() const { return generation_; }
 
-  engine::RankComms connect(int32_t index) {
+  engine::RankComms connect(int32_t index, const std::shared_ptr<kernels::Device>& device) {
     {
       std::lock_guard lock(mu_);
       if (!why_.empty()) throw comm::CommError(fmt::format("generation {} was abandoned: {}", generation_, why_));
     }
-    auto g = comm::connect_rank_comms(topo_.dp, topo_.pp, topo_.tp, index, *store_, prefix_, options_);
+    engine::RankComms r;
+    if (config_.device().type() == DeviceConfig::CPU) {
+      const auto g = comm::connect_rank_comms(topo_.dp, topo_.pp, topo_.tp, index, *store_, prefix_, options_);
+      r.data_parallel = g.data_parallel;
+      r.tensor_parallel = g.tensor_parallel;
+      r.embedding = g.embedding;
+      r.pipeline_prev = g.pipeline_prev;
+      r.pipeline_next = g.pipeline_next;
+    } else {
+      r = engine::join_device_groups(config_, index, *store_, prefix_, device, options_.timeout);
+    }
+    const std::shared_ptr<comm::Communicator> joined[] = {r.data_parallel, r.tensor_parallel, r.embedding,
+                                                          r.pipeline_prev, r.pipeline_next};
+    if (config_.device().type() != DeviceConfig::CPU) {
+      std::string names;
+      for (const auto& c : joined)
+        if (c) names += (names.empty() ? "" : ", ") + c->name();
+      spdlog::info("rank {}: joined its NCCL groups of generation {}: {}", index, generation_, names);
+    }
     std::lock_guard lock(mu_);
     if (!why_.empty()) {
-      g.abort_all(why_);
+      for (const auto& c : joined)
+        if (c) c->abort(why_);
       throw comm::CommError(fmt::format("generation {} was abandoned while connecting: {}", generation_, why_));
     }
-    for (const auto& [spec, c] : g.all) all_.push_back(c);
-    engine::RankComms r;
-    r.data_parallel = g.data_parallel;
-    r.tensor_parallel = g.tensor_parallel;
-    r.embedding = g.embedding;
-    r.pipeline_prev = g.pipeline_prev;
-    r.pipeline_next = g.pipeline_next;
+    for (const auto& c : joined)
+      if (c) all_.push_back(c);
     return r;
   }
 
@@ -61,6 +82,7 @@ class GenerationComms {
 
  private:
   const int64_t generation_;
+  const Config config_;
   const engine::Topology topo_;
   std::shared_ptr<comm::Store> store_;
   const std::string prefix_;
@@ -100,7 +122,7 @@ std::shared_ptr<GenerationComms> generation(Self* self, int64_t g) {
   if (!st.comms || st.comms->generation() != g) {
     if (st.comms) st.comms->abort(fmt::format("superseded by generation {}", g));
     const auto& a = *st.args;
-    st.comms = std::make_shared<GenerationComms>(g, engine::Topology::of(a.config), a.store,
+    st.comms = std::make_shared<GenerationComms>(g, a.config, a.store,
                                                  generation_prefix(a.run_id, g), a.gloo);
   }
   return st.comms;
@@ -118,9 +140,10 @@ caf::actor place(Self* self, const PlaceActor& p) {
   caf::actor placed;
   if (!st.devices) st.devices = std::make_shared<engine::RankDevices>(c);
   if (p.kind == "stage") {
-    StageArgs s{c, r, {}, a.faults, checkpoint(self, p.resume_dir), {}, st.devices->get(r, p.incarnation)};
-    s.connect_comms = [comms = generation(self, p.generation), index = topo.index(r)] {
-      return comms->connect(index);
+    const auto device = st.devices->get(r, p.incarnation);
+    StageArgs s{c, r, {}, a.faults, checkpoint(self, p.resume_dir), {}, device};
+    s.connect_comms = [comms = generation(self, p.generation), index = topo.index(r), device] {
+      return comms->connect(index, device);
     };
     placed = spawn_stage(self, std::move(s));
   } else if (p.kind == "optim") {

@@ -96,6 +96,15 @@ class Communicator {
   // The device's work issued from now on waits for every collective issued so far
   // (device communicators; nothing to do elsewhere).
   virtual void device_waits_for_issued() {}
+
+  // Point to point on device memory, matched in issue order between two members (no
+  // tag travels: the caller's own message says what comes). issue_send enqueues the send
+  // after the work issued so far and returns; the device's later work does not wait for
+  // it, so `data` must stay unchanged until the peer is known to have received it (or
+  // call device_waits_for_issued()). issue_recv enqueues the receive so that the
+  // device's later work waits for it. Elsewhere they are the blocking calls.
+  virtual void issue_send(std::span<const float> data, int peer, int tag) { send(data, peer, tag); }
+  virtual void issue_recv(std::span<float> data, int peer, int tag) { recv(data, peer, tag); }
 };
 
 }  // namespace troupe::comm

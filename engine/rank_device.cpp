@@ -22,28 +22,33 @@ struct UsableGpus {
 // Whether each rank gets a GPU of its own and the backend makes device communicators
 // (NCCL) over them: make_group_comms then puts the groups on device memory.
 bool device_groups(const UsableGpus& gpus, const Config& c) {
-  return gpus.backend->make_group && gpus.count >= Topology::of(c).ranks();
+  return gpus.backend->groups.make && gpus.count >= Topology::of(c).ranks();
 }
 
 // The GPUs a CUDA config runs on; throws naming device.type when it cannot run there.
-UsableGpus usable_gpus(const Config& c) {
-  // The pipeline's cross-process sends read the activations directly, and the workers
-  // would need the supervisor's NCCL unique IDs (docs/gpu.md).
-  if (c.cluster().workers() > 0) refuse("cluster mode is not supported on GPUs yet (it needs NCCL groups)");
+// `count`: whether this process runs ranks (false: a cluster run's supervisor, which
+// only mints the NCCL group IDs and needs no GPU).
+UsableGpus usable_gpus(const Config& c, bool count = true) {
   UsableGpus gpus{kernels::gpu_backend()};
   if (!gpus.backend)
     refuse("this supervisor was built without CUDA (cmake found no CUDA toolkit, or -DTROUPE_CUDA=OFF)");
+  // Across processes every group is an NCCL group (engine/cluster_device_groups.h).
+  const bool cluster = c.cluster().workers() > 0;
+  const auto& g = gpus.backend->groups;
+  if (cluster && !(g.new_id && g.join && g.join_pipeline_pair))
+    refuse("cluster mode on GPUs needs NCCL, which this build has not");
   // The in-process communicators read and write host memory. The stages stage the
   // data-parallel and tied-embedding collectives through the host (StageWorker), but
   // the tensor-parallel ones run inside the model's forward and backward on device
   // memory: they need NCCL groups, so a GPU per rank.
   const bool tp = c.parallel().tensor() > 1;
   const int ranks = Topology::of(c).ranks();
-  if (tp && !gpus.backend->make_group) refuse("parallel.tensor > 1 needs NCCL, which this build has not");
+  if (tp && !g.make) refuse("parallel.tensor > 1 needs NCCL, which this build has not");
+  if (!count) return gpus;
   std::string why;
   gpus.count = gpus.backend->count(&why);
   if (gpus.count <= 0) refuse("no GPU: " + why);
-  if (tp && !device_groups(gpus, c))
+  if (tp && !cluster && !device_groups(gpus, c))
     refuse("parallel.tensor > 1 needs a GPU per rank (NCCL groups): " + std::to_string(ranks) + " ranks, " +
            std::to_string(gpus.count) + " GPUs");
   return gpus;
@@ -52,7 +57,7 @@ UsableGpus usable_gpus(const Config& c) {
 }  // namespace
 
 void check_runtime_device(const Config& c) {
-  if (c.device().type() != DeviceConfig::CPU) usable_gpus(c);
+  if (c.device().type() != DeviceConfig::CPU) usable_gpus(c, /*count=*/c.cluster().workers() == 0);
 }
 
 std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r) {
@@ -79,7 +84,7 @@ CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout) {
   auto group = [&](const std::vector<Rank>& members, const std::string& name, Slot slot) {
     std::vector<std::shared_ptr<kernels::Device>> devices;
     for (const auto& m : members) devices.push_back(plan.devices[size_t(topo.index(m))]);
-    const auto g = gpus.backend->make_group(devices, name, timeout);
+    const auto g = gpus.backend->groups.make(devices, name, timeout);
     plan.all_members.insert(plan.all_members.end(), g.begin(), g.end());
     for (size_t i = 0; i < members.size(); ++i) plan.ranks[size_t(topo.index(members[i]))].*slot = g[i];
   };

@@ -23,8 +23,9 @@ namespace troupe::engine {
 
 // Throws std::invalid_argument naming device.type when the actor runtime cannot run
 // on the configured device: CUDA without an installed GPU backend (kernels/gpu_backend.h)
-// or without a GPU, with tensor parallelism but not a GPU per rank and NCCL, or with
-// cluster mode (not on GPUs yet).
+// or without a GPU, with tensor parallelism but not a GPU per rank and NCCL, or in
+// cluster mode without NCCL. A cluster run's supervisor needs no GPU (its workers'
+// devices are checked as they make them).
 void check_runtime_device(const Config& c);
 
 // A new device for rank r: a CPU device with threads_per_stage(c) threads, or a CUDA
@@ -33,7 +34,7 @@ std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r
 
 // The communicators (and maybe devices) of one start of a training group. On GPUs, when
 // every rank has a GPU of its own and the GPU backend makes device communicators
-// (kernels::GpuBackend::make_group: NCCL), the ranks' devices are made here (one per
+// (kernels::DeviceGroups::make: NCCL), the ranks' devices are made here (one per
 // rank, on GPU Topology::index) and each data-parallel, tensor-parallel and
 // tied-embedding group is a device communicator over them: the stages then run those
 // collectives on device memory (engine/stage_worker.h; the tensor-parallel ones inside

@@ -124,6 +124,12 @@ std::shared_ptr<const kernels::Buffer> StageWorker::copy_on_device(const float* 
   return {copy, &copy->buffer};
 }
 
+float* StageWorker::inbox(Inbox side, int64_t n) {
+  kernels::Buffer& b = inboxes_[int(side)];
+  if (b.count() < n) b = device_->allocate(n);
+  return b.f32();
+}
+
 model::FlatRange StageWorker::gradient_collective_range() const {
   if (comms_.data_parallel->size() > 1) return {0, model_->param_count()};
   if (!comms_.embedding) return {0, 0};

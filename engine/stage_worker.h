@@ -88,6 +88,12 @@ class StageWorker {
   // A copy of the n floats at `data` (this device's memory) in a new buffer of this
   // device, freed when the last handle goes (which keeps the device alive).
   std::shared_ptr<const kernels::Buffer> copy_on_device(const float* data, int64_t n);
+  // Where a device communicator receives a pipeline neighbour's values for this
+  // stage's next op (cluster mode on GPUs): one buffer per side of n floats, made on
+  // first use (the only allocation: n is the same every microbatch), valid until the
+  // next receive into it.
+  enum class Inbox { kActivations, kGradients };
+  float* inbox(Inbox side, int64_t n);
   bool is_first() const { return model_->is_first(); }
   bool is_last() const { return model_->is_last(); }
 
@@ -187,6 +193,7 @@ class StageWorker {
   double sync_s_ = 0;
   std::shared_ptr<float> staging_;  // [param_count] page-locked host copy (GPU devices only)
   std::vector<model::FlatRange> buckets_;  // this step's, in issue order (blocks, last first)
+  kernels::Buffer inboxes_[2];  // by Inbox (device memory)
   std::shared_ptr<float> loss_host_;  // [loss_capacity_, loss_stride_] (last stage)
   int64_t loss_stride_ = 0;
   int loss_capacity_ = 0;

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   using namespace troupe::cli;
 #ifdef TROUPE_HAVE_CUDA
   // device.type: CUDA; with a GPU per rank, NCCL groups for the collectives.
-  troupe::kernels::cuda::install_cuda_backend({}, troupe::comm::nccl_group_maker());
+  troupe::kernels::cuda::install_cuda_backend({}, troupe::comm::nccl_groups());
 #endif
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {

@@ -171,7 +171,7 @@ std::vector<std::shared_ptr<NcclCommunicator>> make_nccl_group(const std::vector
   return out;
 }
 
-kernels::GpuBackend::MakeGroup nccl_group_maker() {
+kernels::DeviceGroups::MakeGroup nccl_group_maker() {
   return [](const std::vector<std::shared_ptr<kernels::Device>>& devices, const std::string& name,
             std::chrono::milliseconds timeout) {
     std::vector<kernels::cuda::CudaDevice*> cuda;
@@ -188,6 +188,88 @@ kernels::GpuBackend::MakeGroup nccl_group_maker() {
     }
     return out;
   };
+}
+
+kernels::DeviceGroups nccl_groups() {
+  kernels::DeviceGroups g;
+  g.make = nccl_group_maker();
+  g.new_id = [] { return nccl_id_to_hex(nccl_unique_id()); };
+  auto join = [](const std::string& id, int rank, int size, const std::shared_ptr<kernels::Device>& device,
+                 const std::string& name, std::chrono::milliseconds timeout) {
+    auto* cuda = dynamic_cast<kernels::cuda::CudaDevice*>(device.get());
+    if (!cuda) throw CommError(name + ": NCCL needs a CUDA device, got " + (device ? device->describe() : "none"));
+    auto m = make_nccl_communicator(nccl_id_from_hex(id), rank, size, *cuda, name, timeout);
+    m->hold(device);
+    return m;
+  };
+  g.join = join;
+  g.join_pipeline_pair = [join](const std::string& forward, const std::string& backward, int rank,
+                                const std::shared_ptr<kernels::Device>& device, const std::string& name,
+                                std::chrono::milliseconds timeout) {
+    return make_nccl_pipeline_pair(join(forward, rank, 2, device, name + "/forward", timeout),
+                                   join(backward, rank, 2, device, name + "/backward", timeout), name);
+  };
+  return g;
+}
+
+// ---- pipeline neighbours: a communicator per direction ----------------------------
+
+namespace {
+
+class NcclPipelinePair final : public Communicator {
+ public:
+  NcclPipelinePair(std::shared_ptr<NcclCommunicator> forward, std::shared_ptr<NcclCommunicator> backward,
+                   std::string name)
+      : forward_(std::move(forward)), backward_(std::move(backward)), name_(std::move(name)) {
+    if (forward_->size() != 2 || backward_->size() != 2 || forward_->rank() != backward_->rank())
+      throw CommError(name_ + ": a pipeline pair needs two members in both directions");
+  }
+  int rank() const override { return forward_->rank(); }
+  int size() const override { return 2; }
+  const std::string& name() const override { return name_; }
+
+  void all_reduce_sum(std::span<float> data) override { forward_->all_reduce_sum(data); }
+  void reduce_scatter_sum(std::span<const float> in, std::span<float> out) override {
+    forward_->reduce_scatter_sum(in, out);
+  }
+  void all_gather(std::span<const float> in, std::span<float> out) override { forward_->all_gather(in, out); }
+  void broadcast(std::span<float> data, int root) override { forward_->broadcast(data, root); }
+  void barrier() override { forward_->barrier(); }
+  // Member 0 sends on the forward communicator, member 1 on the backward one.
+  void send(std::span<const float> data, int peer, int tag) override { sending().send(data, peer, tag); }
+  void recv(std::span<float> data, int peer, int tag) override { receiving().recv(data, peer, tag); }
+  void abort(const std::string& why) override {
+    forward_->abort(why);
+    backward_->abort(why);
+  }
+  bool on_device() const override { return true; }
+  void issue_all_reduce_sum(std::span<float> data) override { forward_->issue_all_reduce_sum(data); }
+  void issue_reduce_scatter_sum(std::span<const float> in, std::span<float> out) override {
+    forward_->issue_reduce_scatter_sum(in, out);
+  }
+  void issue_all_gather(std::span<const float> in, std::span<float> out) override {
+    forward_->issue_all_gather(in, out);
+  }
+  void issue_reduce_scatter_sum_part(std::span<float> all, size_t begin, size_t end) override {
+    forward_->issue_reduce_scatter_sum_part(all, begin, end);
+  }
+  // Both communicators enqueue on the same device's communication stream.
+  void device_waits_for_issued() override { forward_->device_waits_for_issued(); }
+  void issue_send(std::span<const float> data, int peer, int tag) override { sending().issue_send(data, peer, tag); }
+  void issue_recv(std::span<float> data, int peer, int tag) override { receiving().issue_recv(data, peer, tag); }
+
+ private:
+  NcclCommunicator& sending() { return rank() == 0 ? *forward_ : *backward_; }
+  NcclCommunicator& receiving() { return rank() == 0 ? *backward_ : *forward_; }
+  std::shared_ptr<NcclCommunicator> forward_, backward_;
+  const std::string name_;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> make_nccl_pipeline_pair(std::shared_ptr<NcclCommunicator> forward,
+                                                      std::shared_ptr<NcclCommunicator> backward, std::string name) {
+  return std::make_shared<NcclPipelinePair>(std::move(forward), std::move(backward), std::move(name));
 }
 
 // ---- the communicator -------------------------------------------------------------
@@ -237,17 +319,17 @@ void NcclCommunicator::abort(const std::string& why) {
 }
 
 template <class Enqueue>
-Event NcclCommunicator::launch(const char* op, Enqueue&& enqueue) {
+Event NcclCommunicator::launch(const char* op, Enqueue&& enqueue, Stream stream) {
   std::string cause;
   {
     std::lock_guard lock(mu_);
     if (aborted_ || !comm_) throw CommError(where(op) + ": aborted: " + abort_reason_);
     set_device(device_.ordinal());
     // The collective reads what the compute stream has produced so far.
-    device_.wait_event(Stream::kComm, device_.record_event(Stream::kCompute));
-    ncclResult_t r = enqueue(comm_, device_.stream(Stream::kComm));
+    if (stream != Stream::kCompute) device_.wait_event(stream, device_.record_event(Stream::kCompute));
+    ncclResult_t r = enqueue(comm_, device_.stream(stream));
     if (r == ncclInProgress) r = settle(comm_, Clock::now() + timeout_);
-    if (r == ncclSuccess) return device_.record_event(Stream::kComm);
+    if (r == ncclSuccess) return device_.record_event(stream);
     cause = r == ncclInProgress ? "enqueueing did not finish within " + std::to_string(timeout_.count()) + " ms"
                                 : nccl_error(r, comm_);
   }
@@ -391,9 +473,28 @@ void NcclCommunicator::barrier() {
        "barrier");
 }
 
-void NcclCommunicator::send(std::span<const float> data, int peer, int tag) {
+void NcclCommunicator::check_peer(const char* op, int peer) const {
   if (peer < 0 || peer >= size_ || peer == rank_)
-    throw CommError(where("send") + ": cannot send to peer " + std::to_string(peer));
+    throw CommError(where(op) + ": no peer " + std::to_string(peer) + " in a group of " + std::to_string(size_));
+}
+
+void NcclCommunicator::issue_send(std::span<const float> data, int peer, int) {
+  check_peer("issue_send", peer);
+  launch("issue_send", [&](ncclComm_t c, cudaStream_t s) {
+    return ncclSend(data.data(), data.size(), ncclFloat, peer, c, s);
+  });
+}
+
+void NcclCommunicator::issue_recv(std::span<float> data, int peer, int) {
+  check_peer("issue_recv", peer);
+  launch(
+      "issue_recv",
+      [&](ncclComm_t c, cudaStream_t s) { return ncclRecv(data.data(), data.size(), ncclFloat, peer, c, s); },
+      Stream::kCompute);
+}
+
+void NcclCommunicator::send(std::span<const float> data, int peer, int tag) {
+  check_peer("send", peer);
   if (data.size() > size_t(INT32_MAX)) throw CommError(where("send") + ": message above 2^31 elements");
   const int32_t header[2] = {tag, int32_t(data.size())};
   int32_t* h = scratch_.i32() + 1;
@@ -412,8 +513,7 @@ void NcclCommunicator::send(std::span<const float> data, int peer, int tag) {
 }
 
 void NcclCommunicator::recv(std::span<float> data, int peer, int tag) {
-  if (peer < 0 || peer >= size_ || peer == rank_)
-    throw CommError(where("recv") + ": cannot receive from peer " + std::to_string(peer));
+  check_peer("recv", peer);
   int32_t* h = scratch_.i32() + 3;
   wait(launch("recv",
               [&](ncclComm_t c, cudaStream_t s) {

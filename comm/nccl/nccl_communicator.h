@@ -97,6 +97,11 @@ class NcclCommunicator final : public Communicator {
   // One ncclReduce per owner whose chunk meets the part, in one NCCL group.
   void issue_reduce_scatter_sum_part(std::span<float> all, size_t begin, size_t end) override;
   void device_waits_for_issued() override;
+  // The send on the communication stream (after the compute stream's work so far; the
+  // compute stream does not wait for it); the receive on the compute stream itself, so
+  // later kernels wait for it. No header travels (unlike send/recv).
+  void issue_send(std::span<const float> data, int peer, int tag) override;
+  void issue_recv(std::span<float> data, int peer, int tag) override;
 
   kernels::cuda::Event all_reduce_sum_async(std::span<float> data);
   kernels::cuda::Event reduce_scatter_sum_async(std::span<const float> in, std::span<float> out);
@@ -110,8 +115,12 @@ class NcclCommunicator final : public Communicator {
   void hold(std::shared_ptr<const void> owner) { held_ = std::move(owner); }
 
  private:
+  // Enqueues on `stream` (the communication stream after the compute stream's work so
+  // far, or the compute stream itself) and returns the event after it.
   template <class Enqueue>
-  kernels::cuda::Event launch(const char* op, Enqueue&& enqueue);
+  kernels::cuda::Event launch(const char* op, Enqueue&& enqueue,
+                              kernels::cuda::Stream stream = kernels::cuda::Stream::kComm);
+  void check_peer(const char* op, int peer) const;
   [[noreturn]] void fail(const char* op, const std::string& cause);
   std::string where(const char* op) const;
 
@@ -131,9 +140,24 @@ std::shared_ptr<NcclCommunicator> make_nccl_communicator(
     const NcclId& id, int rank, int size, kernels::cuda::CudaDevice& device, std::string name,
     std::chrono::milliseconds timeout = std::chrono::milliseconds(120000));
 
-// kernels::GpuBackend::make_group over NCCL: make_nccl_group on the devices (CudaDevices
+// kernels::DeviceGroups::make over NCCL: make_nccl_group on the devices (CudaDevices
 // on distinct GPUs; each member keeps its device alive).
-kernels::GpuBackend::MakeGroup nccl_group_maker();
+kernels::DeviceGroups::MakeGroup nccl_group_maker();
+// All of kernels::DeviceGroups over NCCL: make as above; new_id is
+// nccl_id_to_hex(nccl_unique_id()); join is make_nccl_communicator from such an ID on
+// a CudaDevice (kept alive by the member).
+kernels::DeviceGroups nccl_groups();
+
+// Pipeline neighbours across processes: member 0 (stage p) and member 1 (stage p+1) of
+// two NCCL communicators over the same pair, one per direction. NCCL runs one
+// communicator's operations in issue order, so with one communicator for both
+// directions stage p's send of microbatch m+1 could wait for stage p+1's receive of it,
+// queued behind stage p+1's send of a gradient that waits for stage p's receive, queued
+// behind that send (1F1B interleaves them so). With a communicator per direction, each
+// carries one FIFO and sends and receives match in issue order. Point-to-point calls
+// go to the communicator of their direction; collectives to the forward one.
+std::shared_ptr<Communicator> make_nccl_pipeline_pair(std::shared_ptr<NcclCommunicator> forward,
+                                                      std::shared_ptr<NcclCommunicator> backward, std::string name);
 
 // Member r runs on devices[r] (distinct GPUs). Members are then used from one thread each.
 std::vector<std::shared_ptr<NcclCommunicator>> make_nccl_group(

@@ -4,7 +4,7 @@
 
 namespace troupe::kernels::cuda {
 
-void install_cuda_backend(CudaDeviceOptions defaults, GpuBackend::MakeGroup make_group) {
+void install_cuda_backend(CudaDeviceOptions defaults, DeviceGroups groups) {
   GpuBackend b;
   b.count = [](std::string* why) { return gpu_available(why) ? device_count() : 0; };
   b.make = [defaults](int ordinal) -> std::shared_ptr<Device> {
@@ -12,7 +12,7 @@ void install_cuda_backend(CudaDeviceOptions defaults, GpuBackend::MakeGroup make
     o.device = ordinal;
     return std::make_shared<CudaDevice>(o);
   };
-  b.make_group = std::move(make_group);
+  b.groups = std::move(groups);
   install_gpu_backend(std::move(b));
 }
 

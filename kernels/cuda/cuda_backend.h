@@ -7,8 +7,8 @@
 
 namespace troupe::kernels::cuda {
 
-// Every device made gets `defaults` with its `device` ordinal replaced. `make_group`:
-// NCCL communicators over the devices (comm::nccl_group_maker()), or none.
-void install_cuda_backend(CudaDeviceOptions defaults = {}, GpuBackend::MakeGroup make_group = {});
+// Every device made gets `defaults` with its `device` ordinal replaced. `groups`: NCCL
+// communicators over the devices (comm::nccl_groups()), or none.
+void install_cuda_backend(CudaDeviceOptions defaults = {}, DeviceGroups groups = {});
 
 }  // namespace troupe::kernels::cuda

@@ -97,6 +97,8 @@ class CountingComm final : public comm::Communicator {
   void barrier() override { inner_->barrier(); }
   void send(std::span<const float> d, int peer, int tag) override { inner_->send(d, peer, tag); }
   void recv(std::span<float> d, int peer, int tag) override { inner_->recv(d, peer, tag); }
+  void issue_send(std::span<const float> d, int peer, int tag) override { inner_->issue_send(d, peer, tag); }
+  void issue_recv(std::span<float> d, int peer, int tag) override { inner_->issue_recv(d, peer, tag); }
   void abort(const std::string& why) override { inner_->abort(why); }
   bool on_device() const override { return inner_->on_device(); }
   void issue_all_reduce_sum(std::span<float> d) override { inner_->issue_all_reduce_sum(d); }
@@ -165,14 +167,15 @@ TEST_CASE("device.type CUDA: with a GPU per rank, DP2 x PP2 runs its collectives
   // counted: the run must really use NCCL, and reduce its gradients in buckets.
   const auto nccl = comm::nccl_group_maker();
   std::atomic<int> groups{0}, parts{0};
-  kernels::cuda::install_cuda_backend(
-      gemm(GemmType::kF32), [&](const std::vector<std::shared_ptr<kernels::Device>>& devices, const std::string& name,
-                               std::chrono::milliseconds timeout) {
-        ++groups;
-        std::vector<std::shared_ptr<comm::Communicator>> counted;
-        for (auto& m : nccl(devices, name, timeout)) counted.push_back(std::make_shared<CountingComm>(m, parts));
-        return counted;
-      });
+  kernels::DeviceGroups counting;
+  counting.make = [&](const std::vector<std::shared_ptr<kernels::Device>>& devices, const std::string& name,
+                      std::chrono::milliseconds timeout) {
+    ++groups;
+    std::vector<std::shared_ptr<comm::Communicator>> counted;
+    for (auto& m : nccl(devices, name, timeout)) counted.push_back(std::make_shared<CountingComm>(m, parts));
+    return counted;
+  };
+  kernels::cuda::install_cuda_backend(gemm(GemmType::kF32), counting);
   const int steps = 3;
   const Config c = with_steps(gpu_layout(2, 2), steps);
   Reference ref(c, steps);
@@ -195,12 +198,13 @@ TEST_CASE("device.type CUDA: with a GPU per rank, TP2 x PP2 (sequence parallel) 
   if (!gpus_or_skip(4)) return;  // one per rank
   const auto nccl = comm::nccl_group_maker();
   std::atomic<int> groups{0};
-  kernels::cuda::install_cuda_backend(
-      gemm(GemmType::kF32), [&](const std::vector<std::shared_ptr<kernels::Device>>& devices, const std::string& name,
-                               std::chrono::milliseconds timeout) {
-        ++groups;
-        return nccl(devices, name, timeout);
-      });
+  kernels::DeviceGroups counting;
+  counting.make = [&](const std::vector<std::shared_ptr<kernels::Device>>& devices, const std::string& name,
+                      std::chrono::milliseconds timeout) {
+    ++groups;
+    return nccl(devices, name, timeout);
+  };
+  kernels::cuda::install_cuda_backend(gemm(GemmType::kF32), counting);
   const int steps = 3;
   Config c = with_steps(gpu_layout(1, 2), steps);
   c.mutable_parallel()->set_tensor(2);
@@ -265,7 +269,7 @@ TEST_CASE("device.type CUDA: a killed stage recovers from its checkpoint, and a 
   check_bitwise(run(second), clean, 3);
 }
 
-TEST_CASE("device.type CUDA refuses what the GPU path cannot run yet, naming the field") {
+TEST_CASE("device.type CUDA refuses what the GPU path cannot run, naming the field") {
   // No NCCL group maker installed: as a build without NCCL.
   kernels::cuda::install_cuda_backend();
   Config c = gpu_layout(1, 1);
@@ -285,14 +289,16 @@ TEST_CASE("device.type CUDA refuses what the GPU path cannot run yet, naming the
   Config tp = c;
   tp.mutable_parallel()->set_tensor(2);
   CHECK(refusal(tp) == "device.type: CUDA: parallel.tensor > 1 needs NCCL, which this build has not");
+  // Across processes every group is an NCCL group.
+  Config cluster = c;
+  cluster.mutable_cluster()->set_workers(2);
+  CHECK(refusal(cluster) == "device.type: CUDA: cluster mode on GPUs needs NCCL, which this build has not");
   // With NCCL, tensor parallelism needs a GPU per rank.
-  kernels::cuda::install_cuda_backend({}, comm::nccl_group_maker());
+  kernels::cuda::install_cuda_backend({}, comm::nccl_groups());
   Config many = tp;
   many.mutable_parallel()->set_data(64);
   if (kernels::cuda::gpu_available())
     CHECK(refusal(many) == "device.type: CUDA: parallel.tensor > 1 needs a GPU per rank (NCCL groups): 128 ranks, " +
                                std::to_string(kernels::cuda::device_count()) + " GPUs");
-  Config cluster = c;
-  cluster.mutable_cluster()->set_workers(2);
-  CHECK(refusal(cluster).rfind("device.type: CUDA: cluster mode", 0) == 0);
+  // (Cluster mode with NCCL: test_cluster_cuda_emulated.)
 }

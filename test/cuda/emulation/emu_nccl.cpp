@@ -1,32 +1,44 @@
 // The NCCL emulation (include/nccl.h says what it does). A communicator's members meet
-// in a Clique found by their unique ID; each collective is the members' n-th call on
-// it, and the last member to arrive computes the result for all (inside a DeviceAccess,
-// since every buffer is device memory) while the others wait outside it.
+// in a directory named after their unique ID (under TROUPE_EMU_NCCL_DIR, else
+// /dev/shm/troupe-emu-nccl-UID), so members may be threads of one process or separate
+// processes (cluster mode's workers). Every exchange is a file published by rename:
+//   join.R        member R joined (its content: the group size it was created with)
+//   cK.R          member R's part of its K-th collective (a header, then its data)
+//   pF-T.N        the N-th message from member F to member T (deleted on receipt)
+//   broken        a member aborted
+//   left.R        member R is gone; the last one to leave removes the directory
+// Each member waits for the others' files of a collective, then computes the result
+// itself from all of them, adding in rank order, so every member gets the same bits.
 #include <nccl.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <deque>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
-#include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 namespace {
 
+namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 // A collective whose members never all arrive fails after this instead of hanging a test.
 constexpr auto kMeetingTimeout = std::chrono::seconds(120);
 
-enum class Op { kAllReduce, kReduceScatter, kAllGather, kReduce, kBroadcast };
+enum class Op : int32_t { kAllReduce, kReduceScatter, kAllGather, kReduce, kBroadcast };
 
 // One member's part of a collective.
 struct Part {
@@ -38,100 +50,91 @@ struct Part {
   int root;
 };
 
-struct Meeting {
-  std::vector<Part> parts;  // by rank
-  int arrived = 0;
-  bool done = false;
-  ncclResult_t result = ncclSuccess;
-  std::string error;
+// The head of a cK.R file; the member's data follows it.
+struct Header {
+  int32_t op, type, root, pad;
+  uint64_t count;
+  bool operator==(const Header&) const = default;
 };
-
-struct Clique {
-  explicit Clique(int n) : size(n), joined(size_t(n), false) {}
-  const int size;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<bool> joined;
-  int members = 0;
-  bool broken = false;  // a member aborted
-  std::map<uint64_t, Meeting> meetings;
-  std::map<std::pair<int, int>, std::deque<std::vector<char>>> mail;  // (from, to) -> messages in order
-};
-
-std::mutex g_cliques_mu;
-std::map<std::string, std::weak_ptr<Clique>> g_cliques;
-
-std::shared_ptr<Clique> clique_of(const ncclUniqueId& id, int nranks) {
-  const std::string key(id.internal, NCCL_UNIQUE_ID_BYTES);
-  std::lock_guard lock(g_cliques_mu);
-  if (auto c = g_cliques[key].lock()) return c->size == nranks ? c : nullptr;
-  auto c = std::make_shared<Clique>(nranks);
-  g_cliques[key] = c;
-  return c;
-}
 
 size_t type_size(ncclDataType_t) { return 4; }  // float and int32
 
+fs::path root_dir() {
+  if (const char* e = std::getenv("TROUPE_EMU_NCCL_DIR"); e && *e) return e;
+  std::error_code ec;
+  const fs::path base = fs::is_directory("/dev/shm", ec) ? fs::path("/dev/shm") : fs::temp_directory_path();
+  return base / ("troupe-emu-nccl-" + std::to_string(::getuid()));
+}
+
+fs::path clique_dir(const ncclUniqueId& id) {
+  static const char* digits = "0123456789abcdef";
+  std::string hex;
+  for (int i = 0; i < 24; ++i) {  // ncclGetUniqueId fills these
+    const auto b = static_cast<unsigned char>(id.internal[i]);
+    hex += digits[b >> 4];
+    hex += digits[b & 15];
+  }
+  return root_dir() / hex;
+}
+
+// Publishes `bytes` as dir/name in one step (a temporary name, then rename).
+bool publish(const fs::path& dir, const std::string& name, const std::vector<char>& bytes) {
+  const fs::path tmp = dir / (".tmp." + name);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!out) return false;
+  }
+  std::error_code ec;
+  fs::rename(tmp, dir / name, ec);
+  return !ec;
+}
+
+std::optional<std::vector<char>> read_whole(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return std::nullopt;
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+bool present(const fs::path& p) {
+  std::error_code ec;
+  return fs::exists(p, ec);
+}
+
+// "kind.rank" and the like (appended piece by piece: GCC 12 warns on chained string +).
+std::string name_of(const char* kind, uint64_t a, const char* sep = "", int64_t b = -1, const char* sep2 = "",
+                    int64_t c = -1) {
+  std::string s = kind;
+  s += std::to_string(a);
+  if (b >= 0) (s += sep) += std::to_string(b);
+  if (c >= 0) (s += sep2) += std::to_string(c);
+  return s;
+}
+std::string member_file(const char* kind, int rank) { return name_of(kind, uint64_t(rank)); }
+std::string meeting_file(uint64_t k, int rank) { return name_of("c", k, ".", rank); }
+std::string mail_file(int from, int to, uint64_t n) { return name_of("p", uint64_t(from), "-", to, ".", int64_t(n)); }
+
 // out = sum over members of in[r], in rank order.
-void add_into(std::vector<char>& out, const void* in, size_t count, ncclDataType_t type, bool first) {
+void add_into(std::vector<char>& out, const char* in, size_t count, ncclDataType_t type, bool first) {
   if (type == ncclFloat) {
     auto* o = reinterpret_cast<float*>(out.data());
-    const auto* x = static_cast<const float*>(in);
+    const auto* x = reinterpret_cast<const float*>(in);
     for (size_t i = 0; i < count; ++i) o[i] = first ? x[i] : o[i] + x[i];
   } else {
     auto* o = reinterpret_cast<int32_t*>(out.data());
-    const auto* x = static_cast<const int32_t*>(in);
+    const auto* x = reinterpret_cast<const int32_t*>(in);
     for (size_t i = 0; i < count; ++i) o[i] = first ? x[i] : o[i] + x[i];
-  }
-}
-
-// Computes a meeting every member has arrived at. Reads every input before writing any
-// output, so in-place calls are fine.
-void compute(Meeting& m, int size) {
-  const Part& p0 = m.parts[0];
-  for (int r = 1; r < size; ++r) {
-    const Part& p = m.parts[size_t(r)];
-    if (p.op != p0.op || p.count != p0.count || p.type != p0.type || p.root != p0.root) {
-      m.result = ncclInvalidUsage;
-      m.error = "members made different calls (op, count, type or root) at the same point";
-      return;
-    }
-  }
-  const size_t es = type_size(p0.type), n = p0.count;
-  troupe_emu::DeviceAccess device;
-  std::vector<char> tmp;
-  switch (p0.op) {
-    case Op::kAllReduce:
-    case Op::kReduce:
-      tmp.resize(n * es);
-      for (int r = 0; r < size; ++r) add_into(tmp, m.parts[size_t(r)].send, n, p0.type, r == 0);
-      for (int r = 0; r < size; ++r)
-        if (p0.op == Op::kAllReduce || r == p0.root) std::memcpy(m.parts[size_t(r)].recv, tmp.data(), n * es);
-      break;
-    case Op::kBroadcast:
-      tmp.assign(static_cast<const char*>(m.parts[size_t(p0.root)].send),
-                 static_cast<const char*>(m.parts[size_t(p0.root)].send) + n * es);
-      for (int r = 0; r < size; ++r) std::memcpy(m.parts[size_t(r)].recv, tmp.data(), n * es);
-      break;
-    case Op::kReduceScatter:
-      tmp.resize(size_t(size) * n * es);
-      for (int r = 0; r < size; ++r) add_into(tmp, m.parts[size_t(r)].send, size_t(size) * n, p0.type, r == 0);
-      for (int r = 0; r < size; ++r) std::memcpy(m.parts[size_t(r)].recv, tmp.data() + size_t(r) * n * es, n * es);
-      break;
-    case Op::kAllGather:
-      tmp.resize(size_t(size) * n * es);
-      for (int r = 0; r < size; ++r) std::memcpy(tmp.data() + size_t(r) * n * es, m.parts[size_t(r)].send, n * es);
-      for (int r = 0; r < size; ++r) std::memcpy(m.parts[size_t(r)].recv, tmp.data(), tmp.size());
-      break;
   }
 }
 
 }  // namespace
 
 struct ncclComm {
-  std::shared_ptr<Clique> clique;
+  fs::path dir;
+  int size = 0;
   int rank = 0;
   uint64_t next_meeting = 0;
+  std::map<int, uint64_t> sent, received;  // messages per peer
   std::string last_error;
 };
 
@@ -152,29 +155,105 @@ ncclResult_t failure(ncclComm* comm, ncclResult_t r, const std::string& why) {
   return r;
 }
 
-ncclResult_t run_collective(ncclComm* comm, const Part& part) {
-  Clique& c = *comm->clique;
-  std::unique_lock lock(c.mu);
-  if (c.broken) return failure(comm, ncclRemoteError, "a member of this communicator aborted");
-  if (c.members < c.size) return failure(comm, ncclInvalidUsage, "a collective before every member joined");
-  Meeting& m = c.meetings[comm->next_meeting];
-  const uint64_t id = comm->next_meeting++;
-  if (m.parts.empty()) m.parts.resize(size_t(c.size));
-  m.parts[size_t(comm->rank)] = part;
-  if (++m.arrived == c.size) {
-    lock.unlock();  // compute() takes the device lock; nobody else touches m until done
-    compute(m, c.size);
-    lock.lock();
-    m.done = true;
-    c.cv.notify_all();
-  } else if (!c.cv.wait_until(lock, Clock::now() + kMeetingTimeout, [&] { return m.done || c.broken; })) {
-    return failure(comm, ncclSystemError, "not every member made the matching call within 120 s");
+// Polls until `ready` (never holding the device, which the others need to write their
+// parts); fails when a member aborted or after kMeetingTimeout.
+ncclResult_t await(ncclComm* comm, const std::function<bool()>& ready, const std::string& late) {
+  const auto deadline = Clock::now() + kMeetingTimeout;
+  auto pause = std::chrono::microseconds(20);
+  while (!ready()) {
+    if (present(comm->dir / "broken")) return failure(comm, ncclRemoteError, "a member of this communicator aborted");
+    if (Clock::now() > deadline) return failure(comm, ncclSystemError, late);
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
-  if (!m.done) return failure(comm, ncclRemoteError, "a member of this communicator aborted");
-  const ncclResult_t r = m.result;
-  const std::string error = m.error;
-  if (--m.arrived == 0) c.meetings.erase(id);  // the last one out
-  return r == ncclSuccess ? r : failure(comm, r, error);
+  return ncclSuccess;
+}
+
+int joined(const ncclComm* comm) {
+  int n = 0;
+  for (int r = 0; r < comm->size; ++r) n += present(comm->dir / member_file("join.", r));
+  return n;
+}
+
+// The bytes this member contributes to a collective.
+size_t part_bytes(const Part& p, int size, int rank) {
+  const size_t es = type_size(p.type);
+  switch (p.op) {
+    case Op::kReduceScatter: return size_t(size) * p.count * es;
+    case Op::kBroadcast: return rank == p.root ? p.count * es : 0;
+    default: return p.count * es;
+  }
+}
+
+// Computes this member's result from every member's file (all of them read before
+// anything is written, so in-place calls are fine).
+ncclResult_t compute(ncclComm* comm, const Part& p, const std::vector<std::vector<char>>& files) {
+  const Header mine{int32_t(p.op), int32_t(p.type), p.root, 0, p.count};
+  for (int r = 0; r < comm->size; ++r) {
+    const auto& f = files[size_t(r)];
+    Header h{};
+    if (f.size() >= sizeof h) std::memcpy(&h, f.data(), sizeof h);
+    if (f.size() < sizeof h || !(h == mine) || f.size() != sizeof h + part_bytes(p, comm->size, r))
+      return failure(comm, ncclInvalidUsage, "members made different calls (op, count, type or root) at the same point");
+  }
+  auto data = [&](int r) { return files[size_t(r)].data() + sizeof(Header); };
+  const size_t es = type_size(p.type), n = p.count;
+  const int size = comm->size;
+  std::vector<char> out;
+  switch (p.op) {
+    case Op::kAllReduce:
+    case Op::kReduce:
+      out.resize(n * es);
+      for (int r = 0; r < size; ++r) add_into(out, data(r), n, p.type, r == 0);
+      if (p.op == Op::kReduce && comm->rank != p.root) return ncclSuccess;
+      break;
+    case Op::kBroadcast: out.assign(data(p.root), data(p.root) + n * es); break;
+    case Op::kReduceScatter: {
+      std::vector<char> all(size_t(size) * n * es);
+      for (int r = 0; r < size; ++r) add_into(all, data(r), size_t(size) * n, p.type, r == 0);
+      out.assign(all.begin() + std::ptrdiff_t(size_t(comm->rank) * n * es),
+                 all.begin() + std::ptrdiff_t(size_t(comm->rank + 1) * n * es));
+      break;
+    }
+    case Op::kAllGather:
+      for (int r = 0; r < size; ++r) out.insert(out.end(), data(r), data(r) + n * es);
+      break;
+  }
+  troupe_emu::DeviceAccess device;
+  std::memcpy(p.recv, out.data(), out.size());
+  return ncclSuccess;
+}
+
+ncclResult_t run_collective(ncclComm* comm, const Part& part) {
+  if (present(comm->dir / "broken")) return failure(comm, ncclRemoteError, "a member of this communicator aborted");
+  if (joined(comm) < comm->size) return failure(comm, ncclInvalidUsage, "a collective before every member joined");
+  const uint64_t k = comm->next_meeting++;
+  std::vector<char> bytes(sizeof(Header) + part_bytes(part, comm->size, comm->rank));
+  const Header h{int32_t(part.op), int32_t(part.type), part.root, 0, part.count};
+  std::memcpy(bytes.data(), &h, sizeof h);
+  if (bytes.size() > sizeof h) {
+    troupe_emu::DeviceAccess device;
+    std::memcpy(bytes.data() + sizeof h, part.send, bytes.size() - sizeof h);
+  }
+  if (!publish(comm->dir, meeting_file(k, comm->rank), bytes))
+    return failure(comm, ncclSystemError, "cannot write to " + comm->dir.string());
+  auto all_there = [&] {
+    for (int r = 0; r < comm->size; ++r)
+      if (!present(comm->dir / meeting_file(k, r))) return false;
+    return true;
+  };
+  if (const auto r = await(comm, all_there, "not every member made the matching call within 120 s"); r != ncclSuccess)
+    return r;
+  std::vector<std::vector<char>> files;
+  for (int r = 0; r < comm->size; ++r) {
+    auto f = read_whole(comm->dir / meeting_file(k, r));
+    if (!f) return failure(comm, ncclSystemError, "cannot read " + (comm->dir / meeting_file(k, r)).string());
+    files.push_back(std::move(*f));
+  }
+  // Everyone has read meeting k-1, since they all wrote meeting k.
+  std::error_code ec;
+  if (k > 0) fs::remove(comm->dir / meeting_file(k - 1, comm->rank), ec);
+  return compute(comm, part, files);
 }
 
 ncclResult_t post_send(ncclComm* comm, const void* data, size_t bytes, int peer) {
@@ -183,33 +262,32 @@ ncclResult_t post_send(ncclComm* comm, const void* data, size_t bytes, int peer)
     troupe_emu::DeviceAccess device;
     std::memcpy(msg.data(), data, bytes);
   }
-  Clique& c = *comm->clique;
-  std::lock_guard lock(c.mu);
-  c.mail[{comm->rank, peer}].push_back(std::move(msg));
-  c.cv.notify_all();
+  if (!publish(comm->dir, mail_file(comm->rank, peer, comm->sent[peer]++), msg))
+    return failure(comm, ncclSystemError, "cannot write to " + comm->dir.string());
   return ncclSuccess;
 }
 
 ncclResult_t take_recv(ncclComm* comm, void* data, size_t bytes, int peer) {
-  Clique& c = *comm->clique;
-  std::unique_lock lock(c.mu);
-  auto& box = c.mail[{peer, comm->rank}];
-  if (!c.cv.wait_until(lock, Clock::now() + kMeetingTimeout, [&] { return !box.empty() || c.broken; }))
-    return failure(comm, ncclSystemError, "nothing arrived from rank " + std::to_string(peer) + " within 120 s");
-  if (box.empty()) return failure(comm, ncclRemoteError, "a member of this communicator aborted");
-  std::vector<char> msg = std::move(box.front());
-  box.pop_front();
-  lock.unlock();
-  if (msg.size() != bytes)
+  const fs::path file = comm->dir / mail_file(peer, comm->rank, comm->received[peer]);
+  if (const auto r = await(comm, [&] { return present(file); },
+                           "nothing arrived from rank " + std::to_string(peer) + " within 120 s");
+      r != ncclSuccess)
+    return r;
+  auto msg = read_whole(file);
+  if (!msg) return failure(comm, ncclSystemError, "cannot read " + file.string());
+  ++comm->received[peer];
+  std::error_code ec;
+  fs::remove(file, ec);
+  if (msg->size() != bytes)
     return failure(comm, ncclInvalidUsage,
-                   "received " + std::to_string(msg.size()) + " bytes where " + std::to_string(bytes) + " were expected");
+                   "received " + std::to_string(msg->size()) + " bytes where " + std::to_string(bytes) + " were expected");
   troupe_emu::DeviceAccess device;
-  std::memcpy(data, msg.data(), bytes);
+  std::memcpy(data, msg->data(), bytes);
   return ncclSuccess;
 }
 
 ncclResult_t check_comm(ncclComm* comm) {
-  if (!comm || !comm->clique) return ncclInvalidArgument;
+  if (!comm || comm->size < 1) return ncclInvalidArgument;
   return ncclSuccess;
 }
 
@@ -229,7 +307,7 @@ ncclResult_t call(const Deferred& d) {
   if (const auto r = check_comm(d.comm); r != ncclSuccess) return r;
   if (d.part.type != ncclFloat && d.part.type != ncclInt32)
     return failure(d.comm, ncclInvalidArgument, "unsupported type");
-  if (d.kind != Deferred::kCollective && (d.peer < 0 || d.peer >= d.comm->clique->size || d.peer == d.comm->rank))
+  if (d.kind != Deferred::kCollective && (d.peer < 0 || d.peer >= d.comm->size || d.peer == d.comm->rank))
     return ncclInvalidArgument;
   if (t_group_depth > 0) {
     t_group.push_back(d);
@@ -277,40 +355,44 @@ const char* ncclGetLastError(ncclComm_t comm) { return comm ? comm->last_error.c
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
   *comm = nullptr;
   if (nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
-  auto clique = clique_of(id, nranks);
-  if (!clique) return ncclInvalidUsage;  // the same ID with another size
-  {
-    std::lock_guard lock(clique->mu);
-    if (clique->joined[size_t(rank)]) return ncclInvalidUsage;
-    clique->joined[size_t(rank)] = true;
-    ++clique->members;
-    clique->cv.notify_all();
+  const fs::path dir = clique_dir(id);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return ncclSystemError;
+  // The same ID with another size, or a rank that joined already.
+  for (int r = 0; r < nranks; ++r) {
+    const auto other = read_whole(dir / member_file("join.", r));
+    if (other && std::string(other->begin(), other->end()) != std::to_string(nranks)) return ncclInvalidUsage;
   }
+  if (present(dir / member_file("join.", rank))) return ncclInvalidUsage;
+  const std::string size_text = std::to_string(nranks);
+  if (!publish(dir, member_file("join.", rank), {size_text.begin(), size_text.end()})) return ncclSystemError;
   auto* c = new ncclComm;
-  c->clique = std::move(clique);
+  c->dir = dir;
+  c->size = nranks;
   c->rank = rank;
   *comm = c;
   if (t_group_depth > 0 || (config && config->blocking == 0)) return ncclInProgress;
-  std::unique_lock lock(c->clique->mu);
-  c->clique->cv.wait(lock, [&] { return c->clique->members == nranks; });
-  return ncclSuccess;
+  return await(c, [&] { return joined(c) == nranks; }, "not every member joined within 120 s");
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
   if (const auto r = check_comm(comm); r != ncclSuccess) return r;
-  std::lock_guard lock(comm->clique->mu);
-  if (comm->clique->broken) *state = ncclRemoteError;
-  else *state = comm->clique->members < comm->clique->size ? ncclInProgress : ncclSuccess;
+  if (present(comm->dir / "broken")) *state = ncclRemoteError;
+  else *state = joined(comm) < comm->size ? ncclInProgress : ncclSuccess;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (!comm) return ncclSuccess;
-  if (comm->clique) {
-    std::lock_guard lock(comm->clique->mu);
-    comm->clique->broken = true;
-    comm->clique->cv.notify_all();
-  }
+  publish(comm->dir, "broken", {});
+  publish(comm->dir, member_file("left.", comm->rank), {});
+  // The last to leave of those who joined (some may never have) removes the directory.
+  bool all_left = true;
+  for (int r = 0; r < comm->size && all_left; ++r)
+    all_left = !present(comm->dir / member_file("join.", r)) || present(comm->dir / member_file("left.", r));
+  std::error_code ec;
+  if (all_left) fs::remove_all(comm->dir, ec);
   delete comm;
   return ncclSuccess;
 }
@@ -334,7 +416,6 @@ ncclResult_t ncclGroupEnd() {
     if (d.kind != Deferred::kSend && result == ncclSuccess) result = run(d);
   return result;
 }
-
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t,
                            ncclComm_t comm, cudaStream_t) {
   return collective(comm, {Op::kAllReduce, send, recv, count, type, 0});

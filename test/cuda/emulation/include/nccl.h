@@ -1,8 +1,11 @@
 // The part of NCCL's API that comm/nccl uses, emulated for the CUDA emulation
-// (emu_nccl.cpp): members of a communicator are threads of this process, each on an
-// emulated GPU (TROUPE_EMU_GPUS of them). Collectives run synchronously, like the rest
-// of the emulation: the call returns once every member has made the matching call and
-// the result is written. Sums add the members' values in rank order. Inside
+// (emu_nccl.cpp): members of a communicator are threads of one process or separate
+// processes, each on an emulated GPU (TROUPE_EMU_GPUS of them per process). They meet
+// in a directory named after the unique ID (under TROUPE_EMU_NCCL_DIR, else
+// /dev/shm/troupe-emu-nccl-UID), exchanging files. Collectives run synchronously, like
+// the rest of the emulation: the call returns once every member has made the matching
+// call and the result is written. Sums add the members' values in rank order. Sends
+// return at once (the message waits as a file); receives wait for it. Inside
 // ncclGroupStart/End a member's calls are deferred to ncclGroupEnd, where its sends are
 // posted first, then its receives and collectives run in order. Communicators are
 // ready once every member has joined (ncclCommGetAsyncError says ncclInProgress until
