@@ -45,6 +45,8 @@ using deliver_atom = caf::atom_constant<caf::atom("deliver")>;
 // step reads has landed (GPU devices; engine/stage_worker.h, stages_collectives).
 using grads_on_host_atom = caf::atom_constant<caf::atom("gradshost")>;
 using params_on_host_atom = caf::atom_constant<caf::atom("paramshost")>;
+// optimizer -> itself, from its device's when_done: a snapshot's host copies landed.
+using snapshot_landed_atom = caf::atom_constant<caf::atom("snaplanded")>;
 
 }  // namespace troupe::actors
 

@@ -1,6 +1,8 @@
 #include "actors/optimizer_actor.h"
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
 #include <optional>
 
 #include <fmt/format.h>
@@ -27,9 +29,14 @@ struct OptimizerState {
   std::optional<msg::GradShardReady> pending;  // this step's buffers, until the update
   float* stage_params = nullptr;               // the stage's flat parameters (for snapshots)
   std::shared_ptr<const void> stage_owner;     // keeps stage_params alive (GradShardReady::owner)
-  // The last snapshot's copies (weights, m, v), reused once the writer has let go of
-  // them: fresh 4 KiB pages cost a page fault each, which doubled the copy's time.
-  std::shared_ptr<std::vector<float>> snapshot[3];
+  // The last snapshot's host copies (weights, m, v; n floats each, from the device's
+  // allocate_host), reused once the writer has let go of them: fresh 4 KiB pages cost a
+  // page fault each, which doubled the copy's time (and page-locking them costs more).
+  std::shared_ptr<float> snapshot[3];
+  size_t snapshot_floats = 0;
+  // Snapshots whose copies are on their way to the host, oldest first: each goes to the
+  // writer when its snapshot_landed_atom arrives.
+  std::deque<msg::ShardSnapshot> landing;
 };
 
 using Self = caf::stateful_actor<OptimizerState>;
@@ -68,7 +75,10 @@ void deliver_snapshot(Self* self, msg::ShardSnapshot snap, int64_t waited_ms) {
   }
 }
 
-// Copies the shard's state for the checkpoint of `step` and hands it to its writer.
+// Copies the shard's state for the checkpoint of `step` and hands it to its writer once
+// the copies have landed (on a GPU from the device's completion callback: this thread
+// does not wait). Training may go on at once: the copies are issued on the device before
+// anything that follows, so they read the state of this step boundary.
 void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
   auto& st = self->state;
   const auto& r = st.args.rank;
@@ -81,16 +91,18 @@ void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
     const float* sources[3] = {st.stage_params + range.begin, a.m(), a.v()};  // device memory
     for (int i = 0; i < 3; ++i) {
       auto& copy = st.snapshot[i];
-      // use_count 1: the writer dropped its handle (it never takes one again).
-      if (!copy || copy.use_count() != 1) copy = std::make_shared<std::vector<float>>();
-      copy->resize(n);
-      st.device->copy_to_host(copy->data(), sources[i], n * sizeof(float));
+      // use_count 1: neither the writer nor a landing snapshot holds it any more.
+      if (!copy || copy.use_count() != 1 || st.snapshot_floats != n) {
+        auto block = st.device->allocate_host(std::max<size_t>(1, n) * sizeof(float));
+        copy = {block, static_cast<float*>(block.get())};
+      }
+      st.device->copy_to_host_async(copy.get(), sources[i], n * sizeof(float));
     }
-    deliver_snapshot(self,
-                     msg::ShardSnapshot{cmd.step, cmd.partial_dir, cmd.partial_dir_inode, cmd.partial_dir_generation,
-                                        cmd.attempt, r.dp, r.pp, r.tp, range.begin, range.end, st.snapshot[0],
-                                        st.snapshot[1], st.snapshot[2]},
-                     0);
+    st.snapshot_floats = n;
+    st.landing.push_back(msg::ShardSnapshot{cmd.step, cmd.partial_dir, cmd.partial_dir_inode,
+                                            cmd.partial_dir_generation, cmd.attempt, r.dp, r.pp, r.tp, range.begin,
+                                            range.end, st.snapshot[0], st.snapshot[1], st.snapshot[2]});
+    send_when_done(*st.device, caf::actor_cast<caf::actor>(self), snapshot_landed_atom::value, cmd.step);
   }
   self->send(st.coordinator, msg::SnapshotTaken{cmd.step, r.dp, r.pp, r.tp});
 }
@@ -155,6 +167,15 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
         send_when_done(*s.device, s.stage, msg::ShardApplied{u.step});
       },
       [self](const msg::SnapshotCommand& cmd) { take_snapshot(self, cmd); },
+      [self](snapshot_landed_atom, int64_t step) {
+        auto& s = self->state;
+        if (s.landing.empty() || s.landing.front().step != step)
+          throw std::logic_error(s.path + ": the host copies of the step " + std::to_string(step) +
+                                 " snapshot landed, but no such snapshot is on its way");
+        auto snap = std::move(s.landing.front());
+        s.landing.pop_front();
+        deliver_snapshot(self, std::move(snap), 0);
+      },
       [self](deliver_atom, msg::ShardSnapshot& snap, int64_t waited_ms) {
         deliver_snapshot(self, std::move(snap), waited_ms);
       },

@@ -71,8 +71,11 @@ caf::behavior writer_impl(Self* self, WriterArgs args) {
                        s.step);
           return;
         }
-        engine::ShardState state{{s.dp, s.pp, s.tp}, {s.range_begin, s.range_end}, *s.params, *s.exp_avg,
-                                 *s.exp_avg_sq};
+        const auto values = [n = size_t(s.range_end - s.range_begin)](const std::shared_ptr<const float>& p) {
+          return std::vector<float>(p.get(), p.get() + n);
+        };
+        engine::ShardState state{{s.dp, s.pp, s.tp}, {s.range_begin, s.range_end}, values(s.params),
+                                 values(s.exp_avg), values(s.exp_avg_sq)};
         const auto file = engine::shard_file_name(state.rank);
         try {
           const auto record = engine::write_shard(w.args.config, state, s.partial_dir, file, w.path);

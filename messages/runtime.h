@@ -203,7 +203,9 @@ struct ShardSnapshot {
   uint64_t attempt = 0;
   int32_t dp = 0, pp = 0, tp = 0;
   int64_t range_begin = 0, range_end = 0;
-  std::shared_ptr<const std::vector<float>> params, exp_avg, exp_avg_sq;
+  // range_end - range_begin values each, in host memory from the device's
+  // allocate_host (page-locked on a GPU), sent once the copies into it have landed.
+  std::shared_ptr<const float> params, exp_avg, exp_avg_sq;
 };
 
 // optimizer shard -> coordinator: the copy is taken; training may go on.

@@ -308,7 +308,7 @@ TEST_CASE("a snapshot waits for its writer's restart; a writer that stays away f
         delivered = true;
         CHECK(s.step == 2);
         REQUIRE(s.params);
-        CHECK(*s.params == params);
+        CHECK(std::vector<float>(s.params.get(), s.params.get() + n) == params);
       },
       caf::after(std::chrono::seconds(10)) >> [] {});
   CHECK(delivered);
