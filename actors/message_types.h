@@ -45,6 +45,9 @@ using deliver_atom = caf::atom_constant<caf::atom("deliver")>;
 // step reads has landed (GPU devices; engine/stage_worker.h, stages_collectives).
 using grads_on_host_atom = caf::atom_constant<caf::atom("gradshost")>;
 using params_on_host_atom = caf::atom_constant<caf::atom("paramshost")>;
+// stage p+1 -> stage p (one process), from p+1's device's when_done, evaluation only:
+// p+1's device has copied microbatch mb's activations out of p's output slot (step, mb).
+using eval_consumed_atom = caf::atom_constant<caf::atom("evalused")>;
 // optimizer -> itself, from its device's when_done: a snapshot's host copies landed.
 using snapshot_landed_atom = caf::atom_constant<caf::atom("snaplanded")>;
 

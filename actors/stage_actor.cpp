@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <optional>
 #include <tuple>
 
@@ -63,6 +64,11 @@ struct StageState {
   // it was in, and those must not be stashed again.
   int64_t last_finished_step = 0;
   std::vector<bool> forwarded;  // this step's microbatches whose forward has run
+  // An evaluation pass's microbatches whose activations the next stage (same process)
+  // has copied out of this stage's output slot: the forward of mb + slots, which
+  // rewrites that slot, waits for mb's (training needs none: the backward of mb, which
+  // comes first, needs the next stage's gradient of mb).
+  std::set<int32_t> eval_consumed;
 
   // Bookkeeping a training step owes others but nobody needs before its last op: the
   // last stage's loss reports and the credit of the step's last forward. Held until the
@@ -108,17 +114,28 @@ void maybe_poison(Self* self, int32_t mb) {
   }
 }
 
-bool op_ready(const StageState& st, const sched::PipelineOp& op) {
+bool in_other_process(const caf::actor& peer, const caf::node_id& here) { return peer && peer.node() != here; }
+
+// Whether an evaluation forward of `mb` may rewrite its output slot: the next stage,
+// in this process, has copied out what the slot's previous microbatch left there.
+bool eval_slot_free(const StageState& st, int32_t mb, const caf::node_id& here) {
+  const int slots = st.worker->model().slots();
+  if (st.kind != StepKind::Eval || st.worker->is_last() || mb < slots || in_other_process(st.next, here)) return true;
+  return st.eval_consumed.count(mb - slots) > 0;
+}
+
+bool op_ready(const StageState& st, const sched::PipelineOp& op, const caf::node_id& here) {
   const Key key{st.kind, st.step, op.microbatch};
   if (op.kind == sched::OpKind::Forward)
-    return st.batches.count(key) && (st.worker->is_first() || st.inputs.count(key));
+    return st.batches.count(key) && (st.worker->is_first() || st.inputs.count(key)) &&
+           eval_slot_free(st, op.microbatch, here);
   return st.worker->is_last() || st.grads.count(key);
 }
 
 // Tags of the pipeline-neighbour communicators: one FIFO per direction and kind.
 enum PipelineTag : int { kForwardTag = 1, kEvalTag = 2, kBackwardTag = 3 };
 
-bool in_other_process(Self* self, const caf::actor& peer) { return peer && peer.node() != self->node(); }
+bool in_other_process(Self* self, const caf::actor& peer) { return in_other_process(peer, self->node()); }
 
 // Sends rows x cols values at `data` to a neighbour in another process; the message
 // will carry only the shape. Over Gloo (host memory) once the device has finished
@@ -178,21 +195,14 @@ const float* input_of(Self* self, const msg::Activations& a, const std::shared_p
 // microbatch; each row is width() floats.
 int64_t activation_rows(const data::Microbatch& b) { return int64_t(b.batch) * b.seq; }
 
-// `data` points into `stage`'s buffers; `copy` hands over a copy instead (in the
-// stage's device memory).
+// `data` points into `stage`'s buffers (valid until the slot is rewritten).
 msg::Activations handle(const std::shared_ptr<engine::StageWorker>& stage, const float* data,
-                        const data::Microbatch& b, bool copy) {
+                        const data::Microbatch& b) {
   msg::Activations a;
   a.rows = activation_rows(b);
   a.cols = stage->width();
-  if (copy) {
-    auto owned = stage->copy_on_device(data, a.rows * a.cols);
-    a.data = owned->f32();
-    a.owner = std::move(owned);
-  } else {
-    a.data = data;
-    a.owner = stage;
-  }
+  a.data = data;
+  a.owner = stage;
   return a;
 }
 
@@ -231,11 +241,12 @@ void run_forward(Self* self, int32_t mb) {
                                    activation_rows(*batch), st.worker->width(), st.kind == StepKind::Eval);
     self->send(st.next, msg::ActivationsReady{st.step, st.kind, mb, out});
   } else {
-    // Evaluation has no backward to pace the slots: hand over a copy.
-    const bool copy = st.kind == StepKind::Eval;
-    hand_over(self, st.next,
-              msg::ActivationsReady{st.step, st.kind, mb, handle(st.worker, st.worker->output(mb), *batch, copy)});
+    hand_over(self, st.next, msg::ActivationsReady{st.step, st.kind, mb, handle(st.worker, st.worker->output(mb), *batch)});
   }
+  // Evaluation has no backward to pace the previous stage's slots: once this device has
+  // copied the input out (the forward's first kernel), that slot may be rewritten.
+  if (st.kind == StepKind::Eval && !st.worker->is_first() && !in_other_process(self, st.prev))
+    send_when_done(st.worker->device(), st.prev, eval_consumed_atom::value, st.step, mb);
   if (st.worker->is_first() && st.kind == StepKind::Train && r.tp == 0) {
     // The loader's next microbatch after the last forward belongs to the next step,
     // which starts only after this one's update: its credit can wait (held_credit).
@@ -269,7 +280,7 @@ void run_backward(Self* self, int32_t mb) {
                                                             st.worker->input_grad(mb), activation_rows(batch),
                                                             st.worker->width())});
     } else {
-      hand_over(self, st.prev, msg::GradientsReady{st.step, mb, handle(st.worker, st.worker->input_grad(mb), batch, false)});
+      hand_over(self, st.prev, msg::GradientsReady{st.step, mb, handle(st.worker, st.worker->input_grad(mb), batch)});
     }
   }
   st.batches.erase(key);
@@ -360,7 +371,7 @@ void check_landed(const StageState& st, int64_t step, const char* what) {
 void advance(Self* self) {
   auto& st = self->state;
   if (st.step < 0 || st.waiting_for_update) return;
-  while (st.next_op < st.ops.size() && op_ready(st, st.ops[st.next_op])) {
+  while (st.next_op < st.ops.size() && op_ready(st, st.ops[st.next_op], self->node())) {
     const auto op = st.ops[st.next_op++];
     const auto t0 = Clock::now();
     st.timing.wait_s += since(st.idle_since, t0);
@@ -408,6 +419,7 @@ void start_step(Self* self, const msg::RunStep& rs) {
   } else {
     st.ops.clear();
     for (int32_t i = 0; i < rs.microbatches; ++i) st.ops.push_back({sched::OpKind::Forward, i});
+    st.eval_consumed.clear();
   }
   advance(self);
 }
@@ -472,6 +484,12 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
         if (a.x.via_comm)
           receive_via_comm(self, a.x, s.args.comms.pipeline_prev, 0, a.kind == StepKind::Eval ? kEvalTag : kForwardTag);
         s.inputs[{a.kind, a.step, a.microbatch}] = a.x;
+        advance(self);
+      },
+      [self](eval_consumed_atom, int64_t step, int32_t mb) {
+        auto& s = self->state;
+        if (s.kind != StepKind::Eval || step != s.step) return;  // a pass already over
+        s.eval_consumed.insert(mb);
         advance(self);
       },
       [self](msg::GradientsReady& g) {

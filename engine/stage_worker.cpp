@@ -114,16 +114,6 @@ void StageWorker::backward(int mb, const float* grad_output, bool last_of_step) 
 const float* StageWorker::output(int mb) const { return model_->output(slot(mb)); }
 const float* StageWorker::input_grad(int mb) const { return model_->input_grad(slot(mb)); }
 
-std::shared_ptr<const kernels::Buffer> StageWorker::copy_on_device(const float* data, int64_t n) {
-  struct Copy {
-    std::shared_ptr<kernels::Device> device;  // declared first: outlives the buffer
-    kernels::Buffer buffer;
-  };
-  auto copy = std::make_shared<Copy>(Copy{device_, device_->allocate(n)});
-  device_->copy(copy->buffer.f32(), data, size_t(n) * sizeof(float));
-  return {copy, &copy->buffer};
-}
-
 float* StageWorker::inbox(Inbox side, int64_t n) {
   kernels::Buffer& b = inboxes_[int(side)];
   if (b.count() < n) b = device_->allocate(n);

@@ -85,9 +85,6 @@ class StageWorker {
   // Waits until every kernel this rank's device was given has finished (GPU; the CPU
   // device has nothing pending).
   void finish_device_work() { device_->synchronize(); }
-  // A copy of the n floats at `data` (this device's memory) in a new buffer of this
-  // device, freed when the last handle goes (which keeps the device alive).
-  std::shared_ptr<const kernels::Buffer> copy_on_device(const float* data, int64_t n);
   // Where a device communicator receives a pipeline neighbour's values for this
   // stage's next op (cluster mode on GPUs): one buffer per side of n floats, made on
   // first use (the only allocation: n is the same every microbatch), valid until the

@@ -36,7 +36,9 @@ TEST_CASE("on a device that completes late the runtime gives the CPU run's bits 
   constexpr int kSteps = 4;
   Config cpu = with_steps(parity_layout(2, 2, "troupe-late-completion-cpu"), kSteps);
   cpu.mutable_training()->set_eval_interval(2);  // evaluation passes: their losses are read back too
-  cpu.mutable_training()->set_eval_samples(4);
+  // 8 microbatches per replica, more than stage 0's 3 activation slots: its evaluation
+  // forwards wait for stage 1's eval_consumed before rewriting a slot.
+  cpu.mutable_training()->set_eval_samples(16);
   // Checkpoints of steps 1, 2 and 3 (the last step has none without save_on_exit): each
   // shard's snapshot is read back without waiting.
   cpu.mutable_checkpoint()->set_interval_steps(1);
