@@ -288,6 +288,18 @@ void run_ahead(Self* self) {
   for (const auto& s : st.stages) self->send(s, rs);
 }
 
+// Ends the run with st.finish_status, once the save in flight (if any) is committed or
+// has failed: a checkpoint allowed to trail the steps (max_lag_steps) is never left
+// half-written because the steps ran out.
+void finish_or_wait_for_save(Self* self) {
+  auto& st = self->state;
+  if (st.save) {
+    st.waiting_for_save = true;  // commit_save / fail_save call next() again
+    return;
+  }
+  finish_run(self, st.finish_status, st.finish_error);
+}
+
 // What comes after a finished training or evaluation step (or the start).
 void next(Self* self) {
   auto& st = self->state;
@@ -310,7 +322,7 @@ void next(Self* self) {
     if (sig == SIGTERM && ck.save_on_exit() && st.pos.step > st.last_saved_step)
       final_save();
     else
-      finish_run(self, st.finish_status, st.finish_error);
+      finish_or_wait_for_save(self);
     return;
   }
   if (st.save_checked_step != st.pos.step) {
@@ -343,7 +355,7 @@ void next(Self* self) {
   if (ck.save_on_exit() && st.pos.step > st.last_saved_step)
     final_save();
   else
-    finish_run(self, "completed");
+    finish_or_wait_for_save(self);
 }
 
 // Microbatch losses and samples (spike records) and stage timings (stragglers).

@@ -19,6 +19,7 @@
 #include "actors/optimizer_actor.h"
 #include "actors/runtime.h"
 #include "actors/supervision.h"
+#include "ckpt/commit.h"
 #include "ckpt/reader.h"
 #include "engine/checkpointing.h"
 #include "engine/stage_worker.h"
@@ -444,6 +445,11 @@ TEST_CASE("a checkpoint written as DP2 x PP2 resumes as DP1 x PP1 and DP4 x PP1 
 TEST_CASE("SIGTERM stops after the current step with a final checkpoint; the run resumes from it") {
   Config c = base("sigterm", 6);
   c.mutable_checkpoint()->set_interval_steps(0);
+  // An evaluation pass after every step (it changes no weights) makes the steps far
+  // apart, so the stop asked below lands before the last step on a loaded machine too
+  // (without them 6 tiny steps could all end before this thread next looks).
+  c.mutable_training()->set_eval_interval(1);
+  c.mutable_training()->set_eval_samples(64);
   const auto metrics_file = fs::path(c.logging().run_dir()) / "metrics.jsonl";
   // Ask for the stop once step 2 is on record (as a SIGTERM handler would).
   std::thread stopper([&] {
@@ -475,4 +481,26 @@ TEST_CASE("SIGTERM stops after the current step with a final checkpoint; the run
   REQUIRE_MESSAGE(b.outcome.status == "completed", b.outcome.error);
   CHECK(b.state->params == clean().state->params);
   CHECK(b.state->exp_avg_sq == clean().state->exp_avg_sq);
+}
+
+TEST_CASE("a run that completes while a checkpoint is being written waits for its commit") {
+  // A checkpoint every step, each allowed to trail by one step (the default lag) and no
+  // final save: when the last step ends, the previous step's save is usually still being
+  // written. The run ends once it is committed, never leaving it half-written.
+  Config c = base("end-while-saving");
+  c.mutable_checkpoint()->set_interval_steps(1);
+  c.mutable_checkpoint()->set_max_lag_steps(1);
+  c.mutable_checkpoint()->set_save_on_exit(false);
+  const auto r = run(c);
+  CHECK(r.outcome.status == "completed");
+  const auto root = engine::checkpoint_root(c);
+  for (const auto& e : fs::directory_iterator(root)) {
+    CAPTURE(e.path().string());
+    CHECK(e.path().extension() != ".partial");
+  }
+  const auto steps = ckpt::list_step_dirs(root);
+  REQUIRE(!steps.empty());
+  const auto latest = ckpt::load_latest(root);
+  REQUIRE(latest.checkpoint);
+  CHECK(latest.checkpoint->step() == steps.back());
 }
