@@ -110,10 +110,26 @@ CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout) {
 
 std::shared_ptr<kernels::Device> RankDevices::get(const Rank& r, int incarnation) {
   std::lock_guard lock(mu_);
-  auto& e = devices_[{r.dp, r.pp, r.tp}];
+  const std::tuple key{r.dp, r.pp, r.tp};
+  auto& e = devices_[key];
   if (e.incarnation == incarnation)
     if (auto d = e.device.lock()) return d;
-  auto d = make_rank_device(config_, r);
+  std::shared_ptr<kernels::Device> d;
+  if (config_.device().type() != DeviceConfig::CPU && config_.cluster().workers() > 0) {
+    // A worker's ranks take its GPUs in the order they arrive, one each for good: every
+    // group is an NCCL group, which takes one member per GPU, and ranks placed together
+    // are in the same groups (e.g. BY_STAGE: one stage of every replica, a DP group),
+    // where the flat index mod GPUs could give two of them one GPU.
+    const auto gpu = gpu_of_.try_emplace(key, int(gpu_of_.size())).first->second;
+    const auto gpus = usable_gpus(config_);
+    if (gpu >= gpus.count)
+      refuse(fmt::format("cluster mode needs a GPU per rank on each worker: this worker hosts {} ranks and sees {} "
+                         "GPU(s)",
+                         gpu_of_.size(), gpus.count));
+    d = gpus.backend->make(gpu);
+  } else {
+    d = make_rank_device(config_, r);
+  }
   e = {incarnation, d};
   return d;
 }

@@ -45,7 +45,9 @@ CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout);
 // A training group's rank devices, handed out per start of the group: the stage and
 // the optimizer shard of one rank that start together (the same incarnation) get the
 // same device; a later start gets a new one, so an old actor still finishing an op
-// never shares a device with its successor. Thread-safe.
+// never shares a device with its successor. On a cluster worker with GPUs, the ranks it
+// hosts take its GPUs in arrival order, one each (more ranks than GPUs: refused, naming
+// device.type). Thread-safe.
 class RankDevices {
  public:
   explicit RankDevices(Config c) : config_(std::move(c)) {}
@@ -59,6 +61,7 @@ class RankDevices {
   std::mutex mu_;
   Config config_;
   std::map<std::tuple<int32_t, int32_t, int32_t>, Entry> devices_;
+  std::map<std::tuple<int32_t, int32_t, int32_t>, int> gpu_of_;  // cluster mode on GPUs: each rank's GPU
 };
 
 }  // namespace troupe::engine

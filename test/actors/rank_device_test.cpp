@@ -3,10 +3,15 @@
 // binary run every layout on these shared devices against the reference trainer.
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/rank_device.h"
+#include "kernels/cpu/cpu_device.h"
+#include "kernels/gpu_backend.h"
 
 using namespace troupe;
 
@@ -44,4 +49,41 @@ TEST_CASE("the actor runtime refuses a device it cannot run on, naming device.ty
   CHECK_THROWS_AS(devices.get({0, 0, 0}, 0), std::invalid_argument);
   c.mutable_device()->set_type(DeviceConfig::CPU);
   CHECK_NOTHROW(engine::check_runtime_device(c));
+}
+
+TEST_CASE("on a cluster worker with GPUs the ranks it hosts take its GPUs in arrival order, one each") {
+  Config c;
+  c.mutable_device()->set_type(DeviceConfig::CUDA);
+  c.mutable_parallel()->set_data(2);
+  c.mutable_parallel()->set_pipeline(8);
+  c.mutable_cluster()->set_workers(8);
+  std::vector<int> made;  // the GPU of each device made
+  kernels::GpuBackend two;
+  two.count = [](std::string*) { return 2; };
+  two.make = [&](int gpu) -> std::shared_ptr<kernels::Device> {
+    made.push_back(gpu);
+    return std::make_shared<kernels::cpu::CpuDevice>(1);
+  };
+  two.groups.new_id = [] { return std::string("id"); };
+  two.groups.join = [](const std::string&, int, int, const std::shared_ptr<kernels::Device>&, const std::string&,
+                       std::chrono::milliseconds) { return std::shared_ptr<comm::Communicator>(); };
+  two.groups.join_pipeline_pair = [](const std::string&, const std::string&, int,
+                                     const std::shared_ptr<kernels::Device>&, const std::string&,
+                                     std::chrono::milliseconds) { return std::shared_ptr<comm::Communicator>(); };
+  kernels::install_gpu_backend(two);
+  engine::RankDevices devices(c);
+  // BY_STAGE: this worker hosts stage 3 of both replicas, flat indexes 3 and 11, which
+  // the flat index mod 2 would put on one GPU (both are in dp[pp3/tp0]).
+  const auto a = devices.get({0, 3, 0}, 0);
+  const auto b = devices.get({1, 3, 0}, 0);
+  CHECK(b != a);
+  CHECK(devices.get({0, 3, 0}, 0) == a);  // its optimizer shard: the same device
+  const auto a2 = devices.get({0, 3, 0}, 1);  // a restart: a new device, the same GPU
+  CHECK(made == std::vector<int>{0, 1, 0});
+  CHECK(a2 != a);
+  CHECK_THROWS_WITH_AS(devices.get({0, 4, 0}, 0),
+                       "device.type: CUDA: cluster mode needs a GPU per rank on each worker: this worker hosts 3 "
+                       "ranks and sees 2 GPU(s)",
+                       std::invalid_argument);
+  kernels::install_gpu_backend({});
 }
