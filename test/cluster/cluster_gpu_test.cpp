@@ -7,6 +7,7 @@
 // equal to the same config in one process on one emulated GPU per rank.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "comm/nccl/nccl_communicator.h"
@@ -21,9 +22,14 @@ using namespace troupe::cluster_harness;
 
 namespace {
 
-// The emulated CUDA backend with NCCL groups, for the duration of a case.
+// The emulated CUDA backend with NCCL groups, for the duration of a case. The emulated
+// NCCL members meet under kRoot (inherited by the workers), removed with it: a killed
+// worker's groups are never left by all members, so nothing else would remove them.
 struct EmulatedGpus {
-  EmulatedGpus() { kernels::cuda::install_cuda_backend({}, comm::nccl_groups()); }
+  EmulatedGpus() {
+    ::setenv("TROUPE_EMU_NCCL_DIR", (kRoot / "emulated-nccl").c_str(), 1);
+    kernels::cuda::install_cuda_backend({}, comm::nccl_groups());
+  }
   ~EmulatedGpus() { kernels::install_gpu_backend({}); }
 };
 
@@ -81,6 +87,34 @@ TEST_CASE("emulated GPUs: 2 workers x TP2 x PP2 (sequence parallel) across proce
   c.mutable_parallel()->set_sequence_parallel(true);
   c.mutable_cluster()->set_placement(ClusterConfig::BY_STAGE);
   check_gpu_parity(c, 2, {"tp[dp0/pp0]", "tp[dp0/pp1]", "pp[dp0/tp1]:0-1"});
+}
+
+TEST_CASE("emulated GPUs: a SIGKILLed worker is replaced by the spare; fresh NCCL groups, bitwise the fault-free run") {
+  EmulatedGpus gpus;
+  // Worker 1 hosts stage 1 of both replicas and dies in step 3's forward. The ranks on
+  // worker 0 are then waiting for messages (gradients), not inside an NCCL call: the
+  // emulated NCCL runs a call on its caller's thread, so an abort could not reach a
+  // rank blocked in one (real NCCL enqueues and returns).
+  Config c = on_gpus(tiny("gpu-kill", 2, 2, 2, 1));
+  c.mutable_cluster()->set_placement(ClusterConfig::BY_STAGE);
+  c.mutable_checkpoint()->set_interval_steps(1);
+  c.mutable_checkpoint()->set_max_lag_steps(0);  // step 2's checkpoint is committed before step 3
+  *c.mutable_faults()->add_fault() = fault("stage/dp0/pp1/tp0", 3, Fault::FORWARD, Fault::KILL_PROCESS);
+  Config fault_free = c;
+  fault_free.clear_faults();
+  const auto want = testing::run(local_of(fault_free));
+  const auto run = run_cluster(c, 3);
+  INFO(run.logs());
+  REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
+  check_same_steps(run.result, want);
+  check_bitwise(*run.result.state, *want.state);
+  CHECK(run.result.restarts == 1);
+  REQUIRE(run.result.quarantine.size() == 1);
+  CHECK(run.result.quarantine[0].position == 1);
+  // The second generation joined groups under fresh IDs.
+  std::string logs;
+  for (const auto& w : run.workers) logs += testing::tail_of(w.log, 1000);
+  CHECK(logs.find("joined its NCCL groups of generation 2") != std::string::npos);
 }
 
 TEST_CASE("emulated GPUs: a cluster run's supervisor needs NCCL but no GPU") {
