@@ -145,14 +145,18 @@ void check_same_steps(const actors::RunResult& got, const actors::RunResult& wan
   }
 }
 
-void check_parity(const Config& c, int workers) {
-  const auto want = testing::run(local_of(c));
-  const auto run = run_cluster(c, workers);
+void check_matches(const ClusterRun& run, const actors::RunResult& want) {
   INFO(run.logs());
   REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
   REQUIRE(run.result.state.has_value());
   check_same_steps(run.result, want);
   check_bitwise(*run.result.state, *want.state);
+}
+
+void check_parity(const Config& c, int workers) {
+  const auto want = testing::run(local_of(c));
+  const auto run = run_cluster(c, workers);
+  check_matches(run, want);
   CHECK(run.result.quarantine.empty());
   REQUIRE(run.result.workers.size() == size_t(workers));
   for (const auto& w : run.workers) CHECK(exited_with(w, 0));

@@ -59,6 +59,9 @@ bool exited_with(const Worker& w, int code);
 void check_bitwise(const engine::NamedState& got, const engine::NamedState& want);
 // Every step's loss, grad norm and learning rate equal.
 void check_same_steps(const actors::RunResult& got, const actors::RunResult& want);
+// `run` completed with the steps, weights and Adam moments of `want`, bitwise (its
+// workers' log tails on failure).
+void check_matches(const ClusterRun& run, const actors::RunResult& want);
 // `c` on `workers` workers completes bitwise equal to the in-process run of local_of(c).
 void check_parity(const Config& c, int workers);
 
