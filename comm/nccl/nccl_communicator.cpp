@@ -24,14 +24,15 @@ std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
 }
 
 // Polls a non-blocking communicator until its pending work leaves ncclInProgress;
-// returns the final state, or ncclInProgress when the deadline passed first.
-ncclResult_t settle(ncclComm_t comm, Clock::time_point deadline) {
+// returns the final state, or ncclInProgress when the deadline passed first or *stop
+// became true.
+ncclResult_t settle(ncclComm_t comm, Clock::time_point deadline, const std::atomic<bool>* stop = nullptr) {
   for (;;) {
     ncclResult_t st = ncclInProgress;
     const ncclResult_t q = ncclCommGetAsyncError(comm, &st);
     if (q != ncclSuccess) return q;
     if (st != ncclInProgress) return st;
-    if (Clock::now() > deadline) return ncclInProgress;
+    if (Clock::now() > deadline || (stop && *stop)) return ncclInProgress;
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 }
@@ -298,9 +299,19 @@ std::string NcclCommunicator::where(const char* op) const {
   return member(name_, rank_, size_) + ", " + op;
 }
 
+void NcclCommunicator::mark_aborted(const std::string& why) {
+  std::lock_guard lock(reason_mu_);
+  if (!aborted_.exchange(true)) abort_reason_ = why;
+}
+
+std::string NcclCommunicator::abort_reason() const {
+  std::lock_guard lock(reason_mu_);
+  return abort_reason_;
+}
+
 void NcclCommunicator::fail(const char* op, const std::string& cause) {
+  mark_aborted(std::string(op) + ": " + cause);
   std::lock_guard lock(mu_);
-  if (!aborted_.exchange(true)) abort_reason_ = std::string(op) + ": " + cause;
   if (comm_) {
     ncclCommAbort(comm_);
     comm_ = nullptr;
@@ -309,8 +320,12 @@ void NcclCommunicator::fail(const char* op, const std::string& cause) {
 }
 
 void NcclCommunicator::abort(const std::string& why) {
-  std::lock_guard lock(mu_);
-  if (!aborted_.exchange(true)) abort_reason_ = why;
+  mark_aborted(why);
+  // Whoever holds mu_ longer than this is inside launch(): it polls aborted_ and aborts
+  // comm_ itself on its way out, so the caller (a supervisor's thread) never waits for a
+  // collective stuck on a dead peer.
+  std::unique_lock lock(mu_, std::chrono::milliseconds(200));
+  if (!lock.owns_lock()) return;
   if (comm_) {
     cudaSetDevice(device_.ordinal());
     ncclCommAbort(comm_);
@@ -323,15 +338,17 @@ Event NcclCommunicator::launch(const char* op, Enqueue&& enqueue, Stream stream)
   std::string cause;
   {
     std::lock_guard lock(mu_);
-    if (aborted_ || !comm_) throw CommError(where(op) + ": aborted: " + abort_reason_);
+    if (aborted_ || !comm_) throw CommError(where(op) + ": aborted: " + abort_reason());
     set_device(device_.ordinal());
     // The collective reads what the compute stream has produced so far.
     if (stream != Stream::kCompute) device_.wait_event(stream, device_.record_event(Stream::kCompute));
     ncclResult_t r = enqueue(comm_, device_.stream(stream));
-    if (r == ncclInProgress) r = settle(comm_, Clock::now() + timeout_);
-    if (r == ncclSuccess) return device_.record_event(stream);
-    cause = r == ncclInProgress ? "enqueueing did not finish within " + std::to_string(timeout_.count()) + " ms"
-                                : nccl_error(r, comm_);
+    if (r == ncclInProgress) r = settle(comm_, Clock::now() + timeout_, &aborted_);
+    if (r == ncclSuccess && !aborted_) return device_.record_event(stream);
+    if (aborted_) cause = "aborted while enqueueing: " + abort_reason();
+    else
+      cause = r == ncclInProgress ? "enqueueing did not finish within " + std::to_string(timeout_.count()) + " ms"
+                                  : nccl_error(r, comm_);
   }
   fail(op, cause);
 }
@@ -349,7 +366,7 @@ void NcclCommunicator::wait(const Event& e, const char* op) {
     std::string cause;
     {
       std::lock_guard lock(mu_);
-      if (aborted_ || !comm_) throw CommError(where(op) + ": aborted: " + abort_reason_);
+      if (aborted_ || !comm_) throw CommError(where(op) + ": aborted: " + abort_reason());
       ncclResult_t st = ncclSuccess;
       const ncclResult_t q = ncclCommGetAsyncError(comm_, &st);
       if (q != ncclSuccess) cause = nccl_error(q, comm_);
@@ -444,7 +461,7 @@ void NcclCommunicator::issue_reduce_scatter_sum_part(std::span<float> all, size_
 
 void NcclCommunicator::device_waits_for_issued() {
   std::lock_guard lock(mu_);
-  if (aborted_ || !comm_) throw CommError(where("device_waits_for_issued") + ": aborted: " + abort_reason_);
+  if (aborted_ || !comm_) throw CommError(where("device_waits_for_issued") + ": aborted: " + abort_reason());
   device_.wait_event(Stream::kCompute, device_.record_event(Stream::kComm));
 }
 

@@ -123,16 +123,23 @@ class NcclCommunicator final : public Communicator {
   void check_peer(const char* op, int peer) const;
   [[noreturn]] void fail(const char* op, const std::string& cause);
   std::string where(const char* op) const;
+  // Sets aborted_ with `why` as the reason, unless aborted before.
+  void mark_aborted(const std::string& why);
+  std::string abort_reason() const;
 
   std::shared_ptr<const void> held_;  // declared first: outlives everything below
-  std::mutex mu_;  // guards comm_ against a concurrent abort
+  // Guards comm_: one NCCL call on it at a time, and ncclCommAbort never concurrent with
+  // one. abort() waits for it only briefly: a call in progress that enqueues (and polls)
+  // sees aborted_ and aborts comm_ itself.
+  std::timed_mutex mu_;
   ncclComm* comm_;
   const int rank_, size_;
   kernels::cuda::CudaDevice& device_;
   const std::string name_;
   const std::chrono::milliseconds timeout_;
   std::atomic<bool> aborted_{false};
-  std::string abort_reason_;
+  mutable std::mutex reason_mu_;
+  std::string abort_reason_;  // guarded by reason_mu_
   kernels::Buffer scratch_;  // barrier value and the p2p header (int32 tag, count)
 };
 

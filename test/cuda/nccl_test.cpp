@@ -189,3 +189,36 @@ TEST_CASE("members created from a handed-out unique ID (the cross-process path) 
     CHECK(download(dev, buf.f32(), 77) == std::vector<float>(77, 3.0f));
   });
 }
+
+TEST_CASE("abort from another thread returns at once, while a collective waits for a member that never comes") {
+  if (!gpus_or_skip(2)) return;
+  loopback_only();
+  CudaDeviceOptions o1;
+  o1.device = 1;
+  CudaDevice d0, d1(o1);
+  auto group = comm::make_nccl_group({&d0, &d1}, "dp[stuck]");
+  auto buf = upload(d0, iota_values(64, 1.0f));
+  // Member 0 all-reduces; member 1 (a dead peer) never does.
+  std::string error;
+  std::thread caller([&] {
+    try {
+      group[0]->all_reduce_sum({buf.f32(), 64});
+      error = "returned";
+    } catch (const comm::CommError& e) {
+      error = e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // What the supervisor does: abort from its own thread, which must not wait for the
+  // stuck collective (the emulated NCCL runs it on the caller's thread, holding the
+  // communicator: abort gives up the lock after 200 ms and leaves the abort to it).
+  const auto t0 = std::chrono::steady_clock::now();
+  group[0]->abort("its peer died");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(s < 2.0);
+  CHECK(group[0]->aborted());
+  group[1]->abort("dead");  // the dead peer's side goes too (the emulated call then returns)
+  caller.join();
+  CHECK(error.find("dp[stuck]: rank 0 of 2") != std::string::npos);
+  CHECK(error.find("its peer died") != std::string::npos);
+}
