@@ -211,7 +211,10 @@ void CudaDevice::release(void* data) {
 
 void CudaDevice::copy(void* dst, const void* src, size_t bytes) {
   make_current();
-  TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_));
+  // Default: under unified addressing the runtime finds where each pointer lives, so
+  // `src` may be another GPU's memory (a pipeline neighbour's slot in one process: a
+  // peer copy, on this device's stream).
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, compute_));
 }
 
 void CudaDevice::copy_from_host(void* dst, const void* src, size_t bytes) {
