@@ -189,7 +189,6 @@ ClusterComms::ClusterComms(std::shared_ptr<Cluster> cluster, caf::actor store, s
     : cluster_(std::move(cluster)),
       store_(std::move(store)),
       run_id_(std::move(run_id)),
-      device_groups_(c.device().type() != DeviceConfig::CPU),
       config_(c) {}
 
 int64_t ClusterComms::current() {
@@ -197,9 +196,9 @@ int64_t ClusterComms::current() {
   if (aborted_) {
     ++generation_;
     aborted_ = false;
-    // Before any rank of the generation is placed; a member that asks first waits in
-    // the store for its ID.
-    if (device_groups_)
+    // On GPUs every group is an NCCL group. Before any rank of the generation is
+    // placed; a member that asks first waits in the store for its ID.
+    if (config_.device().type() != DeviceConfig::CPU)
       for (auto& [key, id] : engine::mint_device_group_ids(config_, generation_prefix(run_id_, generation_)))
         caf::anon_send(store_, StoreSet{std::move(key), std::vector<char>(id.begin(), id.end())});
   }

@@ -123,7 +123,6 @@ class ClusterComms {
   std::shared_ptr<Cluster> cluster_;
   caf::actor store_;
   std::string run_id_;
-  bool device_groups_;  // device.type CUDA: every group is an NCCL group
   Config config_;
   int64_t generation_ = 0;
   bool aborted_ = true;  // the first current() opens generation 1

@@ -33,7 +33,6 @@ struct OptimizerState {
   // allocate_host), reused once the writer has let go of them: fresh 4 KiB pages cost a
   // page fault each, which doubled the copy's time (and page-locking them costs more).
   std::shared_ptr<float> snapshot[3];
-  size_t snapshot_floats = 0;
   // Snapshots whose copies are on their way to the host, oldest first: each goes to the
   // writer when its snapshot_landed_atom arrives.
   std::deque<msg::ShardSnapshot> landing;
@@ -91,14 +90,14 @@ void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
     const float* sources[3] = {st.stage_params + range.begin, a.m(), a.v()};  // device memory
     for (int i = 0; i < 3; ++i) {
       auto& copy = st.snapshot[i];
-      // use_count 1: neither the writer nor a landing snapshot holds it any more.
-      if (!copy || copy.use_count() != 1 || st.snapshot_floats != n) {
+      // use_count 1: neither the writer nor a landing snapshot holds it any more. (n is
+      // the same every time: a shard's range never changes.)
+      if (!copy || copy.use_count() != 1) {
         auto block = st.device->allocate_host(std::max<size_t>(1, n) * sizeof(float));
         copy = {block, static_cast<float*>(block.get())};
       }
       st.device->copy_to_host_async(copy.get(), sources[i], n * sizeof(float));
     }
-    st.snapshot_floats = n;
     st.landing.push_back(msg::ShardSnapshot{cmd.step, cmd.partial_dir, cmd.partial_dir_inode,
                                             cmd.partial_dir_generation, cmd.attempt, r.dp, r.pp, r.tp, range.begin,
                                             range.end, st.snapshot[0], st.snapshot[1], st.snapshot[2]});

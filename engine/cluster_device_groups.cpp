@@ -56,17 +56,10 @@ RankComms join_device_groups(const Config& c, int32_t index, comm::Store& store,
     if (g.kind == comm::GroupKind::kPipelineNeighbours) {
       const auto forward = text(store.get(device_group_key(prefix, g.name, "forward"), timeout));
       const auto backward = text(store.get(device_group_key(prefix, g.name, "backward"), timeout));
-      (member == 0 ? out.pipeline_next : out.pipeline_prev) =
-          groups.join_pipeline_pair(forward, backward, member, device, g.name, timeout);
-      continue;
-    }
-    auto joined = groups.join(text(store.get(device_group_key(prefix, g.name), timeout)), member,
-                              int(g.members.size()), device, g.name, timeout);
-    switch (g.kind) {
-      case comm::GroupKind::kDataParallel: out.data_parallel = std::move(joined); break;
-      case comm::GroupKind::kTensorParallel: out.tensor_parallel = std::move(joined); break;
-      case comm::GroupKind::kEmbedding: out.embedding = std::move(joined); break;
-      case comm::GroupKind::kPipelineNeighbours: break;
+      slot_of(out, g, member) = groups.join_pipeline_pair(forward, backward, member, device, g.name, timeout);
+    } else {
+      slot_of(out, g, member) = groups.join(text(store.get(device_group_key(prefix, g.name), timeout)), member,
+                                            int(g.members.size()), device, g.name, timeout);
     }
   }
   return out;

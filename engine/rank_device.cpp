@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/gloo_groups.h"
 #include "engine/stage_worker.h"
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/gpu_backend.h"
@@ -78,33 +79,20 @@ CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout) {
   const auto gpus = usable_gpus(c);
   if (!device_groups(gpus, c)) return plan;
   for (const auto& r : topo.all_ranks()) plan.devices.push_back(gpus.backend->make(topo.index(r)));
-  // One device communicator over `members`, member i into members[i]'s `slot`; these
-  // replace the in-process groups of the same name (left unused).
-  using Slot = std::shared_ptr<comm::Communicator> RankComms::*;
-  auto group = [&](const std::vector<Rank>& members, const std::string& name, Slot slot) {
+  // Each group a device communicator over its members' devices, replacing the
+  // in-process group of the same name (left unused). Pipeline neighbours hand each
+  // other pointers in one process; tensor-parallel groups of one member are never
+  // called; data-parallel ones are made even of one member: a stage's collectives are
+  // all on device memory or none.
+  for (const auto& g : comm::layout_groups(topo.dp, topo.pp, topo.tp)) {
+    if (g.kind == comm::GroupKind::kPipelineNeighbours || (g.kind == comm::GroupKind::kTensorParallel && topo.tp == 1))
+      continue;
     std::vector<std::shared_ptr<kernels::Device>> devices;
-    for (const auto& m : members) devices.push_back(plan.devices[size_t(topo.index(m))]);
-    const auto g = gpus.backend->groups.make(devices, name, timeout);
-    plan.all_members.insert(plan.all_members.end(), g.begin(), g.end());
-    for (size_t i = 0; i < members.size(); ++i) plan.ranks[size_t(topo.index(members[i]))].*slot = g[i];
-  };
-  for (int32_t d = 0; d < topo.dp; ++d)
-    for (int32_t p = 0; p < topo.pp && topo.tp > 1; ++p) {
-      std::vector<Rank> members;
-      for (int32_t k = 0; k < topo.tp; ++k) members.push_back({d, p, k});
-      group(members, fmt::format("tp[dp{}/pp{}]", d, p), &RankComms::tensor_parallel);
-    }
-  // Data-parallel groups even of one member: a stage's collectives are all on device
-  // memory or none.
-  for (int32_t p = 0; p < topo.pp; ++p)
-    for (int32_t k = 0; k < topo.tp; ++k) {
-      std::vector<Rank> members;
-      for (int32_t d = 0; d < topo.dp; ++d) members.push_back({d, p, k});
-      group(members, fmt::format("dp[pp{}/tp{}]", p, k), &RankComms::data_parallel);
-    }
-  for (int32_t d = 0; d < topo.dp && topo.pp > 1; ++d)
-    for (int32_t k = 0; k < topo.tp; ++k)
-      group({{d, 0, k}, {d, topo.pp - 1, k}}, fmt::format("embedding[dp{}/tp{}]", d, k), &RankComms::embedding);
+    for (const int m : g.members) devices.push_back(plan.devices[size_t(m)]);
+    const auto made = gpus.backend->groups.make(devices, g.name, timeout);
+    plan.all_members.insert(plan.all_members.end(), made.begin(), made.end());
+    for (size_t i = 0; i < g.members.size(); ++i) slot_of(plan.ranks[size_t(g.members[i])], g, int(i)) = made[i];
+  }
   return plan;
 }
 

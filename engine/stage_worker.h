@@ -152,8 +152,6 @@ class StageWorker {
 
   // Whether the data-parallel reduce-scatter starts in buckets during the last backward.
   bool overlaps_reduction() const;
-  // Buckets (blocks) issued during this step's last backward.
-  int buckets_issued() const { return int(buckets_.size()); }
 
   model::FlatRange shard_range() const { return shard_; }
   bool distributed_optimizer() const { return distributed_; }

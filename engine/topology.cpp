@@ -1,7 +1,10 @@
 #include "engine/topology.h"
 
+#include <stdexcept>
+
 #include <fmt/format.h>
 
+#include "comm/gloo_groups.h"
 #include "comm/inprocess.h"
 
 namespace troupe::engine {
@@ -32,6 +35,16 @@ std::vector<std::string> all_paths(const Topology& t) {
     out.push_back(writer_path(r));
   }
   return out;
+}
+
+std::shared_ptr<comm::Communicator>& slot_of(RankComms& r, const comm::GroupSpec& g, int member) {
+  switch (g.kind) {
+    case comm::GroupKind::kDataParallel: return r.data_parallel;
+    case comm::GroupKind::kTensorParallel: return r.tensor_parallel;
+    case comm::GroupKind::kEmbedding: return r.embedding;
+    case comm::GroupKind::kPipelineNeighbours: return member == 0 ? r.pipeline_next : r.pipeline_prev;
+  }
+  throw std::logic_error("slot_of: unknown group kind");
 }
 
 std::chrono::milliseconds collective_timeout(const Config& c) {

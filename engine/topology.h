@@ -14,6 +14,10 @@
 #include "kernels/device.h"
 #include "messages/config.pb.h"
 
+namespace troupe::comm {
+struct GroupSpec;
+}
+
 namespace troupe::engine {
 
 struct Rank {
@@ -61,6 +65,10 @@ struct RankComms {
   // neighbours hand each other pointers.
   std::shared_ptr<comm::Communicator> pipeline_prev, pipeline_next;
 };
+
+// The communicator of `r` that member `member` of the layout group `g`
+// (comm::layout_groups, whose member indexes are Topology::index) fills.
+std::shared_ptr<comm::Communicator>& slot_of(RankComms& r, const comm::GroupSpec& g, int member);
 
 // How long a collective may wait for its peers: somewhat longer than the step
 // watchdog (supervision.step_watchdog_s x 1.5 + 1 s; 120 s with the watchdog off), so a

@@ -172,15 +172,22 @@ std::vector<std::shared_ptr<NcclCommunicator>> make_nccl_group(const std::vector
   return out;
 }
 
+namespace {
+
+// `device` as the CUDA device NCCL needs; CommError naming group `name` otherwise.
+kernels::cuda::CudaDevice& cuda_of(const std::shared_ptr<kernels::Device>& device, const std::string& name) {
+  auto* c = dynamic_cast<kernels::cuda::CudaDevice*>(device.get());
+  if (!c) throw CommError(name + ": NCCL needs a CUDA device, got " + (device ? device->describe() : "none"));
+  return *c;
+}
+
+}  // namespace
+
 kernels::DeviceGroups::MakeGroup nccl_group_maker() {
   return [](const std::vector<std::shared_ptr<kernels::Device>>& devices, const std::string& name,
             std::chrono::milliseconds timeout) {
     std::vector<kernels::cuda::CudaDevice*> cuda;
-    for (const auto& d : devices) {
-      auto* c = dynamic_cast<kernels::cuda::CudaDevice*>(d.get());
-      if (!c) throw CommError(name + ": NCCL needs CUDA devices, got " + (d ? d->describe() : std::string("none")));
-      cuda.push_back(c);
-    }
+    for (const auto& d : devices) cuda.push_back(&cuda_of(d, name));
     std::vector<std::shared_ptr<Communicator>> out;
     auto members = make_nccl_group(cuda, name, timeout);
     for (size_t i = 0; i < members.size(); ++i) {
@@ -197,9 +204,7 @@ kernels::DeviceGroups nccl_groups() {
   g.new_id = [] { return nccl_id_to_hex(nccl_unique_id()); };
   auto join = [](const std::string& id, int rank, int size, const std::shared_ptr<kernels::Device>& device,
                  const std::string& name, std::chrono::milliseconds timeout) {
-    auto* cuda = dynamic_cast<kernels::cuda::CudaDevice*>(device.get());
-    if (!cuda) throw CommError(name + ": NCCL needs a CUDA device, got " + (device ? device->describe() : "none"));
-    auto m = make_nccl_communicator(nccl_id_from_hex(id), rank, size, *cuda, name, timeout);
+    auto m = make_nccl_communicator(nccl_id_from_hex(id), rank, size, cuda_of(device, name), name, timeout);
     m->hold(device);
     return m;
   };

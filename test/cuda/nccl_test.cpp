@@ -27,6 +27,17 @@ std::vector<float> iota_values(size_t n, float base) {
   return v;
 }
 
+// A device on GPU 0 and one on GPU 1: gpus[r] is rank r's.
+struct TwoGpus {
+  static CudaDeviceOptions second() {
+    CudaDeviceOptions o;
+    o.device = 1;
+    return o;
+  }
+  CudaDevice d0, d1{second()};
+  CudaDevice& operator[](int r) { return r == 0 ? d0 : d1; }
+};
+
 // Runs body(rank) on one thread per rank and rethrows the first failure.
 template <class F>
 void on_threads(int n, F&& body) {
@@ -120,14 +131,12 @@ TEST_CASE("creating a communicator whose other member never joins times out with
 TEST_CASE("an in-process group of two GPUs: collectives with even and uneven chunks, in place, p2p") {
   if (!gpus_or_skip(2)) return;
   loopback_only();
-  CudaDeviceOptions o1;
-  o1.device = 1;
-  CudaDevice d0, d1(o1);
-  auto group = comm::make_nccl_group({&d0, &d1}, "dp[two]");
+  TwoGpus gpus;
+  auto group = comm::make_nccl_group({&gpus.d0, &gpus.d1}, "dp[two]");
   for (size_t n : {size_t(1000), size_t(1001)}) {
     CAPTURE(n);
     on_threads(2, [&](int r) {
-      CudaDevice& dev = r == 0 ? d0 : d1;
+      CudaDevice& dev = gpus[r];
       auto& c = *group[size_t(r)];
       const auto mine = iota_values(n, float(r + 1) * 1000.0f);
       const auto other = iota_values(n, float(2 - r) * 1000.0f);
@@ -161,7 +170,7 @@ TEST_CASE("an in-process group of two GPUs: collectives with even and uneven chu
   }
   // A tag mismatch is reported by the receiver.
   on_threads(2, [&](int r) {
-    CudaDevice& dev = r == 0 ? d0 : d1;
+    CudaDevice& dev = gpus[r];
     auto buf = upload(dev, iota_values(64, 1.0f));
     if (r == 0)
       group[0]->send({buf.f32(), 64}, 1, 3);
@@ -175,15 +184,13 @@ TEST_CASE("members created from a handed-out unique ID (the cross-process path) 
   if (!gpus_or_skip(2)) return;
   loopback_only();
   const std::string hex = comm::nccl_id_to_hex(comm::nccl_unique_id());  // what the supervisor sends
-  CudaDeviceOptions o1;
-  o1.device = 1;
-  CudaDevice d0, d1(o1);
+  TwoGpus gpus;
   std::shared_ptr<comm::NcclCommunicator> members[2];
   on_threads(2, [&](int r) {
-    members[r] = comm::make_nccl_communicator(comm::nccl_id_from_hex(hex), r, 2, r == 0 ? d0 : d1, "tp[pp0]");
+    members[r] = comm::make_nccl_communicator(comm::nccl_id_from_hex(hex), r, 2, gpus[r], "tp[pp0]");
   });
   on_threads(2, [&](int r) {
-    CudaDevice& dev = r == 0 ? d0 : d1;
+    CudaDevice& dev = gpus[r];
     auto buf = upload(dev, std::vector<float>(77, float(r + 1)));
     members[r]->all_reduce_sum({buf.f32(), 77});
     CHECK(download(dev, buf.f32(), 77) == std::vector<float>(77, 3.0f));
@@ -193,11 +200,9 @@ TEST_CASE("members created from a handed-out unique ID (the cross-process path) 
 TEST_CASE("abort from another thread returns at once, while a collective waits for a member that never comes") {
   if (!gpus_or_skip(2)) return;
   loopback_only();
-  CudaDeviceOptions o1;
-  o1.device = 1;
-  CudaDevice d0, d1(o1);
-  auto group = comm::make_nccl_group({&d0, &d1}, "dp[stuck]");
-  auto buf = upload(d0, iota_values(64, 1.0f));
+  TwoGpus gpus;
+  auto group = comm::make_nccl_group({&gpus.d0, &gpus.d1}, "dp[stuck]");
+  auto buf = upload(gpus.d0, iota_values(64, 1.0f));
   // Member 0 all-reduces; member 1 (a dead peer) never does.
   std::string error;
   std::thread caller([&] {
