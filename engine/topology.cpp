@@ -60,29 +60,12 @@ void CommPlan::abort_all(const std::string& why) const {
 CommPlan make_inprocess_comms(const Topology& t, std::chrono::milliseconds timeout) {
   CommPlan plan;
   plan.ranks.resize(t.ranks());
-  auto keep = [&](const std::vector<std::shared_ptr<comm::Communicator>>& g) {
-    plan.all_members.insert(plan.all_members.end(), g.begin(), g.end());
-  };
-  for (int32_t p = 0; p < t.pp; ++p)
-    for (int32_t k = 0; k < t.tp; ++k) {
-      auto g = comm::make_inprocess_group(t.dp, fmt::format("dp[pp{}/tp{}]", p, k), timeout);
-      keep(g);
-      for (int32_t d = 0; d < t.dp; ++d) plan.ranks[t.index({d, p, k})].data_parallel = g[d];
-    }
-  for (int32_t d = 0; d < t.dp; ++d)
-    for (int32_t p = 0; p < t.pp; ++p) {
-      auto g = comm::make_inprocess_group(t.tp, fmt::format("tp[dp{}/pp{}]", d, p), timeout);
-      keep(g);
-      for (int32_t k = 0; k < t.tp; ++k) plan.ranks[t.index({d, p, k})].tensor_parallel = g[k];
-    }
-  if (t.pp > 1)
-    for (int32_t d = 0; d < t.dp; ++d)
-      for (int32_t k = 0; k < t.tp; ++k) {
-        auto g = comm::make_inprocess_group(2, fmt::format("embedding[dp{}/tp{}]", d, k), timeout);
-        keep(g);
-        plan.ranks[t.index({d, 0, k})].embedding = g[0];
-        plan.ranks[t.index({d, t.pp - 1, k})].embedding = g[1];
-      }
+  for (const auto& g : comm::layout_groups(t.dp, t.pp, t.tp)) {
+    if (g.kind == comm::GroupKind::kPipelineNeighbours) continue;  // one process: neighbours hand over pointers
+    const auto made = comm::make_inprocess_group(int(g.members.size()), g.name, timeout);
+    plan.all_members.insert(plan.all_members.end(), made.begin(), made.end());
+    for (size_t i = 0; i < g.members.size(); ++i) slot_of(plan.ranks[size_t(g.members[i])], g, int(i)) = made[i];
+  }
   return plan;
 }
 
