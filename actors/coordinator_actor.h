@@ -15,7 +15,8 @@
 // copies are taken, and commits the manifest (then `latest`) once every writer has
 // written its shard. One checkpoint is in flight at a time.
 //
-// Liveness: stages send a Heartbeat after every op; a step that makes no progress
+// Liveness: stages send a Heartbeat after an op (at most one per
+// supervision.heartbeat_interval_s); a step that makes no progress
 // for supervision.step_watchdog_s fails the coordinator with the missing reports and
 // the last heartbeat of each silent actor, and the training group restarts.
 //

@@ -16,9 +16,10 @@
 //
 // Neighbours in another process (cluster mode): the output of a forward (or the
 // input gradient of a backward) goes to the neighbour through the pipeline-neighbour
-// communicator (a buffered Gloo send) and the message carries only its shape; the
-// receiving stage receives the values as the message arrives, before it runs the op.
-// Neighbours in this process hand each other pointers, as before.
+// communicator and the message carries only its shape. Over Gloo (a buffered send)
+// the receiving stage receives the values as the message arrives; over NCCL (cluster
+// mode on GPUs) the send is issued on the device and the receiver issues the receive
+// when it runs the op. Neighbours in this process hand each other pointers.
 //
 // Messages in: wire_atom + Registry, RunStep, MicrobatchReady, ActivationsReady,
 // GradientsReady, ShardApplied, loader_atom + actor (its loader was restarted),

@@ -1,8 +1,8 @@
-// The kernel interface: one Device per compute context (a stage actor's CPU
-// threads today, a CUDA stream later). It owns its memory (allocate) and runs
-// every primitive the model and the optimizer need. Kernels are plain functions
-// in llm.c's style: raw pointers into device buffers, explicit dimensions, and a
-// comment stating the shapes. All tensors are row-major and contiguous unless a
+// The kernel interface: one Device per compute context (a rank's CPU thread pool,
+// or a CUDA device's streams on one GPU: kernels/cuda). It owns its memory
+// (allocate) and runs every primitive the model and the optimizer need. Kernels are
+// plain functions in llm.c's style: raw pointers into device buffers, explicit
+// dimensions, and a comment stating the shapes. All tensors are row-major and contiguous unless a
 // leading dimension (ld*) says otherwise.
 //
 // Conventions:
@@ -55,7 +55,8 @@ class Device {
   virtual Buffer allocate(int64_t count, DType dtype = DType::kF32) = 0;
   // Frees memory from allocate(); called by Buffer's destructor only.
   virtual void release(void* data) = 0;
-  virtual void copy(void* dst, const void* src, size_t bytes) = 0;          // device -> device
+  // device -> device; on CUDA `src` may be another GPU's memory (a peer copy)
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;

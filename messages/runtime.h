@@ -1,7 +1,7 @@
 // The typed messages of the training runtime, declared in one place.
 //
 // One step as data (DESIGN.md section 3):
-//   coordinator --RunStep--> loaders, stages
+//   coordinator --RunStep--> stages (an evaluation pass's also to the loaders)
 //   loader[dp] --MicrobatchReady--> stage[dp][*]          (one handle, every stage of the replica)
 //   stage[dp][p] --ActivationsReady--> stage[dp][p+1]      (forward)
 //   stage[dp][p] <--GradientsReady-- stage[dp][p+1]        (backward)
@@ -35,8 +35,10 @@ enum class StepKind : uint8_t {
   Eval,   // forward only on the validation split; weights, RNG and data position untouched
 };
 
-// coordinator -> loaders and stages: start step `step`. For Train, the global batch
-// begins at `consumed_samples`; for Eval, `consumed_samples` indexes the validation order.
+// coordinator -> stages: start step `step`. An Eval pass's RunStep also goes to the
+// loaders, which produce its microbatches on it; training microbatches stream ahead on
+// credits without one. For Train, the global batch begins at `consumed_samples`; for
+// Eval, `consumed_samples` indexes the validation order.
 struct RunStep {
   int64_t step = 0;
   StepKind kind = StepKind::Train;
@@ -58,20 +60,22 @@ struct MicrobatchReady {
   std::shared_ptr<const data::Microbatch> batch;
 };
 
-// A float tensor passed by handle: rows x cols, row-major, at `data`. During
-// training `data` points into the sender's activation slot, whose values stay put
-// until the receiver has consumed them (engine::activation_slots); `owner` keeps the
-// memory itself alive: the sender's stage (so a stage stopped by a restart never frees
-// a slot its neighbour is still reading), or the copy the sender made instead
-// (evaluation, where no backward paces the slots).
+// A float tensor passed by handle: rows x cols, row-major, at `data`. In one process
+// `data` points into the sender's activation slot, whose values stay put until the
+// receiver has consumed them (engine::activation_slots; in evaluation, where no
+// backward paces the slots, until the receiver's eval_consumed_atom); `owner` keeps
+// the memory itself alive: the sender's stage (so a stage stopped by a restart never
+// frees a slot its neighbour is still reading), or the host copy the receiver made of
+// values received over Gloo.
 struct Activations {
   const float* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
   std::shared_ptr<const void> owner;
   // Set when the sender lives in another process: the values went through the
-  // pipeline-neighbour communicator (a Gloo send) and `data` is null until the
-  // receiver has received them (rows x cols floats, before it runs the op).
+  // pipeline-neighbour communicator and `data` is null until the receiver has received
+  // them (rows x cols floats): over Gloo as the message arrives; over NCCL (GPUs) it
+  // stays null and the receive is issued into the stage's inbox when the op runs.
   bool via_comm = false;
 };
 
@@ -171,7 +175,8 @@ struct StageDone {
   StageTiming timing;
 };
 
-// every actor -> supervisor/coordinator: alive, and where it is.
+// stage -> coordinator: alive, and where it is (at most one per
+// supervision.heartbeat_interval_s).
 struct Heartbeat {
   std::string path;
   int64_t step = 0;
