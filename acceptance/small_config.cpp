@@ -67,8 +67,8 @@ SmallModel derive_small_model(const Config& big, const std::string& data_prefix,
   o->set_warmup_init(0);
   c.mutable_lr_schedule()->set_warmup_samples(b->global_batch_size());
   c.mutable_lr_schedule()->set_decay_style(big.lr_schedule().decay_style());
-  d += fmt::format("- optimizer: lr 1e-3 -> 1e-4 (config: {:g} -> {:g}; the tolerances assume 1e-3), warmup over the "
-                   "first update, {} decay; beta1 {:g}, beta2 {:g}, eps {:g}, weight decay {:g}, clip {:g} (the "
+  d += fmt::format("- optimizer: lr 1e-3 -> 1e-4 (config: {:g} -> {:g}; the tolerances assume 1e-3), warmup from 0 over "
+                   "the first update (Megatron's convention: update 1 applies 0, update 2 the peak), {} decay; beta1 {:g}, beta2 {:g}, eps {:g}, weight decay {:g}, clip {:g} (the "
                    "config's)\n",
                    big.optimizer().lr(), big.optimizer().min_lr(),
                    LrScheduleConfig::DecayStyle_Name(big.lr_schedule().decay_style()), o->beta1(), o->beta2(), o->eps(),

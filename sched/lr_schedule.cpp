@@ -32,7 +32,7 @@ double LrSchedule::lr_at(int64_t samples) const {
 }
 
 double LrSchedule::lr_for_update(int64_t successful_updates) const {
-  return lr_at((successful_updates + 1) * global_batch_);
+  return lr_at(successful_updates * global_batch_);
 }
 
 }  // namespace troupe::sched

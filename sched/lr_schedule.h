@@ -23,15 +23,19 @@ class LrSchedule {
  public:
   explicit LrSchedule(const Config& c);
 
-  // The learning rate at schedule position `samples` (samples of successful updates
-  // so far, counting the one being applied). A pure function of its argument.
+  // The learning rate at schedule position `samples` (the samples of the successful
+  // updates before the one being applied). A pure function of its argument.
   double lr_at(int64_t samples) const;
 
   // The learning rate of the update that follows `successful_updates` successful
-  // updates. Convention (Megatron's): the schedule position counts the batch being
-  // applied, so this is lr_at((successful_updates + 1) * global_batch_size).
-  // Skipped updates (non-finite gradient norm) do not advance successful_updates,
-  // hence the schedule does not move for them; consumed samples do move elsewhere.
+  // updates. Convention (Megatron's training loop: its scheduler steps after
+  // optimizer.step(), and its constructor sets the LR at 0 samples): the schedule
+  // position is the samples consumed *before* the update, so this is
+  // lr_at(successful_updates * global_batch_size). Update 1 applies lr_at(0) =
+  // warmup_init; with warmup W = n x global_batch, update n + 1 is the first at the
+  // peak. Skipped updates (non-finite gradient norm) do not advance
+  // successful_updates, hence the schedule does not move for them; consumed samples
+  // do move elsewhere. docs/planner.md has the seed's values.
   double lr_for_update(int64_t successful_updates) const;
 
   int64_t warmup_samples() const { return warmup_; }

@@ -60,6 +60,10 @@ LrPoints lr_points(const Config& c) {
   p.warmup_end = s.lr_at(p.warmup_end_sample);
   p.midpoint = s.lr_at(p.midpoint_sample);
   p.end = s.lr_at(p.end_sample);
+  const int64_t batch = c.batch().global_batch_size();
+  p.warmup_end_update = updates_covering(p.warmup_end_sample, batch) + 1;
+  p.midpoint_update = updates_covering(p.midpoint_sample, batch) + 1;
+  p.end_update = updates_covering(p.end_sample, batch) + 1;
   return p;
 }
 

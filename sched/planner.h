@@ -41,9 +41,12 @@ struct WarmupPlan {
 WarmupPlan warmup_plan(const Config& c);
 
 // The LR at the end of warmup, at the midpoint of the decay phase, and at its end
-// (sample positions as in sched/lr_schedule.h).
+// (sample positions as in sched/lr_schedule.h), and the first update that applies the
+// schedule at or past each: update k applies it at the (k - 1) x global_batch samples
+// consumed before it (Megatron's convention), so that is ceil(sample / global_batch) + 1.
 struct LrPoints {
   int64_t warmup_end_sample = 0, midpoint_sample = 0, end_sample = 0;
+  int64_t warmup_end_update = 0, midpoint_update = 0, end_update = 0;
   double warmup_end = 0, midpoint = 0, end = 0;
 };
 LrPoints lr_points(const Config& c);

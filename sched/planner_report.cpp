@@ -184,11 +184,13 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
                    lr(c.optimizer().lr()), style_name(c.lr_schedule().decay_style()),
                    lr(c.optimizer().min_lr()));
   {
-    Table t({"point", "sample", "lr"});
-    t.row({"warmup end", group_digits(lp.warmup_end_sample), lr(lp.warmup_end)});
-    t.row({"decay midpoint", group_digits(lp.midpoint_sample), lr(lp.midpoint)});
-    t.row({"decay end", group_digits(lp.end_sample), lr(lp.end)});
+    Table t({"point", "sample", "lr", "first update at it"});
+    t.row({"warmup end", group_digits(lp.warmup_end_sample), lr(lp.warmup_end), group_digits(lp.warmup_end_update)});
+    t.row({"decay midpoint", group_digits(lp.midpoint_sample), lr(lp.midpoint), group_digits(lp.midpoint_update)});
+    t.row({"decay end", group_digits(lp.end_sample), lr(lp.end), group_digits(lp.end_update)});
     o += t.str();
+    o += "  (update k applies the schedule at the (k - 1) x global batch samples consumed before it,\n"
+         "  as Megatron's training loop does: update 1 applies the warmup's start)\n";
   }
 
   const AdamwStep step = adamw_step(0.5, 0.5, c.optimizer().lr(), c.optimizer().weight_decay());

@@ -39,7 +39,7 @@ EOD = 256
 FIXTURE = dict(
     layers=2, heads=2, width=16, vocab_size=257, vocab_pad_multiple=64, max_positions=32,
     layernorm_eps=1e-5, micro_batch_size=4, global_batch_size=24, seq_length=16,
-    lr=1e-3, min_lr=1e-4, warmup_init=0.0, beta1=0.9, beta2=0.95, eps=1e-8,
+    lr=1e-3, min_lr=1e-4, warmup_init=5e-4, beta1=0.9, beta2=0.95, eps=1e-8,
     weight_decay=0.1, clip_grad=0.5, warmup_samples=48, decay_samples=480,
     decay_style="COSINE", train_samples=480, seed=1234,
 )
@@ -150,8 +150,9 @@ def loss_sum_and_tokens(P, b, c):
 
 
 def lr_for_first_update(c):
-    """The LR schedule in samples at the first update's position (one global batch)."""
-    s = c["global_batch_size"]
+    """The LR of the first update: the schedule in samples at the samples consumed before
+    it, 0 (Megatron's training loop: the scheduler steps after the optimizer)."""
+    s = 0
     w, d = c["warmup_samples"], c["decay_samples"]
     if w > 0 and s <= w:
         return c["warmup_init"] + (c["lr"] - c["warmup_init"]) * s / w

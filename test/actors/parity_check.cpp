@@ -33,6 +33,9 @@ Config parity_layout(int dp, int pp, const std::string& run_dir) {
   o->set_lr(1e-3);
   o->set_min_lr(1e-4);
   c.mutable_lr_schedule()->set_warmup_samples(8);
+  // Update 1 applies the warmup's start (the schedule at 0 samples): not 0, so that a
+  // one-update parity check compares weights that moved.
+  o->set_warmup_init(1e-4);
   c.mutable_training()->set_train_samples(24);
   c.mutable_training()->set_seed(7);
   c.mutable_device()->set_threads(1);  // one thread everywhere: identical GEMM partitions

@@ -27,7 +27,7 @@ inline constexpr double kParamAbs = 1e-5;   // every parameter, max |runtime - r
 inline constexpr double kMomentRel = 1e-4;  // Adam moments per tensor, max |diff| / max |reference|
 
 // The runtime suites' layout: 4 layers of width 32 (2 heads), byte vocabulary, global
-// batch 8 of 1 x 32 sequences, lr 1e-3 after 8 warm-up samples, seed 7, one compute
+// batch 8 of 1 x 32 sequences, lr 1e-4 -> 1e-3 over 8 warm-up samples (the first update at 1e-4), seed 7, one compute
 // thread, DP x PP with 1F1B and the distributed optimizer, 3 updates, no restarts and
 // no checkpoint; its run directory is `run_dir` in the temporary directory.
 Config parity_layout(int dp, int pp, const std::string& run_dir);

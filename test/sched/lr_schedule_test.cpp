@@ -95,26 +95,49 @@ TEST_CASE("decay_samples 0 means train_samples") {
   CHECK(s.lr_at(10500) == doctest::Approx(4.4e-5).epsilon(1e-12));
 }
 
-TEST_CASE("lr_for_update counts the batch being applied") {
+TEST_CASE("lr_for_update: the schedule at the samples consumed before the update") {
   LrSchedule s(make(LrScheduleConfig::COSINE));
-  // Global batch 100: update 0 runs at schedule position 100.
-  CHECK(s.lr_for_update(0) == s.lr_at(100));
-  CHECK(s.lr_for_update(0) == doctest::Approx(8e-6).epsilon(1e-12));
-  CHECK(s.lr_for_update(9) == 8e-5);  // the 10th update ends warmup
-  CHECK(s.lr_for_update(59) == doctest::Approx(4.4e-5).epsilon(1e-12));
-  CHECK(s.lr_for_update(109) == doctest::Approx(8e-6).epsilon(1e-12));
+  // Global batch 100, warmup 1,000: update 1 (0 successful before it) runs at
+  // schedule position 0, update 11 at 1,000 (the peak).
+  CHECK(s.lr_for_update(0) == s.lr_at(0));
+  CHECK(s.lr_for_update(0) == 0.0);
+  CHECK(s.lr_for_update(1) == doctest::Approx(8e-6).epsilon(1e-12));
+  CHECK(s.lr_for_update(9) < 8e-5);
+  CHECK(s.lr_for_update(10) == 8e-5);  // the 11th update is the first at the peak
+  CHECK(s.lr_for_update(60) == doctest::Approx(4.4e-5).epsilon(1e-12));
+  CHECK(s.lr_for_update(110) == doctest::Approx(8e-6).epsilon(1e-12));
+  CHECK(s.lr_for_update(111) == 8e-6);
 }
 
-TEST_CASE("the seed schedule: warmup 2,442,240 and decay 1,220,701,440 samples") {
+// The seed's arguments (--lr 8e-5 --min-lr 8e-6 --lr-warmup-init 0
+// --lr-warmup-samples 2442240 --lr-decay-samples 1220701440 --global-batch-size 1920
+// --lr-decay-style cosine), with Megatron's get_lr written out by hand: the LR of
+// update k is get_lr at (k - 1) x 1,920 samples (docs/planner.md lists the values).
+TEST_CASE("the seed schedule at the updates Megatron's training loop applies it") {
   Config c;
   c.mutable_optimizer()->set_lr(8e-5);
   c.mutable_optimizer()->set_min_lr(8e-6);
+  c.mutable_optimizer()->set_warmup_init(0.0);
   c.mutable_lr_schedule()->set_warmup_samples(2442240);
   c.mutable_lr_schedule()->set_decay_samples(1220701440);
   c.mutable_batch()->set_global_batch_size(1920);
   LrSchedule s(c);
-  CHECK(s.lr_for_update(1271) == 8e-5);  // 1,272 updates of warmup
-  CHECK(s.lr_for_update(1270) < 8e-5);
-  CHECK(s.lr_at((2442240 + 1220701440) / 2) == doctest::Approx(4.4e-5).epsilon(1e-12));
-  CHECK(s.lr_for_update(635781) == doctest::Approx(8e-6).epsilon(1e-12));
+  auto update = [&](int64_t k) { return s.lr_for_update(k - 1); };  // k: 1-based update
+  auto cosine = [](double consumed) {  // Megatron's decay branch at `consumed` samples
+    const double ratio = (consumed - 2442240.0) / (1220701440.0 - 2442240.0);
+    return 8e-6 + (8e-5 - 8e-6) * 0.5 * (std::cos(std::numbers::pi * ratio) + 1.0);
+  };
+  CHECK(update(1) == 0.0);                                               // 0 samples
+  CHECK(update(2) == doctest::Approx(6.289308176100629e-08).epsilon(1e-12));  // 8e-5 x 1920 / 2442240
+  CHECK(update(1272) == doctest::Approx(8e-5 * 1271.0 / 1272.0).epsilon(1e-12));
+  CHECK(update(1272) == doctest::Approx(7.993710691823899e-05).epsilon(1e-12));
+  CHECK(update(1273) == 8e-5);                                           // 2,442,240: warmup end
+  CHECK(update(1274) == doctest::Approx(cosine(2444160.0)).epsilon(1e-12));
+  CHECK(update(1274) < 8e-5);
+  CHECK(update(318528) == doctest::Approx(4.4e-5).epsilon(1e-12));       // 611,571,840: midpoint
+  CHECK(update(635782) == doctest::Approx(cosine(1220699520.0)).epsilon(1e-12));  // the run's last
+  CHECK(update(635782) > 8e-6);
+  CHECK(update(635783) == doctest::Approx(8e-6).epsilon(1e-12));         // 1,220,701,440: decay end
+  CHECK(update(635784) == 8e-6);                                         // past the end: min_lr
+  CHECK(update(1000000) == 8e-6);
 }

@@ -89,6 +89,10 @@ TEST_CASE("cosine midpoint between 8e-5 and 8e-6: 4.4e-5") {
   CHECK(fmt::format("{:.6g}", p.midpoint) == "4.4e-05");
   CHECK(p.end == doctest::Approx(8e-6).epsilon(1e-12));
   CHECK(p.midpoint_sample == (2442240 + 1220701440) / 2);
+  // Update k applies the schedule at (k - 1) x 1,920 samples: the peak first at 1,273.
+  CHECK(p.warmup_end_update == 1273);
+  CHECK(p.midpoint_update == 318528);
+  CHECK(p.end_update == 635783);
 }
 
 TEST_CASE("AdamW on p=0.5, u=0.5, lr 8e-5, wd 0.1: 0.499996 after decay, 0.499956 after update") {
