@@ -1,5 +1,7 @@
 #include "ckpt/manifest.h"
 
+#include <fmt/format.h>
+
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/reflection.h>
 #include <google/protobuf/text_format.h>
@@ -143,6 +145,31 @@ CheckpointManifest decode_manifest(const std::string& bytes, const std::string& 
     throw CheckpointError(path + ": payload does not parse as a CheckpointManifest");
   check_manifest(manifest, path);
   return manifest;
+}
+
+// The counters describe one position: every update, successful or skipped, read one
+// global batch; the LR schedule moved only on successful ones. A manifest whose
+// checksum holds but whose counters disagree would resume with the wrong Adam bias
+// correction or data position, so it is refused with the rule it breaks.
+void check_counters(const CheckpointManifest& m, const std::string& path) {
+  auto refuse = [&](const std::string& rule) { throw CheckpointError(path + ": inconsistent counters: " + rule); };
+  if (m.successful_updates() + m.skipped_updates() != m.step())
+    refuse(fmt::format("successful_updates {} + skipped_updates {} must equal step {}", m.successful_updates(),
+                       m.skipped_updates(), m.step()));
+  const int64_t batch = manifest_config(m, path).batch().global_batch_size();
+  if (batch <= 0) refuse(fmt::format("the config's batch.global_batch_size is {}", batch));
+  // Compared as quotients, so that no product of a corrupt counter overflows.
+  auto check_multiple = [&](const char* field, int64_t value, const char* of, int64_t count) {
+    if (value % batch != 0 || value / batch != count)
+      refuse(fmt::format("{} {} must be {} {} x global_batch_size {} = {}", field, value, of, count, batch,
+                         static_cast<__int128>(count) * batch > INT64_MAX ? std::string("(too large)")
+                                                                           : std::to_string(count * batch)));
+  };
+  check_multiple("consumed_samples", m.consumed_samples(), "step", m.step());
+  check_multiple("lr_schedule_samples", m.lr_schedule_samples(), "successful_updates", m.successful_updates());
+  if (m.data_position().consumed_samples() != m.consumed_samples())
+    refuse(fmt::format("data_position.consumed_samples {} must equal consumed_samples {}",
+                       m.data_position().consumed_samples(), m.consumed_samples()));
 }
 
 void check_manifest(const CheckpointManifest& m, const std::string& path) {

@@ -38,6 +38,13 @@ CheckpointManifest decode_manifest(const std::string& bytes, const std::string& 
 // (name, kind) agree on the global shape.
 void check_manifest(const CheckpointManifest& manifest, const std::string& path);
 
+// The rules a manifest to resume from must keep besides check_manifest's: its counters
+// describe one position (successful + skipped updates = step; consumed_samples = step x
+// global batch = data_position.consumed_samples; lr_schedule_samples = successful
+// updates x global batch; the batch from config_text). Throws CheckpointError naming
+// `path` and the rule broken. (Resuming checks it: ckpt/reader.h.)
+void check_counters(const CheckpointManifest& manifest, const std::string& path);
+
 // Reads DIR/manifest.pb.
 CheckpointManifest read_manifest(const std::string& checkpoint_dir);
 

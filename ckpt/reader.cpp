@@ -272,6 +272,7 @@ LoadOutcome load_latest(const std::string& root) {
       Checkpoint c = Checkpoint::open(dir, Checkpoint::Verify::kStrict);
       if (c.step() != step)
         throw CheckpointError(dir + ": manifest says step " + std::to_string(c.step()));
+      check_counters(c.manifest(), dir + "/" + std::string(kManifestFile));
       out.checkpoint.emplace(std::move(c));
       return out;
     } catch (const CheckpointError& e) {
@@ -286,8 +287,11 @@ LoadOutcome load_latest(const std::string& root) {
 }
 
 Checkpoint open_checkpoint_path(const std::string& path, std::vector<std::string>* report) {
-  if (is_file(path + "/" + std::string(kManifestFile)))
-    return Checkpoint::open(path, Checkpoint::Verify::kStrict);
+  if (is_file(path + "/" + std::string(kManifestFile))) {
+    Checkpoint c = Checkpoint::open(path, Checkpoint::Verify::kStrict);
+    check_counters(c.manifest(), path + "/" + std::string(kManifestFile));
+    return c;
+  }
   LoadOutcome outcome = load_latest(path);
   if (report) *report = outcome.report;
   if (!outcome.checkpoint) {

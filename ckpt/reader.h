@@ -112,12 +112,13 @@ struct LoadOutcome {
 // The newest complete checkpoint under ROOT: the one ROOT/latest names, verified;
 // when it is damaged, the newest older step directory that verifies. Directories
 // newer than `latest` were never committed and are ignored. Without a readable
-// `latest`, every step directory is a candidate, newest first. Never throws for
+// `latest`, every step directory is a candidate, newest first. A candidate must keep
+// the manifest's counter rules (check_counters) too. Never throws for
 // damage (it is reported); throws only when ROOT cannot be listed.
 LoadOutcome load_latest(const std::string& root);
 
 // A path given by a user: a checkpoint directory (holds manifest.pb) opens
-// directly (strictly); anything else is treated as a root and resolved with
+// directly (strictly, counters checked); anything else is treated as a root and resolved with
 // load_latest. `report` receives load_latest's report lines.
 Checkpoint open_checkpoint_path(const std::string& path, std::vector<std::string>* report);
 

@@ -113,6 +113,14 @@ std::vector<NamedShape> stage_tensors(int stage, int stages) {
   return out;
 }
 
+void set_position(CheckpointManifest& m, int64_t step, int64_t global_batch) {
+  m.set_step(step);
+  m.set_consumed_samples(step * global_batch);
+  m.set_successful_updates(step);
+  m.set_lr_schedule_samples(step * global_batch);
+  m.mutable_data_position()->set_consumed_samples(step * global_batch);
+}
+
 CheckpointManifest test_manifest(int64_t step, int dp, int pp) {
   CheckpointManifest m;
   Config config;

@@ -65,6 +65,11 @@ std::vector<NamedShape> stage_tensors(int stage, int stages);
 std::string save_test_checkpoint(const std::string& root, int64_t step, int dp, int pp,
                                  int keep_last, const CommitHook& hook = {});
 
+// Sets the manifest's step and the counters a resume checks against it (every update
+// successful, `global_batch` samples each): consumed_samples, successful_updates,
+// lr_schedule_samples, data_position.consumed_samples.
+void set_position(CheckpointManifest& m, int64_t step, int64_t global_batch);
+
 // The manifest fields save_test_checkpoint sets for `step`, for comparison.
 CheckpointManifest test_manifest(int64_t step, int dp, int pp);
 

@@ -210,3 +210,39 @@ TEST_CASE("bad manifests are clear errors naming the file and the field") {
                          CheckpointError);
   }
 }
+
+TEST_CASE("counters that disagree with each other or with the step are refused on resume, naming the rule") {
+  ScratchDir root;
+  save_test_checkpoint(root.path(), 5, 1, 1, 0);
+  const std::string dir = save_test_checkpoint(root.path(), 8, 1, 1, 0);  // step 8: 7 + 1 updates, batch 8
+  const std::string path = dir + "/manifest.pb";
+  CheckpointManifest m = read_manifest(dir);
+  REQUIRE(m.successful_updates() == 7);
+  REQUIRE(m.skipped_updates() == 1);
+  std::string rule;
+  SUBCASE("consumed_samples 0 at step 8") {
+    m.set_consumed_samples(0);
+    rule = "consumed_samples 0 must be step 8 x global_batch_size 8 = 64";
+  }
+  SUBCASE("successful_updates 3 at step 8 with one skipped") {
+    m.set_successful_updates(3);
+    rule = "successful_updates 3 + skipped_updates 1 must equal step 8";
+  }
+  SUBCASE("the LR schedule's samples against the successful updates") {
+    m.set_lr_schedule_samples(64);
+    rule = "lr_schedule_samples 64 must be successful_updates 7 x global_batch_size 8 = 56";
+  }
+  SUBCASE("the data position against consumed_samples") {
+    m.mutable_data_position()->set_consumed_samples(72);
+    rule = "data_position.consumed_samples 72 must equal consumed_samples 64";
+  }
+  write_file_atomically(path, encode_manifest(m));  // a valid checksum over wrong counters
+  CHECK_NOTHROW(Checkpoint::open(dir));              // inspect still reads it
+  CHECK_THROWS_WITH_AS(open_checkpoint_path(dir, nullptr),
+                       doctest::Contains((path + ": inconsistent counters: " + rule).c_str()), CheckpointError);
+  // As `latest` it counts as damaged: the previous checkpoint loads, the rule reported.
+  const LoadOutcome out = load_latest(root.path());
+  REQUIRE(out.checkpoint);
+  CHECK(out.checkpoint->step() == 5);
+  CHECK(joined(out.report).find(rule) != std::string::npos);
+}

@@ -60,7 +60,7 @@ TEST_CASE("flat ranges of registry buffers: DP2 x PP2 -> DP1 x PP1, DP4 x PP1, D
     auto commit = CheckpointCommit::begin(root.path(), 3);
     CheckpointManifest m;
     set_manifest_config(m, c);
-    m.set_step(3);
+    set_position(m, 3, c.batch().global_batch_size());
     for (int s = 0; s < 2; ++s) {
       const model::ParameterRegistry reg(c, model::StageRange::pipeline(c, s, 2));
       const FlatLayout layout = flat_layout(reg);
