@@ -1,5 +1,6 @@
 #include "actors/supervision.h"
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 
@@ -10,12 +11,16 @@ namespace troupe::actors {
 namespace {
 
 using stop_timeout_atom = caf::atom_constant<caf::atom("stoptmo")>;
+using start_failed_atom = caf::atom_constant<caf::atom("startfail")>;
+using watch_atom = caf::atom_constant<caf::atom("watch")>;
 using Clock = std::chrono::steady_clock;
 
 struct Child {
   caf::actor handle;  // invalid while not running
   int incarnation = -1;
   bool running = false;
+  // Watched children (ChildSpec::heartbeat): when the unanswered ping went out.
+  std::optional<Clock::time_point> ping_sent;
 };
 
 // A failure seen while a stop sequence was under way, handled after it.
@@ -52,16 +57,32 @@ Registry registry_of(const SupervisorState& st) {
   return r;
 }
 
+// Starts `which` in order. A start function that throws (a checkpoint that cannot be
+// read, a placement that fails) is a failed start: the children not yet started stay
+// down, on_start is not called, and the supervisor stops what runs and exits with
+// start_failed (start_failed_atom, handled once this call has returned).
 void start_children(Self* self, const std::vector<size_t>& which) {
   auto& st = self->state;
   std::vector<std::string> started;
   for (size_t i : which) {
     auto& c = st.children[i];
     c.incarnation += 1;
-    c.handle = st.spec.children[i].start(self, c.incarnation);
+    try {
+      c.handle = st.spec.children[i].start(self, c.incarnation);
+      if (!c.handle) throw std::runtime_error("its start function returned no actor");
+    } catch (const std::exception& e) {
+      const std::string reason = fmt::format("could not start: {}", e.what());
+      spdlog::error("{}: {}", st.spec.children[i].path, reason);
+      st.report.failures.push_back({st.spec.children[i].path, reason,
+                                    std::chrono::duration<double>(Clock::now() - st.started_at).count()});
+      st.report.start_failed = st.spec.children[i].path + " " + reason;
+      self->send(self, start_failed_atom::value);
+      return;
+    }
     self->monitor(c.handle);
     st.by_addr[c.handle.address()] = i;
     c.running = true;
+    c.ping_sent.reset();
     started.push_back(st.spec.children[i].path);
     if (st.spec.directory) st.spec.directory->put(st.spec.children[i].path, c.handle);
   }
@@ -118,7 +139,9 @@ void finish(Self* self, caf::error reason) {
   auto& st = self->state;
   st.exiting = true;
   const int total = st.report.restart_events;
-  if (!st.report.vetoed.empty())
+  if (!st.report.start_failed.empty())
+    st.report.summary = fmt::format("{}: {}", st.spec.path, st.report.start_failed);
+  else if (!st.report.vetoed.empty())
     st.report.summary = fmt::format("{}: stopped after {} failure(s) and {} restart(s): {}", st.spec.path,
                                     st.report.failures.size(), total, st.report.vetoed);
   else if (st.report.gave_up)
@@ -196,6 +219,82 @@ void handle_failure(Self* self, size_t index, bool abnormal) {
   }
 }
 
+// Child `i` ended (or was found hung): records an abnormal end and restarts it (or
+// them) by the strategy, once any stop sequence under way is over.
+void child_failed(Self* self, size_t i, const std::string& reason, bool abnormal) {
+  auto& st = self->state;
+  if (abnormal) {
+    st.report.failures.push_back(
+        {st.spec.children[i].path, reason, std::chrono::duration<double>(Clock::now() - st.started_at).count()});
+    if (st.spec.on_failure) st.spec.on_failure(st.spec.children[i].path, reason);
+  }
+  if (st.exiting) return;
+  if (st.stopping || !st.stop_queue.empty()) {
+    st.pending.push_back({i, abnormal});
+    return;
+  }
+  handle_failure(self, i, abnormal);
+}
+
+bool being_stopped(const SupervisorState& st, size_t i) {
+  return (st.stopping && *st.stopping == i) || std::find(st.stop_queue.begin(), st.stop_queue.end(), i) != st.stop_queue.end();
+}
+
+// A watched child left its heartbeat unanswered past its limit: it is hung. A hung
+// thread cannot be stopped from outside, so its handle is abandoned (no longer
+// monitored, out of the directory, sent a kill it will see if it ever returns) and it
+// fails like a child that exited.
+void child_hung(Self* self, size_t i, double silent_s) {
+  auto& st = self->state;
+  auto& c = st.children[i];
+  const auto& cs = st.spec.children[i];
+  const std::string reason = fmt::format("hung: its supervisor's heartbeat went unanswered for {:.1f} s (limit {:g} s)",
+                                         silent_s, std::chrono::duration<double>(cs.hang_limit).count());
+  spdlog::error("{}: {}", cs.path, reason);
+  self->demonitor(c.handle);
+  st.by_addr.erase(c.handle.address());
+  if (st.spec.directory) st.spec.directory->erase(cs.path, c.handle.address());
+  self->send_exit(c.handle, caf::exit_reason::kill);
+  c.running = false;
+  c.handle = nullptr;
+  c.ping_sent.reset();
+  child_failed(self, i, reason, /*abnormal=*/true);
+}
+
+// Every running watched child gets a ping when its last one was answered; one whose
+// ping is older than its hang limit is hung.
+void watch_children(Self* self) {
+  auto& st = self->state;
+  const auto now = Clock::now();
+  for (size_t i = 0; i < st.children.size(); ++i) {
+    auto& c = st.children[i];
+    const auto& cs = st.spec.children[i];
+    if (cs.heartbeat.count() <= 0 || !c.running || being_stopped(st, i) || st.exiting) continue;
+    if (c.ping_sent) {
+      if (cs.hang_limit.count() > 0 && now - *c.ping_sent > cs.hang_limit)
+        child_hung(self, i, std::chrono::duration<double>(now - *c.ping_sent).count());
+      continue;
+    }
+    c.ping_sent = now;
+    const int incarnation = c.incarnation;
+    self->request(c.handle, caf::infinite, ping_atom::value)
+        .then(
+            [self, i, incarnation](pong_atom) {
+              auto& child = self->state.children[i];
+              if (child.incarnation == incarnation) child.ping_sent.reset();
+            },
+            [](caf::error&) {});  // it ended: its down message says how
+  }
+}
+
+// The shortest heartbeat among the watched children (0: none watched).
+std::chrono::milliseconds watch_period(const SupervisorSpec& spec) {
+  std::chrono::milliseconds p{0};
+  for (const auto& cs : spec.children)
+    if (cs.heartbeat.count() > 0 && (p.count() == 0 || cs.heartbeat < p)) p = cs.heartbeat;
+  return p;
+}
+
 void on_down(Self* self, const caf::down_msg& dm) {
   auto& st = self->state;
   auto it = st.by_addr.find(dm.source);
@@ -216,20 +315,7 @@ void on_down(Self* self, const caf::down_msg& dm) {
   // consequence of what is being handled, not a failure of its own.
   for (size_t q : st.stop_queue)
     if (q == i) return;
-  const std::string reason = describe_exit(self->system(), dm.reason);
-  const bool abnormal = !is_normal_exit(dm.reason);
-  if (abnormal) {
-    st.report.failures.push_back(
-        {st.spec.children[i].path, reason,
-         std::chrono::duration<double>(Clock::now() - st.started_at).count()});
-    if (st.spec.on_failure) st.spec.on_failure(st.spec.children[i].path, reason);
-  }
-  if (st.exiting) return;
-  if (st.stopping || !st.stop_queue.empty()) {
-    st.pending.push_back({i, abnormal});
-    return;
-  }
-  handle_failure(self, i, abnormal);
+  child_failed(self, i, describe_exit(self->system(), dm.reason), !is_normal_exit(dm.reason));
 }
 
 }  // namespace
@@ -293,12 +379,24 @@ caf::behavior supervisor_impl(Self* self, SupervisorSpec spec) {
   std::vector<size_t> all(st.children.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   start_children(self, all);
+  if (const auto period = watch_period(st.spec); period.count() > 0) self->send(self, watch_atom::value);
   return {
       [self](registry_atom) { return registry_of(self->state); },
+      [self](watch_atom) {
+        if (self->state.exiting) return;
+        watch_children(self);
+        self->delayed_send(self, watch_period(self->state.spec), watch_atom::value);
+      },
       [self](shutdown_atom) {
         if (self->state.exiting) return;
         stop_then(self, running_reversed(self->state),
                   [self] { finish(self, caf::exit_reason::normal); });
+      },
+      [self](start_failed_atom) {
+        if (self->state.exiting) return;
+        self->state.exiting = true;  // no failure seen while stopping is restarted
+        stop_then(self, running_reversed(self->state),
+                  [self] { finish(self, caf::make_error(supervision_errc::start_failed)); });
       },
       [self](stop_timeout_atom, uint64_t index, int32_t incarnation) {
         auto& c = self->state.children[index];

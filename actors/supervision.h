@@ -49,6 +49,11 @@ struct ChildSpec {
   // Restart only this child when it fails, whatever the supervisor's strategy (a
   // data loader resumes its stream without disturbing the rest of its group).
   bool restart_alone = false;
+  // Watched (> 0): the supervisor asks the child ping_atom every `heartbeat`; a child
+  // that leaves one unanswered for `hang_limit` is hung, a failure like an abnormal
+  // exit (its handle is abandoned: a hung thread cannot be stopped from outside).
+  std::chrono::milliseconds heartbeat{0};
+  std::chrono::milliseconds hang_limit{0};
 };
 
 struct FailureRecord {
@@ -64,6 +69,7 @@ struct SupervisorReport {
   int restart_events = 0;               // times the strategy restarted children
   bool gave_up = false;                 // the intensity limit was exceeded
   std::string vetoed;                   // why a restart was refused (veto_restart), or ""
+  std::string start_failed;             // "<path> could not start: <why>" when a start function threw
   std::string summary;                  // one line for logs
 };
 
@@ -105,9 +111,12 @@ struct SupervisorSpec {
 // Messages a supervisor understands besides monitoring its children.
 using registry_atom = caf::atom_constant<caf::atom("registry")>;   // -> Registry
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;   // stop children in order, quit
+// A watched child's heartbeat: the supervisor asks ping_atom, the child answers pong_atom.
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using pong_atom = caf::atom_constant<caf::atom("pong")>;
 
 // Error codes a supervisor exits with.
-enum class supervision_errc : uint8_t { none = 0, gave_up = 1, vetoed = 2 };
+enum class supervision_errc : uint8_t { none = 0, gave_up = 1, vetoed = 2, start_failed = 3 };
 
 }  // namespace troupe::actors
 

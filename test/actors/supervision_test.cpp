@@ -1,7 +1,9 @@
 // Declared supervision: strategies, restart policies, intensity, ordered shutdown.
 #include <doctest/doctest.h>
 
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "actors/supervision.h"
 
@@ -11,7 +13,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using incarnation_atom = caf::atom_constant<caf::atom("incarn")>;
 using crash_atom = caf::atom_constant<caf::atom("crash")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
 
@@ -47,7 +49,7 @@ caf::behavior toy(caf::stateful_actor<ToyState>* self, std::string path, int inc
     }
   });
   return {
-      [self](ping_atom) { return self->state.incarnation; },
+      [self](incarnation_atom) { return self->state.incarnation; },
       [self](crash_atom) -> int32_t { throw std::runtime_error("boom in " + self->state.path); },
       [self](finish_atom) { self->quit(); },
   };
@@ -83,7 +85,7 @@ Registry registry(caf::scoped_actor& self, const caf::actor& sup) {
 
 int ping(caf::scoped_actor& self, const caf::actor& a) {
   int out = -1;
-  self->request(a, 5s, ping_atom::value).receive([&](int x) { out = x; }, [](caf::error&) {});
+  self->request(a, 5s, incarnation_atom::value).receive([&](int x) { out = x; }, [](caf::error&) {});
   return out;
 }
 
@@ -235,4 +237,112 @@ TEST_CASE("past the intensity limit the supervisor stops everyone, reports and f
   auto b = std::find(ev.begin(), ev.end(), "stop b");
   CHECK(c < b);
   CHECK(b != ev.end());
+}
+
+TEST_CASE("a child whose start throws ends its supervisor with start_failed, naming it; the rest are stopped") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  Journal j;
+  SupervisorReport report;
+  std::mutex mu;
+  auto spec = make_spec(Strategy::OneForAll, &j);
+  spec.children[1].start = [](caf::event_based_actor*, int) -> caf::actor {
+    throw std::runtime_error("checkpoint /x: damaged");
+  };
+  spec.on_exit = [&](const SupervisorReport& r) {
+    std::lock_guard lock(mu);
+    report = r;
+  };
+  auto sup = spawn_supervisor(sys, spec);
+  caf::scoped_actor self{sys};
+  self->monitor(sup);
+  caf::error exit_reason;
+  self->receive([&](caf::down_msg& dm) { exit_reason = dm.reason; });
+  CHECK(exit_reason == caf::make_error(supervision_errc::start_failed));
+  std::lock_guard lock(mu);
+  CHECK(report.summary == "group: b could not start: checkpoint /x: damaged");
+  REQUIRE(report.failures.size() == 1);
+  CHECK(report.failures[0].path == "b");
+  // a started and was stopped; c was never started.
+  const auto ev = j.take();
+  CHECK(contains(ev, "start a#0"));
+  CHECK(contains(ev, "stop a"));
+  CHECK(!contains(ev, "start c#0"));
+}
+
+namespace {
+
+using block_atom = caf::atom_constant<caf::atom("block")>;
+
+// Answers its supervisor's heartbeat until told to block; then its thread waits until
+// `release` is set, as a hung actor would.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void wait() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return open; });
+  }
+  void release() {
+    std::lock_guard lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+};
+
+caf::behavior watched(caf::event_based_actor* self, Gate* gate) {
+  (void)self;
+  return {
+      [](ping_atom) { return pong_atom::value; },
+      [gate](block_atom) { gate->wait(); },
+  };
+}
+
+}  // namespace
+
+TEST_CASE("a watched child that leaves its heartbeat unanswered is hung: abandoned and restarted") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  Gate gate;
+  Journal j;
+  std::vector<std::string> reasons;
+  std::mutex mu;
+  SupervisorSpec spec;
+  spec.path = "group";
+  spec.strategy = Strategy::OneForOne;
+  ChildSpec child{"w", Restart::Permanent, [&](caf::event_based_actor* self, int inc) {
+                    j.add("start w#" + std::to_string(inc));
+                    return self->spawn<caf::detached>(watched, &gate);
+                  }};
+  child.heartbeat = 20ms;
+  child.hang_limit = 300ms;
+  spec.children.push_back(child);
+  spec.on_failure = [&](const std::string& path, const std::string& reason) {
+    std::lock_guard lock(mu);
+    reasons.push_back(path + ": " + reason);
+  };
+  auto sup = spawn_supervisor(sys, spec);
+  caf::scoped_actor self{sys};
+  // Answering, it stays (well past the limit).
+  std::this_thread::sleep_for(600ms);
+  auto first = registry(self, sup).at("w");
+  CHECK(j.take() == std::vector<std::string>{"start w#0"});
+  self->send(first, block_atom::value);
+  caf::actor second;
+  for (int i = 0; i < 1000 && !second; ++i) {
+    auto r = registry(self, sup);
+    if (r.count("w") && r.at("w") != first) second = r.at("w");
+    std::this_thread::sleep_for(5ms);
+  }
+  REQUIRE(second);
+  CHECK(j.take() == std::vector<std::string>{"start w#1"});
+  {
+    std::lock_guard lock(mu);
+    REQUIRE(reasons.size() == 1);
+    CHECK(reasons[0].find("w: hung: its supervisor's heartbeat went unanswered for") == 0);
+  }
+  gate.release();
+  self->send(sup, shutdown_atom::value);
+  self->wait_for(sup);
 }
