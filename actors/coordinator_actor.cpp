@@ -32,6 +32,9 @@ std::atomic<int> g_stop_signal{0};
 using Clock = std::chrono::steady_clock;
 using msg::StepKind;
 
+// A final checkpoint that fails is begun again once before the run ends as failed.
+constexpr int kFinalSaveAttempts = 2;
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The checkpoint being saved.
@@ -92,6 +95,12 @@ struct CoordinatorState {
   Clock::time_point last_save_time = Clock::now();
   std::string finish_status, finish_error;  // set when a final save must land first
   bool waiting_for_save = false;             // idle until the save in flight is committed
+  int final_attempts = 0;                    // final saves begun (one retry after a failure)
+  // Writers that reported a failed write: each dies right after, and its exit
+  // (writer_down) belongs to that attempt. No save begins until they are down (a
+  // snapshot sent meanwhile would go to the dying writer), then the deferred one does.
+  std::set<std::string> writers_exiting;
+  std::optional<bool> begin_when_writers_down;  // final?
 
   // Liveness.
   Clock::time_point last_progress = Clock::now();
@@ -107,11 +116,11 @@ void progress(Self* self);
 void finish_run(Self* self, std::string status, std::string error = {});
 
 void to_metrics(Self* self, caf::message m) {
-  if (auto metrics = self->state.args.directory->get(engine::metrics_path())) self->send(metrics, std::move(m));
+  post_metrics(*self->state.args.metrics, *self->state.args.directory, std::move(m));
 }
 
 void event(Self* self, const std::string& type, int64_t step, metrics::Json fields) {
-  to_metrics(self, caf::make_message(event_atom::value, type, step, fields.dump()));
+  to_metrics(self, caf::make_message(event_atom::value, type, step, unix_now(), fields.dump()));
 }
 
 void check_fault(Self* self, int64_t step, Fault::Phase phase) {
@@ -128,15 +137,46 @@ bool save_due(const CoordinatorState& st, int64_t step) {
   return ck.interval_seconds() > 0 && seconds_since(st.last_save_time) >= ck.interval_seconds();
 }
 
+void begin_save(Self* self, bool final);
+
+// The newest complete checkpoint on disk, for the summary ("" when there is none).
+std::string newest_checkpoint(const CoordinatorState& st) {
+  try {
+    if (const auto step = ckpt::read_latest(st.ckpt_root)) return st.ckpt_root + "/" + ckpt::step_dir_name(*step);
+  } catch (const ckpt::CheckpointError&) {
+  }
+  return {};
+}
+
+// A final save failed: it is tried once more, like an interval save is by the next
+// one; a second failure ends the run as failed, naming it and the newest complete
+// checkpoint.
+void final_save_failed(Self* self, int64_t step, const std::string& why) {
+  auto& st = self->state;
+  if (st.final_attempts < kFinalSaveAttempts) {
+    spdlog::warn("retrying the final checkpoint of step {} (attempt {} of {})", step, st.final_attempts + 1,
+                 kFinalSaveAttempts);
+    begin_save(self, /*final=*/true);
+    return;
+  }
+  const auto newest = newest_checkpoint(st);
+  finish_run(self, "failed",
+             fmt::format("the final checkpoint of step {} failed {} times, last: {}; the newest complete checkpoint "
+                         "is {}{}",
+                         step, kFinalSaveAttempts, why, newest.empty() ? "none" : newest,
+                         st.finish_error.empty() ? "" : " (the run had stopped: " + st.finish_error + ")"));
+}
+
 void fail_save(Self* self, const std::string& why) {
   auto& st = self->state;
   if (!st.save) return;
   spdlog::error("checkpoint of step {} failed: {}", st.save->step, why);
-  event(self, "checkpoint_failed", st.save->step, {{"error", why}});
+  event(self, "checkpoint_failed", st.save->step, {{"error", why}, {"final", st.save->final}});
   const bool final = st.save->final;
+  const int64_t step = st.save->step;
   st.save.reset();
   if (final) {
-    finish_run(self, st.finish_status, st.finish_error.empty() ? "final checkpoint failed: " + why : st.finish_error);
+    final_save_failed(self, step, why);
   } else {
     // Training may have been waiting for the copies or for this save to end.
     st.waiting_for_save = false;
@@ -172,15 +212,23 @@ void commit_save(Self* self) {
 // Opens the checkpoint of the current step and has every shard copy its state.
 void begin_save(Self* self, bool final) {
   auto& st = self->state;
+  if (!st.writers_exiting.empty()) {
+    spdlog::info("checkpoint of step {} waits for {} writer(s) that failed to restart", st.pos.step,
+                 st.writers_exiting.size());
+    st.begin_when_writers_down = final;
+    return;
+  }
   SaveInFlight s;
   s.step = st.pos.step;
   s.position = st.pos;
   s.final = final;
+  if (final) ++st.final_attempts;
   try {
     s.commit.emplace(ckpt::CheckpointCommit::begin(st.ckpt_root, s.step));
   } catch (const ckpt::CheckpointError& e) {
     spdlog::error("checkpoint of step {} not started: {}", s.step, e.what());
-    if (final) finish_run(self, st.finish_status, st.finish_error);
+    event(self, "checkpoint_failed", s.step, {{"error", e.what()}, {"final", final}});
+    if (final) final_save_failed(self, s.step, e.what());
     else next(self);
     return;
   }
@@ -326,17 +374,27 @@ void next(Self* self) {
     return;
   }
   if (st.save_checked_step != st.pos.step) {
-    st.save_checked_step = st.pos.step;
     // With max_lag_steps 0 no save may start once step n+1 went out ahead: only a
     // time-based one can fall due after that was decided, and it waits one step.
     const bool may_save = !issued || ck.max_lag_steps() > 0;
-    if (may_save && st.pos.step < st.total_steps && save_due(st, st.pos.step)) {
-      if (st.save) {
-        spdlog::warn("checkpoint of step {} skipped: step {} is still being written", st.pos.step, st.save->step);
-      } else {
-        begin_save(self, /*final=*/false);
-        return;
-      }
+    const bool due = st.pos.step < st.total_steps && save_due(st, st.pos.step);
+    if (due && may_save && st.save) {
+      // Every step the schedule names gets its checkpoint: this one waits for the save
+      // in flight to end (commit_save / fail_save call next() again).
+      st.waiting_for_save = true;
+      return;
+    }
+    st.save_checked_step = st.pos.step;
+    if (due && may_save) {
+      begin_save(self, /*final=*/false);
+      return;
+    }
+    if (due) {
+      spdlog::info("checkpoint due at step {} (interval_seconds) deferred: step {} already went out and "
+                   "max_lag_steps is 0",
+                   st.pos.step, st.pos.step + 1);
+      event(self, "checkpoint_deferred", st.pos.step,
+            {{"reason", "max_lag_steps is 0 and the next step already went out"}});
     }
   }
   if (!issued && st.last_eval_step != st.pos.step && eval_due(st, st.pos.step)) {
@@ -352,7 +410,9 @@ void next(Self* self) {
     return;
   }
   st.finish_status = "completed";
-  if (ck.save_on_exit() && st.pos.step > st.last_saved_step)
+  // The last step is saved with save_on_exit, and when interval_steps names it.
+  const bool interval_step = ck.interval_steps() > 0 && st.pos.step % ck.interval_steps() == 0;
+  if ((ck.save_on_exit() || interval_step) && st.pos.step > st.last_saved_step)
     final_save();
   else
     finish_or_wait_for_save(self);
@@ -495,6 +555,8 @@ void finish_run(Self* self, std::string status, std::string error) {
   if (!outcome.evals.empty()) summary.last_eval_loss = outcome.evals.back().loss;
   summary.elapsed_s = st.args.book->elapsed_seconds();
   summary.wall_time = unix_now();
+  summary.error = error;
+  summary.newest_checkpoint = newest_checkpoint(st);
   st.args.book->finish(status, error, summary);
   to_metrics(self, caf::make_message(summary));
   if (st.args.client) self->send(st.args.client, finished_atom::value, st.args.book->outcome());
@@ -577,6 +639,19 @@ void watchdog(Self* self) {
                                        st.ledger->step(), quiet, limit, st.ledger->missing(), beats));
 }
 
+// A save not committed within checkpoint.save_timeout_s fails (a writer that hangs
+// or never reports), naming what it still waits for; the next save retries.
+void save_deadline(Self* self) {
+  auto& st = self->state;
+  const double limit = st.args.config.checkpoint().save_timeout_s();
+  if (limit <= 0 || !st.save || seconds_since(st.save->started) < limit) return;
+  std::string missing;
+  for (const auto* set : {&st.save->snapshots_missing, &st.save->shards_missing})
+    for (const auto& p : *set) missing += (missing.empty() ? "" : ", ") + p;
+  fail_save(self, fmt::format("not committed within checkpoint.save_timeout_s = {:g} s; still waiting for {}", limit,
+                              missing.empty() ? std::string("the commit") : missing));
+}
+
 caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
   auto& st = self->state;
   st.args = std::move(args);
@@ -596,12 +671,15 @@ caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
     st.save_checked_step = st.pos.step;
     st.last_eval_step = st.pos.step;  // do not re-run an evaluation the checkpoint's run already had
   }
-  st.args.book->resume_from(st.pos.step);
+  // A restarted group redoes the steps after its checkpoint: TensorBoard's marker.
+  if (st.args.book->resume_from(st.pos.step) > 0)
+    to_metrics(self, caf::make_message(restart_marker_atom::value, st.pos.step, unix_now()));
   const double period = std::clamp(c.supervision().heartbeat_interval_s(), 0.05, 1.0);
   const auto tick = std::chrono::milliseconds(int64_t(period * 1000));
   self->delayed_send(self, tick, tick_atom::value);
   return {
       [self](wire_atom, const Registry& peers) { wire_group(self, peers); },
+      [](ping_atom) { return pong_atom::value; },
       [self](rejoin_atom, const std::string& path, const caf::actor& who, const Registry& peers) {
         if (self->state.started) rejoin_loader(self, path, who, peers);
       },
@@ -654,6 +732,7 @@ caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
       },
       [self](const msg::ShardWritten& w) {
         auto& s = self->state;
+        if (!w.ok) s.writers_exiting.insert(engine::writer_path({w.dp, w.pp, w.tp}));  // it dies next
         if (!s.save || s.save->attempt != w.attempt) return;  // a checkpoint already given up
         if (!w.ok) {
           fail_save(self, fmt::format("{}: {}", engine::writer_path({w.dp, w.pp, w.tp}), w.error));
@@ -668,10 +747,20 @@ caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
       },
       [self](writer_down_atom, const std::string& path) {
         auto& s = self->state;
+        // The exit that follows a reported failure belongs to that attempt only.
+        if (s.writers_exiting.erase(path)) {
+          if (s.writers_exiting.empty() && s.begin_when_writers_down) {
+            const bool final = *s.begin_when_writers_down;
+            s.begin_when_writers_down.reset();
+            begin_save(self, final);
+          }
+          return;
+        }
         if (s.save && s.save->shards_missing.count(path)) fail_save(self, path + " died while writing");
       },
       [self, tick](tick_atom) {
         watchdog(self);
+        save_deadline(self);
         self->delayed_send(self, tick, tick_atom::value);
       },
   };

@@ -38,6 +38,7 @@
 #include <caf/all.hpp>
 
 #include "actors/directory.h"
+#include "actors/metrics_inbox.h"
 #include "actors/run_book.h"
 #include "actors/run_outcome.h"
 #include "ckpt/reader.h"
@@ -51,6 +52,7 @@ struct CoordinatorArgs {
   std::shared_ptr<engine::FaultPlan> faults;
   std::shared_ptr<Directory> directory;  // metrics, checkpoint writers
   std::shared_ptr<RunBook> book;
+  std::shared_ptr<MetricsInbox> metrics;           // records for the metrics actor
   std::shared_ptr<const ckpt::Checkpoint> resume;  // null: from the initial weights
   caf::actor client;                               // receives finished_atom + RunOutcome
 };

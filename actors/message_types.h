@@ -31,8 +31,11 @@ using loader_atom = caf::atom_constant<caf::atom("loader")>;
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 // writer supervisor -> coordinator: a writer died (its path); its checkpoint fails.
 using writer_down_atom = caf::atom_constant<caf::atom("writerdown")>;
-// coordinator -> metrics: a JSON object for metrics.jsonl (checkpoints, recoveries).
+// coordinator -> metrics: a JSON object for metrics.jsonl (checkpoints, recoveries),
+// with its type, step and Unix time.
 using event_atom = caf::atom_constant<caf::atom("event")>;
+// coordinator -> metrics: the training group restarted from the checkpoint of a step.
+using restart_marker_atom = caf::atom_constant<caf::atom("restartmk")>;
 // request -> StageSnapshot / OptimSnapshot copies of the state.
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 // coordinator -> the run's client: training is over (RunOutcome).

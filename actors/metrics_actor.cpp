@@ -29,7 +29,8 @@ struct MetricsState {
   std::unique_ptr<metrics::EventFileWriter> events;
   bool bar = false;          // a progress bar is drawn on the last line
   bool header_printed = false;
-  bool catching_up = false;  // restarted, and the lost step records not yet written
+  uint64_t owner = 0;  // this actor's claim on the inbox
+  caf::message_handler records;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
 
@@ -85,33 +86,21 @@ void write_step(Self* self, const metrics::StepRecord& r) {
   print_line(self, line, r.step);
 }
 
-// A restarted metrics actor, before the first record it is handed (wall time
-// `before`): the steps of the run book's current timeline that finished after the last
-// step line of metrics.jsonl were lost with its predecessor's mailbox or dropped while
-// no metrics actor was registered, so it writes them now, in order.
-void catch_up(Self* self, double before) {
+// Writes every record waiting in the inbox, oldest first. A record leaves the inbox
+// only once it is written: one whose writing throws (an injected fault) or hangs stays
+// for this actor's successor.
+void drain(Self* self) {
   auto& st = self->state;
-  if (!st.catching_up) return;
-  st.catching_up = false;
-  if (!st.args.book) return;
-  double last = -std::numeric_limits<double>::infinity();
-  for (const auto& o : metrics::read_jsonl(st.args.layout.metrics).objects)
-    if (o.value("type", std::string()) == "step") last = std::max(last, o.value("time", last));
-  int written = 0;
-  for (const auto& r : st.args.book->outcome().steps)
-    if (r.wall_time > last && r.wall_time < before) {
-      write_step(self, r);
-      ++written;
-    }
-  if (written > 0)
-    spdlog::warn("metrics: wrote {} step record(s) lost while it restarted, from the run book", written);
+  while (auto record = st.args.inbox->front(st.owner)) {
+    st.records(*record);
+    st.args.inbox->pop(st.owner);
+  }
 }
 
 caf::behavior metrics_impl(Self* self, MetricsArgs args) {
   auto& st = self->state;
   st.args = std::move(args);
   exit_on_exception(self, "metrics");
-  st.catching_up = st.args.restarted;
   st.jsonl = std::make_unique<metrics::JsonlLog>(st.args.layout.metrics);
   if (st.args.tensorboard) st.events = std::make_unique<metrics::EventFileWriter>(st.args.layout.events, unix_now());
   st.bar = st.args.console && st.args.progress_bar && metrics::is_terminal(stdout);
@@ -120,7 +109,7 @@ caf::behavior metrics_impl(Self* self, MetricsArgs args) {
       metrics::SpikeOptions{lc.spike_window(), lc.spike_multiple(), lc.spike_min_history()});
   metrics::load_spike_history(st.args.layout.spikes, *st.detector);
   st.spikes = std::make_unique<metrics::JsonlLog>(st.args.layout.spikes);
-  return {
+  st.records = caf::message_handler{
       [self](const metrics::StartupRecord& r) {
         self->state.jsonl->startup(r);
         if (self->state.events && r.resumed_from_step)
@@ -128,8 +117,13 @@ caf::behavior metrics_impl(Self* self, MetricsArgs args) {
       },
       [self](const metrics::StepRecord& r) {
         engine::check_fault(self->state.args.faults.get(), "metrics", r.step, Fault::OPTIMIZER);
-        catch_up(self, r.wall_time);
         write_step(self, r);
+      },
+      // The training group restarted from the checkpoint of `step` (0: from scratch):
+      // the steps after it are done again. TensorBoard's readers drop the points at or
+      // after a SessionLog START's step, so each step shows once.
+      [self](restart_marker_atom, int64_t step, double wall_time) {
+        if (self->state.events) self->state.events->session_start(step + 1, wall_time);
       },
       [self](const StepExtras& x) {
         auto& s = self->state;
@@ -159,16 +153,15 @@ caf::behavior metrics_impl(Self* self, MetricsArgs args) {
                    r.step);
       },
       [self](const metrics::FailureRecord& r) { self->state.jsonl->failure(r); },
-      [self](event_atom, const std::string& type, int64_t step, const std::string& json_text) {
+      [self](event_atom, const std::string& type, int64_t step, double wall_time, const std::string& json_text) {
         auto& s = self->state;
         if (type == "checkpoint") engine::check_fault(s.args.faults.get(), "metrics", step, Fault::CHECKPOINT_WRITE);
-        auto object = metrics::Json::parse(json_text);
-        object["type"] = type;
-        object["step"] = step;
-        s.jsonl->write(object, /*durable=*/true);
+        // "type" and "time" first, as on every line (docs/metrics.md).
+        metrics::Json line = {{"type", type}, {"time", wall_time}, {"step", step}};
+        line.update(metrics::Json::parse(json_text));
+        s.jsonl->write(line, /*durable=*/true);
       },
       [self](metrics::RunSummary r) {
-        catch_up(self, std::numeric_limits<double>::infinity());
         auto& s = self->state;
         r.spikes = s.spike_count;
         const auto report = metrics::straggler_report(s.timings);
@@ -185,12 +178,25 @@ caf::behavior metrics_impl(Self* self, MetricsArgs args) {
         }
       },
   };
+  st.owner = st.args.inbox->claim();
+  self->send(self, drain_atom::value);  // what was posted before it started, or while none ran
+  return {
+      [self](drain_atom) { drain(self); },
+      [](ping_atom) { return pong_atom::value; },
+  };
 }
 
 }  // namespace
 
+void post_metrics(MetricsInbox& inbox, const Directory& directory, caf::message record) {
+  inbox.post(std::move(record));
+  if (auto metrics = directory.get(engine::metrics_path())) caf::anon_send(metrics, drain_atom::value);
+}
+
 caf::actor spawn_metrics(caf::event_based_actor* parent, MetricsArgs args) {
-  return parent->spawn(metrics_impl, std::move(args));
+  // Detached: a metrics actor that hangs (a stuck file system) holds its own thread,
+  // not one of the scheduler's, while its supervisor replaces it.
+  return parent->spawn<caf::detached>(metrics_impl, std::move(args));
 }
 
 }  // namespace troupe::actors

@@ -1,17 +1,20 @@
 // The metrics actor: every record of the run goes through it to the console (step
 // lines under a header, a progress bar with ETA on a terminal, the final summary),
 // to RUN_DIR/metrics.jsonl and to the TensorBoard event file (metrics/ formats all
-// three). Restarted one_for_one: it holds nothing that cannot be reopened, and a
-// restarted one first writes the step records its predecessor lost (those that died
-// with it or were sent while it was away) from the run book.
+// three). Records reach it through the run's MetricsInbox (actors/metrics_inbox.h),
+// which keeps each until it is written: restarted one_for_one (also after a hang,
+// found by its supervisor's heartbeat), it holds nothing that cannot be reopened, and
+// a successor writes what its predecessor left, in order, so no record is lost.
 //
 // Loss spikes go to RUN_DIR/spikes.jsonl (metrics::SpikeDetector, history reloaded on
 // restart). At the end it prints the straggler report (per stage: compute and wait
 // per microbatch, slowest ranks) and the calendar from the measured throughput.
 //
-// Messages in: metrics::StartupRecord, StepRecord, StepExtras, EvalRecord, FailureRecord,
-// RunSummary, event_atom + type + step + JSON object text (checkpoint saves,
-// recoveries: written to metrics.jsonl and logged).
+// Records (through the inbox): metrics::StartupRecord, StepRecord, StepExtras,
+// EvalRecord, FailureRecord, RunSummary, restart_marker_atom + step + time (a group
+// restart: TensorBoard's SessionLog START), event_atom + type + step + time + JSON
+// object text (checkpoint saves and failures, recoveries: written to metrics.jsonl).
+// Messages: drain_atom (records are waiting), ping_atom (its supervisor's heartbeat).
 #pragma once
 
 #include <memory>
@@ -19,7 +22,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/run_book.h"
+#include "actors/metrics_inbox.h"
 #include "engine/faults.h"
 #include "messages/config.pb.h"
 #include "messages/runtime.h"
@@ -45,10 +48,7 @@ struct MetricsArgs {
   int64_t total_steps = 0;
   std::shared_ptr<engine::FaultPlan> faults;
   Config config;  // spike options, token budget and calendar efficiency
-  // The run's book, and whether this is a restart: a restarted metrics actor writes
-  // the step records its predecessor lost (see metrics_actor.cpp, catch_up).
-  std::shared_ptr<RunBook> book;
-  bool restarted = false;
+  std::shared_ptr<MetricsInbox> inbox;  // the run's records, shared by every incarnation
 };
 
 caf::actor spawn_metrics(caf::event_based_actor* parent, MetricsArgs args);

@@ -1,6 +1,14 @@
 #include "actors/runtime.h"
 
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -25,7 +33,51 @@ namespace {
 
 using group_exit_atom = caf::atom_constant<caf::atom("groupexit")>;
 
-void on_signal(int sig) { request_stop(sig); }
+// The first SIGINT / SIGTERM asks the run to stop after the current step; a second one
+// ends the process at once (exit 128 + signal). Complete checkpoints are durable when
+// committed, so nothing complete is lost; a save in flight stays a .partial directory.
+void on_signal(int sig) {
+  if (stop_signal() != 0) ::_exit(128 + sig);
+  request_stop(sig);
+}
+
+// Bounds the time from a stop request to the end of run_training, whatever actor is
+// stuck: past `grace` after the request it prints one line and ends the process
+// (exit 128 + signal). A hung actor is found and replaced within the step watchdog or
+// the hang timeout, and a replaced coordinator stops at once, so a healthy stop never
+// gets near it.
+class StopDeadline {
+ public:
+  explicit StopDeadline(double grace_s)
+      : thread_([this, grace = std::chrono::duration<double>(grace_s)] {
+          std::unique_lock lock(mu_);
+          std::optional<std::chrono::steady_clock::time_point> asked;
+          while (!done_) {
+            cv_.wait_for(lock, std::chrono::milliseconds(100));
+            if (!asked && stop_signal() != 0) asked = std::chrono::steady_clock::now();
+            if (asked && std::chrono::steady_clock::now() - *asked > grace) {
+              std::fprintf(stderr, "supervisor: the run did not stop within %.0f s of signal %d; exiting now (the "
+                           "newest complete checkpoint is kept)\n", grace.count(), stop_signal());
+              std::fflush(stderr);
+              ::_exit(128 + stop_signal());
+            }
+          }
+        }) {}
+  ~StopDeadline() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 std::string join(const std::vector<std::string>& v, size_t max_items = 1000) {
   std::string out;
@@ -34,9 +86,10 @@ std::string join(const std::vector<std::string>& v, size_t max_items = 1000) {
   return out;
 }
 
-metrics::StartupRecord startup_record(const Config& c, const std::string& source,
-                                      const std::string& run_dir) {
+metrics::StartupRecord startup_record(const Config& c, const std::string& source, const std::string& run_dir,
+                                      const ckpt::Checkpoint* resume) {
   metrics::StartupRecord r;
+  if (resume) r.resumed_from_step = resume->step();
   r.config_path = source;
   r.run_dir = run_dir;
   r.parameters = config::parameter_count(c);
@@ -70,6 +123,20 @@ engine::NamedState collect_state(caf::scoped_actor& self, const caf::actor& grou
                  [&](caf::error& e) { throw std::runtime_error("snapshot: " + self->system().render(e)); });
   }
   return engine::assemble_state(topo, stages, shards);
+}
+
+// The records still in the inbox are written before the metrics actor is stopped. A
+// hung metrics actor is replaced by its supervisor meanwhile, so the wait is bounded
+// by the hang limit (twice it, plus the successor's start).
+void wait_for_metrics(const MetricsInbox& inbox, const Config& c) {
+  const double hang = c.supervision().hang_timeout_s();
+  const std::chrono::duration<double> limit(hang > 0 ? 2 * hang + 5 : 10);
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (inbox.size() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (const size_t left = inbox.size(); left > 0)
+    spdlog::error("metrics: {} record(s) not written within {:g} s of the run's end: the metrics actor is stuck",
+                  left, limit.count());
 }
 
 }  // namespace
@@ -132,10 +199,17 @@ RunResult run_training(const Config& c, const RunOptions& options) {
     throw std::invalid_argument("--listen needs cluster.workers > 0 in the config (the active worker processes)");
   }
   engine::set_aside_earlier_checkpoints(c);
+  // The checkpoint to resume from, read and verified before any actor starts: one
+  // named in checkpoint.load that is missing or damaged ends the start with its
+  // diagnosis. The group's first start takes it from here.
+  auto resume = std::make_shared<engine::ResumeSource>(c);
+  const auto first_checkpoint = resume->current();
 
   clear_stop();
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  const auto& sv = c.supervision();
+  const StopDeadline stop_deadline(std::max(30.0, 2 * (sv.step_watchdog_s() + sv.hang_timeout_s())));
 
   caf::actor_system_config cfg;
   configure_scheduler(cfg);
@@ -145,7 +219,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
   auto faults = std::make_shared<engine::FaultPlan>(c);
   auto directory = std::make_shared<Directory>();
   auto book = std::make_shared<RunBook>();
-  auto resume = std::make_shared<engine::ResumeSource>(c);
+  auto inbox = std::make_shared<MetricsInbox>();
 
   MetricsArgs margs;
   margs.layout = run_dir.layout;
@@ -156,7 +230,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
   margs.total_steps = config::full_updates(c);
   margs.faults = faults;
   margs.config = c;
-  margs.book = book;
+  margs.inbox = inbox;
 
   RunResult result;
   caf::actor client_handle = caf::actor_cast<caf::actor>(client);
@@ -184,16 +258,15 @@ RunResult run_training(const Config& c, const RunOptions& options) {
     s.strategy = Strategy::OneForOne;
     s.max_restarts = 3;
     s.directory = directory;
-    s.on_failure = [book](const std::string& path, const std::string& reason) {
+    s.on_failure = [book, faults](const std::string& path, const std::string& reason) {
       spdlog::error("{} failed: {}; restarting it", path, reason);
+      faults->release_hangs();  // an injected hang's thread ends; its successor takes over
       book->failure(alone_failure(path, reason, book->max_step_reached()), /*group_restart=*/false);
     };
-    s.children.push_back({engine::metrics_path(), Restart::Permanent,
-                          [margs](caf::event_based_actor* self, int incarnation) {
-                            auto args = margs;
-                            args.restarted = incarnation > 0;
-                            return spawn_metrics(self, std::move(args));
-                          }});
+    ChildSpec metrics{engine::metrics_path(), Restart::Permanent,
+                      [margs](caf::event_based_actor* self, int) { return spawn_metrics(self, margs); }};
+    watch_for_hangs(metrics, c.supervision());
+    s.children.push_back(std::move(metrics));
     return s;
   }());
   auto writers_sup = spawn_supervisor(sys, writer_group_spec(c, faults, directory, book, cluster));
@@ -201,6 +274,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
   // Stop the tree in order whatever happens: an actor_system cannot be destroyed
   // while actors live, so no exception may skip this.
   auto shutdown = [&] {
+    wait_for_metrics(*inbox, c);
     faults->release_hangs();
     for (auto* sup : {&group, &writers_sup, &metrics_sup}) {
       if (!*sup) continue;
@@ -215,9 +289,10 @@ RunResult run_training(const Config& c, const RunOptions& options) {
     }
   };
   try {
-    client->send(directory->get(engine::metrics_path()), startup_record(c, options.config_source, run_dir.layout.root));
+    post_metrics(*inbox, *directory,
+                 caf::make_message(startup_record(c, options.config_source, run_dir.layout.root, first_checkpoint.get())));
 
-    GroupArgs g{c, faults, directory, book, resume, client_handle, {}, cluster, root ? root->comms() : nullptr};
+    GroupArgs g{c, faults, directory, book, resume, inbox, client_handle, {}, cluster, root ? root->comms() : nullptr};
     g.on_exit = [client_handle](const SupervisorReport& r) {
       caf::anon_send(client_handle, group_exit_atom::value, r);
     };
@@ -240,6 +315,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
           result.outcome.error = fmt::format("the run did not finish within {} s", options.timeout.count());
           running = false;
         });
+    wait_for_metrics(*inbox, c);  // a hung metrics actor is replaced meanwhile, and counted below
     if (options.collect_state && result.outcome.status != "failed") result.state = collect_state(client, group, c);
     result.failures = book->failures();
     result.restarts = book->restarts();

@@ -19,6 +19,12 @@
 #include "engine/topology.h"
 
 namespace troupe::actors {
+void watch_for_hangs(ChildSpec& child, const SupervisionConfig& s) {
+  if (s.hang_timeout_s() <= 0) return;
+  child.heartbeat = std::chrono::milliseconds(std::max<int64_t>(1, int64_t(s.heartbeat_interval_s() * 1000)));
+  child.hang_limit = std::chrono::milliseconds(int64_t(s.hang_timeout_s() * 1000));
+}
+
 namespace {
 
 Strategy strategy_of(SupervisionConfig::Strategy s) {
@@ -147,12 +153,14 @@ SupervisorSpec training_group_spec(GroupArgs args) {
            return spawn_stage(self, StageArgs{c, r, plan->ranks[size_t(topo.index(r))], faults, resume->current(),
                                               {}, device_of(r, incarnation)});
          }});
-  spec.children.push_back(
-      {engine::coordinator_path(), Restart::Permanent,
-       [c, faults = args.faults, dir = args.directory, book = args.book, resume, client = args.client](
-           caf::event_based_actor* self, int) {
-         return spawn_coordinator(self, CoordinatorArgs{c, faults, dir, book, resume->current(), client});
-       }});
+  ChildSpec coordinator{engine::coordinator_path(), Restart::Permanent,
+                        [c, faults = args.faults, dir = args.directory, book = args.book, resume,
+                         inbox = args.metrics, client = args.client](caf::event_based_actor* self, int) {
+                          return spawn_coordinator(self,
+                                                   CoordinatorArgs{c, faults, dir, book, inbox, resume->current(), client});
+                        }};
+  watch_for_hangs(coordinator, c.supervision());
+  spec.children.push_back(std::move(coordinator));
 
   // The whole group up (a first start or a restart): the coordinator wires it. A
   // loader restarted alone rejoins through the coordinator.
@@ -168,8 +176,8 @@ SupervisorSpec training_group_spec(GroupArgs args) {
     else
       self->send(coordinator->second, wire_atom::value, all);
   };
-  spec.on_failure = [comms, cluster_comms, resume, faults = args.faults, book = args.book, dir = args.directory](
-                        const std::string& path, const std::string& reason) {
+  spec.on_failure = [comms, cluster_comms, resume, faults = args.faults, book = args.book, dir = args.directory,
+                     inbox = args.metrics](const std::string& path, const std::string& reason) {
     auto f = alone_failure(path, reason, book->max_step_reached());
     if (!is_loader(path)) {
       f.action = "restart";
@@ -190,7 +198,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
       if (auto t = faults->last_fired_at()) book->fault_fired_at(*t);
       book->failure(f, /*group_restart=*/true);
     }
-    if (auto metrics = dir->get(engine::metrics_path())) caf::anon_send(metrics, f);
+    post_metrics(*inbox, *dir, caf::make_message(f));
   };
   spec.on_exit = std::move(args.on_exit);
   if (cluster) add_cluster_hooks(spec, cluster);

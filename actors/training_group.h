@@ -16,6 +16,7 @@
 
 #include "actors/cluster.h"
 #include "actors/directory.h"
+#include "actors/metrics_inbox.h"
 #include "actors/run_book.h"
 #include "actors/supervision.h"
 #include "engine/checkpointing.h"
@@ -30,6 +31,7 @@ struct GroupArgs {
   std::shared_ptr<Directory> directory;
   std::shared_ptr<RunBook> book;
   std::shared_ptr<engine::ResumeSource> resume;
+  std::shared_ptr<MetricsInbox> metrics;  // the run's records (actors/metrics_inbox.h)
   caf::actor client;  // receives finished_atom + RunOutcome
   // Called with the group supervisor's report when it exits.
   std::function<void(const SupervisorReport&)> on_exit;
@@ -56,5 +58,10 @@ void add_cluster_hooks(SupervisorSpec& spec, std::shared_ptr<Cluster> cluster);
 
 // A failure record for a child restarted alone (the phase is read off the reason).
 metrics::FailureRecord alone_failure(const std::string& path, const std::string& reason, int64_t max_step);
+
+// Has the child's supervisor ask it for a heartbeat every supervision.heartbeat_interval_s
+// and take it for hung after supervision.hang_timeout_s unanswered (0: not watched). The
+// child answers ping_atom with pong_atom.
+void watch_for_hangs(ChildSpec& child, const SupervisionConfig& s);
 
 }  // namespace troupe::actors

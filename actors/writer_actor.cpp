@@ -52,7 +52,12 @@ caf::behavior writer_impl(Self* self, WriterArgs args) {
         };
         std::optional<Fault> damage;
         if (faults && faults->targets(w.path)) {
-          if (auto f = faults->take(w.path, s.step, Fault::OPTIMIZER)) engine::raise_fault(*f, w.path, s.step);
+          // HANG blocks this thread as a stuck write would (the save's deadline finds it).
+          auto act = [&](const Fault& f) {
+            if (f.kind() == Fault::HANG) faults->hang(w.path, s.step, f.phase());
+            engine::raise_fault(f, w.path, s.step);
+          };
+          if (auto f = faults->take(w.path, s.step, Fault::OPTIMIZER)) act(*f);
           if (auto f = faults->take(w.path, s.step, Fault::CHECKPOINT_WRITE)) {
             if (f->kind() == Fault::CORRUPT_SHARD || f->kind() == Fault::TRUNCATE_SHARD) {
               damage = f;
@@ -60,7 +65,7 @@ caf::behavior writer_impl(Self* self, WriterArgs args) {
               report({s.step, s.dp, s.pp, s.tp, false, "injected FAIL_WRITE", {}, 0, 0});
               engine::raise_fault(*f, w.path, s.step);
             } else {
-              engine::raise_fault(*f, w.path, s.step);
+              act(*f);
             }
           }
         }

@@ -131,6 +131,8 @@ void check_fields(const Config& c, Checker& k) {
   k.finite("checkpoint.interval_seconds", ck.interval_seconds());
   k.non_negative("checkpoint.interval_seconds", ck.interval_seconds());
   k.non_negative("checkpoint.keep_last", ck.keep_last());
+  k.finite("checkpoint.save_timeout_s", ck.save_timeout_s());
+  k.non_negative("checkpoint.save_timeout_s", ck.save_timeout_s());
 
   const auto& sv = c.supervision();
   k.non_negative("supervision.max_restarts", sv.max_restarts());
@@ -140,6 +142,8 @@ void check_fields(const Config& c, Checker& k) {
   k.positive("supervision.heartbeat_interval_s", sv.heartbeat_interval_s());
   k.finite("supervision.step_watchdog_s", sv.step_watchdog_s());
   k.non_negative("supervision.step_watchdog_s", sv.step_watchdog_s());
+  k.finite("supervision.hang_timeout_s", sv.hang_timeout_s());
+  k.non_negative("supervision.hang_timeout_s", sv.hang_timeout_s());
 
   for (int i = 0; i < c.faults().fault_size(); ++i) {
     const auto& f = c.faults().fault(i);
@@ -243,6 +247,11 @@ void check_relations(const Config& c, Checker& k) {
     k.fail("supervision.step_watchdog_s",
            fmt::format("{} must exceed supervision.heartbeat_interval_s = {} (or be 0: off)",
                        sv.step_watchdog_s(), sv.heartbeat_interval_s()),
+           {"supervision.heartbeat_interval_s"});
+  if (sv.hang_timeout_s() > 0 && sv.hang_timeout_s() <= sv.heartbeat_interval_s())
+    k.fail("supervision.hang_timeout_s",
+           fmt::format("{} must exceed supervision.heartbeat_interval_s = {} (or be 0: off)", sv.hang_timeout_s(),
+                       sv.heartbeat_interval_s()),
            {"supervision.heartbeat_interval_s"});
 
   for (int i = 0; i < c.faults().fault_size(); ++i) {

@@ -59,7 +59,15 @@ std::shared_ptr<const ckpt::Checkpoint> ResumeSource::current() {
   } else if (std::filesystem::exists(root_)) {
     auto outcome = ckpt::load_latest(root_);
     report_ = std::move(outcome.report);
-    if (outcome.checkpoint) ckpt_ = std::make_shared<const ckpt::Checkpoint>(std::move(*outcome.checkpoint));
+    if (outcome.checkpoint) {
+      ckpt_ = std::make_shared<const ckpt::Checkpoint>(std::move(*outcome.checkpoint));
+    } else if (outcome.damage_found) {
+      // Checkpoints exist but none loads: starting from scratch would train over (and
+      // prune) the evidence. A fresh start is for a run that has none yet, or load "".
+      std::string msg = root_ + ": no checkpoint loads, and starting fresh would prune the damaged ones:";
+      for (const auto& line : report_) msg += "\n  " + line;
+      throw ckpt::CheckpointError(msg + "\n(fix or move them aside, or start fresh with checkpoint.load \"\")");
+    }
   }
   for (const auto& line : report_) spdlog::warn("checkpoint: {}", line);
   if (ckpt_) spdlog::info("checkpoint: resuming from {} (step {})", ckpt_->dir(), ckpt_->step());

@@ -43,6 +43,8 @@ class ResumeSource {
   explicit ResumeSource(const Config& c);
 
   // The checkpoint of the group's current start (null: fresh). Loaded once per start.
+  // Throws CheckpointError when checkpoint.load names a checkpoint that does not load,
+  // or when the root holds checkpoints but none of them loads (the damage listed).
   std::shared_ptr<const ckpt::Checkpoint> current();
   void invalidate();
   // What the last load skipped and why (damaged checkpoints, missing `latest`).

@@ -91,6 +91,8 @@ std::string summary_block(const RunSummary& s) {
          " of steps (wall " + format_duration(s.elapsed_s) + ")\n";
   out += fmt("restarts: %lld, loss spikes: %lld\n", static_cast<long long>(s.restarts),
              static_cast<long long>(s.spikes));
+  if (!s.newest_checkpoint.empty()) out += "newest complete checkpoint: " + s.newest_checkpoint + "\n";
+  if (!s.error.empty()) out += "error: " + s.error + "\n";
   return out;
 }
 

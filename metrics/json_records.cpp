@@ -102,6 +102,8 @@ Json to_json(const RunSummary& r) {
             {"restarts", r.restarts},
             {"spikes", r.spikes}};
   j["last_eval_loss"] = r.last_eval_loss ? json_number(*r.last_eval_loss) : Json(nullptr);
+  j["error"] = r.error.empty() ? Json(nullptr) : Json(r.error);
+  j["newest_checkpoint"] = r.newest_checkpoint.empty() ? Json(nullptr) : Json(r.newest_checkpoint);
   return j;
 }
 

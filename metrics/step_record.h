@@ -101,6 +101,8 @@ struct RunSummary {
   int64_t restarts = 0;
   int64_t spikes = 0;        // loss spikes recorded
   double wall_time = 0;
+  std::string error;              // why the run stopped or failed ("" when it completed)
+  std::string newest_checkpoint;  // the newest complete checkpoint's directory ("": none)
 };
 
 // Mean throughput of a run: non-padding input tokens / summed step time (0 if none).

@@ -25,8 +25,10 @@
 #include "engine/stage_worker.h"
 #include "metrics/json.h"
 #include "test/actors/parity_check.h"
+#include "test/actors/recovery_harness.h"
 
 using namespace troupe;
+using namespace troupe::testing::recovery;
 namespace fs = std::filesystem;
 
 namespace {
@@ -35,90 +37,6 @@ namespace {
 // order): the runtime parity suite's, fixed there before any run.
 constexpr double kParamAbs = 1e-5;
 constexpr double kLossRel = 1e-5;
-
-// DP2 x PP2, 6 updates of 8 samples, a checkpoint every 2 updates, into a fresh
-// run directory per test.
-Config base(const std::string& name, int steps = 6) {
-  Config c;
-  auto* m = c.mutable_model();
-  m->set_layers(2);
-  m->set_heads(2);
-  m->set_width(32);
-  m->set_vocab_size(257);
-  m->set_max_positions(32);
-  c.mutable_parallel()->set_data(2);
-  c.mutable_parallel()->set_pipeline(2);
-  auto* b = c.mutable_batch();
-  b->set_micro_batch_size(1);
-  b->set_global_batch_size(8);
-  b->set_seq_length(32);
-  c.mutable_optimizer()->set_lr(1e-3);
-  c.mutable_optimizer()->set_min_lr(1e-4);
-  c.mutable_lr_schedule()->set_warmup_samples(8);
-  c.mutable_lr_schedule()->set_decay_samples(48);  // fixed, so shorter runs share the schedule
-  c.mutable_training()->set_train_samples(int64_t(steps) * 8);
-  c.mutable_training()->set_seed(11);
-  c.mutable_device()->set_threads(1);
-  c.mutable_checkpoint()->set_interval_steps(2);
-  c.mutable_checkpoint()->set_keep_last(10);
-  // Each checkpoint committed before the next step starts: the faults below are planned
-  // against complete checkpoints whatever the machine's load (the writers run at the
-  // lowest priority, so on a busy machine a write can trail by several steps and a
-  // group that fails meanwhile abandons it). The overlap itself: runtime_bench.
-  c.mutable_checkpoint()->set_max_lag_steps(0);
-  c.mutable_supervision()->set_max_restarts(3);
-  c.mutable_supervision()->set_step_watchdog_s(30);
-  c.mutable_logging()->set_tensorboard(false);
-  const auto dir = fs::temp_directory_path() / ("troupe-recovery-" + name);
-  fs::remove_all(dir);
-  c.mutable_logging()->set_run_dir(dir.string());
-  return c;
-}
-
-Fault fault(const std::string& actor, int64_t step, Fault::Phase phase, Fault::Kind kind = Fault::KILL) {
-  Fault f;
-  f.set_actor(actor);
-  f.set_step(step);
-  f.set_phase(phase);
-  f.set_kind(kind);
-  return f;
-}
-
-actors::RunResult run(const Config& c) {
-  actors::RunOptions o;
-  o.console = false;
-  o.collect_state = true;
-  o.timeout = std::chrono::seconds(120);
-  return actors::run_training(c, o);
-}
-
-// The fault-free run every faulty one must reproduce bit for bit.
-const actors::RunResult& clean() {
-  static const actors::RunResult r = run(base("clean"));
-  return r;
-}
-
-void check_identical_to_clean(const actors::RunResult& r) {
-  const auto& ref = clean();
-  REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
-  REQUIRE(r.state);
-  REQUIRE(r.outcome.steps.size() == ref.outcome.steps.size());
-  for (size_t s = 0; s < ref.outcome.steps.size(); ++s) {
-    CAPTURE(s);
-    CHECK(r.outcome.steps[s].step == ref.outcome.steps[s].step);
-    CHECK(r.outcome.steps[s].loss == ref.outcome.steps[s].loss);
-    CHECK(r.outcome.steps[s].lr == ref.outcome.steps[s].lr);
-    CHECK_FALSE(r.outcome.steps[s].skipped);
-  }
-  testing::check_same_state(r, ref);
-  // The sample audit: the final timeline's updates read exactly the clean run's
-  // samples, each in one update, none skipped.
-  CHECK(r.outcome.step_samples == ref.outcome.step_samples);
-  std::multiset<int64_t> seen;
-  for (const auto& ids : r.outcome.step_samples) seen.insert(ids.begin(), ids.end());
-  for (int64_t id : seen) CHECK(seen.count(id) == 1);
-  CHECK(seen.size() == 6 * 8);
-}
 
 struct Case {
   const char* actor;
