@@ -661,8 +661,7 @@ caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
   st.schedule = std::make_unique<sched::LrSchedule>(c);
   st.microbatches = int32_t(config::microbatches_per_replica(c));
   st.total_steps = config::full_updates(c);
-  const int64_t per_replica_rows = int64_t(c.batch().micro_batch_size()) * c.parallel().data();
-  st.eval_microbatches = int32_t(c.training().eval_samples() / per_replica_rows);
+  st.eval_microbatches = int32_t(config::eval_microbatches_per_replica(c));
   st.ckpt_root = engine::checkpoint_root(c);
   st.data = data::BatchSource::open(c);
   if (st.args.resume) {

@@ -24,6 +24,11 @@ int64_t microbatches_per_replica(const Config& c) {
          (int64_t(c.batch().micro_batch_size()) * c.parallel().data());
 }
 
+int64_t eval_microbatches_per_replica(const Config& c) {
+  return c.training().eval_samples() /
+         (int64_t(c.batch().micro_batch_size()) * c.parallel().data());
+}
+
 int64_t tokens_per_update(const Config& c) {
   return int64_t(c.batch().global_batch_size()) * c.batch().seq_length();
 }

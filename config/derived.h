@@ -25,6 +25,11 @@ int64_t parameter_count(const Config& c);
 // global_batch_size / (micro_batch_size * data).
 int64_t microbatches_per_replica(const Config& c);
 
+// Microbatches each data-parallel replica runs per evaluation:
+// training.eval_samples / (micro_batch_size * data); 0 when evaluation is off.
+// Validation makes eval_samples a whole number of such microbatches per replica.
+int64_t eval_microbatches_per_replica(const Config& c);
+
 // Input tokens per update: global_batch_size * seq_length.
 int64_t tokens_per_update(const Config& c);
 

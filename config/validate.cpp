@@ -167,6 +167,25 @@ void check_fields(const Config& c, Checker& k) {
   if (lg.run_dir().empty()) k.fail("logging.run_dir", "must not be empty");
 }
 
+// Evaluation (on whenever eval_samples > 0) runs whole microbatches on every replica.
+void check_eval_samples(const Config& c, Checker& k) {
+  const int64_t samples = c.training().eval_samples();
+  if (samples == 0) return;
+  const int64_t per_step = int64_t(c.batch().micro_batch_size()) * c.parallel().data();
+  const std::vector<std::string> related = {"batch.micro_batch_size", "parallel.data"};
+  if (samples < per_step)
+    k.fail("training.eval_samples",
+           fmt::format("{} is less than one evaluation microbatch per replica "
+                       "(batch.micro_batch_size x parallel.data = {}); 0 turns evaluation off",
+                       samples, per_step),
+           related);
+  else if (samples % per_step != 0)
+    k.fail("training.eval_samples",
+           fmt::format("{} is not a multiple of batch.micro_batch_size x parallel.data = {}",
+                       samples, per_step),
+           related);
+}
+
 // Rules that combine fields; every field they read is known to be in range.
 void check_relations(const Config& c, Checker& k) {
   const auto& m = c.model();
@@ -241,6 +260,8 @@ void check_relations(const Config& c, Checker& k) {
            fmt::format("{} asks for validation every {} updates, but training.eval_samples is 0",
                        c.training().eval_interval(), c.training().eval_interval()),
            {"training.eval_samples"});
+
+  check_eval_samples(c, k);
 
   const auto& sv = c.supervision();
   if (sv.step_watchdog_s() > 0 && sv.step_watchdog_s() <= sv.heartbeat_interval_s())

@@ -90,6 +90,7 @@ TEST_CASE("the embedded default is configs/default.textproto and is valid") {
   CHECK(c.parallel().data() == 2);
   CHECK(c.parallel().pipeline() == 2);
   CHECK(config::microbatches_per_replica(c) == 4);
+  CHECK(config::eval_microbatches_per_replica(c) == 8);
 }
 
 TEST_CASE("proto defaults are a valid config") {
@@ -107,6 +108,7 @@ TEST_CASE("shipped configs load and say what they claim") {
   CHECK(config::padded_vocab(gpt2) == 50304);
   CHECK(config::parameter_count(gpt2) == 124475904);
   CHECK(config::tokens_per_update(gpt2) == 524288);
+  CHECK(config::eval_microbatches_per_replica(gpt2) == 32);
 
   const Config seed = load_config_file(source_path("configs/seed-500b.textproto"));
   CHECK(config::parameter_count(seed) == 500002136064);

@@ -195,6 +195,26 @@ TEST_CASE("validation every N updates needs validation samples") {
   CHECK(load_error("training { eval_samples: 8 }") == "(no error)");  // only at the end
 }
 
+TEST_CASE("eval_samples: whole evaluation microbatches on every replica") {
+  const std::string layout = "parallel { data: 2 }\nbatch { micro_batch_size: 2 }\n";
+  CHECK(load_error(layout + "training {\n  eval_samples: 2\n}") ==
+        "t.textproto:4: training.eval_samples: 2 is less than one evaluation microbatch per "
+        "replica (batch.micro_batch_size x parallel.data = 4); 0 turns evaluation off");
+  CHECK(load_error(layout + "training {\n  eval_interval: 5\n  eval_samples: 33\n}") ==
+        "t.textproto:5: training.eval_samples: 33 is not a multiple of batch.micro_batch_size x "
+        "parallel.data = 4");
+  CHECK(load_error(layout + "training { eval_samples: 32 }") == "(no error)");
+  CHECK(load_error(layout + "training { eval_samples: 0 }") == "(no error)");  // evaluation off
+
+  Config c;
+  c.mutable_parallel()->set_data(2);
+  c.mutable_batch()->set_micro_batch_size(2);
+  c.mutable_training()->set_eval_samples(32);
+  CHECK(config::eval_microbatches_per_replica(c) == 8);
+  c.mutable_training()->set_eval_samples(0);
+  CHECK(config::eval_microbatches_per_replica(c) == 0);
+}
+
 TEST_CASE("supervision: periods positive, watchdog longer than a heartbeat") {
   CHECK(load_error("supervision { max_restarts: -1 }") ==
         "t.textproto:1: supervision.max_restarts: must not be negative, got -1");
