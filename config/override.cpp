@@ -1,6 +1,11 @@
 #include "config/override.h"
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
 
 #include <fmt/format.h>
@@ -26,6 +31,35 @@ std::string quoted(std::string_view v) {
     out += ch;
   }
   return out + "\"";
+}
+
+// The value tokens of `text` as text format reads them (a leading '-' is a token of
+// its own), or nullopt when the reader would skip part of it: a '#' comment.
+std::optional<std::vector<std::string>> value_tokens(const std::string& text) {
+  pb::io::ArrayInputStream in(text.data(), int(text.size()));
+  FirstError errors;
+  pb::io::Tokenizer tokenizer(&in, &errors);
+  tokenizer.set_comment_style(pb::io::Tokenizer::SH_COMMENT_STYLE);
+  tokenizer.set_report_newlines(true);
+  std::string read;
+  std::vector<std::string> tokens;
+  while (tokenizer.Next()) {
+    const auto& t = tokenizer.current();
+    read += t.text;
+    if (t.type != pb::io::Tokenizer::TYPE_WHITESPACE && t.type != pb::io::Tokenizer::TYPE_NEWLINE)
+      tokens.push_back(t.text);
+  }
+  if (read != text) return std::nullopt;
+  return tokens;
+}
+
+// Why `text` is not exactly one value (a signed number counts as one), or nullopt.
+std::optional<std::string> single_value_problem(const std::string& text) {
+  const auto tokens = value_tokens(text);
+  if (!tokens) return "a --set value takes no comment ('#')";
+  const bool signed_value = tokens->size() == 2 && (*tokens)[0] == "-";
+  if (tokens->size() != 1 && !signed_value) return "a --set value is one value";
+  return std::nullopt;
 }
 
 }  // namespace
@@ -110,6 +144,8 @@ void apply_override(Config& cfg, std::string_view assignment, Origins* origins) 
     scratch->GetReflection()->ListFields(*scratch, &set);
     if (set.size() != 1 || set[0] != field)
       throw fail(here, fmt::format("\"{}\" is not a single value", value));
+    if (auto why = single_value_problem(text_value))
+      throw fail(here, fmt::format("\"{}\" is not a single value: {}", value, *why));
     msg->MergeFrom(*scratch);  // singular scalar: MergeFrom overwrites it
     if (origins) origins->set(here, where);
     return;

@@ -87,6 +87,25 @@ TEST_CASE("errors name the --set argument, the field path and what is wrong") {
         "(99999999999))");
 }
 
+TEST_CASE("a --set value is exactly one value: no comment, no second value") {
+  CHECK(set_error("model.width=64 # comment") ==
+        "--set model.width=64 # comment: model.width: \"64 # comment\" is not a single value: "
+        "a --set value takes no comment ('#')");
+  CHECK(set_error("model.width=64#") ==
+        "--set model.width=64#: model.width: \"64#\" is not a single value: a --set value "
+        "takes no comment ('#')");
+  CHECK(set_error("logging.level=\"info\" \"debug\"") ==
+        "--set logging.level=\"info\" \"debug\": logging.level: \"\"info\" \"debug\"\" is not a "
+        "single value: a --set value is one value");
+  Config c;
+  apply_override(c, "optimizer.lr=-1e-3");  // a sign and a number are one value
+  CHECK(c.optimizer().lr() == -1e-3);
+  apply_override(c, "model.width= 96 ");
+  CHECK(c.model().width() == 96);
+  apply_override(c, "data.prefix=/data/a # b");  // an unquoted string is taken whole
+  CHECK(c.data().prefix() == "/data/a # b");
+}
+
 TEST_CASE("the overridden config is validated with the --set as its location") {
   auto p = parse_config_text("batch {\n  micro_batch_size: 2\n}\n", "base.textproto");
   apply_override(p.config, "batch.global_batch_size=10", &p.origins);
