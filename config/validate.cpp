@@ -26,24 +26,57 @@ class Checker {
   void non_negative(const std::string& field, T v) {
     if (!(v >= 0)) fail(field, fmt::format("must not be negative, got {}", v));
   }
+  template <class T>
+  void at_most(const std::string& field, T v, T bound) {
+    if (v > bound) fail(field, fmt::format("must be at most {}, got {}", bound, v));
+  }
   void finite(const std::string& field, double v) {
     if (!std::isfinite(v)) fail(field, fmt::format("must be a finite number, got {}", v));
   }
 };
 
+// Upper bounds far above any real model, cluster or machine, so that derived
+// products (parameter counts, ranks, thread splits) stay exact in integer arithmetic.
+constexpr int32_t kMaxLayers = 16'384;
+constexpr int32_t kMaxWidth = 1 << 20;
+constexpr int32_t kMaxFfnWidth = 1 << 22;
+constexpr int32_t kMaxVocab = 1 << 24;
+constexpr int32_t kMaxVocabPadMultiple = 1 << 16;
+constexpr int32_t kMaxPositions = 1 << 24;
+constexpr int64_t kMaxRanks = 1 << 20;  // tensor x pipeline x data, and each of them
+constexpr int32_t kMaxThreads = 4'096;
+
 bool is_lower_alpha(char c) { return c >= 'a' && c <= 'z'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// The loss-spike detector's options (metrics/spike_detector.h): a median over at
+// least one loss, judged once at least one is in, a multiple above the median.
+void check_spike_fields(const LoggingConfig& lg, Checker& k) {
+  k.positive("logging.spike_window", lg.spike_window());
+  k.finite("logging.spike_multiple", lg.spike_multiple());
+  if (!(lg.spike_multiple() > 1))
+    k.fail("logging.spike_multiple",
+           fmt::format("must be greater than 1 (a spike exceeds the median), got {}",
+                       lg.spike_multiple()));
+  k.positive("logging.spike_min_history", lg.spike_min_history());
+}
 
 // Field-by-field rules: each looks at one field only.
 void check_fields(const Config& c, Checker& k) {
   const auto& m = c.model();
   k.positive("model.layers", m.layers());
-  k.positive("model.heads", m.heads());
+  k.at_most("model.layers", m.layers(), kMaxLayers);
+  k.positive("model.heads", m.heads());  // at most width: width % heads == 0
   k.positive("model.width", m.width());
+  k.at_most("model.width", m.width(), kMaxWidth);
   k.non_negative("model.ffn_width", m.ffn_width());
+  k.at_most("model.ffn_width", m.ffn_width(), kMaxFfnWidth);
   k.positive("model.vocab_size", m.vocab_size());
+  k.at_most("model.vocab_size", m.vocab_size(), kMaxVocab);
   k.positive("model.vocab_pad_multiple", m.vocab_pad_multiple());
+  k.at_most("model.vocab_pad_multiple", m.vocab_pad_multiple(), kMaxVocabPadMultiple);
   k.positive("model.max_positions", m.max_positions());
+  k.at_most("model.max_positions", m.max_positions(), kMaxPositions);
   if (!m.tied_embeddings())
     k.fail("model.tied_embeddings",
            "false is not supported: troupe always ties the LM head to the token embedding");
@@ -53,9 +86,11 @@ void check_fields(const Config& c, Checker& k) {
   k.positive("model.layernorm_eps", m.layernorm_eps());
 
   const auto& p = c.parallel();
-  k.positive("parallel.tensor", p.tensor());
-  k.positive("parallel.pipeline", p.pipeline());
-  k.positive("parallel.data", p.data());
+  for (auto [name, v] : {std::pair{"tensor", p.tensor()}, {"pipeline", p.pipeline()}, {"data", p.data()}}) {
+    const std::string field = std::string("parallel.") + name;
+    k.positive(field, v);
+    k.at_most(field, int64_t(v), kMaxRanks);
+  }
   if (p.context() != 1)
     k.fail("parallel.context",
            fmt::format("{} is not supported: context parallelism must be 1", p.context()));
@@ -133,6 +168,7 @@ void check_fields(const Config& c, Checker& k) {
   k.non_negative("checkpoint.keep_last", ck.keep_last());
   k.finite("checkpoint.save_timeout_s", ck.save_timeout_s());
   k.non_negative("checkpoint.save_timeout_s", ck.save_timeout_s());
+  k.non_negative("checkpoint.max_lag_steps", ck.max_lag_steps());
 
   const auto& sv = c.supervision();
   k.non_negative("supervision.max_restarts", sv.max_restarts());
@@ -153,9 +189,11 @@ void check_fields(const Config& c, Checker& k) {
     else if (auto why = actor_path_problem(f.actor()))
       k.fail(at + ".actor", fmt::format("\"{}\" is not an actor path: {}", f.actor(), *why));
     if (f.step() < 1) k.fail(at + ".step", fmt::format("must be 1 or more (updates count from 1), got {}", f.step()));
+    k.non_negative(at + ".microbatch", f.microbatch());
   }
 
   k.non_negative("device.threads", c.device().threads());
+  k.at_most("device.threads", c.device().threads(), kMaxThreads);
 
   const auto& lg = c.logging();
   static const std::set<std::string> kLevels = {"trace", "debug", "info",    "warn",
@@ -165,6 +203,10 @@ void check_fields(const Config& c, Checker& k) {
                                         "critical, off", lg.level()));
   k.positive("logging.log_interval", lg.log_interval());
   if (lg.run_dir().empty()) k.fail("logging.run_dir", "must not be empty");
+  check_spike_fields(lg, k);
+  if (!(lg.calendar_efficiency() > 0 && lg.calendar_efficiency() <= 1))
+    k.fail("logging.calendar_efficiency",
+           fmt::format("{} is outside (0, 1] (a share of wall time)", lg.calendar_efficiency()));
 }
 
 // Evaluation (on whenever eval_samples > 0) runs whole microbatches on every replica.
@@ -215,6 +257,12 @@ void check_relations(const Config& c, Checker& k) {
                        b.seq_length(), p.tensor()),
            {"batch.seq_length", "parallel.tensor"});
 
+  const int64_t ranks = int64_t(p.tensor()) * p.pipeline() * p.data();
+  if (ranks > kMaxRanks)
+    k.fail("parallel.data",
+           fmt::format("tensor x pipeline x data = {} ranks, more than {}", ranks, kMaxRanks),
+           {"parallel.tensor", "parallel.pipeline"});
+
   const int64_t per_step = int64_t(b.micro_batch_size()) * p.data();
   if (b.global_batch_size() % per_step != 0)
     k.fail("batch.global_batch_size",
@@ -263,6 +311,13 @@ void check_relations(const Config& c, Checker& k) {
 
   check_eval_samples(c, k);
 
+  const auto& lg = c.logging();
+  if (lg.spike_min_history() > lg.spike_window())
+    k.fail("logging.spike_min_history",
+           fmt::format("{} exceeds logging.spike_window = {}: no step would ever be judged",
+                       lg.spike_min_history(), lg.spike_window()),
+           {"logging.spike_window"});
+
   const auto& sv = c.supervision();
   if (sv.step_watchdog_s() > 0 && sv.step_watchdog_s() <= sv.heartbeat_interval_s())
     k.fail("supervision.step_watchdog_s",
@@ -283,6 +338,12 @@ void check_relations(const Config& c, Checker& k) {
                          "the fault would never fire",
                          f.step(), full_updates(c)),
              {"training.train_samples"});
+    if (f.kind() == Fault::NAN_GRADIENT && f.microbatch() >= microbatches_per_replica(c))
+      k.fail(fmt::format("faults.fault[{}].microbatch", i),
+             fmt::format("{} is past the last microbatch of a replica ({} per update, counted "
+                         "from 0): the fault would never fire",
+                         f.microbatch(), microbatches_per_replica(c)),
+             {"batch.global_batch_size"});
     const bool checkpoint_kind = f.kind() == Fault::CORRUPT_SHARD ||
                                  f.kind() == Fault::TRUNCATE_SHARD || f.kind() == Fault::FAIL_WRITE;
     if (checkpoint_kind && f.phase() != Fault::CHECKPOINT_WRITE)

@@ -159,6 +159,62 @@ TEST_CASE("other non-negative counters") {
         "t.textproto:1: device.threads: must not be negative, got -1");
 }
 
+TEST_CASE("sizes that would overflow derived products are bounded") {
+  CHECK(load_error("model { layers: 100000 }") ==
+        "t.textproto:1: model.layers: must be at most 16384, got 100000");
+  CHECK(load_error("model { width: 2097152 heads: 1 }") ==
+        "t.textproto:1: model.width: must be at most 1048576, got 2097152");
+  CHECK(load_error("model { ffn_width: 2000000000 }") ==
+        "t.textproto:1: model.ffn_width: must be at most 4194304, got 2000000000");
+  CHECK(load_error("model { vocab_size: 2147483647 }") ==
+        "t.textproto:1: model.vocab_size: must be at most 16777216, got 2147483647");
+  CHECK(load_error("model { vocab_pad_multiple: 1000000 }") ==
+        "t.textproto:1: model.vocab_pad_multiple: must be at most 65536, got 1000000");
+  CHECK(load_error("model { max_positions: 100000000 }") ==
+        "t.textproto:1: model.max_positions: must be at most 16777216, got 100000000");
+  CHECK(load_error("parallel { tensor: 2000000 }") ==
+        "t.textproto:1: parallel.tensor: must be at most 1048576, got 2000000");
+  CHECK(load_error("device { threads: 1000000 }") ==
+        "t.textproto:1: device.threads: must be at most 4096, got 1000000");
+  const std::string ranks = "model { heads: 1 layers: 1024 }\nparallel {\n  pipeline: 1024\n  data: 2048\n}\n"
+                            "batch { global_batch_size: 2048 }\ntraining { train_samples: 2048 }";
+  CHECK(load_error(ranks) ==
+        "t.textproto:4: parallel.data: tensor x pipeline x data = 2097152 ranks, more than 1048576");
+}
+
+TEST_CASE("checkpoint lag, fault microbatch, spike detector and calendar efficiency") {
+  CHECK(load_error("checkpoint { max_lag_steps: -1 }") ==
+        "t.textproto:1: checkpoint.max_lag_steps: must not be negative, got -1");
+  CHECK(load_error("faults { fault { actor: \"stage/dp0/pp0/tp0\" microbatch: -1 } }") ==
+        "t.textproto:1: faults.fault[0].microbatch: must not be negative, got -1");
+  // The proto default batch: 8 microbatches of 1 sequence per update, indices 0..7.
+  CHECK(load_error("faults {\n  fault {\n    actor: \"stage/dp0/pp0/tp0\"\n    kind: NAN_GRADIENT\n"
+                   "    phase: BACKWARD\n    microbatch: 8\n  }\n}") ==
+        "t.textproto:6: faults.fault[0].microbatch: 8 is past the last microbatch of a replica (8 "
+        "per update, counted from 0): the fault would never fire");
+  CHECK(load_error("faults { fault { actor: \"stage/dp0/pp0/tp0\" kind: NAN_GRADIENT phase: BACKWARD "
+                   "microbatch: 7 } }") == "(no error)");
+  CHECK(load_error("logging { spike_window: 0 }") ==
+        "t.textproto:1: logging.spike_window: must be positive, got 0");
+  CHECK(load_error("logging { spike_multiple: 1 }") ==
+        "t.textproto:1: logging.spike_multiple: must be greater than 1 (a spike exceeds the "
+        "median), got 1");
+  CHECK(load_error("logging { spike_multiple: inf }") ==
+        "t.textproto:1: logging.spike_multiple: must be a finite number, got inf");
+  CHECK(load_error("logging { spike_min_history: 0 }") ==
+        "t.textproto:1: logging.spike_min_history: must be positive, got 0");
+  CHECK(load_error("logging {\n  spike_window: 5\n  spike_min_history: 6\n}") ==
+        "t.textproto:3: logging.spike_min_history: 6 exceeds logging.spike_window = 5: no step "
+        "would ever be judged");
+  CHECK(load_error("logging { calendar_efficiency: 0 }") ==
+        "t.textproto:1: logging.calendar_efficiency: 0 is outside (0, 1] (a share of wall time)");
+  CHECK(load_error("logging { calendar_efficiency: 1.5 }") ==
+        "t.textproto:1: logging.calendar_efficiency: 1.5 is outside (0, 1] (a share of wall time)");
+  CHECK(load_error("logging { calendar_efficiency: nan }") ==
+        "t.textproto:1: logging.calendar_efficiency: nan is outside (0, 1] (a share of wall time)");
+  CHECK(load_error("logging { calendar_efficiency: 1 }") == "(no error)");
+}
+
 TEST_CASE("model: init_std, layernorm_eps, vocab_pad_multiple, byte vocabulary") {
   CHECK(load_error("model { init_std: 0 }") == "t.textproto:1: model.init_std: must be positive, got 0");
   CHECK(load_error("model { layernorm_eps: -1e-5 }") ==
