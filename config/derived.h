@@ -1,5 +1,7 @@
 // Quantities derived from a Config. Every part of troupe computes these here and
 // nowhere else, so that the planner, the model and the runtime agree.
+// On a validated Config no product here leaves int64: config/validate.cpp bounds every
+// size they multiply (docs/configuration.md).
 #pragma once
 
 #include <cstdint>

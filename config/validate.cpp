@@ -1,6 +1,7 @@
 #include "config/validate.h"
 
 #include <cmath>
+#include <cstdint>
 #include <set>
 
 #include <fmt/format.h>
@@ -297,6 +298,12 @@ void check_relations(const Config& c, Checker& k) {
                                              : "training.train_samples, as decay_samples is 0"),
            {"lr_schedule.decay_samples", "training.train_samples"});
 
+  const __int128 train_tokens = __int128(c.training().train_samples()) * b.seq_length();
+  if (train_tokens > INT64_MAX)
+    k.fail("training.train_samples",
+           fmt::format("{} x batch.seq_length {} = {} tokens: more than a 64-bit count holds ({})",
+                       c.training().train_samples(), b.seq_length(), train_tokens, INT64_MAX),
+           {"batch.seq_length"});
   if (c.training().train_samples() < b.global_batch_size())
     k.fail("training.train_samples",
            fmt::format("{} is less than one global batch (batch.global_batch_size = {})",

@@ -107,8 +107,8 @@ ScheduleTiming simulate_schedule(const PipelineSchedule& s, const std::vector<do
   return t;
 }
 
-double ideal_idle_fraction(int32_t stages, int32_t microbatches) {
-  return double(stages - 1) / double(microbatches + stages - 1);
+double ideal_idle_fraction(int64_t stages, int64_t microbatches) {
+  return double(stages - 1) / (double(microbatches) + double(stages - 1));
 }
 
 std::string to_string(const PipelineOp& op) {

@@ -57,7 +57,7 @@ ScheduleTiming simulate_schedule(const PipelineSchedule& s, const std::vector<do
                                  const std::vector<double>& backward_time);
 
 // The closed form (p-1)/(m+p-1).
-double ideal_idle_fraction(int32_t stages, int32_t microbatches);
+double ideal_idle_fraction(int64_t stages, int64_t microbatches);
 
 std::string to_string(const PipelineOp& op);  // "F3" / "B3"
 

@@ -62,6 +62,10 @@ std::string count_text(int64_t n) {
   return fmt::format("{:.2f}k", double(n) / 1e3);
 }
 std::string lr(double v) { return fmt::format("{:.6g}", v); }
+// A measured rate as a whole number, or in e-notation where no int64 holds it.
+std::string rate_text(double v) {
+  return v < 9.0e18 ? group_digits(std::llround(v)) : fmt::format("{:.4e}", v);
+}
 
 const char* style_name(LrScheduleConfig::DecayStyle s) {
   switch (s) {
@@ -75,7 +79,7 @@ const char* style_name(LrScheduleConfig::DecayStyle s) {
 }  // namespace
 
 std::string group_digits(int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v);
+  const std::string digits = std::to_string(v < 0 ? 0 - uint64_t(v) : uint64_t(v));
   std::string out;
   for (size_t i = 0; i < digits.size(); ++i) {
     if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
@@ -133,9 +137,9 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
   o += fmt::format("\nIdeal pipeline idle (p-1)/(m+p-1), p = {}\n", pp);
   {
     Table t({"microbatches m", "idle"});
-    if (mb % 2 == 0) t.row({fmt::format("{} (half)", group_digits(mb / 2)), percent(ideal_idle_fraction(int32_t(pp), int32_t(mb / 2)))});
-    t.row({fmt::format("{} (this config)", group_digits(mb)), percent(ideal_idle_fraction(int32_t(pp), int32_t(mb)))});
-    t.row({fmt::format("{} (double)", group_digits(2 * mb)), percent(ideal_idle_fraction(int32_t(pp), int32_t(2 * mb)))});
+    if (mb % 2 == 0) t.row({fmt::format("{} (half)", group_digits(mb / 2)), percent(ideal_idle_fraction(pp, mb / 2))});
+    t.row({fmt::format("{} (this config)", group_digits(mb)), percent(ideal_idle_fraction(pp, mb))});
+    t.row({fmt::format("{} (double)", group_digits(2 * mb)), percent(ideal_idle_fraction(pp, 2 * mb))});
     o += t.str();
   }
 
@@ -254,7 +258,7 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
 
   if (in.tokens_per_s) {
     const Calendar cal = calendar(double(tokens.budget), *in.tokens_per_s, in.calendar_efficiency);
-    o += fmt::format("\nCalendar for the token budget at {} tokens/s\n", group_digits(std::llround(*in.tokens_per_s)));
+    o += fmt::format("\nCalendar for the token budget at {} tokens/s\n", rate_text(*in.tokens_per_s));
     Table t;
     t.row({"days of pure compute", fmt::format("{:.2f}", cal.compute_days)});
     t.row({fmt::format("calendar days at {} efficiency", percent(in.calendar_efficiency, 0)),
@@ -271,7 +275,7 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
     for (const auto& s : in.scaling) {
       std::vector<std::string> r = {group_digits(s.gpus),
                                     s.gpus % (tp * pp * cp) == 0 ? group_digits(s.gpus / (tp * pp * cp)) : "-",
-                                    s.tokens_per_s ? group_digits(std::llround(*s.tokens_per_s)) : "not measured",
+                                    s.tokens_per_s ? rate_text(*s.tokens_per_s) : "not measured",
                                     "-", "-"};
       if (s.tokens_per_s) {
         if (prev) {

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <stdexcept>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "sched/pipeline_schedule.h"
 #include "sched/planner.h"
 #include "sched/planner_report.h"
+#include "test/config/util.h"
 
 using namespace troupe;
 using namespace troupe::sched;
@@ -203,4 +205,110 @@ TEST_CASE("scaling files: rows, comments, unmeasured rows, errors with file:line
   CHECK(err("512 -5") == "s.txt:1: tokens_per_s must be a positive number, got \"-5\"");
   CHECK(err("1024 1\n512 1") == "s.txt:2: GPUs must ascend: 512 after 1024");
   CHECK(err("# nothing\n") == "s.txt: no \"GPUs [tokens_per_s]\" rows");
+}
+
+namespace {
+
+// The message of `f`'s std::overflow_error, or "(no error)".
+template <class F>
+std::string overflow_of(F f) {
+  try {
+    f();
+  } catch (const std::overflow_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// What follows `label` on its line, leading spaces dropped ("" when there is no such label).
+std::string after(const std::string& text, const std::string& label) {
+  const auto at = text.find(label);
+  if (at == std::string::npos) return "";
+  const auto start = text.find_first_not_of(' ', at + label.size());
+  return text.substr(start, text.find('\n', start) - start);
+}
+
+// Whether the plan prints a negative number (a minus after a space or parenthesis).
+bool prints_negative(const std::string& text) {
+  for (size_t i = 1; i + 1 < text.size(); ++i)
+    if (text[i] == '-' && (text[i - 1] == ' ' || text[i - 1] == '(') && std::isdigit(text[i + 1])) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("2^62 train samples of one token plan exactly; midpoint and warmup do not wrap") {
+  const Config c = config::load_config_text(
+      "batch { seq_length: 1 }\n"
+      "training { train_samples: 4611686018427387904 }\n"                            // 2^62
+      "lr_schedule { warmup_samples: 4611686018427387904 decay_samples: 9223372036854775807 }",
+      "huge.textproto");
+  const TokenPlan t = token_plan(c);
+  CHECK(t.full_updates == 576460752303423488);  // 2^62 / 8
+  CHECK(t.tokens == 4611686018427387904);
+  CHECK(t.budget == 4700000000000000000);
+  CHECK(t.shortfall == 88313981572612096);
+  const WarmupPlan w = warmup_plan(c);
+  CHECK(w.updates == 576460752303423488);
+  CHECK(w.tokens == 4611686018427387904);
+  CHECK(lr_points(c).midpoint_sample == 6917529027641081855);  // 2^62 + (2^63 - 1 - 2^62) / 2
+  const std::string text = render_plan(c, PlanInputs{});
+  CHECK(after(text, "tokens they read") == "4,611,686,018,427,387,904");
+  CHECK(after(text, "token budget") == "4,700,000,000,000,000,000");
+  CHECK(after(text, "decay midpoint") == "6,917,529,027,641,081,855  0.00055");
+  CHECK_FALSE(prints_negative(text));
+}
+
+TEST_CASE("counts past 64 bits are refused, naming the fields and numbers") {
+  // 2^62 samples of 64 tokens: validation refuses the config.
+  CHECK(config::testing::error_of([] { config::load_config_text("training { train_samples: 4611686018427387904 }", "t.textproto"); }) ==
+        "t.textproto:1: training.train_samples: 4611686018427387904 x batch.seq_length 64 = "
+        "295147905179352825856 tokens: more than a 64-bit count holds (9223372036854775807)");
+
+  // Warmup that covers 2^62 samples of 64 tokens: only the planner counts its tokens.
+  const Config warm = config::load_config_text(
+      "lr_schedule { warmup_samples: 4611686018427387904 decay_samples: 4611686018427387904 }", "w.textproto");
+  const std::string warm_error =
+      "warmup tokens, 576460752303423488 updates covering lr_schedule.warmup_samples 4611686018427387904 x 512 "
+      "tokens per update = 295147905179352825856: more than a 64-bit count holds (9223372036854775807)";
+  CHECK(overflow_of([&] { warmup_plan(warm); }) == warm_error);
+  CHECK(overflow_of([&] { render_plan(warm, PlanInputs{}); }) == warm_error);
+
+  // Train tokens that fit, whose budget rounded up to 2 significant figures does not.
+  const Config edge = config::load_config_text(
+      "batch { seq_length: 1 global_batch_size: 1 }\ntraining { train_samples: 9200000000000000001 }", "e.textproto");
+  CHECK(overflow_of([&] { token_plan(edge); }) ==
+        "the token budget, training.train_samples 9200000000000000001 x batch.seq_length 1 rounded up to 2 "
+        "significant figures = 9300000000000000000: more than a 64-bit count holds (9223372036854775807)");
+  CHECK(overflow_of([&] { round_up_significant(9200000000000000001, 2); }) ==
+        "9200000000000000001 rounded up to 2 significant figures = 9300000000000000000: more than a 64-bit "
+        "count holds (9223372036854775807)");
+
+  // A microbatch of 2^28 sequences of 2^20 tokens, 2^16 wide: A is 2^65 bytes.
+  const Config wide = config::load_config_text(
+      "model { width: 65536 max_positions: 1048576 }\n"
+      "batch { micro_batch_size: 268435456 global_batch_size: 268435456 seq_length: 1048576 }\n"
+      "training { train_samples: 268435456 }",
+      "a.textproto");
+  CHECK(overflow_of([&] { tp_comm_plan(wide); }) ==
+        "activation bytes A, batch.micro_batch_size 268435456 x batch.seq_length 1048576 x model.width 65536 x 2 = "
+        "36893488147419103232: more than a 64-bit count holds (9223372036854775807)");
+}
+
+TEST_CASE("2^31 - 2 microbatches: the doubled row's idle is not wrapped through int32") {
+  const Config c = config::load_config_text(
+      "parallel { pipeline: 2 }\nbatch { global_batch_size: 2147483646 }\ntraining { train_samples: 2147483646 }",
+      "m.textproto");
+  CHECK(ideal_idle_fraction(2, 4294967292) == doctest::Approx(1.0 / 4294967293.0));
+  const std::string text = render_plan(c, PlanInputs{});
+  CHECK(after(text, "4,294,967,292 (double)") == "0.0%");
+  CHECK_FALSE(prints_negative(text));
+}
+
+TEST_CASE("a measured rate beyond int64 prints in e-notation, not wrapped") {
+  PlanInputs in;
+  in.tokens_per_s = 1e30;
+  const std::string text = render_plan(seed(), in);
+  CHECK(text.find("Calendar for the token budget at 1.0000e+30 tokens/s") != std::string::npos);
+  CHECK_FALSE(prints_negative(text));
 }
