@@ -1,5 +1,6 @@
 #include "data/corpus_reader.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "data/error.h"
@@ -33,6 +34,44 @@ bool percent_line(std::string_view line) { return line == "%" || line == "%\r"; 
 bool ends_with(const std::string& s, const char* suffix) {
   const std::string_view x(suffix);
   return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+}
+
+// Length of the valid UTF-8 sequence at s[i], or 0 when none starts there
+// (overlong forms, surrogates and code points past U+10FFFF are invalid).
+size_t utf8_sequence(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) return 1;
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    n = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    n = 3;
+    if (lead == 0xE0) lo = 0xA0;
+    if (lead == 0xED) hi = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    n = 4;
+    if (lead == 0xF0) lo = 0x90;
+    if (lead == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size() || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  return n;
+}
+
+// Bytes of `s` that begin no valid UTF-8 sequence and lie inside none.
+size_t invalid_utf8_bytes(std::string_view s) {
+  size_t invalid = 0;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_sequence(s, i);
+    invalid += n == 0;
+    i += n == 0 ? 1 : n;
+  }
+  return invalid;
 }
 
 // Calls on_bytes in coarse steps so progress callbacks stay cheap.
@@ -74,6 +113,16 @@ const char* input_format_name(InputFormat f) {
   return "?";
 }
 
+std::optional<std::string> not_text(std::string_view s) {
+  if (const size_t nul = s.find('\0'); nul != std::string_view::npos)
+    return fmt::format("a NUL byte at offset {}", nul);
+  const size_t invalid = invalid_utf8_bytes(s);
+  if (invalid * 100 > s.size())
+    return fmt::format("{} of {} bytes ({:.1f}%) are not UTF-8, more than 1%", invalid, s.size(),
+                       100.0 * double(invalid) / double(s.size()));
+  return std::nullopt;
+}
+
 InputFormat detect_format(const std::string& path, std::string_view s, InputFormat requested) {
   if (requested != InputFormat::Auto) return requested;
   if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson") || ends_with(path, ".json")) {
@@ -92,9 +141,13 @@ ReadStats read_documents(const std::string& path, InputFormat format,
                          const std::function<void(size_t)>& on_bytes) {
   const MappedFile file = MappedFile::open(path);
   const std::string_view s(reinterpret_cast<const char*>(file.data()), file.size());
-  format = detect_format(path, s, format);
   ReadStats stats;
   ByteReporter progress(on_bytes);
+  if (format == InputFormat::Auto && (stats.not_text = not_text(s))) {
+    progress.flush(s.size());
+    return stats;
+  }
+  format = detect_format(path, s, format);
   auto emit = [&](std::string_view doc) {
     if (blank(doc)) {
       ++stats.skipped_empty;

@@ -9,12 +9,14 @@
 //                (blank lines are skipped)
 //   fortune      fortune-cookie files: entries separated by lines holding only '%'
 //   auto         .jsonl/.ndjson/.json -> jsonl; a file with a line holding only '%'
-//                -> fortune; anything else -> text
+//                -> fortune; anything else -> text. A file that is not text
+//                (not_text below) is skipped whole and reported, never read as documents.
 // Documents that are empty or only whitespace are skipped and counted.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,12 +27,18 @@ enum class InputFormat { Auto, Text, BlankLines, Jsonl, Fortune };
 InputFormat parse_input_format(const std::string& name);  // throws DataError
 const char* input_format_name(InputFormat f);
 
+// Why `bytes` are not text, or nullopt when they are: a NUL byte anywhere, or more
+// than 1% of the bytes outside valid UTF-8 sequences (strfile's .dat indexes, images,
+// archives). Text in a legacy 8-bit encoding with a few accented letters still passes.
+std::optional<std::string> not_text(std::string_view bytes);
+
 // The concrete format of `path` for `requested` (resolves Auto).
 InputFormat detect_format(const std::string& path, std::string_view contents, InputFormat requested);
 
 struct ReadStats {
   int64_t documents = 0;  // handed to the callback
   int64_t skipped_empty = 0;
+  std::optional<std::string> not_text;  // format Auto only: why the file was skipped whole
 };
 
 // Calls on_document(text) for each document of `path`, in file order.

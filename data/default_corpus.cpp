@@ -2,7 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -23,17 +22,11 @@ namespace {
 // Fixed: the corpus is shared by every config, so its order does not follow training.seed.
 constexpr uint64_t kFortuneOrderSeed = 20240917;
 
+// The fortune files of `dir` (none when it does not exist), as prepare-data lists them.
 std::vector<std::string> fortune_files(const std::string& dir) {
-  std::vector<std::string> files;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.is_symlink() || !e.is_regular_file()) continue;
-    const auto ext = e.path().extension();
-    if (ext == ".dat" || ext == ".u8") continue;
-    files.push_back(e.path().string());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
+  if (!fs::is_directory(dir, ec)) return {};
+  return expand_inputs({dir}, InputFormat::Fortune);
 }
 
 std::string listing(const std::vector<std::string>& files) {

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <filesystem>
 
+#include <spdlog/spdlog.h>
+
 #include "data/error.h"
 #include "data/indexed_dataset.h"
 #include "data/random.h"
@@ -18,6 +20,11 @@ double thread_cpu_seconds() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+void skip_not_text(PrepareSummary& summary, const std::string& path, const std::string& why) {
+  spdlog::warn("prepare-data: skipped {}: not text ({}); format auto reads text files only", path, why);
+  summary.skipped_not_text.push_back({path, why});
 }
 
 }  // namespace
@@ -93,10 +100,13 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
   for (const auto& f : files) {
     const ReadStats rs = read_documents(f, options.format, on_document, on_bytes);
     summary.skipped_empty += rs.skipped_empty;
+    if (rs.not_text) skip_not_text(summary, f, *rs.not_text);
   }
   if (progress.documents == 0) {
-    throw DataError("empty corpus: no document in " + std::to_string(files.size()) +
-                    " input file(s) (first: " + files.front() + ")");
+    const size_t skipped = summary.skipped_not_text.size();
+    throw DataError("empty corpus: no document in " + std::to_string(files.size()) + " input file(s) (first: " +
+                    files.front() + (skipped > 0 ? "; " + std::to_string(skipped) + " skipped as not text" : "") +
+                    ")");
   }
   if (options.shuffle_seed) {
     std::vector<int64_t> order(held.size());
@@ -107,7 +117,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
   writer.finish();
   report(true);
 
-  summary.files = int64_t(files.size());
+  summary.files = int64_t(files.size() - summary.skipped_not_text.size());
   summary.documents = progress.documents;
   summary.tokens = progress.tokens;
   summary.input_bytes = progress.bytes_total;

@@ -36,8 +36,16 @@ struct PrepareOptions {
   std::function<void(const PrepareProgress&)> progress;
 };
 
+// An input file format Auto did not read because it is not text (data/corpus_reader.h).
+struct SkippedFile {
+  std::string path;
+  std::string reason;  // from not_text: "a NUL byte at offset 12", ...
+  bool operator==(const SkippedFile&) const = default;
+};
+
 struct PrepareSummary {
-  int64_t files = 0;
+  int64_t files = 0;  // read; the skipped ones are not counted
+  std::vector<SkippedFile> skipped_not_text;  // each also logged as a warning
   int64_t documents = 0;
   int64_t skipped_empty = 0;
   int64_t tokens = 0;  // EOD included
@@ -52,7 +60,8 @@ struct PrepareSummary {
   double mb_per_cpu_s() const { return cpu_seconds > 0 ? double(input_bytes) / 1e6 / cpu_seconds : 0; }
 };
 
-// Expands directories as described above; throws DataError for a missing input.
+// Expands directories as described above; throws DataError for a missing input. The
+// embedded default corpus lists the fortunes directory through it too.
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, InputFormat format);
 
 // Throws DataError (naming file and line/offset) on bad input, and when no

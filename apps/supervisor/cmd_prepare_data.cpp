@@ -37,7 +37,8 @@ int prepare_data_main(int argc, char** argv) {
       ("merges", po::value(&merges), "GPT-2 merges.txt (tokenizer gpt2)")
       ("format,f", po::value(&format)->default_value("auto"),
        "auto | text (one document per file) | blank-lines | jsonl (\"text\" field) | "
-       "fortune ('%' lines)")
+       "fortune ('%' lines); auto skips files that are not text (a NUL byte, or over 1% "
+       "invalid UTF-8), naming each")
       ("shuffle-seed", po::value(&shuffle_seed),
        "write documents in an order shuffled with this seed (holds them in memory)")
       ("quiet,q", "no progress lines");
@@ -78,9 +79,11 @@ int prepare_data_main(int argc, char** argv) {
   auto tok = data::make_tokenizer(tokenizer, vocab, merges);
   const data::PrepareSummary s = data::prepare_dataset(o, *tok);
   if (tty && o.progress && s.seconds >= 1) std::fprintf(stderr, "\n");
-  std::printf("prepare-data: %lld files, %lld documents (%lld empty skipped), %lld tokens (%s, %s, "
+  const std::string not_text =
+      s.skipped_not_text.empty() ? "" : " (" + std::to_string(s.skipped_not_text.size()) + " not text, skipped)";
+  std::printf("prepare-data: %lld files%s, %lld documents (%lld empty skipped), %lld tokens (%s, %s, "
               "vocabulary %lld, EOD %d)\n",
-              static_cast<long long>(s.files), static_cast<long long>(s.documents),
+              static_cast<long long>(s.files), not_text.c_str(), static_cast<long long>(s.documents),
               static_cast<long long>(s.skipped_empty), static_cast<long long>(s.tokens), tok->name().c_str(),
               s.dtype.c_str(), static_cast<long long>(tok->vocab_size()), tok->eod());
   std::printf("prepare-data: %.2f MB in %.3f s = %.1f MB/s (%.3f s of CPU = %.1f MB/s per core)\n",

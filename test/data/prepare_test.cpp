@@ -156,6 +156,46 @@ TEST_CASE("directories expand to their regular files; fortune format skips .dat 
   CHECK(expand_inputs({d / "fort"}, InputFormat::Auto).size() == 3);  // symlink skipped
 }
 
+TEST_CASE("format auto skips files that are not text, naming each; other formats read them") {
+  ScratchDir d;
+  std::filesystem::create_directories(d / "in");
+  write_text(d / "in/a.txt", "caf\xc3\xa9 au lait\n");
+  write_text(d / "in/b.dat", std::string("\0\0\0\x02\0\0\0\x10", 8) + "index");  // strfile-like header
+  std::string latin1(200, 'x');
+  latin1[10] = '\xe9';  // 1 invalid byte in 200: 0.5%, still text
+  write_text(d / "in/c.txt", latin1);
+  std::string noise(100, 'y');
+  noise[1] = noise[50] = '\xff';  // 2 invalid bytes in 100: 2%
+  write_text(d / "in/d.bin", noise);
+
+  CHECK(not_text(read_text(d / "in/a.txt")) == std::nullopt);
+  CHECK(not_text(read_text(d / "in/b.dat")) == "a NUL byte at offset 0");
+  CHECK(not_text(read_text(d / "in/c.txt")) == std::nullopt);
+  CHECK(not_text(read_text(d / "in/d.bin")) == "2 of 100 bytes (2.0%) are not UTF-8, more than 1%");
+  CHECK(not_text("\xed\xa0\x80 surrogate, \xc0\xaf overlong, \xf4\x90\x80\x80 past U+10FFFF") ==
+        "9 of 46 bytes (19.6%) are not UTF-8, more than 1%");
+
+  PrepareOptions o;
+  o.inputs = {d / "in"};
+  o.output_prefix = d / "out";
+  auto tok = make_byte_tokenizer();
+  const PrepareSummary s = prepare_dataset(o, *tok);
+  CHECK(s.files == 2);
+  CHECK(s.documents == 2);
+  CHECK(s.skipped_not_text == std::vector<SkippedFile>{{d / "in/b.dat", "a NUL byte at offset 0"},
+                                                       {d / "in/d.bin", "2 of 100 bytes (2.0%) are not UTF-8, "
+                                                                        "more than 1%"}});
+  const IndexedDataset ds = IndexedDataset::open(d / "out");
+  REQUIRE(ds.sequences() == 2);
+  CHECK(ds.sequence(0) == bytes_eod("caf\xc3\xa9 au lait\n"));
+  CHECK(ds.sequence(1) == bytes_eod(latin1));
+
+  CHECK(docs_of(d / "in/b.dat", InputFormat::Text).size() == 1);  // asked for: read as it is
+  o.inputs = {d / "in/b.dat"};
+  CHECK(prepare_error(o).find("empty corpus: no document in 1 input file(s) (first: " + (d / "in/b.dat") +
+                              "; 1 skipped as not text)") != std::string::npos);
+}
+
 TEST_CASE("default corpus: prepared once into the data dir, again when the sources change") {
   ScratchDir d;
   std::filesystem::create_directories(d / "fortunes");
