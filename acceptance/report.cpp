@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "metrics/files.h"
+#include "metrics/json_records.h"
 
 namespace troupe::acceptance {
 namespace {
@@ -15,11 +16,6 @@ std::string number(double v) {
   if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
   if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", int64_t(v));
   return fmt::format("{:.4g}", v);
-}
-
-metrics::Json json_number(double v) {
-  if (std::isfinite(v)) return v;
-  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
 }
 
 Check make(std::string what, double value, Check::Op op, double limit) {
@@ -123,9 +119,9 @@ metrics::Json to_json(const Report& r) {
       auto& checks = js["checks"] = metrics::Json::array();
       for (const auto& c : s.checks)
         checks.push_back({{"what", c.what},
-                          {"value", json_number(c.value)},
+                          {"value", metrics::json_number(c.value)},
                           {"op", op_text(c.op)},
-                          {"limit", json_number(c.limit)},
+                          {"limit", metrics::json_number(c.limit)},
                           {"pass", c.pass}});
       js["notes"] = s.notes;
       sections.push_back(std::move(js));

@@ -16,6 +16,7 @@
 #include "config/validate.h"
 #include "metrics/files.h"
 #include "metrics/human_units.h"
+#include "metrics/json_records.h"
 
 namespace troupe::acceptance {
 namespace {
@@ -46,7 +47,10 @@ std::string join(const std::vector<int>& v) {
   return out;
 }
 
-metrics::Json optional_number(const std::optional<double>& v) { return v ? metrics::Json(*v) : metrics::Json(nullptr); }
+// null when not measured; a measured value as metrics.jsonl writes numbers.
+metrics::Json optional_number(const std::optional<double>& v) {
+  return v ? metrics::json_number(*v) : metrics::Json(nullptr);
+}
 
 }  // namespace
 
@@ -180,14 +184,14 @@ ScalingReport run_scaling(const Config& config, const ScalingOptions& o) {
     row["data_parallel"] = r.data_parallel;
     row["microbatches_per_replica"] = r.microbatches;
     row["tokens_per_s"] = optional_number(r.tokens_per_s);
-    row["speedup"] = r.step ? metrics::Json(r.step->speedup) : metrics::Json(nullptr);
-    row["scaling_efficiency"] = r.step ? metrics::Json(r.step->efficiency) : metrics::Json(nullptr);
+    row["speedup"] = optional_number(r.step ? std::optional(r.step->speedup) : std::nullopt);
+    row["scaling_efficiency"] = optional_number(r.step ? std::optional(r.step->efficiency) : std::nullopt);
     if (r.window) {
       row["window_first_update"] = r.window->first_step;
       row["window_last_update"] = r.window->last_step;
       row["non_padding_tokens"] = r.window->real_tokens;
-      row["step_seconds"] = r.window->step_seconds;
-      row["median_step_s"] = r.window->median_step_s;
+      row["step_seconds"] = metrics::json_number(r.window->step_seconds);
+      row["median_step_s"] = metrics::json_number(r.window->median_step_s);
     }
     j["rows"].push_back(std::move(row));
     txt += r.tokens_per_s ? fmt::format("{} {:.1f}\n", r.ranks, *r.tokens_per_s) : fmt::format("{}\n", r.ranks);

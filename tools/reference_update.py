@@ -321,6 +321,7 @@ def verify(d):
     failures = []
 
     def scalar(name, want, have, rel):
+        have = float(have)  # update.json writes a non-finite number as "nan", "inf" or "-inf"
         ok = abs(have - want) <= rel * abs(want)
         print(f"{'ok ' if ok else 'BAD'} {name}: troupe {have!r} reference {want!r}")
         if not ok:

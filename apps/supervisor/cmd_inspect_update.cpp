@@ -15,9 +15,9 @@
 
 #include <boost/program_options.hpp>
 #include <google/protobuf/text_format.h>
-#include <nlohmann/json.hpp>
 
 #include "apps/supervisor/config_args.h"
+#include "apps/supervisor/update_json.h"
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "kernels/cpu/cpu_device.h"
@@ -189,20 +189,11 @@ int inspect_update_main(int argc, char** argv) {
   const data::BatchCounts counts = source.global_counts(0);
   const auto& mc = cfg.model();
   const auto& oc = cfg.optimizer();
-  nlohmann::ordered_json j;
+  metrics::Json j;
   j["config_source"] = loaded.describe();
   j["init"] = init_path.empty() ? "config seed " + std::to_string(cfg.training().seed()) : init_path;
-  j["loss"] = r.loss;
-  j["loss_sum"] = r.loss_sum;
-  j["loss_tokens"] = r.loss_tokens;
-  j["samples"] = r.samples;
-  j["input_tokens"] = counts.input_tokens;
-  j["padding_tokens"] = counts.padding_tokens;
-  j["grad_norm"] = r.grad_norm;
-  j["clipped"] = r.clipped;
-  j["clip_factor"] = r.clip_factor;
-  j["skipped"] = r.skipped;
-  j["lr"] = r.lr;
+  const metrics::Json numbers = update_numbers(r, counts);
+  for (const auto& [key, value] : numbers.items()) j[key] = value;
   j["successful_updates"] = trainer.successful_updates();
   j["consumed_samples"] = trainer.consumed_samples();
   j["microbatches"] = mbs.size();
