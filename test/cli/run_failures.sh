@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# `supervisor run` from the outside, where a start or an end goes wrong: every case must
+# end with one error line naming the cause and a non-zero exit, never a hang (CTest's
+# timeout) or exit 0. Usage: run_failures.sh SUPERVISOR WORKDIR
+set -uo pipefail
+supervisor=$1
+work=$2
+rm -rf "$work"
+mkdir -p "$work"
+fails=0
+
+# The embedded default, cut to 4 updates of 16 samples, a checkpoint every 2.
+small=(--quiet --set training.train_samples=64 --set lr_schedule.warmup_samples=16 --set training.eval_interval=0 --set training.eval_samples=0
+       --set checkpoint.interval_steps=2 --set checkpoint.keep_last=5)
+
+# expect NAME WANT_RC PATTERN -- COMMAND...: runs COMMAND, checks its exit status and that
+# its output holds PATTERN (a fixed string).
+expect() {
+  local name=$1 want=$2 pattern=$3
+  shift 4
+  "$@" >"$work/$name.out" 2>&1
+  local rc=$?
+  if [ "$rc" -ne "$want" ] || ! grep -qF -- "$pattern" "$work/$name.out"; then
+    echo "FAIL $name: exit $rc (want $want), output should hold: $pattern"
+    tail -n 20 "$work/$name.out"
+    fails=$((fails + 1))
+  else
+    echo "ok   $name: exit $rc, says: $(grep -F -- "$pattern" "$work/$name.out" | head -n 1 | cut -c1-160)"
+  fi
+}
+
+expect first 0 "checkpoint: step 4 saved" -- "$supervisor" run "${small[@]}" --set logging.run_dir="$work/a"
+ckpt="$work/a/checkpoints"
+[ -d "$ckpt/step_00000004" ] || { echo "FAIL first: no checkpoint of step 4"; exit 1; }
+
+# A damaged checkpoint named in checkpoint.load: one flipped byte in the middle of a shard.
+cp -r "$work/a" "$work/b"
+shard=$(ls "$work/b/checkpoints/step_00000004/"*.shard | head -n 1)
+size=$(stat -c %s "$shard")
+byte=$(dd if="$shard" bs=1 skip=$((size / 2)) count=1 2>/dev/null | od -An -tu1 | tr -d ' ')
+printf "$(printf '\\%03o' $(((byte + 1) % 256)))" | dd of="$shard" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+expect damaged-named 1 "damaged checkpoint" -- "$supervisor" run "${small[@]}" --set logging.run_dir="$work/b" \
+  --set checkpoint.load="$work/b/checkpoints/step_00000004"
+
+# A mistyped checkpoint.load path.
+expect missing-load 1 "/nonexistent/ckpt" -- "$supervisor" run "${small[@]}" --set logging.run_dir="$work/c" \
+  --set checkpoint.load=/nonexistent/ckpt
+
+# latest over a root whose every checkpoint is damaged: no silent fresh start.
+cp -r "$work/a" "$work/d"
+for s in "$work/d/checkpoints/"step_*; do truncate -s 100 "$(ls "$s"/*.shard | head -n 1)"; done
+expect all-damaged 1 "no checkpoint loads" -- "$supervisor" run "${small[@]}" --set logging.run_dir="$work/d" \
+  --set checkpoint.load=latest
+[ "$(ls -d "$work/d/checkpoints/"step_* | wc -l)" -eq 2 ] || { echo "FAIL all-damaged: checkpoints pruned"; fails=$((fails + 1)); }
+
+# A final checkpoint whose write fails twice: the run fails, naming the newest one.
+expect final-save 1 "the newest complete checkpoint is $work/e/checkpoints/step_00000002" -- \
+  "$supervisor" run "${small[@]}" --set logging.run_dir="$work/e" \
+  --inject writer/dp0/pp0/tp0@4:checkpoint_write:fail_write --inject writer/dp0/pp0/tp0@4:checkpoint_write:fail_write
+
+# SIGTERM while the coordinator hangs (not watched, so it stays hung): a second SIGTERM
+# ends the process at once.
+"$supervisor" run "${small[@]}" --set logging.run_dir="$work/f" --set supervision.hang_timeout_s=0 \
+  --inject coordinator@3:forward:hang >"$work/hang.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do grep -q "injected hang" "$work/hang.out" && break; sleep 0.1; done
+kill -TERM "$pid"
+sleep 0.5
+kill -TERM "$pid"
+for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then
+  echo "FAIL hang-sigterm: still running 5 s after the second SIGTERM"
+  kill -KILL "$pid"
+  fails=$((fails + 1))
+else
+  wait "$pid"
+  rc=$?
+  if [ "$rc" -eq 143 ]; then echo "ok   hang-sigterm: exit 143 after the second SIGTERM"; else
+    echo "FAIL hang-sigterm: exit $rc (want 143)"
+    fails=$((fails + 1))
+  fi
+fi
+
+# SIGTERM while the coordinator hangs, watched: the hang is found, the group restarts,
+# and the restarted coordinator stops with a final checkpoint (exit 143).
+"$supervisor" run "${small[@]}" --set logging.run_dir="$work/g" --set supervision.hang_timeout_s=2 \
+  --set supervision.heartbeat_interval_s=0.1 --inject coordinator@3:forward:hang >"$work/hang2.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do grep -q "injected hang" "$work/hang2.out" && break; sleep 0.1; done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+if [ "$rc" -eq 143 ] && grep -q "hung" "$work/hang2.out"; then echo "ok   hang-watched: exit 143, the hang found"; else
+  echo "FAIL hang-watched: exit $rc (want 143)"
+  tail -n 20 "$work/hang2.out"
+  fails=$((fails + 1))
+fi
+
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]
