@@ -1,0 +1,62 @@
+// Paths where a regular file is expected: a FIFO, a directory or a device is refused
+// without blocking or reading; size limits hold.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "util/input_file.h"
+
+using namespace troupe::util;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Scratch {
+  fs::path dir = fs::temp_directory_path() / ("troupe-input-file-" + std::to_string(::getpid()));
+  Scratch() {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~Scratch() { fs::remove_all(dir); }
+};
+
+}  // namespace
+
+TEST_CASE("a regular file reads whole; anything else is refused naming what it is") {
+  Scratch s;
+  const auto file = (s.dir / "config.textproto").string();
+  std::ofstream(file) << "model { layers: 2 }\n";
+  CHECK(read_regular_file(file, "config file", 1024) == "model { layers: 2 }\n");
+  CHECK_THROWS_WITH_AS(read_regular_file(file, "config file", 8),
+                       (file + ": config file is 20 bytes, more than the 8 it may hold").c_str(), FileError);
+
+  const auto fifo = (s.dir / "pipe").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Returns at once (nothing writes to the FIFO): refused, not waited on.
+  CHECK_THROWS_WITH_AS(read_regular_file(fifo, "dataset index", 1024),
+                       (fifo + ": dataset index is a FIFO, not a regular file").c_str(), FileError);
+  CHECK_THROWS_WITH_AS(read_regular_file(s.dir.string(), "config file", 1024),
+                       (s.dir.string() + ": config file is a directory, not a regular file").c_str(), FileError);
+  CHECK_THROWS_WITH_AS(read_regular_file("/dev/zero", "secret file", 1024),
+                       "/dev/zero: secret file is a character device, not a regular file", FileError);
+  // A symbolic link is followed: to a device it is refused the same way.
+  const auto link = (s.dir / "latest").string();
+  fs::create_symlink("/dev/zero", link);
+  CHECK_THROWS_WITH_AS(open_regular_file(link, "checkpoint pointer"),
+                       (link + ": checkpoint pointer is a character device, not a regular file").c_str(), FileError);
+  CHECK_THROWS_WITH_AS(read_regular_file((s.dir / "missing").string(), "config file", 1024),
+                       doctest::Contains("config file cannot be opened: No such file or directory"), FileError);
+}
+
+TEST_CASE("a directory is required where one is expected") {
+  Scratch s;
+  CHECK_NOTHROW(require_directory(s.dir.string(), "checkpoint"));
+  const auto file = (s.dir / "f").string();
+  std::ofstream(file) << "x";
+  CHECK_THROWS_WITH_AS(require_directory(file, "checkpoint"),
+                       (file + ": checkpoint is a regular file, not a directory").c_str(), FileError);
+}

@@ -1,0 +1,81 @@
+#include "util/input_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace troupe::util {
+namespace {
+
+const char* kind_of(mode_t m) {
+  if (S_ISREG(m)) return "a regular file";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "of an unknown kind";
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& what, const std::string& why) {
+  throw FileError(path + ": " + what + " " + why);
+}
+
+}  // namespace
+
+int open_regular_file(const std::string& path, const std::string& what) {
+  // O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a
+  // writer; it has no effect on the regular files that pass the check below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail(path, what, std::string("cannot be opened: ") + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    fail(path, what, std::string("cannot be examined: ") + std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, what, std::string("is ") + kind_of(st.st_mode) + ", not a regular file");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+std::string read_regular_file(const std::string& path, const std::string& what, size_t max_bytes) {
+  const int fd = open_regular_file(path, what);
+  struct stat st;
+  ::fstat(fd, &st);
+  if (size_t(st.st_size) > max_bytes) {
+    ::close(fd);
+    fail(path, what, "is " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) +
+                         " it may hold");
+  }
+  std::string out(size_t(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      fail(path, what, std::string("cannot be read: ") + std::strerror(e));
+    }
+    if (n == 0) break;  // shrank while read
+    done += size_t(n);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
+void require_directory(const std::string& path, const std::string& what) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) fail(path, what, std::string("does not exist: ") + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) fail(path, what, std::string("is ") + kind_of(st.st_mode) + ", not a directory");
+}
+
+}  // namespace troupe::util
