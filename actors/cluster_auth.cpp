@@ -19,6 +19,8 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include "util/input_file.h"
+
 namespace troupe::actors {
 namespace {
 
@@ -40,11 +42,9 @@ std::string load_secret(const std::string& file) {
   std::string secret, where;
   if (!file.empty()) {
     where = "secret file " + file;
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw std::runtime_error(fmt::format("{}: cannot read it: {}", where, std::strerror(errno)));
-    std::ostringstream s;
-    s << in.rdbuf();
-    secret = s.str();
+    // A secret is a few dozen bytes: a device (/dev/zero) or a FIFO is refused, and so
+    // is a file past 64 KiB, before anything is read.
+    secret = util::read_regular_file(file, "secret file", size_t(64) << 10);
     if (!secret.empty() && secret.back() == '\n') secret.pop_back();
     if (!secret.empty() && secret.back() == '\r') secret.pop_back();
   } else {

@@ -12,6 +12,7 @@
 #include "ckpt/crc32c_combine.h"
 #include "ckpt/error.h"
 #include "util/crc32c.h"
+#include "util/input_file.h"
 
 namespace troupe::ckpt {
 namespace {
@@ -120,8 +121,14 @@ void remove_tree(const std::string& path) {
 }
 
 std::string read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, "cannot open", errno);
+  // A regular file only: `latest` or a manifest that is (or links to) a FIFO or a device
+  // is refused, never waited on or read without bound.
+  int fd = -1;
+  try {
+    fd = util::open_regular_file(path, "checkpoint file");
+  } catch (const util::FileError& e) {
+    throw CheckpointError(e.what());
+  }
   std::string out;
   char buf[1 << 16];
   for (;;) {

@@ -8,13 +8,18 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/input_file.h"
 #include "ckpt/error.h"
 
 namespace troupe::ckpt {
 
 MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw CheckpointError(path_ + ": cannot open: " + std::strerror(errno));
+  int fd = -1;
+  try {
+    fd = util::open_regular_file(path_, "shard file");  // never a FIFO or a device
+  } catch (const util::FileError& e) {
+    throw CheckpointError(e.what());
+  }
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int err = errno;

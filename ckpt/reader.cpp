@@ -1,5 +1,7 @@
 #include "ckpt/reader.h"
 
+#include <filesystem>
+
 #include <google/protobuf/util/message_differencer.h>
 #include <sys/stat.h>
 
@@ -23,10 +25,6 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
-bool is_file(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 // Verifies one mapped shard against its manifest record; returns the problem or "".
 std::string check_shard(const ShardFile& record, const MappedFile& file, ShardCheck& check) {
@@ -84,7 +82,7 @@ Checkpoint Checkpoint::open(const std::string& dir, Verify verify) {
     ShardCheck& check = c.checks_[s];
     check.file = record.file();
     const std::string path = c.shard_path(s);
-    if (!is_file(path)) {
+    if (!std::filesystem::exists(path)) {
       check.problem = "missing (listed in the manifest)";
       continue;
     }
@@ -287,7 +285,7 @@ LoadOutcome load_latest(const std::string& root) {
 }
 
 Checkpoint open_checkpoint_path(const std::string& path, std::vector<std::string>* report) {
-  if (is_file(path + "/" + std::string(kManifestFile))) {
+  if (std::filesystem::exists(path + "/" + std::string(kManifestFile))) {
     Checkpoint c = Checkpoint::open(path, Checkpoint::Verify::kStrict);
     check_counters(c.manifest(), path + "/" + std::string(kManifestFile));
     return c;

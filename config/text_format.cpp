@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "util/input_file.h"
 #include "config/error.h"
 #include "config/validate.h"
 
@@ -211,12 +212,13 @@ ParsedConfig parse_config_text(std::string_view text, const std::string& source_
 }
 
 std::string read_config_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw ConfigError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
-  return s.str();
+  // A config is text of a few kilobytes: a directory, a FIFO or a device (/proc/self/mem)
+  // named as one is refused before a byte is read, and so is a file past 16 MiB.
+  try {
+    return util::read_regular_file(path, "config file", size_t(16) << 20);
+  } catch (const util::FileError& e) {
+    throw ConfigError(e.what());
+  }
 }
 
 Config load_config_text(std::string_view text, const std::string& source_name) {

@@ -30,12 +30,12 @@ int open_regular_file(const std::string& path, const std::string& what) {
   // O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a
   // writer; it has no effect on the regular files that pass the check below.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) fail(path, what, std::string("cannot be opened: ") + std::strerror(errno));
+  if (fd < 0) throw FileError(path + ": cannot open the " + what + ": " + std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     const int e = errno;
     ::close(fd);
-    fail(path, what, std::string("cannot be examined: ") + std::strerror(e));
+    throw FileError(path + ": cannot examine the " + what + ": " + std::strerror(e));
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -47,28 +47,26 @@ int open_regular_file(const std::string& path, const std::string& what) {
 
 std::string read_regular_file(const std::string& path, const std::string& what, size_t max_bytes) {
   const int fd = open_regular_file(path, what);
-  struct stat st;
-  ::fstat(fd, &st);
-  if (size_t(st.st_size) > max_bytes) {
-    ::close(fd);
-    fail(path, what, "is " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) +
-                         " it may hold");
-  }
-  std::string out(size_t(st.st_size), '\0');
-  size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+  // Read to the end, not to st_size: files under /proc report size 0 and hold more (or
+  // fail to read, as /proc/self/mem does at offset 0).
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int e = errno;
       ::close(fd);
-      fail(path, what, std::string("cannot be read: ") + std::strerror(e));
+      throw FileError(path + ": cannot read the " + what + ": " + std::strerror(e));
     }
-    if (n == 0) break;  // shrank while read
-    done += size_t(n);
+    if (n == 0) break;
+    if (out.size() + size_t(n) > max_bytes) {
+      ::close(fd);
+      fail(path, what, "holds more than the " + std::to_string(max_bytes) + " bytes it may");
+    }
+    out.append(buf, size_t(n));
   }
   ::close(fd);
-  out.resize(done);
   return out;
 }
 

@@ -2,6 +2,8 @@
 // checkpoint with a report naming the damage, and clear errors for bad manifests.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <filesystem>
 
@@ -245,4 +247,34 @@ TEST_CASE("counters that disagree with each other or with the step are refused o
   REQUIRE(out.checkpoint);
   CHECK(out.checkpoint->step() == 5);
   CHECK(joined(out.report).find(rule) != std::string::npos);
+}
+
+TEST_CASE("latest, a manifest or a shard that is a device or a FIFO is refused, never read or waited on") {
+  ScratchDir root;
+  save_test_checkpoint(root.path(), 3, 1, 1, 0);
+  const std::string dir = save_test_checkpoint(root.path(), 6, 1, 1, 0);
+  const std::string latest = root.path() + "/latest";
+  SUBCASE("latest links to /dev/zero: every step directory is tried instead") {
+    std::filesystem::remove(latest);
+    std::filesystem::create_symlink("/dev/zero", latest);
+    const LoadOutcome out = load_latest(root.path());
+    REQUIRE(out.checkpoint);
+    CHECK(out.checkpoint->step() == 6);
+    CHECK(joined(out.report).find(latest + ": checkpoint file is a character device, not a regular file") !=
+          std::string::npos);
+  }
+  SUBCASE("the newest manifest is a FIFO: it counts as damaged, the previous checkpoint loads") {
+    std::filesystem::remove(dir + "/manifest.pb");
+    REQUIRE(::mkfifo((dir + "/manifest.pb").c_str(), 0600) == 0);
+    const LoadOutcome out = load_latest(root.path());
+    REQUIRE(out.checkpoint);
+    CHECK(out.checkpoint->step() == 3);
+    CHECK(joined(out.report).find("manifest.pb: checkpoint file is a FIFO, not a regular file") != std::string::npos);
+  }
+  SUBCASE("a shard is a FIFO") {
+    const std::string shard = dir + "/" + read_manifest(dir).shard(0).file();
+    std::filesystem::remove(shard);
+    REQUIRE(::mkfifo(shard.c_str(), 0600) == 0);
+    CHECK_THROWS_WITH_AS(Checkpoint::open(dir), doctest::Contains("is a FIFO, not a regular file"), CheckpointError);
+  }
 }

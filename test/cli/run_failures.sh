@@ -58,6 +58,17 @@ expect final-save 1 "the newest complete checkpoint is $work/e/checkpoints/step_
   "$supervisor" run "${small[@]}" --set logging.run_dir="$work/e" \
   --inject writer/dp0/pp0/tp0@4:checkpoint_write:fail_write --inject writer/dp0/pp0/tp0@4:checkpoint_write:fail_write
 
+# Where a regular file is expected: a directory, a device or /proc/self/mem (size 0, and
+# unreadable) as the config; a device as the secret; `latest` linked to /dev/zero.
+expect config-dir 1 "config file is a directory, not a regular file" -- "$supervisor" run "$work"
+expect plan-dir 1 "config file is a directory, not a regular file" -- "$supervisor" plan "$work"
+expect plan-proc-mem 1 "/proc/self/mem: cannot read the config file" -- "$supervisor" plan /proc/self/mem
+expect secret-dev-zero 1 "/dev/zero: secret file is a character device" -- \
+  timeout 20 "$supervisor" worker --connect 127.0.0.1:9 --secret-file /dev/zero
+cp -r "$work/a" "$work/h"
+ln -sfn /dev/zero "$work/h/checkpoints/latest"
+expect inspect-latest-dev-zero 1 "latest: checkpoint file is a character device" -- "$supervisor" inspect "$work/h/checkpoints"
+
 # SIGTERM while the coordinator hangs (not watched, so it stays hung): a second SIGTERM
 # ends the process at once.
 "$supervisor" run "${small[@]}" --set logging.run_dir="$work/f" --set supervision.hang_timeout_s=0 \
