@@ -21,6 +21,7 @@
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
+#include "engine/host_capacity.h"
 #include "engine/placement.h"
 #include "engine/rank_device.h"
 #include "engine/topology.h"
@@ -180,6 +181,7 @@ void print_startup(const Config& c, const std::string& source) {
 
 RunResult run_training(const Config& c, const RunOptions& options) {
   engine::check_runtime_device(c);
+  engine::check_host_capacity(c);
   // Data first: preparing the default corpus or building a sample index happens
   // here, once, not inside an actor.
   data::BatchSource::open(c, data::Split::Train);

@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "config/derived.h"
+#include "engine/host_capacity.h"
 #include "engine/rank_device.h"
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/gpu_backend.h"
@@ -86,4 +90,32 @@ TEST_CASE("on a cluster worker with GPUs the ranks it hosts take its GPUs in arr
                        "ranks and sees 2 GPU(s)",
                        std::invalid_argument);
   kernels::install_gpu_backend({});
+}
+
+TEST_CASE("a one-process CPU run that cannot fit is refused with the numbers before anything is allocated") {
+  Config c;
+  c.mutable_model()->set_layers(2);
+  c.mutable_model()->set_width(64);
+  c.mutable_parallel()->set_data(2);
+  const double params = double(config::parameter_count(c));
+  CHECK(engine::min_host_bytes(c) == params * (8 * 2 + 8));
+  CHECK_NOTHROW(engine::check_host_capacity(c, engine::min_host_bytes(c)));
+  CHECK_THROWS_WITH_AS(engine::check_host_capacity(c, engine::min_host_bytes(c) - 1),
+                       doctest::Contains(fmt::format("model: {} parameters need at least", int64_t(params)).c_str()),
+                       std::invalid_argument);
+  // A vocabulary of 2^24 and a width of 2^20: about 3.5e13 parameters, refused on any machine.
+  c.mutable_model()->set_vocab_size(1 << 24);
+  c.mutable_model()->set_width(1 << 20);
+  CHECK_THROWS_WITH_AS(engine::check_host_capacity(c), doctest::Contains("GB in this process"), std::invalid_argument);
+  // More ranks than one process runs.
+  Config wide;
+  wide.mutable_parallel()->set_data(64);
+  wide.mutable_parallel()->set_pipeline(32);
+  CHECK_THROWS_WITH_AS(engine::check_host_capacity(wide),
+                       "parallel: data 64 x pipeline 32 x tensor 1 = 2048 ranks in one process, more than the 1024 it "
+                       "runs (a stage, an optimizer shard and a writer thread each); run larger layouts in cluster mode",
+                       std::invalid_argument);
+  // Cluster mode and GPUs hold the state elsewhere: not this check's business.
+  wide.mutable_cluster()->set_workers(2);
+  CHECK_NOTHROW(engine::check_host_capacity(wide));
 }

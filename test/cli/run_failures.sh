@@ -69,6 +69,13 @@ cp -r "$work/a" "$work/h"
 ln -sfn /dev/zero "$work/h/checkpoints/latest"
 expect inspect-latest-dev-zero 1 "latest: checkpoint file is a character device" -- "$supervisor" inspect "$work/h/checkpoints"
 
+# Sizes the machine cannot hold are refused before anything is allocated.
+expect too-big 1 "parameters need at least" -- "$supervisor" run --quiet --set model.width=1048576 \
+  --set model.vocab_size=16777216 --set logging.run_dir="$work/i"
+expect too-many-ranks 1 "ranks in one process" -- "$supervisor" run --quiet --set parallel.data=64 \
+  --set parallel.pipeline=32 --set model.layers=32 --set batch.global_batch_size=128 --set training.eval_samples=0 \
+  --set training.eval_interval=0 --set logging.run_dir="$work/j"
+
 # SIGTERM while the coordinator hangs (not watched, so it stays hung): a second SIGTERM
 # ends the process at once.
 "$supervisor" run "${small[@]}" --set logging.run_dir="$work/f" --set supervision.hang_timeout_s=0 \

@@ -1,0 +1,29 @@
+// What one process can hold, checked before anything is allocated: a run in one process
+// on CPU devices keeps every rank's weights and gradients (one copy per data-parallel
+// replica) and the Adam moments (sharded, once in all) in this machine's memory, and
+// runs threads per rank. A config that cannot fit is refused with the numbers instead of
+// dying in an allocation inside an actor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "messages/config.pb.h"
+
+namespace troupe::engine {
+
+// The most ranks one process runs (each has a stage, an optimizer shard and a writer
+// thread); larger layouts run in cluster mode.
+inline constexpr int64_t kMaxRanksInProcess = 1024;
+
+// A lower bound on the bytes a one-process CPU run holds: parameters x (8 x DP + 8)
+// (fp32 weights and gradients per replica, fp32 Adam m and v once). Activations come on
+// top, so a run this refuses can never fit.
+double min_host_bytes(const Config& c);
+
+// Throws std::invalid_argument naming the numbers when a one-process CPU run (no cluster,
+// device.type CPU) has more than kMaxRanksInProcess ranks or needs more than
+// `physical_bytes` of memory by min_host_bytes. physical_bytes < 0: this machine's.
+void check_host_capacity(const Config& c, double physical_bytes = -1);
+
+}  // namespace troupe::engine
