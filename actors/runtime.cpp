@@ -185,7 +185,17 @@ RunResult run_training(const Config& c, const RunOptions& options) {
   // Data first: preparing the default corpus or building a sample index happens
   // here, once, not inside an actor.
   data::BatchSource::open(c, data::Split::Train);
-  if (c.training().eval_samples() > 0) data::BatchSource::open(c, data::Split::Valid);
+  if (const int64_t eval = c.training().eval_samples(); eval > 0) {
+    // An evaluation reads each validation sample at most once: more would repeat them
+    // (and a huge count would only stall the first evaluation).
+    const int64_t valid = data::BatchSource::open(c, data::Split::Valid).samples_per_epoch();
+    if (eval > valid)
+      throw std::invalid_argument(fmt::format("training.eval_samples: {} is more than the {} samples of the "
+                                              "validation split ({}, data.split \"{}\")",
+                                              eval, valid, c.data().prefix().empty() ? "the default corpus"
+                                                                                      : c.data().prefix(),
+                                              c.data().split()));
+  }
   const auto run_dir = metrics::prepare_run_dir(c.logging().run_dir(), options.config_text);
   if (options.console) print_startup(c, options.config_source);
 

@@ -76,6 +76,11 @@ expect too-many-ranks 1 "ranks in one process" -- "$supervisor" run --quiet --se
   --set parallel.pipeline=32 --set model.layers=32 --set batch.global_batch_size=128 --set training.eval_samples=0 \
   --set training.eval_interval=0 --set logging.run_dir="$work/j"
 
+expect huge-threads 1 "device.threads" -- "$supervisor" run --quiet --set device.threads=2147483647 \
+  --set logging.run_dir="$work/k"
+expect huge-eval 1 "samples of the validation split" -- "$supervisor" run --quiet --set training.eval_samples=4000000 \
+  --set logging.run_dir="$work/l"
+
 # SIGTERM while the coordinator hangs (not watched, so it stays hung): a second SIGTERM
 # ends the process at once.
 "$supervisor" run "${small[@]}" --set logging.run_dir="$work/f" --set supervision.hang_timeout_s=0 \
