@@ -133,6 +133,18 @@ int run_command(const std::vector<std::string>& argv, std::string& out) {
   return 128 + WTERMSIG(status);
 }
 
+// Flips one bit of one byte of the file at `path`, both chosen at random.
+void flip_bit(Rng& rng, const fs::path& path) {
+  const auto size = fs::file_size(path);
+  if (size == 0) return;
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  const auto at = std::streamoff(pick(rng, size_t(size)));
+  f.seekg(at);
+  const char c = char(f.get() ^ (1 << pick(rng, 8)));
+  f.seekp(at);
+  f.put(c);
+}
+
 fs::path scratch(const std::string& name) {
   const auto dir = fs::temp_directory_path() / ("troupe-fuzz-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -219,16 +231,10 @@ TEST_CASE("checkpoints: 250 damaged roots, each loading an intact checkpoint or 
     const auto size = fs::file_size(target);
     std::string what;
     switch (pick(rng, 6)) {
-      case 0: {  // one byte flipped
-        std::fstream f(target, std::ios::in | std::ios::out | std::ios::binary);
-        const auto at = std::streamoff(pick(rng, size_t(std::max<uintmax_t>(size, 1))));
-        f.seekg(at);
-        const char c = char(f.get() ^ (1 << pick(rng, 8)));
-        f.seekp(at);
-        f.put(c);
+      case 0:  // one bit flipped
+        flip_bit(rng, target);
         what = "flip";
         break;
-      }
       case 1:  // cut
         fs::resize_file(target, pick(rng, size_t(size)));
         what = "cut";
@@ -302,16 +308,10 @@ TEST_CASE("datasets: 250 damaged .idx/.bin pairs, each refused naming the file o
     const auto size = fs::file_size(target);
     std::string what;
     switch (pick(rng, 4)) {
-      case 0: {
-        std::fstream f(target, std::ios::in | std::ios::out | std::ios::binary);
-        const auto at = std::streamoff(pick(rng, size_t(size)));
-        f.seekg(at);
-        const char c = char(f.get() ^ (1 << pick(rng, 8)));
-        f.seekp(at);
-        f.put(c);
+      case 0:
+        flip_bit(rng, target);
         what = "flip";
         break;
-      }
       case 1:
         fs::resize_file(target, pick(rng, size_t(size)));
         what = "cut";

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (AddressSanitizer + UBSan) into build-fuzz/ and
+# runs each for SECONDS (default 60) from the corpora in test/fuzz/corpus/<target>/
+# (seeded from the embedded default config, a real manifest and a real dataset the
+# first time). Not part of the test command: a fuzzing campaign, run by hand.
+# Usage: scripts/fuzz.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+./scripts/setup.sh
+if [ ! -f build-fuzz/CMakeCache.txt ]; then
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=OFF \
+    -DTROUPE_FUZZERS=ON
+fi
+cmake --build build-fuzz -j "${TROUPE_JOBS:-$(nproc)}" --target config_fuzzer manifest_fuzzer idx_fuzzer
+corpus=build-fuzz/corpus
+mkdir -p "$corpus/config" "$corpus/manifest" "$corpus/idx"
+cp configs/*.textproto "$corpus/config/"
+if [ -d build/test ]; then  # seeds from a normal build's test runs, when there are some
+  find /tmp -path '*checkpoints/step_*/manifest.pb' 2>/dev/null | head -n 5 | while read -r m; do
+    cp "$m" "$corpus/manifest/$(echo "$m" | md5sum | cut -c1-12)"; done
+fi
+for t in config manifest idx; do
+  echo "== ${t}_fuzzer for ${seconds} s"
+  (cd build-fuzz && "./test/fuzz/libfuzzer/${t}_fuzzer" -max_total_time="$seconds" -timeout=10 \
+     -rss_limit_mb=2048 "corpus/$t")
+done
