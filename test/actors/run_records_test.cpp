@@ -223,6 +223,16 @@ TEST_CASE("a final checkpoint that fails is tried again; failing twice, the run 
     REQUIRE(summary.size() == 1);
     CHECK(summary[0].at("newest_checkpoint") == step_dir(c, 6));
   }
+  SUBCASE("a writer killed while writing: the retry goes to its successor and the run completes") {
+    Config c = base("records-final-kill");
+    *c.mutable_faults()->add_fault() = fault("writer/dp1/pp1/tp0", 6, Fault::CHECKPOINT_WRITE, Fault::KILL);
+    const auto r = run(c);
+    REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
+    const auto latest = ckpt::load_latest(engine::checkpoint_root(c));
+    REQUIRE(latest.checkpoint);
+    CHECK(latest.checkpoint->step() == 6);
+    CHECK(steps_of(lines_of_type(c, "checkpoint_failed")) == std::vector<int64_t>{6});
+  }
   SUBCASE("two failed writes: the run fails, and says step 4's checkpoint is the newest") {
     Config c = base("records-final-fails");
     for (int i = 0; i < 2; ++i)
