@@ -81,6 +81,78 @@ struct IndexedDataset::Files {
   MappedFile bin;
 };
 
+namespace {
+
+// Where the arrays of a validated header lie, and what they must fit.
+struct SequenceArrays {
+  std::string idx_path, bin_path;
+  TokenDType dtype;
+  int64_t sequences;
+  const uint8_t* lengths;
+  const uint8_t* pointers;
+  int64_t bin_size;
+};
+
+std::string dtype_code_text(TokenDType t) {
+  return "dtype code " + std::to_string(int(t)) + " (" + dtype_name(t) + ", at offset 17)";
+}
+
+// Sequence i starts where sequence i - 1 ends (at byte 0 for the first) and lies
+// inside .bin: Megatron's _IndexWriter writes pointer[i] = the sum of length[j] x
+// element size over j < i (merged datasets too: their index is written afresh). A
+// dtype code other than the one the .bin was written with breaks that chain at the
+// second sequence, or the size check of check_sequences when there is only one.
+void check_sequence(const SequenceArrays& a, int64_t i, int64_t& expected_ptr) {
+  const int64_t item = int64_t(dtype_size(a.dtype));
+  const int32_t len = load<int32_t>(a.lengths + 4 * i);
+  const int64_t ptr = load<int64_t>(a.pointers + 8 * i);
+  const int64_t len_offset = int64_t(kIdxHeaderBytes) + 4 * i;
+  const int64_t ptr_offset = int64_t(kIdxHeaderBytes) + 4 * a.sequences + 8 * i;
+  if (len < 0) {
+    throw DataError(a.idx_path + ": sequence " + std::to_string(i) + " has negative length " +
+                    std::to_string(len) + " at offset " + std::to_string(len_offset));
+  }
+  if (ptr != expected_ptr && i == 0) {
+    throw DataError(a.idx_path + ": sequence 0 starts at byte " + std::to_string(ptr) + " (pointer at offset " +
+                    std::to_string(ptr_offset) + "), not at byte 0 of " + a.bin_path +
+                    ": pointers are not contiguous from the start, as Megatron writes them");
+  }
+  if (ptr != expected_ptr) {
+    throw DataError(a.idx_path + ": sequence " + std::to_string(i) + " starts at byte " + std::to_string(ptr) +
+                    " (pointer at offset " + std::to_string(ptr_offset) + "), but sequence " +
+                    std::to_string(i - 1) + " ends at byte " + std::to_string(expected_ptr) +
+                    " (pointer + length x " + std::to_string(item) + " bytes): pointers are not contiguous, " +
+                    "as Megatron writes them; is the " + dtype_code_text(a.dtype) + " the one " + a.bin_path +
+                    " was written with?");
+  }
+  // Contiguous, so ptr is aligned and at most bin_size: only the length can overrun.
+  if (int64_t(len) * item > a.bin_size - ptr) {
+    throw DataError(a.idx_path + ": sequence " + std::to_string(i) + " pointer " + std::to_string(ptr) +
+                    " at offset " + std::to_string(ptr_offset) + " with length " + std::to_string(len) +
+                    " (offset " + std::to_string(len_offset) + ") points past the end of " + a.bin_path +
+                    " (" + std::to_string(a.bin_size) + " bytes)");
+  }
+  expected_ptr = ptr + int64_t(len) * item;
+}
+
+// Every sequence (check_sequence), then .bin holds exactly the tokens the index lists.
+// Returns the token count.
+int64_t check_sequences(const SequenceArrays& a) {
+  int64_t end = 0;
+  for (int64_t i = 0; i < a.sequences; ++i) check_sequence(a, i, end);
+  const int64_t item = int64_t(dtype_size(a.dtype));
+  const int64_t tokens = end / item;  // contiguous from 0: the end is tokens x item
+  if (end != a.bin_size) {
+    throw DataError(a.bin_path + " is " + std::to_string(a.bin_size) + " bytes, but the " + std::to_string(tokens) +
+                    " tokens " + a.idx_path + " lists need " + std::to_string(tokens) + " x " +
+                    std::to_string(item) + " = " + std::to_string(end) + " bytes at its " +
+                    dtype_code_text(a.dtype) + "; is that the dtype the .bin was written with?");
+  }
+  return tokens;
+}
+
+}  // namespace
+
 IndexedDataset IndexedDataset::open(const std::string& prefix) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
   struct stat st {};
@@ -95,7 +167,6 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   files->bin = MappedFile::open(bin_path);
   const uint8_t* p = files->idx.data();
   const size_t size = files->idx.size();
-
   if (size < kIdxHeaderBytes) {
     throw DataError(idx_path + ": truncated at offset " + std::to_string(size) +
                     ": the header needs " + std::to_string(kIdxHeaderBytes) + " bytes");
@@ -148,27 +219,8 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   d.doc_index_ = d.pointers_ + 8 * seqs;
   d.bin_ = files->bin.data();
 
-  const int64_t item = int64_t(dtype_size(dtype));
-  const int64_t bin_size = int64_t(files->bin.size());
-  for (int64_t i = 0; i < d.sequences_; ++i) {
-    const int32_t len = load<int32_t>(d.lengths_ + 4 * i);
-    const int64_t ptr = load<int64_t>(d.pointers_ + 8 * i);
-    const int64_t len_offset = int64_t(kIdxHeaderBytes) + 4 * i;
-    const int64_t ptr_offset = int64_t(kIdxHeaderBytes) + 4 * d.sequences_ + 8 * i;
-    if (len < 0) {
-      throw DataError(idx_path + ": sequence " + std::to_string(i) + " has negative length " +
-                      std::to_string(len) + " at offset " + std::to_string(len_offset));
-    }
-    if (ptr < 0 || ptr % item != 0 || ptr > bin_size || int64_t(len) * item > bin_size - ptr) {
-      throw DataError(idx_path + ": sequence " + std::to_string(i) + " pointer " +
-                      std::to_string(ptr) + " at offset " + std::to_string(ptr_offset) +
-                      " with length " + std::to_string(len) + " (offset " +
-                      std::to_string(len_offset) + ") points past the end of " + bin_path +
-                      " (" + std::to_string(bin_size) + " bytes)" +
-                      (ptr % item != 0 ? ", or is not a multiple of the token size" : ""));
-    }
-    d.total_tokens_ += len;
-  }
+  d.total_tokens_ = check_sequences(
+      {idx_path, bin_path, dtype, d.sequences_, d.lengths_, d.pointers_, int64_t(files->bin.size())});
   if (docs < 1) {
     throw DataError(idx_path + ": document count 0 at offset 26: the document index must start with 0");
   }

@@ -177,7 +177,61 @@ TEST_CASE("truncated .bin and pointers past the end") {
   const std::string q = copy_fixture(dir, "ptr");
   const int64_t far = 1000;
   patch(q + ".idx", kIdxHeaderBytes + 4 * 4 + 8 * 1, &far, 8);  // sequence 1's pointer
-  CHECK(contains(error_of(q), "ptr.idx: sequence 1 pointer 1000 at offset 58"));
+  CHECK(contains(error_of(q), "ptr.idx: sequence 1 starts at byte 1000 (pointer at offset 58), but sequence 0 ends "
+                              "at byte 8"));
+}
+
+TEST_CASE("pointers must be contiguous from byte 0, as Megatron writes them") {
+  ScratchDir dir;
+  // A uint16 file whose dtype code says uint8: sequence 1 starts at byte 6, where
+  // 3 one-byte tokens would end at byte 3.
+  write_dataset(dir / "u8", {{1, 2, 3}, {4, 5}});
+  const uint8_t uint8_code = 1;
+  patch(dir / "u8.idx", 17, &uint8_code, 1);
+  CHECK(error_of(dir / "u8") ==
+        dir / "u8.idx" + ": sequence 1 starts at byte 6 (pointer at offset 50), but sequence 0 ends at byte 3 "
+        "(pointer + length x 1 bytes): pointers are not contiguous, as Megatron writes them; is the dtype code 1 "
+        "(uint8, at offset 17) the one " + dir / "u8.bin" + " was written with?");
+
+  // The other way round: int32 on a uint16 file; sequence 0 would end at byte 12.
+  write_dataset(dir / "i32", {{1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11}});
+  const uint8_t int32_code = 4;
+  patch(dir / "i32.idx", 17, &int32_code, 1);
+  CHECK(contains(error_of(dir / "i32"), "i32.idx: sequence 1 starts at byte 6 (pointer at offset 50), but sequence "
+                                        "0 ends at byte 12 (pointer + length x 4 bytes)"));
+
+  // A gap between sequences 1 and 2 of the fixture (lengths 4, 2, 4, 2 in uint16).
+  const std::string g = copy_fixture(dir, "gap");
+  const int64_t moved = 14;
+  patch(g + ".idx", kIdxHeaderBytes + 4 * 4 + 8 * 2, &moved, 8);
+  CHECK(contains(error_of(g), "gap.idx: sequence 2 starts at byte 14 (pointer at offset 66), but sequence 1 ends at "
+                              "byte 12 (pointer + length x 2 bytes): pointers are not contiguous"));
+
+  const std::string z = copy_fixture(dir, "zero");
+  const int64_t two = 2;
+  patch(z + ".idx", kIdxHeaderBytes + 4 * 4, &two, 8);
+  CHECK(error_of(z) == z + ".idx: sequence 0 starts at byte 2 (pointer at offset 50), not at byte 0 of " + z +
+                           ".bin: pointers are not contiguous from the start, as Megatron writes them");
+}
+
+TEST_CASE(".bin must hold exactly the tokens the index lists") {
+  ScratchDir dir;
+  // One sequence of uint16 tokens read as uint8: the pointers are fine, the size is not.
+  write_dataset(dir / "one", {{1, 2, 3}});
+  const uint8_t uint8_code = 1;
+  patch(dir / "one.idx", 17, &uint8_code, 1);
+  CHECK(error_of(dir / "one") == dir / "one.bin" + " is 6 bytes, but the 3 tokens " + dir / "one.idx" +
+                                     " lists need 3 x 1 = 3 bytes at its dtype code 1 (uint8, at offset 17); is "
+                                     "that the dtype the .bin was written with?");
+
+  const std::string t = copy_fixture(dir, "tail");
+  write_text(t + ".bin", read_text(t + ".bin") + "xy");
+  CHECK(contains(error_of(t), "tail.bin is 26 bytes, but the 12 tokens " + t +
+                                  ".idx lists need 12 x 2 = 24 bytes at its dtype code 8 (uint16, at offset 17)"));
+
+  // What troupe's writer and the independent script write passes (see the round trips above).
+  CHECK(IndexedDataset::open(kFixtures + "megatron_u16").total_tokens() == 12);
+  CHECK(IndexedDataset::open(kFixtures + "megatron_i32").total_tokens() == 7);
 }
 
 TEST_CASE("document indices must rise from 0 to the sequence count") {
