@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -12,6 +11,7 @@
 
 #include "data/atomic_file.h"
 #include "data/error.h"
+#include "data/mapped_file.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 
@@ -40,12 +40,14 @@ std::string listing(const std::vector<std::string>& files) {
   return s.str();
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// The .sources listing, or "" when it is absent or unusable (then the corpus is
+// prepared again and the listing rewritten). Never blocks: a FIFO there is refused.
+std::string read_sources(const std::string& path) {
+  try {
+    return read_input_file(path, "default corpus listing", size_t(16) << 20);
+  } catch (const DataError&) {
+    return {};
+  }
 }
 
 }  // namespace
@@ -72,7 +74,7 @@ std::string ensure_default_corpus(const std::string& fortunes_dir, const std::st
                     ", or data.prefix");
   }
   const std::string want = listing(files);
-  if (read_text(sources) == want && fs::exists(prefix + ".bin") && fs::exists(prefix + ".idx")) {
+  if (read_sources(sources) == want && fs::exists(prefix + ".bin") && fs::exists(prefix + ".idx")) {
     return prefix;
   }
   spdlog::info("data: preparing the default corpus from {} into {}", fortunes_dir, prefix);

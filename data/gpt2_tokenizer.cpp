@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <array>
 #include <climits>
-#include <fstream>
 #include <queue>
 #include <sstream>
 #include <unordered_map>
@@ -15,6 +14,7 @@
 
 #include "data/error.h"
 #include "data/gpt2_pretokenize.h"
+#include "data/mapped_file.h"
 #include "data/tokenizer.h"
 
 namespace troupe::data {
@@ -47,12 +47,11 @@ std::array<std::string, 256> byte_stand_ins() {
   return table;
 }
 
+// GPT-2's files are 1 MB and 0.5 MB; vocabularies ten times larger still fit easily.
+constexpr size_t kMaxTokenizerFileBytes = size_t(256) << 20;
+
 std::string read_whole(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(path + ": cannot open the GPT-2 " + std::string(what));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_input_file(path, "GPT-2 " + std::string(what), kMaxTokenizerFileBytes);
 }
 
 class Gpt2Tokenizer final : public Tokenizer {

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstring>
 #include <limits>
 
@@ -83,6 +84,23 @@ struct IndexedDataset::Files {
 
 namespace {
 
+// PREFIX + ext, mapped. A missing half is named as such (with a hint when the prefix
+// is a directory: the usual slip of naming the folder that holds the dataset); one
+// that is not a regular file is refused by MappedFile::open without being read.
+MappedFile open_half(const std::string& prefix, const std::string& ext, const std::string& half) {
+  const std::string path = prefix + ext;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
+    std::string msg = path + ": missing (the " + half + " half of indexed dataset " + prefix + ")";
+    if (::stat(prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      msg += "; " + prefix + " is a directory, but a dataset prefix is the path of the dataset's files " +
+             "without .idx/.bin (DIR/NAME for DIR/NAME.idx and DIR/NAME.bin)";
+    }
+    throw DataError(msg);
+  }
+  return MappedFile::open(path, "the " + half + " half of indexed dataset " + prefix);
+}
+
 // Where the arrays of a validated header lie, and what they must fit.
 struct SequenceArrays {
   std::string idx_path, bin_path;
@@ -155,16 +173,9 @@ int64_t check_sequences(const SequenceArrays& a) {
 
 IndexedDataset IndexedDataset::open(const std::string& prefix) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-  struct stat st {};
-  if (::stat(idx_path.c_str(), &st) != 0) {
-    throw DataError(idx_path + ": missing (the index half of indexed dataset " + prefix + ")");
-  }
-  if (::stat(bin_path.c_str(), &st) != 0) {
-    throw DataError(bin_path + ": missing (the token half of indexed dataset " + prefix + ")");
-  }
   auto files = std::make_shared<Files>();
-  files->idx = MappedFile::open(idx_path);
-  files->bin = MappedFile::open(bin_path);
+  files->idx = open_half(prefix, ".idx", "index");
+  files->bin = open_half(prefix, ".bin", "token");
   const uint8_t* p = files->idx.data();
   const size_t size = files->idx.size();
   if (size < kIdxHeaderBytes) {

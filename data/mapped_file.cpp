@@ -1,6 +1,5 @@
 #include "data/mapped_file.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,18 +9,33 @@
 #include <utility>
 
 #include "data/error.h"
+#include "util/input_file.h"
 
 namespace troupe::data {
 
-MappedFile MappedFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    throw DataError(path + ": cannot open: " + std::strerror(errno));
+int open_input_file(const std::string& path, const std::string& what) {
+  try {
+    return util::open_regular_file(path, what);
+  } catch (const util::FileError& e) {
+    throw DataError(e.what());
   }
+}
+
+std::string read_input_file(const std::string& path, const std::string& what, size_t max_bytes) {
+  try {
+    return util::read_regular_file(path, what, max_bytes);
+  } catch (const util::FileError& e) {
+    throw DataError(e.what());
+  }
+}
+
+MappedFile MappedFile::open(const std::string& path, const std::string& what) {
+  const int fd = open_input_file(path, what);
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    throw DataError(path + ": not a regular file");
+    throw DataError(path + ": " + what + " cannot be examined: " + std::strerror(err));
   }
   MappedFile f;
   f.path_ = path;
@@ -31,7 +45,7 @@ MappedFile MappedFile::open(const std::string& path) {
     if (p == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      throw DataError(path + ": cannot map: " + std::strerror(err));
+      throw DataError(path + ": " + what + " cannot be mapped: " + std::strerror(err));
     }
     f.data_ = static_cast<const uint8_t*>(p);
   }

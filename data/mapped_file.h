@@ -1,4 +1,9 @@
-// A read-only memory map of a whole file. Move-only; unmaps on destruction.
+// Files a user names where a regular file is expected (dataset halves, corpus inputs,
+// tokenizer files): opened through util/input_file.h, so a FIFO, directory, socket or
+// device is refused, naming the path and what it is, before a byte is read and without
+// blocking. Its util::FileError comes out as DataError with the same text.
+//
+// MappedFile: a read-only memory map of a whole file. Move-only; unmaps on destruction.
 #pragma once
 
 #include <cstddef>
@@ -7,12 +12,20 @@
 
 namespace troupe::data {
 
+// util::open_regular_file, throwing DataError. Returns the descriptor; the caller closes it.
+int open_input_file(const std::string& path, const std::string& what);
+// util::read_regular_file, throwing DataError.
+std::string read_input_file(const std::string& path, const std::string& what, size_t max_bytes);
+
 class MappedFile {
  public:
   MappedFile() = default;
-  // Maps `path` read-only. Throws DataError naming the path when it is missing,
-  // not a regular file, or cannot be mapped. An empty file maps to size() == 0.
-  static MappedFile open(const std::string& path);
+  // Maps `path` read-only. It is opened with util::open_regular_file, so a FIFO,
+  // directory, socket or device is refused without blocking or reading it; `what`
+  // names the file in errors ("dataset index"). Throws DataError naming the path when
+  // it is missing, not a regular file, or cannot be mapped. An empty file maps to
+  // size() == 0.
+  static MappedFile open(const std::string& path, const std::string& what);
 
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;

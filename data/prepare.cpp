@@ -1,6 +1,7 @@
 #include "data/prepare.h"
 
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +11,7 @@
 
 #include "data/error.h"
 #include "data/indexed_dataset.h"
+#include "data/mapped_file.h"
 #include "data/random.h"
 
 namespace troupe::data {
@@ -36,6 +38,9 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, I
     const auto st = fs::status(in, ec);
     if (ec || !fs::exists(st)) throw DataError(in + ": input does not exist");
     if (!fs::is_directory(st)) {
+      // Named explicitly, so it must be a regular file: a FIFO would block the run, a
+      // device be read without end. (Listed directories skip such entries below.)
+      ::close(open_input_file(in, "prepare-data input"));
       files.push_back(in);
       continue;
     }

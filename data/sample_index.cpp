@@ -1,14 +1,17 @@
 #include "data/sample_index.h"
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstring>
-#include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <spdlog/spdlog.h>
 
 #include "data/atomic_file.h"
 #include "data/error.h"
+#include "data/mapped_file.h"
 #include "data/random.h"
 
 namespace troupe::data {
@@ -127,6 +130,22 @@ bool deserialize(const std::string& bytes, const std::string& key, SampleIndex& 
   return in.pos() + 8 == bytes.size();
 }
 
+// The cache's bytes, or nullopt when there is none or it cannot be used (a FIFO,
+// directory or device there is refused without blocking; it is then replaced).
+std::optional<std::string> read_cache(const IndexedDataset& data, const std::string& path, size_t key_bytes) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return std::nullopt;
+  // A valid index holds at most one sample per token (plus one) and 24 bytes a
+  // sample; anything larger is damaged, and is not read.
+  const size_t max_bytes = 1024 + key_bytes + 8 * size_t(data.sequences()) + 24 * size_t(data.total_tokens() + 1);
+  try {
+    return read_input_file(path, "cached sample index", max_bytes);
+  } catch (const DataError& e) {
+    spdlog::info("data: {}; rebuilding it", e.what());
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 uint64_t document_order_seed(uint64_t seed, Split split) {
@@ -203,19 +222,14 @@ SampleIndex build_sample_index(const IndexedDataset& data, const SampleIndexSett
 SampleIndex load_or_build_sample_index(const IndexedDataset& data, const SampleIndexSettings& s) {
   const std::string key = sample_index_key(data, s);
   const std::string path = sample_index_path(data, s);
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (in) {
-      std::ostringstream ss;
-      ss << in.rdbuf();
-      SampleIndex x;
-      if (deserialize(ss.str(), key, x)) {
-        x.from_cache = true;
-        x.cache_path = path;
-        return x;
-      }
-      spdlog::info("data: sample index {} is stale or damaged; rebuilding it", path);
+  if (const auto bytes = read_cache(data, path, key.size())) {
+    SampleIndex x;
+    if (deserialize(*bytes, key, x)) {
+      x.from_cache = true;
+      x.cache_path = path;
+      return x;
     }
+    spdlog::info("data: sample index {} is stale or damaged; rebuilding it", path);
   }
   const auto t0 = std::chrono::steady_clock::now();
   SampleIndex x = build_sample_index(data, s);

@@ -1,6 +1,8 @@
 // Shared helpers of the data tests: scratch directories and tiny datasets.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +49,11 @@ inline void write_dataset(const std::string& prefix, const std::vector<std::vect
   IndexedDatasetWriter w(prefix, dtype_for_vocab(vocab), vocab);
   for (const auto& d : docs) w.add_document(d);
   w.finish();
+}
+
+// A FIFO at `path` with no writer: opening it for reading the ordinary way blocks.
+inline void make_fifo(const std::string& path) {
+  if (::mkfifo(path.c_str(), 0600) != 0) throw std::runtime_error("mkfifo " + path + " failed");
 }
 
 // Files in `dir` whose name contains ".tmp." (left-over temporaries).

@@ -243,6 +243,41 @@ TEST_CASE("document indices must rise from 0 to the sequence count") {
   CHECK(contains(error_of(p), "di.idx: document index 2 = 9 at offset " + std::to_string(off)));
 }
 
+TEST_CASE("a dataset half that is a FIFO, directory or device is refused, without blocking or reading it") {
+  ScratchDir dir;
+  const std::string f = copy_fixture(dir, "f");
+  std::filesystem::remove(f + ".idx");
+  make_fifo(f + ".idx");
+  CHECK(error_of(f) == f + ".idx: the index half of indexed dataset " + f + " is a FIFO, not a regular file");
+
+  const std::string g = copy_fixture(dir, "g");
+  std::filesystem::remove(g + ".bin");
+  make_fifo(g + ".bin");
+  CHECK(error_of(g) == g + ".bin: the token half of indexed dataset " + g + " is a FIFO, not a regular file");
+
+  const std::string h = copy_fixture(dir, "h");
+  std::filesystem::remove(h + ".idx");
+  std::filesystem::create_directory(h + ".idx");
+  CHECK(error_of(h) == h + ".idx: the index half of indexed dataset " + h + " is a directory, not a regular file");
+
+  const std::string z = copy_fixture(dir, "z");
+  std::filesystem::remove(z + ".bin");
+  std::filesystem::create_symlink("/dev/zero", z + ".bin");
+  CHECK(error_of(z) == z + ".bin: the token half of indexed dataset " + z +
+                           " is a character device, not a regular file");
+}
+
+TEST_CASE("a prefix naming a directory is refused with a hint") {
+  ScratchDir dir;
+  std::filesystem::create_directory(dir / "corpus");
+  copy_fixture(dir, "corpus/text");
+  CHECK(error_of(dir / "corpus") ==
+        dir / "corpus.idx" + ": missing (the index half of indexed dataset " + dir / "corpus" + "); " +
+            dir / "corpus" + " is a directory, but a dataset prefix is the path of the dataset's files without " +
+            ".idx/.bin (DIR/NAME for DIR/NAME.idx and DIR/NAME.bin)");
+  CHECK(IndexedDataset::open(dir / "corpus/text").sequences() == 4);
+}
+
 TEST_CASE("the writer rejects tokens outside the vocabulary and leaves nothing behind") {
   ScratchDir dir;
   {

@@ -144,6 +144,28 @@ TEST_CASE("prepare errors: missing input, empty corpus, bad line; nothing writte
   CHECK(count_temporaries(d.path()) == 0);
 }
 
+TEST_CASE("an input named explicitly must be a regular file: a FIFO or device is refused, never read") {
+  ScratchDir d;
+  make_fifo(d / "pipe");
+  PrepareOptions o;
+  o.output_prefix = d / "out";
+  o.inputs = {d / "pipe"};
+  CHECK(prepare_error(o) == d / "pipe" + ": prepare-data input is a FIFO, not a regular file");
+  o.inputs = {"/dev/zero"};
+  CHECK(prepare_error(o) == "/dev/zero: prepare-data input is a character device, not a regular file");
+  CHECK_THROWS_WITH_AS(docs_of(d / "pipe", InputFormat::Text), (d / "pipe" + ": corpus file is a FIFO, not a regular file").c_str(),
+                       DataError);
+  CHECK_FALSE(std::filesystem::exists(d / "out.bin"));
+
+  // In a listed directory such entries are skipped, as before; a symlink named explicitly is followed.
+  std::filesystem::create_directory(d / "in");
+  write_text(d / "in/a", "text\n");
+  make_fifo(d / "in/fifo");
+  CHECK(expand_inputs({d / "in"}, InputFormat::Auto) == std::vector<std::string>{d / "in/a"});
+  std::filesystem::create_symlink(d / "in/a", d / "link");
+  CHECK(expand_inputs({d / "link"}, InputFormat::Auto) == std::vector<std::string>{d / "link"});
+}
+
 TEST_CASE("directories expand to their regular files; fortune format skips .dat and .u8") {
   ScratchDir d;
   std::filesystem::create_directories(d / "fort");
@@ -221,6 +243,19 @@ TEST_CASE("default corpus: prepared once into the data dir, again when the sourc
   ScratchDir none;
   CHECK_THROWS_WITH_AS(ensure_default_corpus(none / "missing", none / "c"),
                        doctest::Contains("needs Debian's fortunes package"), DataError);
+}
+
+TEST_CASE("default corpus: a FIFO in place of the .sources listing is replaced, not read") {
+  ScratchDir d;
+  std::filesystem::create_directories(d / "fortunes");
+  write_text(d / "fortunes/wisdom", "Know thyself.\n%\nNothing in excess.\n%\n");
+  const std::string prefix = ensure_default_corpus(d / "fortunes", d / "cache");
+  std::filesystem::remove(prefix + ".sources");
+  make_fifo(prefix + ".sources");
+  CHECK(ensure_default_corpus(d / "fortunes", d / "cache") == prefix);
+  CHECK(std::filesystem::is_regular_file(prefix + ".sources"));
+  CHECK(read_text(prefix + ".sources").find(d / "fortunes/wisdom") != std::string::npos);
+  CHECK(IndexedDataset::open(prefix).sequences() == 2);
 }
 
 TEST_CASE("default corpus: two preparations racing both succeed and agree") {

@@ -293,6 +293,19 @@ TEST_CASE("the sample index is cached, keyed, and rebuilt when stale") {
   CHECK(count_temporaries(dir.path()) == 0);
 }
 
+TEST_CASE("a FIFO in place of the cached sample index is replaced, not read") {
+  ScratchDir dir;
+  write_dataset(dir / "c", make_docs());
+  const Config cfg = small_config(dir / "c", 16, 1, 1, 4);
+  const std::string path = BatchSource::open(cfg).index_path();
+  std::filesystem::remove(path);
+  make_fifo(path);
+  const BatchSource a = BatchSource::open(cfg);
+  CHECK_FALSE(a.index_from_cache());
+  CHECK(std::filesystem::is_regular_file(path));
+  CHECK(BatchSource::open(cfg).index_from_cache());
+}
+
 TEST_CASE("concurrent const calls agree with sequential ones") {
   ScratchDir dir;
   write_dataset(dir / "c", make_docs());

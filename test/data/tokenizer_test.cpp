@@ -135,7 +135,8 @@ TEST_CASE("GPT-2 BPE matches the reference on the full GPT-2 files (TROUPE_GPT2_
 
 TEST_CASE("GPT-2 vocabulary and merges errors name file and line") {
   ScratchDir d;
-  CHECK(error_of(d / "none.json", d / "none.txt").find("none.json: cannot open") != std::string::npos);
+  CHECK(error_of(d / "none.json", d / "none.txt") ==
+        d / "none.json" + ": GPT-2 vocabulary (vocab.json) cannot be opened: No such file or directory");
   write_text(d / "bad.json", "{\"a\": 1,");
   CHECK(error_of(d / "bad.json", d / "m.txt").find("bad.json: invalid JSON at byte") != std::string::npos);
   write_text(d / "noeod.json", "{\"a\": 0}");
@@ -146,6 +147,17 @@ TEST_CASE("GPT-2 vocabulary and merges errors name file and line") {
   CHECK(error_of(dir + "/vocab.json", d / "m1.txt").find("m1.txt:3: expected two tokens") != std::string::npos);
   write_text(d / "m2.txt", "#version: 0.2\nzzzzqq x\n");
   CHECK(error_of(dir + "/vocab.json", d / "m2.txt").find("m2.txt:2: \"zzzzqq\" is not in") != std::string::npos);
+}
+
+TEST_CASE("GPT-2 vocabulary and merges must be regular files: a FIFO or directory is refused without blocking") {
+  ScratchDir d;
+  make_fifo(d / "vocab.json");
+  CHECK(error_of(d / "vocab.json", d / "merges.txt") ==
+        d / "vocab.json" + ": GPT-2 vocabulary (vocab.json) is a FIFO, not a regular file");
+  const std::string dir = kFixtures + expected()["truncated_dir"].get<std::string>();
+  std::filesystem::create_directory(d / "merges.txt");
+  CHECK(error_of(dir + "/vocab.json", d / "merges.txt") ==
+        d / "merges.txt" + ": GPT-2 merges (merges.txt) is a directory, not a regular file");
 }
 
 TEST_CASE("make_tokenizer by name") {
