@@ -3,11 +3,13 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
 #include "data/error.h"
 #include "data/mapped_file.h"
+#include "util/crc32c.h"
 
 namespace troupe::data {
 namespace {
@@ -36,11 +38,10 @@ void convert(const uint8_t* src, int64_t count, int32_t* out) {
   }
 }
 
-std::string stat_line(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return path + " missing";
-  return path + " size=" + std::to_string(st.st_size) +
-         " mtime_ns=" + std::to_string(int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+std::string crc_line(const MappedFile& f) {
+  char crc[9];
+  std::snprintf(crc, sizeof crc, "%08x", util::crc32c(f.data(), f.size()));
+  return f.path() + " bytes=" + std::to_string(f.size()) + " crc32c=" + crc;
 }
 
 }  // namespace
@@ -277,8 +278,8 @@ std::vector<int32_t> IndexedDataset::sequence(int64_t seq) const {
   return v;
 }
 
-std::string IndexedDataset::fingerprint() const {
-  return stat_line(idx_path()) + "\n" + stat_line(bin_path());
+std::string IndexedDataset::content_fingerprint() const {
+  return crc_line(files_->idx) + "\n" + crc_line(files_->bin);
 }
 
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDType dtype,

@@ -66,8 +66,10 @@ class IndexedDataset {
   void read(int64_t seq, int64_t offset, int64_t count, int32_t* out) const;
   std::vector<int32_t> sequence(int64_t seq) const;
 
-  // Size and modification time of both files: what a cache built from them depends on.
-  std::string fingerprint() const;
+  // Size and CRC-32C of the whole content of both files: what a cache built from
+  // them depends on. Size and mtime alone would miss an edit that keeps both; the
+  // CRC reads every byte (about 1 ms per 5 MB from the page cache).
+  std::string content_fingerprint() const;
 
  private:
   struct Files;

@@ -157,15 +157,10 @@ uint64_t epoch_key(uint64_t seed, Split split, int64_t epoch) {
 }
 
 std::string sample_index_key(const IndexedDataset& data, const SampleIndexSettings& s) {
-  uint64_t lengths_hash = 0xcbf29ce484222325ULL;
-  for (int64_t i = 0; i < data.sequences(); ++i) {
-    const int32_t len = data.sequence_length(i);
-    lengths_hash = fnv1a(&len, sizeof len, lengths_hash);
-  }
+  // The content checksums cover the sequence lengths (in the .idx) and every token
+  // (the .bin, whose largest ID the index stores for the vocabulary check).
   std::ostringstream k;
-  k << "troupe sample index v1\n"
-    << settings_text(s) << data.fingerprint() << "\n"
-    << "sequences " << data.sequences() << " lengths_fnv " << hex16(lengths_hash) << "\n";
+  k << "troupe sample index v2\n" << settings_text(s) << data.content_fingerprint() << "\n";
   return k.str();
 }
 

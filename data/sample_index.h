@@ -7,8 +7,9 @@
 //
 // where the hex digits hash the settings it depends on (split weights, seq_length,
 // pad_to_boundary, seed). The file also stores the full key text, including the
-// data files' sizes and modification times; a cache whose key differs (the data
-// changed) or that is damaged is rebuilt and replaced atomically. A directory that
+// data files' sizes and CRC-32C checksums of their whole content (not their mtimes:
+// an edit can keep size and mtime); a cache whose key differs (the data changed) or
+// that is damaged is rebuilt and replaced atomically. A directory that
 // cannot be written only costs the cache: the index is then built in memory.
 //
 // Epoch orders are not stored: position i of epoch e is sample

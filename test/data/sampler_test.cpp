@@ -2,7 +2,11 @@
 // assignment, the validation split, the cached index, counts, and bad-input errors.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <set>
@@ -291,6 +295,49 @@ TEST_CASE("the sample index is cached, keyed, and rebuilt when stale") {
   CHECK_FALSE(d.index_from_cache());
   CHECK(d.samples_per_epoch() == c.samples_per_epoch());
   CHECK(count_temporaries(dir.path()) == 0);
+}
+
+namespace {
+
+// Rewrites the uint16 token at `byte` of `bin` in place, then puts back the file's
+// modification time to the nanosecond: size and mtime say nothing changed.
+void poke_token_keeping_mtime(const std::string& bin, size_t byte, uint16_t value) {
+  struct stat before {};
+  REQUIRE(::stat(bin.c_str(), &before) == 0);
+  std::string bytes = read_text(bin);
+  std::memcpy(bytes.data() + byte, &value, 2);
+  write_text(bin, bytes);
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  REQUIRE(::utimensat(AT_FDCWD, bin.c_str(), times, 0) == 0);
+  struct stat after {};
+  REQUIRE(::stat(bin.c_str(), &after) == 0);
+  REQUIRE(after.st_size == before.st_size);
+  REQUIRE(after.st_mtim.tv_sec == before.st_mtim.tv_sec);
+  REQUIRE(after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
+TEST_CASE("the sample index cache notices a token changed with size and mtime kept") {
+  ScratchDir dir;
+  write_dataset(dir / "c", make_docs());
+  const Config cfg = small_config(dir / "c", 16, 1, 1, 4);
+  REQUIRE_FALSE(BatchSource::open(cfg).index_from_cache());
+  REQUIRE(BatchSource::open(cfg).index_from_cache());
+
+  // Sequence 5 is in the train split; its first token becomes 65535, past vocab_size 257.
+  const IndexedDataset d = IndexedDataset::open(dir / "c");
+  const size_t byte = size_t(d.sequence_pointer(5));
+  poke_token_keeping_mtime(dir / "c.bin", byte, 65535);
+  CHECK(error_of(cfg) == dir / "c.bin" + ": token ID 65535 at byte offset " + std::to_string(byte) +
+                             " is >= model.vocab_size 257 (was the data prepared with another tokenizer?)");
+
+  // A change inside the vocabulary: the index is rebuilt from the new content.
+  poke_token_keeping_mtime(dir / "c.bin", byte, 7);
+  const BatchSource src = BatchSource::open(cfg);
+  CHECK_FALSE(src.index_from_cache());
+  CHECK(IndexedDataset::open(dir / "c").sequence(5).front() == 7);
+  CHECK(BatchSource::open(cfg).index_from_cache());
 }
 
 TEST_CASE("a FIFO in place of the cached sample index is replaced, not read") {
