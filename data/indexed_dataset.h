@@ -42,9 +42,11 @@ inline constexpr size_t kIdxHeaderBytes = 34;
 
 class IndexedDataset {
  public:
-  // Maps PREFIX.idx and PREFIX.bin and validates the index completely: magic,
-  // version, dtype, size, every sequence inside .bin, the document indices. Throws
-  // DataError naming the file and byte offset of the first problem.
+  // Maps PREFIX.idx and PREFIX.bin (regular files only) and validates the index
+  // completely: magic, version, dtype, size, every sequence inside .bin and starting
+  // where the one before ends (byte 0 for the first), .bin exactly tokens x element
+  // size, the document indices. Throws DataError naming the file and byte offset of
+  // the first problem.
   static IndexedDataset open(const std::string& prefix);
 
   const std::string& prefix() const { return prefix_; }

@@ -24,7 +24,8 @@ struct PrepareProgress {
 
 struct PrepareOptions {
   // Files, or directories (their regular files, not symlinks, sorted by name; in
-  // fortune format strfile's *.dat and the *.u8 links are skipped).
+  // fortune format strfile's *.dat and the *.u8 links are skipped). A file named here
+  // must be a regular file (or a symlink to one): a FIFO or device is refused.
   std::vector<std::string> inputs;
   std::string output_prefix;
   InputFormat format = InputFormat::Auto;
