@@ -16,10 +16,9 @@ cmake --build build-fuzz -j "${TROUPE_JOBS:-$(nproc)}" --target config_fuzzer ma
 corpus=build-fuzz/corpus
 mkdir -p "$corpus/config" "$corpus/manifest" "$corpus/idx"
 cp configs/*.textproto "$corpus/config/"
-if [ -d build/test ]; then  # seeds from a normal build's test runs, when there are some
-  find /tmp -path '*checkpoints/step_*/manifest.pb' 2>/dev/null | head -n 5 | while read -r m; do
-    cp "$m" "$corpus/manifest/$(echo "$m" | md5sum | cut -c1-12)"; done
-fi
+# Seeds: manifests of earlier test runs' checkpoints, when there are some.
+mapfile -t manifests < <(find /tmp -path '*checkpoints/step_*/manifest.pb' 2>/dev/null | head -n 5)
+for m in "${manifests[@]}"; do cp "$m" "$corpus/manifest/$(echo "$m" | md5sum | cut -c1-12)"; done
 for t in config manifest idx; do
   echo "== ${t}_fuzzer for ${seconds} s"
   (cd build-fuzz && "./test/fuzz/libfuzzer/${t}_fuzzer" -max_total_time="$seconds" -timeout=10 \
