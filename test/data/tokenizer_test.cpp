@@ -136,7 +136,7 @@ TEST_CASE("GPT-2 BPE matches the reference on the full GPT-2 files (TROUPE_GPT2_
 TEST_CASE("GPT-2 vocabulary and merges errors name file and line") {
   ScratchDir d;
   CHECK(error_of(d / "none.json", d / "none.txt") ==
-        d / "none.json" + ": GPT-2 vocabulary (vocab.json) cannot be opened: No such file or directory");
+        d / "none.json" + ": cannot open the GPT-2 vocabulary (vocab.json): No such file or directory");
   write_text(d / "bad.json", "{\"a\": 1,");
   CHECK(error_of(d / "bad.json", d / "m.txt").find("bad.json: invalid JSON at byte") != std::string::npos);
   write_text(d / "noeod.json", "{\"a\": 0}");
