@@ -74,5 +74,5 @@ TEST_CASE("errors: both inputs, a bad --set, a rule broken by an override") {
         "--set batch.global_batch_size=6: batch.global_batch_size: 6 is not divisible by "
         "micro_batch_size x parallel.data = 4");
   CHECK(error_of([] { load_config(parse({"/no/such.textproto"})); }) ==
-        "/no/such.textproto: cannot open: No such file or directory");
+        "/no/such.textproto: cannot open the config file: No such file or directory");
 }

@@ -77,9 +77,14 @@ TEST_CASE("a semantic error points at the line of the field") {
         "parallel.data = 4");
 }
 
-TEST_CASE("a missing file is one clear error") {
+TEST_CASE("a missing file, a directory or a device as the config is one clear error") {
   CHECK(error_of([] { load_config_file("/nonexistent/x.textproto"); }) ==
-        "/nonexistent/x.textproto: cannot open: No such file or directory");
+        "/nonexistent/x.textproto: cannot open the config file: No such file or directory");
+  CHECK(error_of([] { load_config_file("/tmp"); }) == "/tmp: config file is a directory, not a regular file");
+  CHECK(error_of([] { load_config_file("/dev/zero"); }) ==
+        "/dev/zero: config file is a character device, not a regular file");
+  CHECK(error_of([] { load_config_file("/proc/self/mem"); }) ==
+        "/proc/self/mem: cannot read the config file: Input/output error");
 }
 
 TEST_CASE("the embedded default is configs/default.textproto and is valid") {
