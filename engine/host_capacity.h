@@ -17,8 +17,10 @@ namespace troupe::engine {
 inline constexpr int64_t kMaxRanksInProcess = 1024;
 
 // A lower bound on the bytes a one-process CPU run holds: parameters x (8 x DP + 8)
-// (fp32 weights and gradients per replica, fp32 Adam m and v once). Activations come on
-// top, so a run this refuses can never fit.
+// (fp32 weights and gradients per replica, fp32 Adam m and v once), plus, on every
+// replica, each layer's input [b, s, D] and attention probabilities [b, heads, s, s] for
+// one microbatch (4 bytes each). Everything else comes on top, so a run this refuses can
+// never fit.
 double min_host_bytes(const Config& c);
 
 // Throws std::invalid_argument naming the numbers when a one-process CPU run (no cluster,

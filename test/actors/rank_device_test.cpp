@@ -98,15 +98,27 @@ TEST_CASE("a one-process CPU run that cannot fit is refused with the numbers bef
   c.mutable_model()->set_width(64);
   c.mutable_parallel()->set_data(2);
   const double params = double(config::parameter_count(c));
-  CHECK(engine::min_host_bytes(c) == params * (8 * 2 + 8));
+  // Default micro batch 1, seq_length 64, 4 heads: per layer and replica 4 x 1 x 64 x
+  // (64 + 4 x 64) bytes, for 2 layers on 2 replicas.
+  CHECK(c.batch().micro_batch_size() == 1);
+  CHECK(c.batch().seq_length() == 64);
+  CHECK(c.model().heads() == 4);
+  CHECK(engine::min_host_bytes(c) == params * (8 * 2 + 8) + 2.0 * 2 * 4 * 64 * (64 + 4.0 * 64));
   CHECK_NOTHROW(engine::check_host_capacity(c, engine::min_host_bytes(c)));
   CHECK_THROWS_WITH_AS(engine::check_host_capacity(c, engine::min_host_bytes(c) - 1),
-                       doctest::Contains(fmt::format("model: {} parameters need at least", int64_t(params)).c_str()),
+                       doctest::Contains(fmt::format("model: {} parameters and their activations need at least", int64_t(params)).c_str()),
                        std::invalid_argument);
   // A vocabulary of 2^24 and a width of 2^20: about 3.5e13 parameters, refused on any machine.
   c.mutable_model()->set_vocab_size(1 << 24);
   c.mutable_model()->set_width(1 << 20);
   CHECK_THROWS_WITH_AS(engine::check_host_capacity(c), doctest::Contains("GB in this process"), std::invalid_argument);
+  // Sequences of 2^17 tokens: the attention probabilities alone are 4 x 2^34 x heads
+  // bytes per layer.
+  Config longseq;
+  longseq.mutable_batch()->set_seq_length(1 << 17);
+  longseq.mutable_model()->set_max_positions(1 << 17);
+  CHECK_THROWS_WITH_AS(engine::check_host_capacity(longseq, 64e9), doctest::Contains("attention probabilities"),
+                       std::invalid_argument);
   // More ranks than one process runs.
   Config wide;
   wide.mutable_parallel()->set_data(64);

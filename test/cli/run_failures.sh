@@ -70,7 +70,7 @@ ln -sfn /dev/zero "$work/h/checkpoints/latest"
 expect inspect-latest-dev-zero 1 "latest: checkpoint file is a character device" -- "$supervisor" inspect "$work/h/checkpoints"
 
 # Sizes the machine cannot hold are refused before anything is allocated.
-expect too-big 1 "parameters need at least" -- "$supervisor" run --quiet --set model.width=1048576 \
+expect too-big 1 "parameters and their activations need at least" -- "$supervisor" run --quiet --set model.width=1048576 \
   --set model.vocab_size=16777216 --set logging.run_dir="$work/i"
 expect too-many-ranks 1 "ranks in one process" -- "$supervisor" run --quiet --set parallel.data=64 \
   --set parallel.pipeline=32 --set model.layers=32 --set batch.global_batch_size=128 --set training.eval_samples=0 \
