@@ -12,7 +12,7 @@
 #include "ckpt/crc32c_combine.h"
 #include "ckpt/error.h"
 #include "util/crc32c.h"
-#include "util/input_file.h"
+#include "util/durable_file.h"
 
 namespace troupe::ckpt {
 namespace {
@@ -23,16 +23,18 @@ constexpr size_t kBufferBytes = size_t(1) << 20;
   throw CheckpointError(path + ": " + what + ": " + std::strerror(err));
 }
 
-void write_all(int fd, const char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(path, "write failed", errno);
-    }
-    p += w;
-    n -= size_t(w);
+// util's error, as the CheckpointError that callers catch, with the same text.
+template <class F>
+auto translated(F&& f) {
+  try {
+    return f();
+  } catch (const util::FileError& e) {
+    throw CheckpointError(e.what());
   }
+}
+
+void write_all(int fd, const char* p, size_t n, const std::string& path) {
+  translated([&] { util::write_all(fd, p, n, path); });
 }
 
 }  // namespace
@@ -95,14 +97,7 @@ void OutputFile::close() {
 }
 
 void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail(dir, "cannot open directory", errno);
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    fail(dir, "fsync of directory failed", err);
-  }
-  ::close(fd);
+  translated([&] { util::fsync_dir(dir); });
 }
 
 void rename_path(const std::string& from, const std::string& to) {
@@ -123,42 +118,13 @@ void remove_tree(const std::string& path) {
 std::string read_file(const std::string& path) {
   // A regular file only: `latest` or a manifest that is (or links to) a FIFO or a device
   // is refused, never waited on or read without bound.
-  int fd = -1;
-  try {
-    fd = util::open_regular_file(path, "checkpoint file");
-  } catch (const util::FileError& e) {
-    throw CheckpointError(e.what());
-  }
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t r = ::read(fd, buf, sizeof buf);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      fail(path, "read failed", err);
-    }
-    if (r == 0) break;
-    out.append(buf, size_t(r));
-  }
-  ::close(fd);
-  return out;
+  return translated([&] { return util::read_file(path, "checkpoint file"); });
 }
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
-  const std::string temp = path + ".tmp";
-  OutputFile f(temp);
-  f.write(bytes.data(), bytes.size());
-  f.sync();
-  f.close();
-  rename_path(temp, path);
-  fsync_dir(parent_dir(path));
+  translated([&] { util::write_file_atomically(path, bytes); });
 }
 
-std::string parent_dir(const std::string& path) {
-  auto parent = std::filesystem::path(path).parent_path();
-  return parent.empty() ? std::string(".") : parent.string();
-}
+std::string parent_dir(const std::string& path) { return util::parent_dir(path); }
 
 }  // namespace troupe::ckpt

@@ -27,7 +27,7 @@ std::string hex32(uint32_t v) {
 
 
 // Verifies one mapped shard against its manifest record; returns the problem or "".
-std::string check_shard(const ShardFile& record, const MappedFile& file, ShardCheck& check) {
+std::string check_shard(const ShardFile& record, const util::MappedFile& file, ShardCheck& check) {
   check.actual_size = file.size();
   if (file.size() != record.size_bytes()) {
     int lost = 0;
@@ -44,7 +44,7 @@ std::string check_shard(const ShardFile& record, const MappedFile& file, ShardCh
     std::string damaged;
     int n = 0;
     for (const auto& p : record.piece()) {
-      if (util::crc32c(file.data() + p.byte_offset(), piece_bytes(p)) == p.crc32c()) continue;
+      if (util::crc32c(file.chars() + p.byte_offset(), piece_bytes(p)) == p.crc32c()) continue;
       if (n++ < 4) damaged += (n > 1 ? ", " : "") + tensor_label(p.name(), p.kind());
     }
     if (n > 4) damaged += ", ... (" + std::to_string(n) + " pieces)";
@@ -52,7 +52,7 @@ std::string check_shard(const ShardFile& record, const MappedFile& file, ShardCh
            (n ? "; damaged data of " + damaged : "; damage outside piece data (header/table)");
   }
   try {
-    ShardTable table = read_shard_table(file.data(), file.size(), file.path());
+    ShardTable table = read_shard_table(file.chars(), file.size(), file.path());
     ShardTable expected;
     *expected.mutable_piece() = record.piece();
     if (!google::protobuf::util::MessageDifferencer::Equals(table, expected))
@@ -88,8 +88,10 @@ Checkpoint Checkpoint::open(const std::string& dir, Verify verify) {
     }
     check.present = true;
     try {
-      c.files_[s] = std::make_unique<MappedFile>(path);
+      c.files_[s] = std::make_unique<util::MappedFile>(util::MappedFile::open(path, "shard file", /*sequential=*/true));
       check.problem = check_shard(record, *c.files_[s], check);
+    } catch (const util::FileError& e) {
+      check.problem = e.what();
     } catch (const CheckpointError& e) {
       check.problem = e.what();
     }
@@ -148,7 +150,7 @@ const Shape& Checkpoint::shape(const std::string& name, TensorKind kind) const {
 
 const float* Checkpoint::piece_data(const PieceRef& ref) const {
   const auto& p = manifest_.shard(ref.shard).piece(ref.piece);
-  return reinterpret_cast<const float*>(files_[ref.shard]->data() + p.byte_offset());
+  return reinterpret_cast<const float*>(files_[ref.shard]->chars() + p.byte_offset());
 }
 
 std::vector<float> Checkpoint::read(const std::string& name, TensorKind kind) const {

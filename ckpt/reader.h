@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "ckpt/mapped_file.h"
+#include "util/durable_file.h"
 #include "ckpt/piece.h"
 #include "ckpt/region.h"
 #include "messages/checkpoint.pb.h"
@@ -95,7 +95,7 @@ class Checkpoint {
   std::string dir_;
   CheckpointManifest manifest_;
   std::vector<ShardCheck> checks_;
-  std::vector<std::unique_ptr<MappedFile>> files_;  // null for missing shards
+  std::vector<std::unique_ptr<util::MappedFile>> files_;  // null for missing shards
   std::map<Key, Entry> index_;
 };
 

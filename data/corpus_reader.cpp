@@ -139,7 +139,7 @@ InputFormat detect_format(const std::string& path, std::string_view s, InputForm
 ReadStats read_documents(const std::string& path, InputFormat format,
                          const std::function<void(std::string_view)>& on_document,
                          const std::function<void(size_t)>& on_bytes) {
-  const MappedFile file = MappedFile::open(path, "corpus file");
+  const util::MappedFile file = map_input_file(path, "corpus file");
   const std::string_view s(reinterpret_cast<const char*>(file.data()), file.size());
   ReadStats stats;
   ByteReporter progress(on_bytes);

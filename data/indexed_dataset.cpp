@@ -38,7 +38,7 @@ void convert(const uint8_t* src, int64_t count, int32_t* out) {
   }
 }
 
-std::string crc_line(const MappedFile& f) {
+std::string crc_line(const util::MappedFile& f) {
   char crc[9];
   std::snprintf(crc, sizeof crc, "%08x", util::crc32c(f.data(), f.size()));
   return f.path() + " bytes=" + std::to_string(f.size()) + " crc32c=" + crc;
@@ -79,16 +79,16 @@ TokenDType dtype_for_vocab(int64_t vocab_size) {
 }
 
 struct IndexedDataset::Files {
-  MappedFile idx;
-  MappedFile bin;
+  util::MappedFile idx;
+  util::MappedFile bin;
 };
 
 namespace {
 
 // PREFIX + ext, mapped. A missing half is named as such (with a hint when the prefix
 // is a directory: the usual slip of naming the folder that holds the dataset); one
-// that is not a regular file is refused by MappedFile::open without being read.
-MappedFile open_half(const std::string& prefix, const std::string& ext, const std::string& half) {
+// that is not a regular file is refused by map_input_file without being read.
+util::MappedFile open_half(const std::string& prefix, const std::string& ext, const std::string& half) {
   const std::string path = prefix + ext;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
@@ -99,7 +99,7 @@ MappedFile open_half(const std::string& prefix, const std::string& ext, const st
     }
     throw DataError(msg);
   }
-  return MappedFile::open(path, "the " + half + " half of indexed dataset " + prefix);
+  return map_input_file(path, "the " + half + " half of indexed dataset " + prefix);
 }
 
 // Where the arrays of a validated header lie, and what they must fit.

@@ -1,19 +1,22 @@
-// File primitives of the metrics sinks: a durable whole-file write (temporary name,
-// fsync, rename) and an append-only file written one complete record per write(2),
-// so that a crash loses at most the record being written.
+// File primitives of the metrics sinks, over util/durable_file.h (whose guarantees
+// they are): a durable whole-file write and an append-only file written one complete
+// record at a time, so that a crash loses at most the record being written. Failures
+// throw MetricsError with util's text ("PATH: CALL: system error").
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "util/durable_file.h"
+
 namespace troupe::metrics {
 
-// Writes `bytes` to "<path>.tmp.<pid>", fsyncs it, renames it onto `path` and
-// fsyncs the directory. Readers see the old file or the new one, never a mix.
+// util::write_file_atomically: a unique temporary "<path>.tmp.<pid>.<n>", fsynced,
+// renamed onto `path`, the directory fsynced. Readers see the old file or the new one.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
-// Reads a whole file; throws MetricsError naming the path when it cannot.
+// Reads a whole regular file; throws MetricsError naming the path when it cannot.
 std::string read_file(const std::string& path);
 
 class AppendFile {
@@ -40,18 +43,14 @@ class AppendFile {
   // fdatasync: the bytes survive a crash of the machine too.
   void sync();
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
   // Bytes in the file (after any repair, plus what this object appended).
-  int64_t size() const { return size_; }
+  int64_t size() const { return file_.size(); }
   // Bytes cut off an unterminated last line when the file was opened.
-  int64_t repaired_bytes() const { return repaired_; }
+  int64_t repaired_bytes() const { return file_.repaired_bytes(); }
 
  private:
-  void close_fd();
-  std::string path_;
-  int fd_ = -1;
-  int64_t size_ = 0;
-  int64_t repaired_ = 0;
+  util::AppendFile file_;
 };
 
 }  // namespace troupe::metrics
