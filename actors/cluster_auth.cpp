@@ -19,7 +19,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-#include "util/input_file.h"
+#include "util/durable_file.h"
 
 namespace troupe::actors {
 namespace {
@@ -66,16 +66,10 @@ std::string create_secret_file(const std::string& file) {
   const std::string secret = random_hex(32);
   const auto dir = std::filesystem::path(file).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir);
-  const std::string tmp = fmt::format("{}.tmp-{}", file, ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) throw std::runtime_error(fmt::format("secret file {}: cannot create it: {}", tmp, std::strerror(errno)));
-  const std::string text = secret + "\n";
-  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), file.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    throw std::runtime_error(fmt::format("secret file {}: cannot write it: {}", file, std::strerror(ok ? errno : err)));
+  try {
+    util::write_file_atomically(file, secret + "\n", 0600);
+  } catch (const util::FileError& e) {
+    throw std::runtime_error(fmt::format("secret file {}: cannot write it: {}", file, e.what()));
   }
   return secret;
 }

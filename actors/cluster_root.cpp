@@ -15,22 +15,10 @@
 #include "actors/registrar_actor.h"
 #include "actors/store_actor.h"
 #include "ckpt/manifest.h"
+#include "util/durable_file.h"
 
 namespace troupe::actors {
 namespace {
-
-// Writes `text` to `path` through a temporary name, fsync and rename.
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const auto tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    throw std::runtime_error(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
-  }
-}
 
 // Whether a path of the config that every process opens (run directory, checkpoints,
 // data) is relative, so that it names the same files only from the same directory.
@@ -85,7 +73,7 @@ ClusterRoot::ClusterRoot(caf::actor_system& sys, const Config& c, const ClusterO
                  ckpt::fnv1a64(ckpt::canonical_config_text(c)), c.cluster().workers(), c.cluster().spares());
     if (!run_dir.empty()) {
       std::filesystem::create_directories(run_dir);
-      write_file_atomically(run_dir + "/cluster.address", address + "\n");
+      util::write_file_atomically(run_dir + "/cluster.address", address + "\n");
     }
     if (options.on_listening) options.on_listening(port_);
   } catch (...) {

@@ -41,6 +41,7 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/timed_device.h"
 #include "optim/reference_trainer.h"
+#include "util/durable_file.h"
 
 using namespace troupe;
 using kernels::cuda::CudaDevice;
@@ -206,15 +207,6 @@ double gemm_peak_tflops(CudaDevice& dev, int n, bool fp32_out) {
   return median(rates);
 }
 
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot create " + tmp);
-  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot write " + path);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -301,7 +293,7 @@ int main(int argc, char** argv) {
         first = false;
       }
       j += "}}\n";
-      write_file_atomically(a.json, j);
+      troupe::util::write_file_atomically(a.json, j);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_bench: %s\n", e.what());

@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "util/durable_file.h"
+
 namespace troupe::comm {
 namespace {
 
@@ -30,22 +32,14 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-// Writes all of `data` to fd or throws naming `path`.
-void write_all(int fd, std::span<const char> data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw CommError(fmt::format("store: writing {}: {}", path, std::strerror(errno)));
-    done += size_t(n);
+// util's error as a CommError, with util's text ("PATH: CALL: system error").
+template <class F>
+void translated(F&& f) {
+  try {
+    f();
+  } catch (const util::FileError& e) {
+    throw CommError(fmt::format("store: {}", e.what()));
   }
-}
-
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;  // durability of a rendezvous key is best effort beyond the file itself
-  ::fsync(fd);
-  ::close(fd);
 }
 
 }  // namespace
@@ -83,7 +77,7 @@ void DirectoryStore::set(const std::string& key, std::span<const char> value) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw CommError(fmt::format("store: creating {}: {}", tmp, std::strerror(errno)));
   try {
-    write_all(fd, value, tmp);
+    translated([&] { util::write_all(fd, value.data(), value.size(), tmp); });
     if (::fsync(fd) != 0) throw CommError(fmt::format("store: fsync {}: {}", tmp, std::strerror(errno)));
   } catch (...) {
     ::close(fd);
@@ -100,7 +94,7 @@ void DirectoryStore::set(const std::string& key, std::span<const char> value) {
     throw CommError(fmt::format("{}: key '{}' is set already ({}): is a store prefix used twice?",
                                 describe(), key, path));
   if (rc != 0) throw CommError(fmt::format("store: publishing {}: {}", path, std::strerror(err)));
-  fsync_dir(dir_);
+  translated([&] { util::fsync_dir(dir_); });
 }
 
 void DirectoryStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {

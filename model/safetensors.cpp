@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "util/durable_file.h"
+
 namespace troupe::model {
 namespace {
 
@@ -19,19 +21,6 @@ const char* dtype_str(StDtype d) { return d == StDtype::kF32 ? "F32" : d == StDt
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw std::runtime_error(path + ": " + what);
-}
-
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(path, std::string("write failed: ") + std::strerror(errno));
-    }
-    p += w;
-    n -= size_t(w);
-  }
 }
 
 }  // namespace
@@ -107,26 +96,14 @@ void write_safetensors(const std::string& path, const std::vector<StTensor>& ten
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = uint8_t(n >> (8 * i));
 
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno));
   try {
-    write_all(fd, len, 8, tmp);
-    write_all(fd, h.data(), h.size(), tmp);
-    for (const auto& t : tensors) write_all(fd, t.bytes.data(), t.bytes.size(), tmp);
-    if (::fsync(fd) != 0) fail(tmp, std::string("fsync failed: ") + std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(path, std::string("rename failed: ") + std::strerror(errno));
-  const std::string dir = std::filesystem::path(path).parent_path().empty() ? "." : std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+    util::AtomicFileWriter out(path);
+    out.write(len, 8);
+    out.write(h.data(), h.size());
+    for (const auto& t : tensors) out.write(t.bytes.data(), t.bytes.size());
+    out.commit();
+  } catch (const util::FileError& e) {
+    throw std::runtime_error(e.what());
   }
 }
 

@@ -31,6 +31,7 @@
 #include "config/derived.h"
 #include "model/param_registry.h"
 #include "model/stage_range.h"
+#include "util/durable_file.h"
 
 extern char** environ;
 
@@ -133,18 +134,7 @@ int worker_main(const Config& config, const Options& o) {
     for (const auto& r : g.rows)
       text << g.phase << '\t' << g.group.name << '\t' << comm::check_op_name(r.op) << '\t' << r.count << '\t'
            << r.iterations << '\t' << fmt::format("{:.9g}", r.median_s) << '\t' << r.wrong << '\n';
-  const std::string path = results_path(o.job_dir, o.worker_rank), tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << text.str();
-    f.flush();
-    if (!f) throw std::runtime_error("cannot write " + tmp);
-  }
-  if (FILE* f = std::fopen(tmp.c_str(), "r+")) {
-    ::fsync(::fileno(f));
-    std::fclose(f);
-  }
-  std::filesystem::rename(tmp, path);
+  util::write_file_atomically(results_path(o.job_dir, o.worker_rank), text.str());
   return 0;
 }
 

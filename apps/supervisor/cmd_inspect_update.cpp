@@ -24,6 +24,7 @@
 #include "model/named_tensors.h"
 #include "model/safetensors.h"
 #include "optim/reference_trainer.h"
+#include "util/durable_file.h"
 
 namespace troupe::cli {
 namespace {
@@ -66,25 +67,6 @@ const char* decay_style_name(LrScheduleConfig::DecayStyle s) {
     case LrScheduleConfig::CONSTANT: return "CONSTANT";
     default: return "COSINE";
   }
-}
-
-// Writes `text` to `path` through PATH.tmp, fsync and rename.
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error(tmp + ": cannot create: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      ::close(fd);
-      throw std::runtime_error(tmp + ": write failed: " + std::strerror(errno));
-    }
-    done += size_t(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) throw std::runtime_error(tmp + ": fsync failed");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": rename failed: " + std::strerror(errno));
 }
 
 std::vector<float> download(kernels::Device& dev, const float* p, int64_t n) {
@@ -176,7 +158,7 @@ int inspect_update_main(int argc, char** argv) {
   const auto path = [&](const char* name) { return (fs::path(out_dir) / name).string(); };
   std::string text;
   google::protobuf::TextFormat::PrintToString(cfg, &text);
-  write_text_atomically(path("config.textproto"),
+  util::write_file_atomically(path("config.textproto"),
                         "# The resolved config of this inspect-update run: " + loaded.describe() + "\n" + text);
   const std::map<std::string, std::string> meta = {{"producer", "supervisor inspect-update"}, {"config", loaded.describe()}};
   model::write_safetensors(path("batch.safetensors"), batch_tensors(mbs), meta);
@@ -213,7 +195,7 @@ int inspect_update_main(int argc, char** argv) {
                  {"micro_batch_size", cfg.batch().micro_batch_size()}, {"seq_length", cfg.batch().seq_length()}};
   j["decay"] = reg.names(model::DecayGroup::kDecay);
   j["no_decay"] = reg.names(model::DecayGroup::kNoDecay);
-  write_text_atomically(path("update.json"), j.dump(2) + "\n");
+  util::write_file_atomically(path("update.json"), j.dump(2) + "\n");
 
   std::printf("inspect-update: %s\n", loaded.describe().c_str());
   std::printf("  model       %d layers, width %d, %d heads, vocab %d (padded %lld), %lld parameters\n", mc.layers(),
