@@ -58,11 +58,11 @@ void make_dir(const std::string& dir);
 // Removes a file or a directory tree; nothing happens when it does not exist.
 void remove_tree(const std::string& path);
 
-// The whole content of a file.
+// The whole content of a regular file (util::read_file, throwing CheckpointError).
 std::string read_file(const std::string& path);
 
-// Writes `bytes` to `path` durably and atomically: PATH.tmp is written and
-// fsynced, renamed onto PATH, and the parent directory is fsynced.
+// util::write_file_atomically, throwing CheckpointError: a unique temporary next to
+// PATH is written and fsynced, renamed onto PATH, and the parent directory is fsynced.
 void write_file_atomically(const std::string& path, const std::string& bytes);
 
 // The directory part of a path ("." when there is none).
