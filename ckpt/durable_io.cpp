@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <utility>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -26,11 +27,7 @@ constexpr size_t kBufferBytes = size_t(1) << 20;
 // util's error, as the CheckpointError that callers catch, with the same text.
 template <class F>
 auto translated(F&& f) {
-  try {
-    return f();
-  } catch (const util::FileError& e) {
-    throw CheckpointError(e.what());
-  }
+  return util::rethrow_file_error_as<CheckpointError>(std::forward<F>(f));
 }
 
 void write_all(int fd, const char* p, size_t n, const std::string& path) {

@@ -10,11 +10,7 @@ namespace {
 // util's error, as the DataError that callers catch, with the same text.
 template <class F>
 auto translated(F&& f) {
-  try {
-    return f();
-  } catch (const util::FileError& e) {
-    throw DataError(e.what());
-  }
+  return util::rethrow_file_error_as<DataError>(std::forward<F>(f));
 }
 
 util::AtomicFileWriter open_writer(std::string target) {

@@ -10,20 +10,7 @@ namespace {
 // util's error, as the MetricsError that callers catch, with the same text.
 template <class F>
 auto translated(F&& f) {
-  try {
-    return f();
-  } catch (const util::FileError& e) {
-    throw MetricsError(e.what());
-  }
-}
-
-util::AppendFile open_append(const std::string& path, AppendFile::Create mode, bool line_oriented) {
-  return translated([&] {
-    return util::AppendFile(path,
-                            mode == AppendFile::Create::kExclusive ? util::AppendFile::Create::kExclusive
-                                                                   : util::AppendFile::Create::kAppend,
-                            line_oriented);
-  });
+  return util::rethrow_file_error_as<MetricsError>(std::forward<F>(f));
 }
 
 }  // namespace
@@ -37,18 +24,14 @@ std::string read_file(const std::string& path) {
 }
 
 AppendFile::AppendFile(const std::string& path, Create mode, bool line_oriented)
-    : file_(open_append(path, mode, line_oriented)) {}
-
-AppendFile::AppendFile(AppendFile&& other) noexcept = default;
-AppendFile& AppendFile::operator=(AppendFile&& other) noexcept = default;
-AppendFile::~AppendFile() = default;
+    : util::AppendFile(translated([&] { return util::AppendFile(path, mode, line_oriented); })) {}
 
 void AppendFile::append(std::string_view bytes) {
-  translated([&] { file_.append(bytes); });
+  translated([&] { util::AppendFile::append(bytes); });
 }
 
 void AppendFile::sync() {
-  translated([&] { file_.sync(); });
+  translated([&] { util::AppendFile::sync(); });
 }
 
 }  // namespace troupe::metrics

@@ -19,38 +19,15 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 // Reads a whole regular file; throws MetricsError naming the path when it cannot.
 std::string read_file(const std::string& path);
 
-class AppendFile {
+// util::AppendFile (looped O_APPEND writes; with `line_oriented`, an unterminated last
+// line left by a crash is cut off on open; sync() is fdatasync), throwing MetricsError.
+// A resumed run opens its files with Create::kAppend; an event file is created with
+// Create::kExclusive.
+class AppendFile : public util::AppendFile {
  public:
-  enum class Create {
-    kAppend,     // keep what is there (a resumed run continues its files)
-    kExclusive,  // fail if the file exists
-  };
-
-  // Opens `path` for appending, creating it (mode 0644) when missing. With
-  // `line_oriented`, an unterminated last line left by a crash is cut off first, so
-  // that every line in the file stays complete.
   AppendFile(const std::string& path, Create mode, bool line_oriented);
-  AppendFile(const AppendFile&) = delete;
-  AppendFile& operator=(const AppendFile&) = delete;
-  AppendFile(AppendFile&& other) noexcept;
-  AppendFile& operator=(AppendFile&& other) noexcept;
-  ~AppendFile();
-
-  // Appends `bytes` with O_APPEND writes, retrying short writes. Once this returns
-  // the bytes are in the kernel: they survive a crash of the process (not of the
-  // machine: that needs sync()).
   void append(std::string_view bytes);
-  // fdatasync: the bytes survive a crash of the machine too.
   void sync();
-
-  const std::string& path() const { return file_.path(); }
-  // Bytes in the file (after any repair, plus what this object appended).
-  int64_t size() const { return file_.size(); }
-  // Bytes cut off an unterminated last line when the file was opened.
-  int64_t repaired_bytes() const { return file_.repaired_bytes(); }
-
- private:
-  util::AppendFile file_;
 };
 
 }  // namespace troupe::metrics

@@ -34,6 +34,17 @@ namespace troupe::util {
 // Throws FileError("PATH: CALL: strerror(err)").
 [[noreturn]] void throw_file_error(const std::string& path, const char* call, int err);
 
+// Runs `f`; a FileError it throws comes out as `Error` with the same text (for the
+// libraries whose callers catch their own error type: CheckpointError, MetricsError...).
+template <class Error, class F>
+auto rethrow_file_error_as(F&& f) {
+  try {
+    return f();
+  } catch (const FileError& e) {
+    throw Error(e.what());
+  }
+}
+
 // Writes all `n` bytes to `fd`, retrying short writes and EINTR. `path` names the file
 // in errors.
 void write_all(int fd, const void* bytes, size_t n, const std::string& path);
