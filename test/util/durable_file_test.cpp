@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "test/util/scratch_dir.h"
 #include "util/durable_file.h"
 
 using namespace troupe::util;
@@ -23,14 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Scratch {
-  fs::path dir = fs::temp_directory_path() / ("troupe-durable-file-" + std::to_string(::getpid()));
-  Scratch() {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  std::string operator/(const std::string& name) const { return (dir / name).string(); }
+struct Scratch : troupe::testing::ScratchDir {
+  Scratch() : ScratchDir("durable-file") {}
 };
 
 std::string slurp(const std::string& path) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "test/util/scratch_dir.h"
 #include "util/input_file.h"
 
 using namespace troupe::util;
@@ -15,13 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Scratch {
-  fs::path dir = fs::temp_directory_path() / ("troupe-input-file-" + std::to_string(::getpid()));
-  Scratch() {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~Scratch() { fs::remove_all(dir); }
+struct Scratch : troupe::testing::ScratchDir {
+  Scratch() : ScratchDir("input-file") {}
 };
 
 }  // namespace
