@@ -317,7 +317,10 @@ bool ahead_of_ledger(const CoordinatorState& st, int64_t step) {
 // max_lag_steps is 0: its copies are taken while n+1's forward and backward run (they
 // only read the parameters), and before n+1's update, which waits for n+1's ledger
 // (SnapshotCommand and UpdateCommand reach each shard in the order they were sent).
-void run_ahead(Self* self) {
+// `decided_at` (Unix seconds, read before the UpdateCommands went out) dates the
+// hand-over: no stage can end step n before it, so a step handed over ahead runs from
+// n's end exactly, however late this thread gets here.
+void run_ahead(Self* self, double decided_at) {
   auto& st = self->state;
   const auto& ledger = *st.ledger;
   const int64_t n = ledger.step();
@@ -326,7 +329,7 @@ void run_ahead(Self* self) {
       (no_lag && save_due(st, n)) || st.issued_step != n)
     return;
   st.issued_step = n + 1;
-  st.issued_at = unix_now();
+  st.issued_at = decided_at;
   st.args.book->step_decided(n);
   // A step to be checkpointed closes at once (the save starts at its close, and the next
   // update waits for the save's copies), and so does a restarted group's first step.
@@ -531,9 +534,10 @@ void progress(Self* self) {
     check_fault(self, ledger.step(), Fault::REDUCE);
     st.decision = optim::decide(ledger.total_sum_squares(), st.args.config.optimizer().clip_grad());
     check_fault(self, ledger.step(), Fault::OPTIMIZER);
+    const double decided_at = unix_now();
     const msg::UpdateCommand cmd{ledger.step(), st.lr, st.decision->factor, st.decision->skip};
     for (const auto& o : st.optimizers) self->send(o, cmd);
-    run_ahead(self);
+    run_ahead(self, decided_at);
   }
   if (!ledger.complete()) return;
   if (ledger.kind() == StepKind::Train) {
