@@ -236,8 +236,13 @@ void child_failed(Self* self, size_t i, const std::string& reason, bool abnormal
   handle_failure(self, i, abnormal);
 }
 
+// Child `i` waits in the stop sequence under way.
+bool queued_to_stop(const SupervisorState& st, size_t i) {
+  return std::find(st.stop_queue.begin(), st.stop_queue.end(), i) != st.stop_queue.end();
+}
+
 bool being_stopped(const SupervisorState& st, size_t i) {
-  return (st.stopping && *st.stopping == i) || std::find(st.stop_queue.begin(), st.stop_queue.end(), i) != st.stop_queue.end();
+  return (st.stopping && *st.stopping == i) || queued_to_stop(st, i);
 }
 
 // A watched child left its heartbeat unanswered past its limit: it is hung. A hung
@@ -313,8 +318,7 @@ void on_down(Self* self, const caf::down_msg& dm) {
   }
   // Queued to be stopped anyway (a restart or shutdown is under way): its end is a
   // consequence of what is being handled, not a failure of its own.
-  for (size_t q : st.stop_queue)
-    if (q == i) return;
+  if (queued_to_stop(st, i)) return;
   child_failed(self, i, describe_exit(self->system(), dm.reason), !is_normal_exit(dm.reason));
 }
 

@@ -11,7 +11,6 @@ namespace troupe::util {
 namespace {
 
 const char* kind_of(mode_t m) {
-  if (S_ISREG(m)) return "a regular file";
   if (S_ISDIR(m)) return "a directory";
   if (S_ISFIFO(m)) return "a FIFO";
   if (S_ISCHR(m)) return "a character device";
@@ -68,12 +67,6 @@ std::string read_regular_file(const std::string& path, const std::string& what, 
   }
   ::close(fd);
   return out;
-}
-
-void require_directory(const std::string& path, const std::string& what) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) fail(path, what, std::string("does not exist: ") + std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) fail(path, what, std::string("is ") + kind_of(st.st_mode) + ", not a directory");
 }
 
 }  // namespace troupe::util

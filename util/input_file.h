@@ -24,7 +24,4 @@ int open_regular_file(const std::string& path, const std::string& what);
 // size and the limit).
 std::string read_regular_file(const std::string& path, const std::string& what, size_t max_bytes);
 
-// `path` must be an existing directory.
-void require_directory(const std::string& path, const std::string& what);
-
 }  // namespace troupe::util

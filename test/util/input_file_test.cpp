@@ -51,12 +51,3 @@ TEST_CASE("a regular file reads whole; anything else is refused naming what it i
   CHECK_THROWS_WITH_AS(read_regular_file((s.dir / "missing").string(), "config file", 1024),
                        doctest::Contains("missing: cannot open the config file: No such file or directory"), FileError);
 }
-
-TEST_CASE("a directory is required where one is expected") {
-  Scratch s;
-  CHECK_NOTHROW(require_directory(s.dir.string(), "checkpoint"));
-  const auto file = (s.dir / "f").string();
-  std::ofstream(file) << "x";
-  CHECK_THROWS_WITH_AS(require_directory(file, "checkpoint"),
-                       (file + ": checkpoint is a regular file, not a directory").c_str(), FileError);
-}
