@@ -1,11 +1,10 @@
 // The messages between the supervisor process and its worker processes (cluster
 // mode, docs/cluster.md), besides the training messages themselves.
 //
-// Joining (worker -> the supervisor's registrar, each a request):
-//   WorkerHello     -> Challenge    protocol version, config hash, slots; the worker's
-//                                   nonce, which the supervisor answers with its own proof
-//   WorkerProof     -> Welcome      HMAC-SHA256 of the challenge under the run's secret
-//                                   (never the secret itself), and the worker's host actor
+// Joining: the join handshake (actors/join_protocol.h) runs before CAF sees the
+// connection; then, over CAF (worker -> the supervisor's registrar, a request):
+//   JoinRequest     -> Welcome      the gate's one-use ticket, the worker's host actor
+//                                   and its liveness responder (actors/link_watch.h)
 // Hosting (supervisor -> a worker's host actor):
 //   PlaceActor      -> caf::actor   spawn a rank's stage / optim / writer or a loader there
 //   AbortComms                      fail every communicator of a generation (a peer died)
@@ -27,33 +26,12 @@
 namespace troupe::actors {
 
 // Bumped whenever a message below or a training message changes shape.
-inline constexpr int32_t kClusterProtocolVersion = 3;
+inline constexpr int32_t kClusterProtocolVersion = 4;
 
-struct WorkerHello {
-  int32_t protocol = 0;
-  uint64_t config_hash = 0;  // fnv1a64 of the canonical config text; 0: the worker has no config
-  int32_t slots = 0;         // ranks it can host
-  std::string host;          // its host name, for logs
-  std::string gloo_host;     // the address its communicators listen on
-  int64_t pid = 0;
-  std::string nonce;         // fresh random bytes (hex): the supervisor must prove it knows the secret
-};
-
-struct Challenge {
-  bool ok = false;
-  std::string reason;  // why the worker is refused (ok = false)
-  uint64_t session = 0;
-  std::string nonce;             // fresh random bytes (hex), used once
-  std::string supervisor_proof;  // HMAC(secret, supervisor message), hex
-  // The supervisor's working directory when the config has relative paths ("" when it
-  // has none): a worker resolves them there too (covered by supervisor_proof).
-  std::string workdir;
-};
-
-struct WorkerProof {
-  uint64_t session = 0;
-  std::string proof;  // HMAC(secret, worker message), hex
-  caf::actor host;    // the worker's host actor
+struct JoinRequest {
+  std::string ticket;    // from the gate's verdict: what this connection proved
+  caf::actor host;       // the worker's host actor
+  caf::actor responder;  // answers the supervisor's liveness pings
 };
 
 struct Welcome {
@@ -118,18 +96,8 @@ struct StoreReply {
 };
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, WorkerHello& x) {
-  return f(caf::meta::type_name("troupe::actors::WorkerHello"), x.protocol, x.config_hash, x.slots, x.host,
-           x.gloo_host, x.pid, x.nonce);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, Challenge& x) {
-  return f(caf::meta::type_name("troupe::actors::Challenge"), x.ok, x.reason, x.session, x.nonce,
-           x.supervisor_proof, x.workdir);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, WorkerProof& x) {
-  return f(caf::meta::type_name("troupe::actors::WorkerProof"), x.session, x.proof, x.host);
+typename Inspector::result_type inspect(Inspector& f, JoinRequest& x) {
+  return f(caf::meta::type_name("troupe::actors::JoinRequest"), x.ticket, x.host, x.responder);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Welcome& x) {

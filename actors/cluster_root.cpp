@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -11,7 +12,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/basp_adopt.h"
 #include "actors/cluster_auth.h"
+#include "actors/cluster_protocol.h"
 #include "actors/registrar_actor.h"
 #include "actors/store_actor.h"
 #include "ckpt/manifest.h"
@@ -36,7 +39,7 @@ bool has_relative_paths(const Config& c) {
 NetOptions net_options(const Config& c, const TlsOptions& tls) {
   NetOptions o;
   o.heartbeat = std::chrono::milliseconds(int64_t(c.cluster().heartbeat_interval_s() * 1000));
-  o.connection_timeout = std::chrono::milliseconds(int64_t(c.cluster().connection_timeout_s() * 1000));
+  o.connection_timeout = std::chrono::milliseconds(0);
   o.tls = tls;
   return o;
 }
@@ -48,39 +51,68 @@ ClusterRoot::ClusterRoot(caf::actor_system& sys, const Config& c, const ClusterO
   const std::string run_id = "run-" + random_hex(8);
   store_ = spawn_store_actor(sys);
   comms_ = std::make_shared<ClusterComms>(cluster_, store_, run_id, c);
+  const auto ms = [](double s) { return std::chrono::milliseconds(int64_t(s * 1000)); };
+  links_ = std::make_shared<LinkWatch>(sys, cluster_, ms(c.cluster().heartbeat_interval_s()),
+                                       ms(c.cluster().connection_timeout_s()));
+  const auto config_hash = ckpt::fnv1a64(ckpt::canonical_config_text(c));
   RegistrarArgs r;
   r.cluster = cluster_;
-  r.secret = options.secret;
-  r.config_hash = ckpt::fnv1a64(ckpt::canonical_config_text(c));
+  r.tickets = tickets_;
+  r.links = links_;
   c.SerializeToString(&r.config);
   r.run_id = run_id;
-  if (has_relative_paths(c)) r.workdir = std::filesystem::current_path().string();
   r.store = store_;
   r.faults = std::move(faults);
   r.book = std::move(book);
-  r.on_refused = [log = refusals_](const std::string& who, const std::string& why) {
+  const auto record = [log = refusals_](const std::string& who, const std::string& why) {
     std::lock_guard lock(log->mu);
     log->list.push_back({who, why});
   };
+  r.on_refused = record;
   registrar_ = spawn_registrar(sys, std::move(r));
   // No actor may outlive a failed construction: the actor system's destructor would
   // wait for it forever.
   try {
-    port_ = listen_on(sys, registrar_, options.listen_host, options.port, options.tls.enabled);
+    GateOptions g;
+    g.host = options.listen_host;
+    g.port = options.port;
+    g.secret = options.secret;
+    g.protocol = kClusterProtocolVersion;
+    g.config_hash = config_hash;
+    if (has_relative_paths(c)) g.workdir = std::filesystem::current_path().string();
+    if (options.tls.enabled) g.tls = make_tls_context(options.tls, /*server=*/true);
+    g.handshake_timeout = ms(c.cluster().handshake_timeout_s());
+    g.tickets = tickets_;
+    g.on_refused = record;
+    // The port is known only once the gate listens; the registrar is published under it.
+    auto port = std::make_shared<std::atomic<uint16_t>>(0);
+    g.admit = [&sys, registrar = registrar_, port](int fd, std::shared_ptr<SSL> tls) {
+      adopt_as_server(sys, fd, std::move(tls), port->load(), registrar);
+    };
+    gate_ = std::make_unique<Gate>(std::move(g));
+    port_ = gate_->port();
+    port->store(port_);
     const auto address = fmt::format("{}:{}", options.listen_host, port_);
     spdlog::info("cluster: run {} listening on {}{} (config hash {:016x}); waiting for {} worker(s) and {} spare(s)",
-                 run_id, address, options.tls.enabled ? " with TLS" : "",
-                 ckpt::fnv1a64(ckpt::canonical_config_text(c)), c.cluster().workers(), c.cluster().spares());
+                 run_id, address, options.tls.enabled ? " with TLS" : "", config_hash, c.cluster().workers(),
+                 c.cluster().spares());
     if (!run_dir.empty()) {
       std::filesystem::create_directories(run_dir);
       util::write_file_atomically(run_dir + "/cluster.address", address + "\n");
     }
     if (options.on_listening) options.on_listening(port_);
   } catch (...) {
+    gate_.reset();
+    links_->stop();
     caf::anon_send_exit(registrar_, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(store_, caf::exit_reason::user_shutdown);
     throw;
   }
+}
+
+ClusterRoot::~ClusterRoot() {
+  gate_.reset();
+  if (links_) links_->stop();
 }
 
 void ClusterRoot::wait_for_workers(const std::function<bool()>& interrupted) {
@@ -94,6 +126,9 @@ void ClusterRoot::wait_for_workers(const std::function<bool()>& interrupted) {
 void ClusterRoot::finish(const std::string& why, std::chrono::milliseconds timeout) {
   if (finished_) return;
   finished_ = true;
+  // No one joins any more, and workers leaving now are not losses.
+  gate_.reset();
+  links_->stop();
   caf::scoped_actor self{sys_};
   self->send(registrar_, run_over_atom::value);
   const auto agents = cluster_->live_agents();

@@ -1,7 +1,8 @@
 // The supervisor's side of a cluster run (`supervisor run --listen`), besides the
-// supervision tree: the rendezvous store, the registrar published on the listen
-// address, waiting for the workers, and the end of the run (workers are told to leave
-// and their departures awaited). Used by run_training (actors/runtime.cpp).
+// supervision tree: the rendezvous store, the gate on the listen address
+// (actors/cluster_gate.h) that admits workers to the registrar, the link watch
+// (actors/link_watch.h), waiting for the workers, and the end of the run (workers are
+// told to leave and their departures awaited). Used by run_training (actors/runtime.cpp).
 #pragma once
 
 #include <chrono>
@@ -14,7 +15,9 @@
 #include <caf/all.hpp>
 
 #include "actors/cluster.h"
+#include "actors/cluster_gate.h"
 #include "actors/cluster_net.h"
+#include "actors/link_watch.h"
 #include "actors/run_book.h"
 #include "engine/faults.h"
 #include "messages/config.pb.h"
@@ -26,21 +29,24 @@ struct ClusterOptions {
   uint16_t port = 0;                      // 0: any free port (the bound one is reported)
   std::string secret;                     // the run's secret (actors/cluster_auth.h)
   TlsOptions tls;
-  // Called once the registrar listens, with the bound port (tests start workers here).
+  // Called once the gate listens, with the bound port (tests start workers here).
   std::function<void(uint16_t port)> on_listening;
 };
 
-// The network options of a config's cluster section (heartbeats) and TLS.
+// The supervisor's network options: heartbeats of the config's cluster section, no
+// CAF connection timeout (the link watch judges the workers), and TLS.
 NetOptions net_options(const Config& c, const TlsOptions& tls);
 
-// A refused worker: who and why.
+// A refused connection or worker: who (its address; host and pid once it said hello)
+// and why.
 struct Refusal {
   std::string worker, reason;
 };
 
 class ClusterRoot {
  public:
-  // Spawns the store and the registrar and listens; writes RUN_DIR/cluster.address
+  // Spawns the store and the registrar, starts the link watch and opens the gate;
+  // writes RUN_DIR/cluster.address
   // ("host:port", temporary name + fsync + rename) for scripts that start workers.
   ClusterRoot(caf::actor_system& sys, const Config& c, const ClusterOptions& options, const std::string& run_dir,
               std::shared_ptr<engine::FaultPlan> faults, std::shared_ptr<RunBook> book);
@@ -58,6 +64,9 @@ class ClusterRoot {
   void finish(const std::string& why, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
   std::vector<Refusal> refusals() const;
+  // Episodes in which the supervisor's own I/O ran late (actors/link_watch.h).
+  int64_t late_episodes() const { return links_ ? links_->late_episodes() : 0; }
+  ~ClusterRoot();
 
  private:
   caf::actor_system& sys_;
@@ -65,6 +74,9 @@ class ClusterRoot {
   std::shared_ptr<Cluster> cluster_;
   std::shared_ptr<ClusterComms> comms_;
   caf::actor store_, registrar_;
+  std::shared_ptr<JoinTickets> tickets_ = std::make_shared<JoinTickets>();
+  std::shared_ptr<LinkWatch> links_;
+  std::unique_ptr<Gate> gate_;
   uint16_t port_ = 0;
   bool finished_ = false;
   // Shared with the registrar, which may outlive this object by a message or two.

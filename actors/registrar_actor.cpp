@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/cluster_auth.h"
 #include "actors/cluster_protocol.h"
 #include "actors/supervision.h"
 
@@ -16,105 +15,55 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A worker between its hello and its proof.
-struct Session {
-  WorkerHello hello;
-  std::string nonce;
-  caf::node_id node;
-  Clock::time_point created;
-};
-
 struct RegistrarState {
   RegistrarArgs args;
-  std::map<uint64_t, Session> sessions;
-  uint64_t next_session = 0;
-  std::map<caf::actor_addr, std::string> joined;  // host actor -> "worker N (host, pid P)"
+  std::map<caf::actor_addr, std::pair<std::string, caf::node_id>> joined;  // host actor -> name, node
   std::string hostname;
   bool run_over = false;
 };
 
 using Self = caf::stateful_actor<RegistrarState>;
 
-constexpr auto kSessionLifetime = std::chrono::seconds(60);
+std::string who(const Admission& a) {
+  return fmt::format("{} pid {} from {}", a.hello.host.empty() ? "?" : a.hello.host, a.hello.pid, a.peer);
+}
 
-std::string who(const WorkerHello& h) { return fmt::format("{} pid {}", h.host.empty() ? "?" : h.host, h.pid); }
-
-void refuse(Self* self, const std::string& worker, const std::string& reason) {
+Welcome refuse(Self* self, const std::string& worker, const std::string& reason) {
   spdlog::warn("cluster: refused {}: {}", worker, reason);
   if (self->state.args.on_refused) self->state.args.on_refused(worker, reason);
-}
-
-Challenge on_hello(Self* self, const WorkerHello& h) {
-  auto& st = self->state;
-  const auto now = Clock::now();
-  for (auto it = st.sessions.begin(); it != st.sessions.end();)
-    it = now - it->second.created > kSessionLifetime ? st.sessions.erase(it) : std::next(it);
-  Challenge c;
-  const auto node = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
-  if (h.protocol != kClusterProtocolVersion)
-    c.reason = fmt::format("it speaks cluster protocol version {}, this supervisor speaks {}", h.protocol,
-                           kClusterProtocolVersion);
-  else if (h.config_hash != 0 && h.config_hash != st.args.config_hash)
-    c.reason = fmt::format("its config hash {:016x} differs from the run's {:016x}: it was started with another "
-                           "config (or other --set values)",
-                           h.config_hash, st.args.config_hash);
-  else if (h.slots < 1)
-    c.reason = fmt::format("it offers {} slot(s); a worker needs at least 1", h.slots);
-  else if (h.nonce.size() < 32)
-    c.reason = "its nonce is too short (at least 16 random bytes as hex)";
-  else if (auto q = st.args.cluster->refused(node))
-    c.reason = *q;
-  if (!c.reason.empty()) {
-    refuse(self, who(h), c.reason);
-    return c;
-  }
-  c.ok = true;
-  c.session = ++st.next_session;
-  c.nonce = random_hex(32);
-  c.workdir = st.args.workdir;
-  c.supervisor_proof =
-      hmac_sha256_hex(st.args.secret, supervisor_proof_text(c.session, c.nonce, h.nonce, c.workdir));
-  st.sessions[c.session] = Session{h, c.nonce, node, now};
-  return c;
-}
-
-Welcome on_proof(Self* self, WorkerProof& p) {
-  auto& st = self->state;
   Welcome w;
-  auto it = st.sessions.find(p.session);
-  if (it == st.sessions.end()) {
-    w.reason = "unknown or already used session (a proof answers one fresh challenge, once)";
-    refuse(self, "a worker", w.reason);
-    return w;
-  }
-  const Session s = std::move(it->second);
-  st.sessions.erase(it);
-  const auto expected = hmac_sha256_hex(st.args.secret, worker_proof_text(p.session, s.nonce, s.hello.nonce));
-  if (!same_secret_text(expected, p.proof)) {
-    w.reason = "wrong secret: its answer to the challenge does not match this run's secret";
-    refuse(self, who(s.hello), w.reason);
-    return w;
-  }
-  if (!p.host || p.host.node() != s.node) {
-    w.reason = "its host actor does not live in the process that said hello";
-    refuse(self, who(s.hello), w.reason);
-    return w;
-  }
-  if (st.run_over) {
-    w.reason = "the run is over";
-    refuse(self, who(s.hello), w.reason);
-    return w;
-  }
+  w.reason = reason;
+  return w;
+}
+
+Welcome on_join(Self* self, JoinRequest& j) {
+  auto& st = self->state;
+  const auto node = self->current_sender() ? self->current_sender()->node() : caf::node_id{};
+  auto admitted = st.args.tickets->redeem(j.ticket);
+  if (!admitted) return refuse(self, "a worker", "unknown or already used ticket (a ticket admits one connection, once)");
+  // From here the admission's link fd is ours: watched, or closed on refusal.
+  const auto refuse_closing = [&](const std::string& reason) {
+    ::close(admitted->link_fd);
+    return refuse(self, who(*admitted), reason);
+  };
+  if (!j.host || j.host.node() != node || !j.responder || j.responder.node() != node)
+    return refuse_closing("its actors do not live in the process that sent the request");
+  if (auto q = st.args.cluster->refused(node)) return refuse_closing(*q);
+  if (st.run_over) return refuse_closing("the run is over");
+  const auto& h = admitted->hello;
   WorkerRecord r;
-  r.host = s.hello.host;
-  r.gloo_host = s.hello.gloo_host;
-  r.pid = s.hello.pid;
-  r.slots = s.hello.slots;
-  r.agent = p.host;
-  r.node = s.node;
+  r.host = h.host;
+  r.gloo_host = h.gloo_host;
+  r.pid = h.pid;
+  r.slots = h.slots;
+  r.agent = j.host;
+  r.node = node;
   r = st.args.cluster->join(std::move(r));
-  self->monitor(p.host);
-  st.joined[p.host.address()] = Cluster::describe(r);
+  self->monitor(j.host);
+  const auto name = Cluster::describe(r);
+  st.joined[j.host.address()] = {name, node};
+  st.args.links->watch(r.id, node, j.responder, admitted->link_fd, name);
+  Welcome w;
   w.ok = true;
   w.worker_id = r.id;
   w.config = st.args.config;
@@ -134,11 +83,12 @@ caf::behavior registrar_impl(Self* self, RegistrarArgs args) {
     auto& s = self->state;
     auto it = s.joined.find(dm.source);
     if (it == s.joined.end()) return;
-    const auto name = it->second;
+    const auto node = it->second.second;
     s.joined.erase(it);
+    s.args.links->forget(node);
     if (s.run_over) return;  // workers leave when the run is over: not a loss
-    // remote_link_unreachable: the BASP connection dropped (the process died, or sent
-    // no heartbeat for cluster.connection_timeout_s); anything else: its host actor
+    // remote_link_unreachable: the BASP connection dropped (the process died, or the
+    // link watch found it silent and shut it down); anything else: its host actor
     // ended while the process may still live (it is quarantined all the same).
     const auto why = dm.reason == caf::exit_reason::remote_link_unreachable
                          ? std::string("the connection to its process dropped: the process died or stopped "
@@ -147,8 +97,7 @@ caf::behavior registrar_impl(Self* self, RegistrarArgs args) {
     s.args.cluster->lost(dm.source.node(), why);
   });
   return {
-      [self](const WorkerHello& h) { return on_hello(self, h); },
-      [self](WorkerProof& p) { return on_proof(self, p); },
+      [self](JoinRequest& j) { return on_join(self, j); },
       [self](const FaultFired& f) {
         auto& s = self->state;
         s.args.faults->mark_fired({f.index});

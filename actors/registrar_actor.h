@@ -1,16 +1,16 @@
-// The registrar: the one actor a cluster run publishes (CAF io middleman, bound to
-// loopback unless told otherwise). Worker processes connect to it and join the run
-// (actors/cluster_protocol.h):
+// The registrar: the one actor a cluster run publishes, to connections the gate
+// admitted (actors/cluster_gate.h: they proved the run's secret). A worker joins the
+// run with the gate's ticket (actors/cluster_protocol.h):
 //
-//   WorkerHello -> Challenge   refused (logged with the reason, never given ranks) when
-//                              its protocol version or config hash differs from the
-//                              run's, or its process was quarantined
-//   WorkerProof -> Welcome     refused when the HMAC does not match (wrong secret) or
-//                              the session is unknown or used; else the worker joins
-//                              the Cluster (active or spare) and gets the run's config
+//   JoinRequest -> Welcome     refused (logged with the reason, never given ranks) when
+//                              the ticket is unknown or used, its actors live in
+//                              another process than the one that sent it, the process
+//                              was quarantined, or the run is over; else the worker
+//                              joins the Cluster (active or spare), its link is watched
+//                              (actors/link_watch.h) and it gets the run's config
 //
 // It monitors every joined worker's host actor: a connection that drops (SIGKILL, a
-// crash, no heartbeat within cluster.connection_timeout_s) quarantines that worker.
+// crash, a link the watch found silent) quarantines that worker.
 // Workers report faults that fired on them (FaultFired) so that the run's fault plan
 // fires each fault once across processes.
 #pragma once
@@ -21,6 +21,8 @@
 #include <caf/all.hpp>
 
 #include "actors/cluster.h"
+#include "actors/cluster_gate.h"
+#include "actors/link_watch.h"
 #include "actors/run_book.h"
 #include "engine/faults.h"
 
@@ -28,11 +30,10 @@ namespace troupe::actors {
 
 struct RegistrarArgs {
   std::shared_ptr<Cluster> cluster;
-  std::string secret;
-  uint64_t config_hash = 0;
+  std::shared_ptr<JoinTickets> tickets;  // the gate's admissions
+  std::shared_ptr<LinkWatch> links;
   std::string config;  // serialized Config handed to every worker
   std::string run_id;
-  std::string workdir;  // Challenge::workdir
   caf::actor store;
   std::shared_ptr<engine::FaultPlan> faults;
   std::shared_ptr<RunBook> book;

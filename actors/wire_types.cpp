@@ -25,9 +25,7 @@ void add_wire_types(caf::actor_system_config& cfg) {
   // wire_atom + Registry: the coordinator wires members in every process.
   cfg.add_message_type<actors::Registry>("troupe::actors::Registry");
   // The cluster protocol (actors/cluster_protocol.h).
-  cfg.add_message_type<actors::WorkerHello>("troupe::actors::WorkerHello");
-  cfg.add_message_type<actors::Challenge>("troupe::actors::Challenge");
-  cfg.add_message_type<actors::WorkerProof>("troupe::actors::WorkerProof");
+  cfg.add_message_type<actors::JoinRequest>("troupe::actors::JoinRequest");
   cfg.add_message_type<actors::Welcome>("troupe::actors::Welcome");
   cfg.add_message_type<actors::PlaceActor>("troupe::actors::PlaceActor");
   cfg.add_message_type<actors::AbortComms>("troupe::actors::AbortComms");

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <filesystem>
@@ -12,6 +13,8 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/cluster_auth.h"
+#include "actors/join_client.h"
+#include "actors/link_watch.h"
 #include "actors/cluster_protocol.h"
 #include "actors/store_actor.h"
 #include "actors/worker_host.h"
@@ -40,18 +43,29 @@ void arm_hard_exit(int code, std::chrono::seconds after) {
   }).detach();
 }
 
-caf::actor connect_with_retry(caf::actor_system& sys, const WorkerOptions& o) {
+// Knocks until admitted, refused, or `connect_timeout` has passed.
+KnockResult knock_with_retry(caf::actor_system& sys, const WorkerOptions& o, const std::string& secret) {
+  KnockOptions k;
+  k.host = o.host;
+  k.port = o.port;
+  k.secret = secret;
+  k.hello.protocol = o.protocol != 0 ? o.protocol : kClusterProtocolVersion;
+  k.hello.config_hash = o.config_hash;
+  k.hello.slots = o.slots > 0 ? o.slots : int32_t(std::max(1u, std::thread::hardware_concurrency()));
+  k.hello.host = host_name();
+  k.hello.gloo_host = o.gloo_host;
+  k.hello.pid = ::getpid();
+  if (o.net.tls.enabled) k.tls = make_tls_context(o.net.tls, /*server=*/false);
   const auto deadline = std::chrono::steady_clock::now() + o.connect_timeout;
-  std::string last;
   for (;;) {
-    try {
-      return connect_to(sys, o.host, o.port, o.net.tls.enabled);
-    } catch (const std::exception& e) {
-      last = e.what();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    k.attempt_timeout = std::clamp(left, std::chrono::milliseconds(1000), std::chrono::milliseconds(30000));
+    auto r = knock(sys, k);
+    if (r.kind != KnockResult::Kind::unreachable) return r;
+    if (std::chrono::steady_clock::now() >= deadline || g_signal.load()) {
+      r.message = fmt::format("gave up reaching the supervisor after {} ms: {}", o.connect_timeout.count(), r.message);
+      return r;
     }
-    if (std::chrono::steady_clock::now() >= deadline || g_signal.load())
-      throw std::runtime_error(fmt::format("gave up reaching the supervisor after {} ms: {}",
-                                           o.connect_timeout.count(), last));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
 }
@@ -68,57 +82,36 @@ Reply ask(caf::scoped_actor& self, const caf::actor& to, Request request, const 
 
 int host_until_done(caf::actor_system& sys, const WorkerOptions& o, const std::string& secret) {
   caf::scoped_actor self{sys};
-  const auto registrar = connect_with_retry(sys, o);
-
-  WorkerHello hello;
-  hello.protocol = o.protocol != 0 ? o.protocol : kClusterProtocolVersion;
-  hello.config_hash = o.config_hash;
-  hello.slots = o.slots > 0 ? o.slots : int32_t(std::max(1u, std::thread::hardware_concurrency()));
-  hello.host = host_name();
-  hello.gloo_host = o.gloo_host;
-  hello.pid = ::getpid();
-  hello.nonce = random_hex(32);
-  const auto challenge = ask<Challenge>(self, registrar, hello, "joining");
-  if (!challenge.ok) {
-    spdlog::error("worker: refused by the supervisor at {}:{}: {}", o.host, o.port, challenge.reason);
-    return kWorkerRefused;
+  const auto admitted = knock_with_retry(sys, o, secret);
+  switch (admitted.kind) {
+    case KnockResult::Kind::joined: break;
+    case KnockResult::Kind::refused: spdlog::error("worker: {}", admitted.message); return kWorkerRefused;
+    case KnockResult::Kind::unusable:
+    case KnockResult::Kind::unreachable: spdlog::error("worker: {}", admitted.message); return 1;
   }
-  // Relative paths in the config resolve in the supervisor's working directory: it must
-  // exist here too (one machine, or a shared file system mounted at the same path).
-  if (!challenge.workdir.empty() && !std::filesystem::is_directory(challenge.workdir)) {
-    spdlog::error("worker: the config has relative paths (run directory, checkpoints or data) and the supervisor "
-                  "resolves them in {}, which does not exist on this machine ({}): mount the shared file system at "
-                  "the same path, or give the config absolute paths; not joining",
-                  challenge.workdir, hello.host);
-    return 1;
-  }
-  // The proof goes first, so that a worker with a wrong secret is refused (and logged)
-  // by the supervisor; the supervisor's own proof is checked before anything is hosted.
+  const auto& registrar = admitted.registrar;
   auto host = spawn_worker_host(sys);
-  // However this function ends, the host ends with it (the actor system waits for it).
+  const auto responder = spawn_link_responder(sys);
+  // However this function ends, the host and the responder end with it (the actor
+  // system waits for them).
   struct EndHost {
-    caf::actor host;
-    ~EndHost() { caf::anon_send_exit(host, caf::exit_reason::kill); }
-  } end_host{host};
-  WorkerProof proof;
-  proof.session = challenge.session;
-  proof.proof = hmac_sha256_hex(secret, worker_proof_text(challenge.session, challenge.nonce, hello.nonce));
-  proof.host = host;
-  const auto welcome = ask<Welcome>(self, registrar, proof, "proving membership");
-  const auto expected = hmac_sha256_hex(secret, supervisor_proof_text(challenge.session, challenge.nonce, hello.nonce, challenge.workdir));
-  if (!welcome.ok || !same_secret_text(expected, challenge.supervisor_proof)) {
-    if (!welcome.ok)
-      spdlog::error("worker: refused by the supervisor at {}:{}: {}", o.host, o.port, welcome.reason);
-    else
-      spdlog::error("worker: the supervisor at {}:{} could not prove it knows this run's secret; not hosting anything",
-                    o.host, o.port);
+    caf::actor host, responder;
+    ~EndHost() {
+      caf::anon_send_exit(host, caf::exit_reason::kill);
+      caf::anon_send_exit(responder, caf::exit_reason::kill);
+    }
+  } end_host{host, responder};
+  const auto welcome = ask<Welcome>(self, registrar, JoinRequest{admitted.ticket, host, responder}, "joining");
+  if (!welcome.ok) {
+    spdlog::error("worker: refused by the supervisor at {}:{}: {}", o.host, o.port, welcome.reason);
     return kWorkerRefused;
   }
 
-  if (!challenge.workdir.empty() && std::filesystem::current_path() != std::filesystem::path(challenge.workdir)) {
+  const auto& workdir = admitted.workdir;
+  if (!workdir.empty() && std::filesystem::current_path() != std::filesystem::path(workdir)) {
     spdlog::info("worker: working in {} (the supervisor's directory: the config's relative paths resolve there)",
-                 challenge.workdir);
-    std::filesystem::current_path(challenge.workdir);
+                 workdir);
+    std::filesystem::current_path(workdir);
   }
 
   auto args = std::make_shared<WorkerHostArgs>();

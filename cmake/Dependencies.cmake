@@ -6,8 +6,9 @@ find_package(spdlog REQUIRED)
 find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(ICU REQUIRED COMPONENTS uc)
-# libcrypto: HMAC-SHA256 challenge-response between the supervisor and its workers.
-find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+# libcrypto: HMAC-SHA256 challenge-response between the supervisor and its workers;
+# libssl: cluster mode's optional TLS (actors/tls_context.h).
+find_package(OpenSSL REQUIRED COMPONENTS Crypto SSL)
 find_path(DOCTEST_INCLUDE_DIR doctest/doctest.h REQUIRED)
 
 # OpenBLAS: the pthread flavour Debian installs as libopenblas.
@@ -22,18 +23,12 @@ target_include_directories(troupe_blas INTERFACE ${CBLAS_INCLUDE_DIR})
 find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
 find_library(CAF_CORE_LIBRARY NAMES caf_core REQUIRED)
 find_library(CAF_IO_LIBRARY NAMES caf_io REQUIRED)
-find_library(CAF_OPENSSL_LIBRARY NAMES caf_openssl)
 add_library(CAF::core SHARED IMPORTED)
 set_target_properties(CAF::core PROPERTIES IMPORTED_LOCATION "${CAF_CORE_LIBRARY}"
   INTERFACE_INCLUDE_DIRECTORIES "${CAF_INCLUDE_DIR}" INTERFACE_LINK_LIBRARIES Threads::Threads)
 add_library(CAF::io SHARED IMPORTED)
 set_target_properties(CAF::io PROPERTIES IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
   INTERFACE_LINK_LIBRARIES CAF::core)
-if(CAF_OPENSSL_LIBRARY)
-  add_library(CAF::openssl SHARED IMPORTED)
-  set_target_properties(CAF::openssl PROPERTIES IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
-    INTERFACE_LINK_LIBRARIES CAF::io)
-endif()
 
 # Gloo (libgloo-dev) installs a CMake package whose target is `gloo`.
 find_package(Gloo CONFIG QUIET PATHS /usr/share/cmake/Gloo)

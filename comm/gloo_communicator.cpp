@@ -3,8 +3,6 @@
 // gloo_collectives.cpp, gloo_p2p.cpp and gloo_failure.cpp (see gloo_detail.h).
 #include "comm/gloo_communicator.h"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
@@ -16,6 +14,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "comm/gloo_detail.h"
+#include "util/sigpipe.h"
 
 namespace troupe::comm {
 namespace detail {
@@ -143,20 +142,6 @@ std::string missing_ranks(comm::Store& store, const std::string& prefix, int siz
   return out;
 }
 
-// Gloo writes with writev(2), which raises SIGPIPE on a connection the peer closed;
-// its default action would kill this process exactly when a peer dies. With the
-// signal ignored, the write fails with EPIPE and becomes a CommError. A handler the
-// application installed is left alone.
-void ignore_sigpipe() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction old_action {};
-    if (::sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL &&
-        !(old_action.sa_flags & SA_SIGINFO))
-      ::signal(SIGPIPE, SIG_IGN);
-  });
-}
-
 }  // namespace
 }  // namespace detail
 
@@ -179,7 +164,7 @@ std::shared_ptr<Communicator> connect_gloo(Store& store, const std::string& pref
         fmt::format("{}: segment_bytes must be at least {}, got {}", name, sizeof(float), options.segment_bytes));
   if (size == 1)
     return std::make_shared<detail::GlooCommunicator>(std::move(name), 0, 1, options, nullptr, nullptr);
-  detail::ignore_sigpipe();
+  util::ignore_sigpipe();
 
   std::shared_ptr<gloo::transport::Device> device;
   try {

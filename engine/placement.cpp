@@ -62,6 +62,10 @@ std::vector<config::Violation> cluster_violations(const Config& c) {
                    {"cluster.heartbeat_interval_s"}});
   if (!(k.worker_wait_s() > 0))
     out.push_back({"cluster.worker_wait_s", fmt::format("{} must be positive", k.worker_wait_s())});
+  if (!(k.handshake_timeout_s() > 0 && k.handshake_timeout_s() <= 3600))
+    out.push_back({"cluster.handshake_timeout_s",
+                   fmt::format("{} must be in (0, 3600] (seconds a connection may take to join)",
+                               k.handshake_timeout_s())});
   if (k.placement() == ClusterConfig::EXPLICIT) {
     if (k.worker_size() != k.workers()) {
       out.push_back({"cluster.worker",

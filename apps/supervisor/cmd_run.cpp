@@ -49,8 +49,9 @@ const char* kRunOptions =
     "                           written to RUN_DIR/cluster.address)\n"
     "  --secret-file F          the run's secret (default: TROUPE_SECRET; without either a fresh\n"
     "                           one is written to RUN_DIR/cluster.secret, mode 0600)\n"
-    "  --tls                    TLS between the processes (CAF's OpenSSL module); with\n"
-    "  --tls-cert F --tls-key F --tls-ca F   certificates, else anonymous (encrypted only)\n"
+    "  --tls                    TLS between the processes; with --tls-cert F --tls-key F\n"
+    "  --tls-cert F --tls-key F --tls-ca F   both sides need a certificate of that CA,\n"
+    "                           else anonymous (encrypted only; docs/cluster.md)\n"
     "  -h, --help               this text\n";
 
 // "stage/dp1/pp0/tp0@5:backward:kill" -> a Fault; throws std::invalid_argument naming the flag.

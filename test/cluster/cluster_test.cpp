@@ -160,15 +160,16 @@ TEST_CASE("workers with a wrong secret, protocol version or config are refused a
   CHECK(run.result.workers.size() == 1);
 }
 
-TEST_CASE("TLS (CAF's OpenSSL module, anonymous): workers join and train bitwise; a plain worker cannot connect") {
+TEST_CASE("TLS (anonymous): workers join and train bitwise; a plain worker is refused at the gate") {
   Config c = tiny("tls", 2, 1, 2);
   const auto want = testing::run(local_of(c));
   Worker plain;
   const auto run = run_cluster(
       c, 2, true,
       [&](uint16_t port, ClusterRun&) {
-        // Without --tls the worker speaks plain BASP to a TLS listener: the handshake
-        // fails and it gives up after its connect timeout (2 s), exit 1.
+        // Without --tls the worker speaks the plain join protocol to a TLS listener: the
+        // gate's TLS handshake fails, and the worker gives up after its connect timeout
+        // (2 s), exit 1.
         auto args = testing::worker_args(port, (kRoot / "secret").string());
         const auto at = std::find(args.begin(), args.end(), "--connect-timeout");
         REQUIRE(at != args.end());
@@ -188,7 +189,10 @@ TEST_CASE("TLS (CAF's OpenSSL module, anonymous): workers join and train bitwise
   REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
   check_bitwise(*run.result.state, *want.state);
   CHECK(run.result.workers.size() == 2);
-  CHECK(run.result.refusals.empty());
+  // Every refusal is the plain worker's failed TLS handshake (one per attempt).
+  REQUIRE(!run.result.refusals.empty());
+  for (const auto& r : run.result.refusals) CHECK(r.reason.find("TLS handshake failed") != std::string::npos);
+  CHECK(run.result.quarantine.empty());
   for (const auto& w : run.workers) CHECK(exited_with(w, 0));
 }
 
