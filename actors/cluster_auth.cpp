@@ -93,14 +93,4 @@ bool same_secret_text(const std::string& a, const std::string& b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-std::string supervisor_proof_text(uint64_t session, const std::string& supervisor_nonce,
-                                  const std::string& worker_nonce, const std::string& workdir) {
-  return fmt::format("troupe supervisor\n{}\n{}\n{}\n{}", session, supervisor_nonce, worker_nonce, workdir);
-}
-
-std::string worker_proof_text(uint64_t session, const std::string& supervisor_nonce,
-                              const std::string& worker_nonce) {
-  return fmt::format("troupe worker\n{}\n{}\n{}", session, supervisor_nonce, worker_nonce);
-}
-
 }  // namespace troupe::actors

@@ -12,12 +12,23 @@
 //    run's recovery record splits the time from the kill to the first step done
 //    after the restart into detection (connection dropped), restart (old group
 //    stopped, the spare given the ranks, actors placed), reload and re-warm.
+// 3. Strangers on the port: the DP2 cluster run with and without a thread that, for
+//    the whole run, keeps opening connections without the secret (random bytes, an
+//    HTTP request, a header declaring 2^32-1 bytes, silent ones held until the gate's
+//    deadline); median step time and the supervisor's peak RSS of each (docs/cluster.md).
 //
-// Usage: cluster_bench [--steps N] [--warmup W] [--reps R] [--run-dir DIR] [--only share|recovery]
+// Usage: cluster_bench [--steps N] [--warmup W] [--reps R] [--run-dir DIR]
+//                      [--only share|recovery|strangers]
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -87,8 +98,10 @@ Config dp2_config(const Options& o, const std::string& name, int workers, int sp
   return c;
 }
 
-// Runs `c` in one process, or as the supervisor of `workers` worker processes.
-actors::RunResult run(const Config& c, const Options& o, int workers) {
+// Runs `c` in one process, or as the supervisor of `workers` worker processes;
+// `on_port` (cluster mode) is called with the gate's port once it listens.
+actors::RunResult run(const Config& c, const Options& o, int workers,
+                      const std::function<void(uint16_t)>& on_port = nullptr) {
   actors::RunOptions ro;
   ro.console = false;
   ro.timeout = std::chrono::seconds(600);
@@ -100,6 +113,7 @@ actors::RunResult run(const Config& c, const Options& o, int workers) {
     actors::ClusterOptions k;
     k.secret = kSecret;
     k.on_listening = [&](uint16_t port) {
+      if (on_port) on_port(port);
       for (int i = 0; i < workers; ++i)
         pids.push_back(testing::launch_process(TROUPE_SUPERVISOR_BIN, testing::worker_args(port, secret_file),
                                                c.logging().run_dir() + "-worker" + std::to_string(i + 1) + ".log"));
@@ -194,6 +208,78 @@ void recovery(const Options& o) {
   std::printf("| worker death to first resumed step | %.4f |\n\n", median(total));
 }
 
+int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+
+// Until `stop`: every 20 ms one connection to 127.0.0.1:port sends one of the payloads
+// and is closed; silent ones are held (at most 32 at a time) until the gate closes them.
+void strangers_at(uint16_t port, const std::atomic<bool>& stop, int64_t& connections) {
+  std::string huge(26, '\0');
+  for (int i = 22; i < 26; ++i) huge[size_t(i)] = char(0xff);
+  const std::vector<std::string> payloads{std::string(16 << 10, 'x'), "GET / HTTP/1.1\r\nHost: x\r\n\r\n", huge,
+                                          std::string("TRP1\xff\xff", 6), ""};
+  std::vector<int> held;
+  for (size_t n = 0; !stop.load(); ++n) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      ++connections;
+      const auto& p = payloads[n % payloads.size()];
+      if (!p.empty()) ::send(fd, p.data(), p.size(), MSG_NOSIGNAL);
+      if (p.empty() && held.size() < 32) held.push_back(fd);
+      else ::close(fd);
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int fd : held) ::close(fd);
+}
+
+void strangers(const Options& o) {
+  std::vector<double> quiet_steps, busy_steps;
+  int64_t quiet_peak = 0, busy_peak = 0, connections = 0;
+  for (int rep = 0; rep < o.reps; ++rep) {
+    std::ofstream("/proc/self/clear_refs") << "5";
+    const auto quiet = run(dp2_config(o, "strangers-quiet", 2, 0), o, 2);
+    quiet_peak = std::max(quiet_peak, peak_rss_bytes());
+    for (size_t i = size_t(o.warmup); i < quiet.outcome.steps.size(); ++i)
+      quiet_steps.push_back(quiet.outcome.steps[i].step_time_s);
+    std::ofstream("/proc/self/clear_refs") << "5";
+    std::atomic<bool> stop{false};
+    std::thread prober;
+    const auto busy = run(dp2_config(o, "strangers-busy", 2, 0), o, 2, [&](uint16_t port) {
+      prober = std::thread([&, port] { strangers_at(port, stop, connections); });
+    });
+    stop = true;
+    if (prober.joinable()) prober.join();
+    busy_peak = std::max(busy_peak, peak_rss_bytes());
+    for (size_t i = size_t(o.warmup); i < busy.outcome.steps.size(); ++i)
+      busy_steps.push_back(busy.outcome.steps[i].step_time_s);
+    if (!busy.quarantine.empty() || busy.restarts != 0) {
+      std::fprintf(stderr, "cluster_bench: strangers caused %zu quarantine(s), %lld restart(s)\n",
+                   busy.quarantine.size(), static_cast<long long>(busy.restarts));
+      std::exit(1);
+    }
+  }
+  std::printf("## Strangers on the port: the DP2 cluster step with and without them\n\n");
+  std::printf("%lld connections without the secret over %d run(s) (one every 20 ms: 16 KiB of bytes, HTTP, a\n",
+              static_cast<long long>(connections), o.reps);
+  std::printf("header declaring 2^32-1, one declaring 65535, silent ones held); medians over steps after %d.\n\n",
+              o.warmup);
+  std::printf("| run | step (ms) | supervisor peak RSS (MB) |\n| --- | ---: | ---: |\n");
+  std::printf("| no strangers | %.1f | %.1f |\n", 1e3 * median(quiet_steps), quiet_peak / 1e6);
+  std::printf("| strangers | %.1f | %.1f |\n", 1e3 * median(busy_steps), busy_peak / 1e6);
+  std::printf("| ratio | %.3f | |\n\n", median(busy_steps) / median(quiet_steps));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -216,7 +302,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: cluster_bench [--steps N] [--warmup W] [--reps R] [--run-dir DIR] "
-                   "[--only share|recovery]\n");
+                   "[--only share|recovery|strangers]\n");
       return 2;
     }
   }
@@ -227,5 +313,6 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);  // the tables only (workers log to RUN_DIR-workerN.log)
   if (only.empty() || only == "share") share(o);
   if (only.empty() || only == "recovery") recovery(o);
+  if (only.empty() || only == "strangers") strangers(o);
   return 0;
 }
