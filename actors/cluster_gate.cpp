@@ -142,7 +142,8 @@ struct Gate::Pending {
   std::string nonce, binding, refusal, ticket;
 
   std::string who() const {
-    return said_hello ? fmt::format("{} ({} pid {})", peer, hello.host.empty() ? "?" : hello.host, hello.pid) : peer;
+    return said_hello ? fmt::format("{} ({} pid {})", peer, hello.host.empty() ? "?" : printable(hello.host), hello.pid)
+                      : peer;
   }
 };
 

@@ -36,7 +36,7 @@ Int number(const FrameFields& f, const char* key, std::optional<std::string>& er
   Int value{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
   if ((ec != std::errc() || end != text.data() + text.size() || text.empty()) && !error)
-    error = fmt::format("field '{}' is not a number: '{}'", key, text.substr(0, 40));
+    error = fmt::format("field '{}' is not a number: '{}'", key, printable(text, 40));
   return value;
 }
 
@@ -48,11 +48,18 @@ std::optional<std::string> kind_is(const FrameFields& f, const char* kind) {
   std::optional<std::string> error;
   const auto& k = field(f, "kind", error);
   if (error) return error;
-  if (k != kind) return fmt::format("expected a '{}' message, got '{}'", kind, k.substr(0, 40));
+  if (k != kind) return fmt::format("expected a '{}' message, got '{}'", kind, printable(k, 40));
   return std::nullopt;
 }
 
 }  // namespace
+
+std::string printable(const std::string& text, size_t max) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < max; ++i) out += text[i] >= 0x20 && text[i] < 0x7f ? text[i] : '?';
+  if (text.size() > max) out += "...";
+  return out;
+}
 
 std::string encode_frame(const FrameFields& fields) {
   std::string payload;

@@ -65,6 +65,10 @@ struct JoinVerdict {
   std::string ticket;  // redeemed once by the JoinRequest over CAF
 };
 
+// `text` fit for a log line: at most `max` characters, anything but printable ASCII
+// shown as '?' (what a stranger sends ends up in the supervisor's log).
+std::string printable(const std::string& text, size_t max = 64);
+
 // Each to and from frame fields; from_fields returns the reason fields are malformed.
 FrameFields to_fields(const JoinHello& m);
 FrameFields to_fields(const JoinChallenge& m);

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/cluster_protocol.h"
+#include "actors/join_protocol.h"
 #include "actors/supervision.h"
 
 namespace troupe::actors {
@@ -25,7 +26,7 @@ struct RegistrarState {
 using Self = caf::stateful_actor<RegistrarState>;
 
 std::string who(const Admission& a) {
-  return fmt::format("{} pid {} from {}", a.hello.host.empty() ? "?" : a.hello.host, a.hello.pid, a.peer);
+  return fmt::format("{} pid {} from {}", a.hello.host.empty() ? "?" : printable(a.hello.host), a.hello.pid, a.peer);
 }
 
 Welcome refuse(Self* self, const std::string& worker, const std::string& reason) {

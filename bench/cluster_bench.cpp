@@ -19,7 +19,6 @@
 //
 // Usage: cluster_bench [--steps N] [--warmup W] [--reps R] [--run-dir DIR]
 //                      [--only share|recovery|strangers]
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -40,6 +39,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/runtime.h"
+#include "test/cluster/loopback.h"
 #include "test/cluster/worker_launcher.h"
 
 using namespace troupe;
@@ -224,19 +224,12 @@ void strangers_at(uint16_t port, const std::atomic<bool>& stop, int64_t& connect
                                           std::string("TRP1\xff\xff", 6), ""};
   std::vector<int> held;
   for (size_t n = 0; !stop.load(); ++n) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    if (const int fd = testing::dial_loopback(port); fd >= 0) {
       ++connections;
       const auto& p = payloads[n % payloads.size()];
       if (!p.empty()) ::send(fd, p.data(), p.size(), MSG_NOSIGNAL);
       if (p.empty() && held.size() < 32) held.push_back(fd);
       else ::close(fd);
-    } else if (fd >= 0) {
-      ::close(fd);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -19,6 +19,7 @@
 #include "actors/join_channel.h"
 #include "actors/join_protocol.h"
 #include "actors/tls_context.h"
+#include "test/cluster/loopback.h"
 
 using namespace troupe;
 using namespace troupe::actors;
@@ -72,12 +73,8 @@ struct TestGate {
 };
 
 int dial(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const int fd = testing::dial_loopback(port);
+  REQUIRE(fd >= 0);
   return fd;
 }
 
@@ -189,6 +186,8 @@ TEST_CASE("join frames: round trip, and every malformed header or payload refuse
   CHECK(from_fields(f, h)->find("field 'pid' is not a number") != std::string::npos);
   f.erase("pid");
   CHECK(from_fields(f, h)->find("field 'pid' missing") != std::string::npos);
+  CHECK(printable("ok\x1b[31mred\r", 64) == "ok?[31mred?");
+  CHECK(printable(std::string(100, 'h'), 8) == "hhhhhhhh...");
   JoinProof p;
   CHECK(from_fields(to_fields(a_hello()), p)->find("expected a 'proof' message, got 'hello'") != std::string::npos);
 }

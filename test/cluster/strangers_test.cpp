@@ -11,7 +11,6 @@
 // above the run without strangers. Every loop here is bounded.
 #include <doctest/doctest.h>
 
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -33,6 +32,7 @@
 #include "actors/worker_process.h"
 #include "test/actors/parity_check.h"
 #include "test/cluster/cluster_harness.h"
+#include "test/cluster/loopback.h"
 #include "test/cluster/worker_launcher.h"
 
 using namespace troupe;
@@ -53,17 +53,6 @@ int64_t peak_rss_bytes() {
   return -1;
 }
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
-
-int dial(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
-  if (fd >= 0) ::close(fd);
-  return -1;
-}
 
 void send_bytes(int fd, const std::string& bytes) {
   for (size_t at = 0; at < bytes.size();) {
@@ -144,7 +133,7 @@ struct Replay {
 std::optional<actors::JoinVerdict> try_join(uint16_t port, SSL_CTX* tls, const actors::JoinHello& hello,
                                             const std::function<std::string(const actors::JoinChallenge&,
                                                                             const std::string&)>& proof_for) {
-  const int fd = dial(port);
+  const int fd = testing::dial_loopback(port);
   if (fd < 0) return std::nullopt;
   actors::set_nonblocking(fd);
   std::shared_ptr<SSL> session = tls ? actors::new_tls_session(tls, fd, false) : nullptr;
@@ -241,7 +230,7 @@ void check_strangers(bool tls) {
           std::vector<std::thread> each;
           for (const auto& p : probes())
             each.emplace_back([&, p] {
-              const int fd = dial(port);
+              const int fd = testing::dial_loopback(port);
               if (fd < 0) return;
               send_bytes(fd, p.bytes);
               const bool closed = hold(fd, kHold);
@@ -254,7 +243,7 @@ void check_strangers(bool tls) {
           each.emplace_back([&] {  // a flood: 200 connections that send nothing
             std::vector<int> fds;
             for (int i = 0; i < 200; ++i)
-              if (const int fd = dial(port); fd >= 0) fds.push_back(fd);
+              if (const int fd = testing::dial_loopback(port); fd >= 0) fds.push_back(fd);
             std::this_thread::sleep_for(kHold);
             for (int fd : fds) ::close(fd);
           });
