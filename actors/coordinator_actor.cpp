@@ -3,10 +3,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <optional>
 #include <random>
-#include <set>
+#include <type_traits>
 #include <variant>
 
 #include <fmt/format.h>
@@ -19,6 +18,7 @@
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
+#include "engine/step_driver.h"
 #include "engine/step_ledger.h"
 #include "metrics/json.h"
 #include "optim/grad_clip.h"
@@ -32,21 +32,16 @@ std::atomic<int> g_stop_signal{0};
 using Clock = std::chrono::steady_clock;
 using msg::StepKind;
 
-// A final checkpoint that fails is begun again once before the run ends as failed.
-constexpr int kFinalSaveAttempts = 2;
-
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// The driver's time: steady-clock seconds.
+double steady_now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
-// The checkpoint being saved.
+// What the checkpoint being saved writes (the driver decides when and whether).
 struct SaveInFlight {
   int64_t step = 0;
-  uint64_t attempt = 0;  // unique per save (a restarted group saves the same step again)
   std::optional<ckpt::CheckpointCommit> commit;
   engine::TrainingPosition position;
-  std::set<std::string> snapshots_missing;  // optimizer shards that have not copied yet
-  std::set<std::string> shards_missing;     // writers that have not written yet
   std::vector<ShardFile> shards;
-  bool final = false;  // the run ends once it is committed
   Clock::time_point started = Clock::now();
   int64_t bytes = 0;
 };
@@ -62,6 +57,8 @@ struct CoordinatorState {
   int64_t total_steps = 0;
   int32_t eval_microbatches = 0;  // per replica, 0: no validation
   std::string ckpt_root;
+  // Decides what happens next (engine/step_driver.h); this actor keeps the data.
+  std::optional<engine::StepDriver> driver;
 
   // The position after the last finished training step.
   engine::TrainingPosition pos;
@@ -77,41 +74,24 @@ struct CoordinatorState {
   // from one update's end to the next, whenever the coordinator closes the steps.
   double step_issued_at = 0;
   double last_train_end = 0;
-  int64_t evals_run = 0;
-  int64_t last_eval_step = -1;
   std::vector<msg::ReplicaCounts> early_counts;  // loaders run ahead
-  // The newest training step whose RunStep went out. The next step is handed to the
-  // stages as soon as this one's update is decided (run_ahead): each starts it once
-  // its own part of the update is applied, without waiting for this actor to close
-  // the step. Reports of that step arriving before its ledger opens wait here.
-  int64_t issued_step = 0;
-  double issued_at = 0;  // Unix seconds when issued_step went out
+  // Reports of the step handed over ahead (driver->report_is_early) that arrive before
+  // its ledger opens wait here.
+  double issued_at = 0;  // Unix seconds when driver->issued_step() went out
   std::vector<std::variant<msg::LossReport, msg::NormPartial, msg::StageDone>> early_reports;
 
-  // Checkpoints.
   std::optional<SaveInFlight> save;
-  int64_t last_saved_step = 0;
-  int64_t save_checked_step = -1;  // the step whose save decision was taken
-  Clock::time_point last_save_time = Clock::now();
-  std::string finish_status, finish_error;  // set when a final save must land first
-  bool waiting_for_save = false;             // idle until the save in flight is committed
-  int final_attempts = 0;                    // final saves begun (one retry after a failure)
-  // Writers that reported a failed write: each dies right after, and its exit
-  // (writer_down) belongs to that attempt. No save begins until they are down (a
-  // snapshot sent meanwhile would go to the dying writer), then the deferred one does.
-  std::set<std::string> writers_exiting;
-  std::optional<bool> begin_when_writers_down;  // final?
 
   // Liveness.
   Clock::time_point last_progress = Clock::now();
   std::map<std::string, Clock::time_point> last_beat;
 
-  bool started = false, done = false;
+  bool started = false;
 };
 
 using Self = caf::stateful_actor<CoordinatorState>;
 
-void next(Self* self);
+void feed(Self* self, const engine::StepEvent& e);
 void progress(Self* self);
 void finish_run(Self* self, std::string status, std::string error = {});
 
@@ -127,18 +107,6 @@ void check_fault(Self* self, int64_t step, Fault::Phase phase) {
   engine::check_fault(self->state.args.faults.get(), self->state.path, step, phase);
 }
 
-// ---- checkpoints -----------------------------------------------------------
-
-// Whether the checkpoint schedule asks for a save at the end of `step`.
-bool save_due(const CoordinatorState& st, int64_t step) {
-  const auto& ck = st.args.config.checkpoint();
-  if (step <= st.last_saved_step) return false;
-  if (ck.interval_steps() > 0 && step % ck.interval_steps() == 0) return true;
-  return ck.interval_seconds() > 0 && seconds_since(st.last_save_time) >= ck.interval_seconds();
-}
-
-void begin_save(Self* self, bool final);
-
 // The newest complete checkpoint on disk, for the summary ("" when there is none).
 std::string newest_checkpoint(const CoordinatorState& st) {
   try {
@@ -148,40 +116,26 @@ std::string newest_checkpoint(const CoordinatorState& st) {
   return {};
 }
 
-// A final save failed: it is tried once more, like an interval save is by the next
-// one; a second failure ends the run as failed, naming it and the newest complete
-// checkpoint.
-void final_save_failed(Self* self, int64_t step, const std::string& why) {
-  auto& st = self->state;
-  if (st.final_attempts < kFinalSaveAttempts) {
-    spdlog::warn("retrying the final checkpoint of step {} (attempt {} of {})", step, st.final_attempts + 1,
-                 kFinalSaveAttempts);
-    begin_save(self, /*final=*/true);
-    return;
-  }
-  const auto newest = newest_checkpoint(st);
-  finish_run(self, "failed",
-             fmt::format("the final checkpoint of step {} failed {} times, last: {}; the newest complete checkpoint "
-                         "is {}{}",
-                         step, kFinalSaveAttempts, why, newest.empty() ? "none" : newest,
-                         st.finish_error.empty() ? "" : " (the run had stopped: " + st.finish_error + ")"));
-}
+// ---- the driver's actions as messages ------------------------------------------
 
-void fail_save(Self* self, const std::string& why) {
+// Opens the checkpoint of `step` and has every shard copy its state.
+void begin_save(Self* self, const engine::BeginSave& a) {
   auto& st = self->state;
-  if (!st.save) return;
-  spdlog::error("checkpoint of step {} failed: {}", st.save->step, why);
-  event(self, "checkpoint_failed", st.save->step, {{"error", why}, {"final", st.save->final}});
-  const bool final = st.save->final;
-  const int64_t step = st.save->step;
-  st.save.reset();
-  if (final) {
-    final_save_failed(self, step, why);
-  } else {
-    // Training may have been waiting for the copies or for this save to end.
-    st.waiting_for_save = false;
-    next(self);
+  SaveInFlight s;
+  s.step = a.step;
+  s.position = st.pos;
+  try {
+    s.commit.emplace(ckpt::CheckpointCommit::begin(st.ckpt_root, s.step));
+  } catch (const ckpt::CheckpointError& e) {
+    return feed(self, engine::SaveNotOpened{e.what()});
   }
+  // Random, not counted: a restarted coordinator starts counting again.
+  const uint64_t attempt = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  st.save = std::move(s);
+  const auto dir = engine::directory_identity(st.save->commit->partial_dir());
+  const msg::SnapshotCommand cmd{st.save->step, st.save->commit->partial_dir(), dir.inode, dir.generation, attempt};
+  for (const auto& o : st.optimizers) self->send(o, cmd);
+  feed(self, engine::SaveOpened{attempt});
 }
 
 void commit_save(Self* self) {
@@ -194,86 +148,24 @@ void commit_save(Self* self) {
     const double secs = seconds_since(s.started);
     spdlog::info("checkpoint: step {} saved to {} ({:.1f} MB in {:.2f} s)", s.step, dir, s.bytes / 1e6, secs);
     event(self, "checkpoint", s.step, {{"dir", dir}, {"bytes", s.bytes}, {"seconds", secs}});
-    st.last_saved_step = s.step;
   } catch (const ckpt::CheckpointError& e) {
-    fail_save(self, e.what());
-    return;
+    return feed(self, engine::CommitFailed{e.what()});
   }
-  const bool final = s.final;
   st.save.reset();
-  if (final) {
-    finish_run(self, st.finish_status, st.finish_error);
-  } else if (st.waiting_for_save) {
-    st.waiting_for_save = false;
-    next(self);
-  }
+  feed(self, engine::SaveCommitted{});
 }
 
-// Opens the checkpoint of the current step and has every shard copy its state.
-void begin_save(Self* self, bool final) {
+void open_train_step(Self* self, const engine::OpenTrainStep& a) {
   auto& st = self->state;
-  if (!st.writers_exiting.empty()) {
-    spdlog::info("checkpoint of step {} waits for {} writer(s) that failed to restart", st.pos.step,
-                 st.writers_exiting.size());
-    st.begin_when_writers_down = final;
-    return;
-  }
-  SaveInFlight s;
-  s.step = st.pos.step;
-  s.position = st.pos;
-  s.final = final;
-  if (final) ++st.final_attempts;
-  try {
-    s.commit.emplace(ckpt::CheckpointCommit::begin(st.ckpt_root, s.step));
-  } catch (const ckpt::CheckpointError& e) {
-    spdlog::error("checkpoint of step {} not started: {}", s.step, e.what());
-    event(self, "checkpoint_failed", s.step, {{"error", e.what()}, {"final", final}});
-    if (final) final_save_failed(self, s.step, e.what());
-    else next(self);
-    return;
-  }
-  for (const auto& r : st.topo.all_ranks()) {
-    s.snapshots_missing.insert(engine::optim_path(r));
-    if (engine::writes_shard(st.args.config, r)) s.shards_missing.insert(engine::writer_path(r));
-  }
-  // Random, not counted: a restarted coordinator starts counting again.
-  s.attempt = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-  st.save = std::move(s);
-  st.last_save_time = Clock::now();
-  const auto dir = engine::directory_identity(st.save->commit->partial_dir());
-  const msg::SnapshotCommand cmd{st.save->step, st.save->commit->partial_dir(), dir.inode, dir.generation,
-                                 st.save->attempt};
-  for (const auto& o : st.optimizers) self->send(o, cmd);
-}
-
-// ---- steps -------------------------------------------------------------------
-
-void begin_eval(Self* self) {
-  auto& st = self->state;
-  const int64_t id = ++st.evals_run;
-  st.ledger.emplace(st.topo, StepKind::Eval, id, st.eval_microbatches);
-  st.decision.reset();
-  st.step_start = st.last_progress = Clock::now();
-  st.last_eval_step = st.pos.step;
-  const msg::RunStep rs{id, StepKind::Eval, 0, st.eval_microbatches, /*previous_done_may_wait=*/false};
-  for (const auto& l : st.loaders) self->send(l, rs);
-  for (const auto& s : st.stages) self->send(s, rs);
-}
-
-void begin_train_step(Self* self) {
-  auto& st = self->state;
-  const int64_t step = st.pos.step + 1;
+  const int64_t step = a.step;
   check_fault(self, step, Fault::FORWARD);
   st.ledger.emplace(st.topo, StepKind::Train, step, st.microbatches);
   st.decision.reset();
   st.lr = st.schedule->lr_for_update(st.pos.successful_updates);
   st.step_start = st.last_progress = Clock::now();
-  if (st.issued_step != step) {
-    st.issued_step = step;
+  if (a.run_step) {
     st.issued_at = unix_now();
-    const msg::RunStep rs{step, StepKind::Train, st.pos.consumed_samples, st.microbatches,
-                          /*previous_done_may_wait=*/false};
-    for (const auto& s : st.stages) self->send(s, rs);
+    for (const auto& s : st.stages) self->send(s, *a.run_step);
   }
   st.step_issued_at = st.issued_at;
   auto early = std::move(st.early_counts);
@@ -290,136 +182,107 @@ void begin_train_step(Self* self) {
   if (!reports.empty()) progress(self);
 }
 
-// Whether the validation set runs after `step` (every eval_interval steps, and at the end).
-bool eval_due(const CoordinatorState& st, int64_t step) {
-  const auto& t = st.args.config.training();
-  return st.eval_microbatches > 0 &&
-         ((t.eval_interval() > 0 && step % t.eval_interval() == 0) || step == st.total_steps);
+void open_eval(Self* self, const engine::OpenEval& a) {
+  auto& st = self->state;
+  st.ledger.emplace(st.topo, StepKind::Eval, a.run_step.step, st.eval_microbatches);
+  st.decision.reset();
+  st.step_start = st.last_progress = Clock::now();
+  for (const auto& l : st.loaders) self->send(l, a.run_step);
+  for (const auto& s : st.stages) self->send(s, a.run_step);
 }
 
-// Whether `step` must wait for the checkpoint in flight (it may lag by at most
-// max_lag_steps).
-bool held_by_save(const CoordinatorState& st, int64_t step) {
-  return st.save && step > st.save->step + std::max(0, st.args.config.checkpoint().max_lag_steps());
+// The step handed over ahead (the driver's run_ahead): each stage starts it as soon as
+// its part of the previous update is applied.
+void send_run_step_ahead(Self* self, const engine::SendRunStepAhead& a) {
+  auto& st = self->state;
+  st.issued_at = a.issued_at;
+  st.args.book->step_decided(a.run_step.step - 1);
+  for (const auto& s : st.stages) self->send(s, a.run_step);
 }
+
+void save_failed(Self* self, const engine::SaveFailed& a) {
+  if (a.begun)
+    spdlog::error("checkpoint of step {} failed: {}", a.step, a.error);
+  else
+    spdlog::error("checkpoint of step {} not started: {}", a.step, a.error);
+  event(self, "checkpoint_failed", a.step, {{"error", a.error}, {"final", a.final}});
+  self->state.save.reset();
+}
+
+// A final save failed twice: the run ends as failed, naming it and the newest complete
+// checkpoint.
+void finish_final_save_failed(Self* self, const engine::FinishRunFinalSaveFailed& a) {
+  const auto newest = newest_checkpoint(self->state);
+  finish_run(self, "failed",
+             fmt::format("the final checkpoint of step {} failed {} times, last: {}; the newest complete checkpoint "
+                         "is {}{}",
+                         a.step, a.attempts, a.error, newest.empty() ? "none" : newest,
+                         a.stop_reason.empty() ? "" : " (the run had stopped: " + a.stop_reason + ")"));
+}
+
+void carry_out(Self* self, const engine::StepAction& action) {
+  auto& st = self->state;
+  std::visit(
+      [&](const auto& a) {
+        using A = std::decay_t<decltype(a)>;
+        if constexpr (std::is_same_v<A, engine::OpenTrainStep>) {
+          open_train_step(self, a);
+        } else if constexpr (std::is_same_v<A, engine::OpenEval>) {
+          open_eval(self, a);
+        } else if constexpr (std::is_same_v<A, engine::SendUpdate>) {
+          const msg::UpdateCommand cmd{a.step, st.lr, st.decision->factor, st.decision->skip};
+          for (const auto& o : st.optimizers) self->send(o, cmd);
+        } else if constexpr (std::is_same_v<A, engine::SendRunStepAhead>) {
+          send_run_step_ahead(self, a);
+        } else if constexpr (std::is_same_v<A, engine::BeginSave>) {
+          begin_save(self, a);
+        } else if constexpr (std::is_same_v<A, engine::RetryFinalSave>) {
+          spdlog::warn("retrying the final checkpoint of step {} (attempt {} of {})", a.step, a.attempt, a.attempts);
+        } else if constexpr (std::is_same_v<A, engine::SaveWaitsForWriters>) {
+          spdlog::info("checkpoint of step {} waits for {} writer(s) that failed to restart", a.step, a.writers);
+        } else if constexpr (std::is_same_v<A, engine::SaveDeferred>) {
+          spdlog::info("checkpoint due at step {} (interval_seconds) deferred: step {} already went out and "
+                       "max_lag_steps is 0",
+                       a.step, a.step + 1);
+          event(self, "checkpoint_deferred", a.step,
+                {{"reason", "max_lag_steps is 0 and the next step already went out"}});
+        } else if constexpr (std::is_same_v<A, engine::KeepShard>) {
+          ShardFile f;
+          f.ParseFromString(a.record);
+          st.save->shards.push_back(std::move(f));
+          st.save->bytes += a.bytes;
+        } else if constexpr (std::is_same_v<A, engine::CommitSave>) {
+          commit_save(self);
+        } else if constexpr (std::is_same_v<A, engine::SaveFailed>) {
+          save_failed(self, a);
+        } else if constexpr (std::is_same_v<A, engine::FinishRun>) {
+          finish_run(self, a.status, a.error);
+        } else if constexpr (std::is_same_v<A, engine::FinishRunFinalSaveFailed>) {
+          finish_final_save_failed(self, a);
+        } else {
+          static_assert(sizeof(A) == 0, "an action the coordinator does not carry out");
+        }
+      },
+      action);
+}
+
+// Hands the driver one event and carries out its actions in order. An action may feed
+// another event at once (a save opened, a commit failed, early reports closing a step):
+// its actions run before the remaining ones, where the driver puts none (step_driver.h).
+// The signal handler can only set g_stop_signal: its value goes to the driver before
+// every event, so a stop is seen at the same decisions as before.
+void feed(Self* self, const engine::StepEvent& e) {
+  auto& driver = *self->state.driver;
+  if (const int sig = g_stop_signal.load(); sig != driver.stop_signal())
+    driver.on(engine::StopRequested{sig}, steady_now());
+  for (const auto& a : driver.on(e, steady_now())) carry_out(self, a);
+}
+
+// ---- steps -------------------------------------------------------------------
 
 // Whether a report of a training step is for the step issued ahead, whose ledger is
 // not open yet (kept in early_reports until it is).
-bool ahead_of_ledger(const CoordinatorState& st, int64_t step) {
-  return step == st.issued_step &&
-         (!st.ledger || st.ledger->kind() != StepKind::Train || st.ledger->step() < step);
-}
-
-// Right after step n's update is decided: when nothing but step n+1 can follow n (no
-// evaluation, no end, no stop asked, no checkpoint in flight that n+1 would have to
-// wait for), its RunStep goes out now, and each stage starts it as soon as its part of
-// n's update is applied. A checkpoint of step n does not hold n+1 back unless
-// max_lag_steps is 0: its copies are taken while n+1's forward and backward run (they
-// only read the parameters), and before n+1's update, which waits for n+1's ledger
-// (SnapshotCommand and UpdateCommand reach each shard in the order they were sent).
-// `decided_at` (Unix seconds, read before the UpdateCommands went out) dates the
-// hand-over: no stage can end step n before it, so a step handed over ahead runs from
-// n's end exactly, however late this thread gets here.
-void run_ahead(Self* self, double decided_at) {
-  auto& st = self->state;
-  const auto& ledger = *st.ledger;
-  const int64_t n = ledger.step();
-  const bool no_lag = st.args.config.checkpoint().max_lag_steps() <= 0;
-  if (st.done || g_stop_signal.load() || n >= st.total_steps || eval_due(st, n) || held_by_save(st, n + 1) ||
-      (no_lag && save_due(st, n)) || st.issued_step != n)
-    return;
-  st.issued_step = n + 1;
-  st.issued_at = decided_at;
-  st.args.book->step_decided(n);
-  // A step to be checkpointed closes at once (the save starts at its close, and the next
-  // update waits for the save's copies), and so does a restarted group's first step.
-  const bool done_may_wait = !save_due(st, n) && !st.args.book->recovering();
-  const msg::RunStep rs{n + 1, StepKind::Train, st.pos.consumed_samples + st.args.config.batch().global_batch_size(),
-                        st.microbatches, done_may_wait};
-  for (const auto& s : st.stages) self->send(s, rs);
-}
-
-// Ends the run with st.finish_status, once the save in flight (if any) is committed or
-// has failed: a checkpoint allowed to trail the steps (max_lag_steps) is never left
-// half-written because the steps ran out.
-void finish_or_wait_for_save(Self* self) {
-  auto& st = self->state;
-  if (st.save) {
-    st.waiting_for_save = true;  // commit_save / fail_save call next() again
-    return;
-  }
-  finish_run(self, st.finish_status, st.finish_error);
-}
-
-// What comes after a finished training or evaluation step (or the start).
-void next(Self* self) {
-  auto& st = self->state;
-  if (st.done || st.ledger) return;
-  if (st.save && !st.save->snapshots_missing.empty()) return;  // copies being taken: called again after
-  const auto& ck = st.args.config.checkpoint();
-  // A final checkpoint (end of run, SIGTERM) waits for the one being written.
-  auto final_save = [&] {
-    if (st.save) {
-      st.waiting_for_save = true;
-      return;
-    }
-    begin_save(self, /*final=*/true);
-  };
-  // Step n+1 already went out (run_ahead): it runs, whatever else is asked meanwhile.
-  const bool issued = st.issued_step == st.pos.step + 1;
-  if (int sig = g_stop_signal.load(); sig && !issued) {
-    st.finish_status = "interrupted";
-    st.finish_error = fmt::format("signal {}", sig);
-    if (sig == SIGTERM && ck.save_on_exit() && st.pos.step > st.last_saved_step)
-      final_save();
-    else
-      finish_or_wait_for_save(self);
-    return;
-  }
-  if (st.save_checked_step != st.pos.step) {
-    // With max_lag_steps 0 no save may start once step n+1 went out ahead: only a
-    // time-based one can fall due after that was decided, and it waits one step.
-    const bool may_save = !issued || ck.max_lag_steps() > 0;
-    const bool due = st.pos.step < st.total_steps && save_due(st, st.pos.step);
-    if (due && may_save && st.save) {
-      // Every step the schedule names gets its checkpoint: this one waits for the save
-      // in flight to end (commit_save / fail_save call next() again).
-      st.waiting_for_save = true;
-      return;
-    }
-    st.save_checked_step = st.pos.step;
-    if (due && may_save) {
-      begin_save(self, /*final=*/false);
-      return;
-    }
-    if (due) {
-      spdlog::info("checkpoint due at step {} (interval_seconds) deferred: step {} already went out and "
-                   "max_lag_steps is 0",
-                   st.pos.step, st.pos.step + 1);
-      event(self, "checkpoint_deferred", st.pos.step,
-            {{"reason", "max_lag_steps is 0 and the next step already went out"}});
-    }
-  }
-  if (!issued && st.last_eval_step != st.pos.step && eval_due(st, st.pos.step)) {
-    begin_eval(self);
-    return;
-  }
-  if (st.pos.step < st.total_steps) {
-    if (held_by_save(st, st.pos.step + 1)) {
-      st.waiting_for_save = true;
-      return;
-    }
-    begin_train_step(self);
-    return;
-  }
-  st.finish_status = "completed";
-  // The last step is saved with save_on_exit, and when interval_steps names it.
-  const bool interval_step = ck.interval_steps() > 0 && st.pos.step % ck.interval_steps() == 0;
-  if ((ck.save_on_exit() || interval_step) && st.pos.step > st.last_saved_step)
-    final_save();
-  else
-    finish_or_wait_for_save(self);
-}
+bool ahead_of_ledger(const CoordinatorState& st, int64_t step) { return st.driver->report_is_early(step); }
 
 // Microbatch losses and samples (spike records) and stage timings (stragglers).
 StepExtras step_extras(const CoordinatorState& st, const engine::StepLedger& ledger, const metrics::StepRecord& r) {
@@ -503,7 +366,7 @@ void finish_train_step(Self* self) {
   to_metrics(self, caf::make_message(r));
   to_metrics(self, caf::make_message(step_extras(st, ledger, r)));
   st.ledger.reset();
-  next(self);
+  feed(self, engine::TrainStepClosed{r.step, st.pos.consumed_samples});
 }
 
 void finish_eval(Self* self) {
@@ -521,7 +384,7 @@ void finish_eval(Self* self) {
   st.args.book->add_eval(e);
   to_metrics(self, caf::make_message(e));
   st.ledger.reset();
-  next(self);
+  feed(self, engine::EvalClosed{});
 }
 
 // Called after every report: moves the step along when it can.
@@ -534,10 +397,8 @@ void progress(Self* self) {
     check_fault(self, ledger.step(), Fault::REDUCE);
     st.decision = optim::decide(ledger.total_sum_squares(), st.args.config.optimizer().clip_grad());
     check_fault(self, ledger.step(), Fault::OPTIMIZER);
-    const double decided_at = unix_now();
-    const msg::UpdateCommand cmd{ledger.step(), st.lr, st.decision->factor, st.decision->skip};
-    for (const auto& o : st.optimizers) self->send(o, cmd);
-    run_ahead(self, decided_at);
+    // Read before the UpdateCommands go out: it dates a step handed over with them.
+    feed(self, engine::UpdateDecided{ledger.step(), unix_now()});
   }
   if (!ledger.complete()) return;
   if (ledger.kind() == StepKind::Train) {
@@ -549,8 +410,6 @@ void progress(Self* self) {
 
 void finish_run(Self* self, std::string status, std::string error) {
   auto& st = self->state;
-  if (st.done) return;
-  st.done = true;
   auto outcome = st.args.book->outcome();
   metrics::RunSummary summary;
   for (const auto& r : outcome.steps) metrics::accumulate(summary, r);
@@ -595,7 +454,7 @@ void wire_group(Self* self, const Registry& peers) {
     s.args.book->group_ready();
     for (const auto& l : s.loaders)
       self->send(l, start_atom::value, s.pos.step + 1, s.pos.consumed_samples, s.total_steps);
-    next(self);
+    feed(self, engine::GroupWired{});
   };
   for (const auto& a : st.stages) wire(self, a, peers, on_wired);
   for (const auto& a : st.optimizers) wire(self, a, peers, on_wired);
@@ -643,19 +502,6 @@ void watchdog(Self* self) {
                                        st.ledger->step(), quiet, limit, st.ledger->missing(), beats));
 }
 
-// A save not committed within checkpoint.save_timeout_s fails (a writer that hangs
-// or never reports), naming what it still waits for; the next save retries.
-void save_deadline(Self* self) {
-  auto& st = self->state;
-  const double limit = st.args.config.checkpoint().save_timeout_s();
-  if (limit <= 0 || !st.save || seconds_since(st.save->started) < limit) return;
-  std::string missing;
-  for (const auto* set : {&st.save->snapshots_missing, &st.save->shards_missing})
-    for (const auto& p : *set) missing += (missing.empty() ? "" : ", ") + p;
-  fail_save(self, fmt::format("not committed within checkpoint.save_timeout_s = {:g} s; still waiting for {}", limit,
-                              missing.empty() ? std::string("the commit") : missing));
-}
-
 caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
   auto& st = self->state;
   st.args = std::move(args);
@@ -668,15 +514,17 @@ caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
   st.eval_microbatches = int32_t(config::eval_microbatches_per_replica(c));
   st.ckpt_root = engine::checkpoint_root(c);
   st.data = data::BatchSource::open(c);
-  if (st.args.resume) {
-    st.pos = engine::position_of(st.args.resume->manifest());
-    st.last_saved_step = st.pos.step;
-    st.save_checked_step = st.pos.step;
-    st.last_eval_step = st.pos.step;  // do not re-run an evaluation the checkpoint's run already had
-  }
+  if (st.args.resume) st.pos = engine::position_of(st.args.resume->manifest());
   // A restarted group redoes the steps after its checkpoint: TensorBoard's marker.
   if (st.args.book->resume_from(st.pos.step) > 0)
     to_metrics(self, caf::make_message(restart_marker_atom::value, st.pos.step, unix_now()));
+  engine::StepDriverStart start;
+  start.step = st.pos.step;
+  start.consumed_samples = st.pos.consumed_samples;
+  start.resumed = st.args.resume != nullptr;
+  start.recovering = st.args.book->recovering();  // until this group's first step closes
+  start.now = steady_now();
+  st.driver.emplace(engine::step_driver_config(c), start);
   const double period = std::clamp(c.supervision().heartbeat_interval_s(), 0.05, 1.0);
   const auto tick = std::chrono::milliseconds(int64_t(period * 1000));
   self->delayed_send(self, tick, tick_atom::value);
@@ -722,48 +570,12 @@ caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
         self->state.last_beat[h.path] = Clock::now();
         self->state.last_progress = Clock::now();
       },
-      [self](const msg::SnapshotTaken& t) {
-        auto& s = self->state;
-        if (!s.save || s.save->step != t.step) return;
-        s.save->snapshots_missing.erase(engine::optim_path({t.dp, t.pp, t.tp}));
-        if (!s.save->snapshots_missing.empty()) return;
-        // Every copy is taken: training goes on while the writers write.
-        if (s.save->shards_missing.empty())
-          commit_save(self);
-        else if (!s.save->final)
-          next(self);
-      },
-      [self](const msg::ShardWritten& w) {
-        auto& s = self->state;
-        if (!w.ok) s.writers_exiting.insert(engine::writer_path({w.dp, w.pp, w.tp}));  // it dies next
-        if (!s.save || s.save->attempt != w.attempt) return;  // a checkpoint already given up
-        if (!w.ok) {
-          fail_save(self, fmt::format("{}: {}", engine::writer_path({w.dp, w.pp, w.tp}), w.error));
-          return;
-        }
-        ShardFile f;
-        f.ParseFromString(w.record);
-        s.save->shards.push_back(std::move(f));
-        s.save->bytes += w.bytes;
-        s.save->shards_missing.erase(engine::writer_path({w.dp, w.pp, w.tp}));
-        if (s.save->shards_missing.empty() && s.save->snapshots_missing.empty()) commit_save(self);
-      },
-      [self](writer_down_atom, const std::string& path) {
-        auto& s = self->state;
-        // The exit that follows a reported failure belongs to that attempt only.
-        if (s.writers_exiting.erase(path)) {
-          if (s.writers_exiting.empty() && s.begin_when_writers_down) {
-            const bool final = *s.begin_when_writers_down;
-            s.begin_when_writers_down.reset();
-            begin_save(self, final);
-          }
-          return;
-        }
-        if (s.save && s.save->shards_missing.count(path)) fail_save(self, path + " died while writing");
-      },
+      [self](const msg::SnapshotTaken& t) { feed(self, t); },
+      [self](const msg::ShardWritten& w) { feed(self, w); },
+      [self](writer_down_atom, const std::string& path) { feed(self, engine::WriterDown{path}); },
       [self, tick](tick_atom) {
         watchdog(self);
-        save_deadline(self);
+        feed(self, engine::Tick{});  // the save deadline
         self->delayed_send(self, tick, tick_atom::value);
       },
   };

@@ -23,6 +23,11 @@
 // All sums over reports run in a fixed rank order (engine::StepLedger), so the
 // result never depends on which message arrived first.
 //
+// What follows what (running ahead, when to save and whether a step waits for it,
+// evaluations, stops, the final save's retry) is decided by engine::StepDriver
+// (engine/step_driver.h): this actor turns messages into its events and its actions
+// into messages, and keeps the data (ledger, decision, the checkpoint's commit).
+//
 // Event-based: it does no compute. When training is over (or interrupted) it sends
 // finished_atom + RunOutcome to the run's client.
 //

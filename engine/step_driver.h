@@ -3,8 +3,8 @@
 // signal and the save deadline. No actors, no clock reads, no files: events come in
 // with the time as a value (`now`, steady-clock seconds), actions go out in the order
 // the actor must carry them out (actors/coordinator_actor.cpp turns messages into
-// events and actions into messages). docs/runtime.md, "The step driver", has the
-// states and transitions as a table.
+// events and actions into messages). docs/runtime.md ("The coordinator's decisions:
+// the step driver") has the states and transitions as tables.
 //
 // Data stays with the actor: the step ledger (the reports of the step in flight), the
 // update decision and learning rate, the save's commit object, position and shard
@@ -160,7 +160,7 @@ using StepAction = std::variant<OpenTrainStep, OpenEval, SendUpdate, SendRunStep
                                 SaveWaitsForWriters, SaveDeferred, KeepShard, CommitSave, SaveFailed, FinishRun,
                                 FinishRunFinalSaveFailed>;
 
-// One line naming an action and its values ("SendUpdate 3"), for tests and logs.
+// One line naming an action and its values ("SendUpdate 3"), for tests and debugging.
 std::string describe(const StepAction& a);
 
 // ---- the driver -------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // engine::StepDriver, the coordinator's decisions, driven event by event without
-// actors: every transition of docs/runtime.md's table ("The step driver") and the
+// actors: every transition of docs/runtime.md's table (the step driver) and the
 // interleavings the runtime tests reach only by timing (running ahead, a checkpoint
 // that lags or holds a step, evaluations, stops, failed and timed-out saves). Time is a
 // value here, so nothing depends on the machine.
@@ -643,4 +643,48 @@ TEST_CASE("step driver: step_driver_config reads the config") {
   for (const auto& r : ranks) writers += c.parallel().distributed_optimizer() || r.dp == 0 ? 1 : 0;
   CHECK(d.writers.size() == writers);
   CHECK(d.writers.front() == writer_path(ranks.front()));
+}
+
+TEST_CASE("step driver: a failed write of a given-up save still holds the next save until its writer exits") {
+  auto c = six_steps();
+  c.interval_steps = 2;
+  c.save_timeout_s = 10;
+  Drive d(c);
+  d.on(GroupWired{});
+  d.plain_step(1);
+  d.decided(2);
+  d.closed(2);
+  d.on(SaveOpened{101});
+  d.copied(2, 0);
+  d.copied(2, 1);
+  d.now = 10;
+  CHECK(d.on(Tick{}).size() == 1);  // SaveFailed: the save is given up
+  // Its writer reports a failure afterwards: no save to fail, but it is exiting.
+  CHECK(d.written(0, 101, false, "late").empty());
+  d.decided(3);
+  d.closed(3);
+  d.decided(4);
+  CHECK(d.closed(4) == Lines{"SaveWaitsForWriters 4 writers 1"});
+  CHECK(d.on(WriterDown{kWriter1}).empty());  // not the one exiting
+  CHECK(d.phase() == Phase::WaitingForWriters);
+  CHECK(d.on(WriterDown{kWriter0}) == Lines{"BeginSave 4"});
+}
+
+TEST_CASE("step driver: a final save whose shards are written before its last copy commits on that copy") {
+  auto c = six_steps();
+  c.save_on_exit = true;
+  Drive d(c);
+  d.on(GroupWired{});
+  for (int64_t n = 1; n <= 5; ++n) d.plain_step(n);
+  d.decided(6);
+  d.closed(6);
+  d.on(SaveOpened{111});
+  d.copied(6, 0);
+  d.written(0, 111);
+  CHECK(d.written(1, 111) == Lines{"KeepShard shard1 bytes 101"});
+  CHECK(d.copied(6, 1) == Lines{"CommitSave"});
+  CHECK(d.on(SaveCommitted{}) == Lines{"FinishRun completed"});
+  // A signal after the end changes nothing.
+  CHECK(d.on(StopRequested{SIGTERM}).empty());
+  CHECK(d.on(GroupWired{}).empty());
 }
