@@ -12,14 +12,15 @@ if [ ! -f build-fuzz/CMakeCache.txt ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=OFF \
     -DTROUPE_FUZZERS=ON
 fi
-cmake --build build-fuzz -j "${TROUPE_JOBS:-$(nproc)}" --target config_fuzzer manifest_fuzzer idx_fuzzer
+cmake --build build-fuzz -j "${TROUPE_JOBS:-$(nproc)}" --target config_fuzzer manifest_fuzzer idx_fuzzer join_fuzzer
 corpus=build-fuzz/corpus
-mkdir -p "$corpus/config" "$corpus/manifest" "$corpus/idx"
+mkdir -p "$corpus/config" "$corpus/manifest" "$corpus/idx" "$corpus/join"
+printf 'TRP1\000\023kind=proof\nproof=ab\n' > "$corpus/join/proof"
 cp configs/*.textproto "$corpus/config/"
 # Seeds: manifests of earlier test runs' checkpoints, when there are some.
 mapfile -t manifests < <(find /tmp -path '*checkpoints/step_*/manifest.pb' 2>/dev/null | head -n 5)
 for m in "${manifests[@]}"; do cp "$m" "$corpus/manifest/$(echo "$m" | md5sum | cut -c1-12)"; done
-for t in config manifest idx; do
+for t in config manifest idx join; do
   echo "== ${t}_fuzzer for ${seconds} s"
   (cd build-fuzz && "./test/fuzz/libfuzzer/${t}_fuzzer" -max_total_time="$seconds" -timeout=10 \
      -rss_limit_mb=2048 "corpus/$t")
