@@ -126,7 +126,7 @@ void CpuDevice::crossentropy_forward(float* losses, float* lse, const float* log
 void CpuDevice::crossentropy_backward(float* dlogits, const float* logits, const float* lse,
                                       const int32_t* targets, const float* mask, float scale, int N,
                                       int V, int ld) {
-  cpu::crossentropy_backward(pool_, dlogits, logits, lse, targets, mask, scale, N, V, ld);
+  cpu::crossentropy_backward(pool_, dlogits, logits, lse, targets, mask, scale, N, V, ld, 0);
 }
 void CpuDevice::adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
                              const AdamWArgs& args) {

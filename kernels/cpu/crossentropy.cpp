@@ -26,11 +26,13 @@ void crossentropy_forward(ThreadPool& pool, float* losses, float* lse, const flo
   });
 }
 
-// dlogits[n, j] = mask[n] * scale * (exp(logits[n, j] - lse[n]) - [j == targets[n]]), j < V;
-// padding columns j >= V are set to 0.
+// dlogits[n, j] = mask[n] * scale * (exp(logits[n, j] - lse[n]) - [vocab_begin + j == targets[n]]),
+// j < V; padding columns j >= V are set to 0. The one body of both the whole-vocabulary
+// backward (vocab_begin 0: every target lies in the V columns) and a vocabulary shard's
+// (cpu/vocab_shard.cpp: a target outside the shard subtracts nothing).
 void crossentropy_backward(ThreadPool& pool, float* dlogits, const float* logits,
                            const float* lse, const int32_t* targets, const float* mask,
-                           float scale, int N, int V, int ld) {
+                           float scale, int N, int V, int ld, int vocab_begin) {
   pool.parallel_for(N, 1, [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n) {
       const float* l = logits + n * ld;
@@ -43,7 +45,8 @@ void crossentropy_backward(ThreadPool& pool, float* dlogits, const float* logits
       const __m256 sv = _mm256_set1_ps(lse[n]), wv = _mm256_set1_ps(w);
       for (int j = 0; j < V; j += 8)
         store_partial(d + j, _mm256_mul_ps(wv, exp8(_mm256_sub_ps(load_partial(l + j, V - j), sv))), V - j);
-      d[targets[n]] -= w;
+      const int64_t t = int64_t(targets[n]) - vocab_begin;
+      if (t >= 0 && t < V) d[t] -= w;
       for (int j = V; j < ld; ++j) d[j] = 0.0f;
     }
   });

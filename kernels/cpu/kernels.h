@@ -69,9 +69,11 @@ void scale(ThreadPool& pool, float* x, int64_t n, float s);
 
 void crossentropy_forward(ThreadPool& pool, float* losses, float* lse, const float* logits,
                           const int32_t* targets, const float* mask, int N, int V, int ld);
+// Logits columns [0, V) are vocabulary ids [vocab_begin, vocab_begin + V): 0 for the
+// whole vocabulary, a shard's first row for CpuDevice::crossentropy_backward_shard.
 void crossentropy_backward(ThreadPool& pool, float* dlogits, const float* logits,
                            const float* lse, const int32_t* targets, const float* mask,
-                           float scale, int N, int V, int ld);
+                           float scale, int N, int V, int ld, int vocab_begin);
 
 // Vocabulary-parallel pieces (cpu/vocab_shard.cpp).
 void embedding_forward_shard(ThreadPool& pool, float* out, const int32_t* tokens,
@@ -85,9 +87,6 @@ void crossentropy_partials(ThreadPool& pool, float* partials, const float* logit
                            int vocab_begin);
 void crossentropy_combine(ThreadPool& pool, float* losses, float* lse, const float* partials,
                           int S, const float* mask, int N);
-void crossentropy_backward_shard(ThreadPool& pool, float* dlogits, const float* logits,
-                                 const float* lse, const int32_t* targets, const float* mask,
-                                 float scale, int N, int V, int ld, int vocab_begin);
 
 void adamw_update(ThreadPool& pool, float* param, const float* grad, float* m, float* v,
                   int64_t n, const AdamWArgs& args);

@@ -2,7 +2,8 @@
 // cross-entropy of the tied head when a rank holds a contiguous range of the
 // vocabulary. Shapes and semantics: kernels/device.h. Partitioning as everywhere in
 // cpu/kernels.h: rows to one participant each (forward, partials, combine,
-// backward); the embedding gradient by columns, tokens added in order 0..N-1.
+// backward); the embedding gradient by columns, tokens added in order 0..N-1. A shard's
+// cross-entropy backward is cpu/crossentropy.cpp's, given the shard's vocab_begin.
 #include <cmath>
 
 #include "kernels/cpu/cpu_device.h"
@@ -101,28 +102,6 @@ void crossentropy_combine(ThreadPool& pool, float* losses, float* lse, const flo
   });
 }
 
-void crossentropy_backward_shard(ThreadPool& pool, float* dlogits, const float* logits, const float* lse,
-                                 const int32_t* targets, const float* mask, float scale, int N, int V, int ld,
-                                 int vocab_begin) {
-  pool.parallel_for(N, 1, [&](int64_t b, int64_t e) {
-    for (int64_t n = b; n < e; ++n) {
-      const float* l = logits + n * ld;
-      float* d = dlogits + n * ld;
-      const float w = mask[n] * scale;
-      if (w == 0.0f) {
-        for (int j = 0; j < ld; j += 8) store_partial(d + j, _mm256_setzero_ps(), ld - j);
-        continue;
-      }
-      const __m256 sv = _mm256_set1_ps(lse[n]), wv = _mm256_set1_ps(w);
-      for (int j = 0; j < V; j += 8)
-        store_partial(d + j, _mm256_mul_ps(wv, exp8(_mm256_sub_ps(load_partial(l + j, V - j), sv))), V - j);
-      const int64_t t = int64_t(targets[n]) - vocab_begin;
-      if (t >= 0 && t < V) d[t] -= w;
-      for (int j = V; j < ld; ++j) d[j] = 0.0f;
-    }
-  });
-}
-
 void CpuDevice::embedding_forward_shard(float* out, const int32_t* tokens, const int32_t* positions,
                                         const float* wte, const float* wpe, int N, int C, int vocab_begin,
                                         int vocab_rows) {
@@ -143,7 +122,7 @@ void CpuDevice::crossentropy_combine(float* losses, float* lse, const float* par
 void CpuDevice::crossentropy_backward_shard(float* dlogits, const float* logits, const float* lse,
                                             const int32_t* targets, const float* mask, float scale, int N, int V,
                                             int ld, int vocab_begin) {
-  cpu::crossentropy_backward_shard(pool_, dlogits, logits, lse, targets, mask, scale, N, V, ld, vocab_begin);
+  cpu::crossentropy_backward(pool_, dlogits, logits, lse, targets, mask, scale, N, V, ld, vocab_begin);
 }
 
 }  // namespace troupe::kernels::cpu
