@@ -176,7 +176,6 @@ Microbatch BatchSource::microbatch(int64_t consumed_samples, int dp, int mb) con
 
 int64_t BatchSource::samples_per_epoch() const { return s_->index.samples(); }
 int64_t BatchSource::documents() const { return s_->index.documents.size(); }
-int64_t BatchSource::split_tokens() const { return s_->index.split_tokens; }
 Split BatchSource::split() const { return s_->settings.split; }
 const std::string& BatchSource::prefix() const { return s_->data.prefix(); }
 const std::string& BatchSource::index_path() const { return s_->index.cache_path; }

@@ -53,7 +53,6 @@ class BatchSource {
 
   int64_t samples_per_epoch() const;
   int64_t documents() const;     // in this split
-  int64_t split_tokens() const;  // tokens of this split's documents
   Split split() const;
   const std::string& prefix() const;
   // Path of the cached sample index ("" when it could not be written), and whether
