@@ -19,6 +19,7 @@
 #include "kernels/cpu/cpu_device.h"
 #include "messages/config.pb.h"
 #include "optim/reference_trainer.h"
+#include "test/support/same_state.h"
 
 namespace troupe::testing {
 
@@ -26,10 +27,10 @@ inline constexpr double kLossRel = 1e-5;    // loss and gradient norm of each st
 inline constexpr double kParamAbs = 1e-5;   // every parameter, max |runtime - reference| (1% of an lr step)
 inline constexpr double kMomentRel = 1e-4;  // Adam moments per tensor, max |diff| / max |reference|
 
-// The runtime suites' layout: 4 layers of width 32 (2 heads), byte vocabulary, global
-// batch 8 of 1 x 32 sequences, lr 1e-4 -> 1e-3 over 8 warm-up samples (the first update at 1e-4), seed 7, one compute
-// thread, DP x PP with 1F1B and the distributed optimizer, 3 updates, no restarts and
-// no checkpoint; its run directory is `run_dir` in the temporary directory.
+// The runtime suites' layout: test/support/tiny_runtime_config.h with 4 layers, lr
+// 1e-4 -> 1e-3 over 8 warm-up samples (the first update at 1e-4), DP x PP with 1F1B and
+// the distributed optimizer, no restarts and no checkpoint; its run directory is
+// `run_dir` in the temporary directory.
 Config parity_layout(int dp, int pp, const std::string& run_dir);
 
 // `c` with training.train_samples set for `steps` updates of its global batch.
@@ -61,7 +62,8 @@ void compare(const actors::RunResult& r, Reference& ref);
 // `c` after 1 and after 3 updates against the reference.
 void check_layout(const Config& c);
 
-// The final states are bitwise identical: parameters, both Adam moments, Adam step.
+// The final states are bitwise identical: parameters, both Adam moments, Adam step
+// (test/support/same_state.h).
 void check_same_state(const actors::RunResult& got, const actors::RunResult& want);
 // Bitwise: `got`'s steps are `want`'s from step index `first` on (step number, loss,
 // grad norm), and the final states are identical (check_same_state).

@@ -7,34 +7,19 @@
 #include <doctest/doctest.h>
 
 #include "test/actors/parity_check.h"
+#include "test/support/tiny_runtime_config.h"
 
 namespace troupe::testing::recovery {
 
 namespace fs = std::filesystem;
 
-// DP2 x PP2, 6 updates of 8 samples, a checkpoint every 2 updates, into a fresh
-// run directory per test.
+// test/support/tiny_runtime_config.h with 2 layers on DP2 x PP2 and seed 11, 6 updates
+// of 8 samples, a checkpoint every 2 updates, into a fresh run directory per test.
 Config base(const std::string& name, int steps) {
-  Config c;
-  auto* m = c.mutable_model();
-  m->set_layers(2);
-  m->set_heads(2);
-  m->set_width(32);
-  m->set_vocab_size(257);
-  m->set_max_positions(32);
-  c.mutable_parallel()->set_data(2);
-  c.mutable_parallel()->set_pipeline(2);
-  auto* b = c.mutable_batch();
-  b->set_micro_batch_size(1);
-  b->set_global_batch_size(8);
-  b->set_seq_length(32);
-  c.mutable_optimizer()->set_lr(1e-3);
-  c.mutable_optimizer()->set_min_lr(1e-4);
-  c.mutable_lr_schedule()->set_warmup_samples(8);
+  Config c = tiny_runtime_config(2, 2, 2);
   c.mutable_lr_schedule()->set_decay_samples(48);  // fixed, so shorter runs share the schedule
   c.mutable_training()->set_train_samples(int64_t(steps) * 8);
   c.mutable_training()->set_seed(11);
-  c.mutable_device()->set_threads(1);
   c.mutable_checkpoint()->set_interval_steps(2);
   c.mutable_checkpoint()->set_keep_last(10);
   // Each checkpoint committed before the next step starts: the faults below are planned
@@ -44,20 +29,10 @@ Config base(const std::string& name, int steps) {
   c.mutable_checkpoint()->set_max_lag_steps(0);
   c.mutable_supervision()->set_max_restarts(3);
   c.mutable_supervision()->set_step_watchdog_s(30);
-  c.mutable_logging()->set_tensorboard(false);
   const auto dir = fs::temp_directory_path() / ("troupe-recovery-" + name);
   fs::remove_all(dir);
   c.mutable_logging()->set_run_dir(dir.string());
   return c;
-}
-
-Fault fault(const std::string& actor, int64_t step, Fault::Phase phase, Fault::Kind kind) {
-  Fault f;
-  f.set_actor(actor);
-  f.set_step(step);
-  f.set_phase(phase);
-  f.set_kind(kind);
-  return f;
 }
 
 actors::RunResult run(const Config& c) {

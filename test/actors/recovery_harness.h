@@ -7,6 +7,7 @@
 
 #include "actors/runtime.h"
 #include "messages/config.pb.h"
+#include "test/support/fault.h"
 
 namespace troupe::testing::recovery {
 
@@ -14,7 +15,7 @@ namespace troupe::testing::recovery {
 // before the next step starts), TensorBoard off, into /tmp/troupe-recovery-NAME (emptied).
 Config base(const std::string& name, int steps = 6);
 
-Fault fault(const std::string& actor, int64_t step, Fault::Phase phase, Fault::Kind kind = Fault::KILL);
+using testing::fault;  // test/support/fault.h
 
 // Runs `c` in this process without console output, collecting the final state.
 actors::RunResult run(const Config& c);

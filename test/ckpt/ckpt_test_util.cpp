@@ -1,27 +1,13 @@
 #include "test/ckpt/ckpt_test_util.h"
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <fstream>
 #include <sstream>
-#include <stdexcept>
 
 #include "ckpt/commit.h"
 #include "ckpt/manifest.h"
 
 namespace troupe::ckpt::testing {
-
-ScratchDir::ScratchDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "troupe_ckpt_test_XXXXXX").string();
-  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-ScratchDir::~ScratchDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
 
 float test_value(const std::string& name, TensorKind kind, int64_t index) {
   uint64_t h = fnv1a64(name) ^ (uint64_t(kind) * 0x9e3779b97f4a7c15ull);

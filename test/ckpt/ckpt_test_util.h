@@ -1,4 +1,4 @@
-// Shared helpers of the checkpoint tests: scratch directories, deterministic
+// Shared helpers of the checkpoint tests: deterministic
 // tensor values, and a small GPT-2-like set of tensors with layouts to cut it.
 #pragma once
 
@@ -13,22 +13,11 @@
 #include "ckpt/commit_point.h"
 #include "ckpt/shard_writer.h"
 #include "messages/checkpoint.pb.h"
+#include "test/support/scratch_dir.h"
 
 namespace troupe::ckpt::testing {
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class ScratchDir {
- public:
-  ScratchDir();
-  ~ScratchDir();
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using ::troupe::testing::ScratchDir;  // test/support/scratch_dir.h
 
 // The value element `index` (row-major, global) of tensor (name, kind) holds in
 // these tests: a hash of the three mapped into [-1, 1), distinct per tensor and kind.

@@ -5,11 +5,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <fstream>
 
 #include "test/actors/parity_check.h"
 #include "test/cluster/worker_launcher.h"
+#include "test/support/tiny_runtime_config.h"
 
 namespace troupe::cluster_harness {
 
@@ -36,29 +36,11 @@ std::string write_secret(const std::string& name, const std::string& text) {
 const std::string kSecretText = "5f0c1e2d3a4b5c6d7e8f90a1b2c3d4e5";
 
 Config tiny(const std::string& name, int dp, int pp, int workers, int spares) {
-  Config c;
-  auto* m = c.mutable_model();
-  m->set_layers(4);
-  m->set_heads(2);
-  m->set_width(32);
-  m->set_max_positions(32);
-  c.mutable_parallel()->set_data(dp);
-  c.mutable_parallel()->set_pipeline(pp);
-  auto* b = c.mutable_batch();
-  b->set_micro_batch_size(1);
-  b->set_global_batch_size(8);
-  b->set_seq_length(32);
-  c.mutable_optimizer()->set_lr(1e-3);
-  c.mutable_optimizer()->set_min_lr(1e-4);
-  c.mutable_lr_schedule()->set_warmup_samples(8);
-  c.mutable_training()->set_train_samples(24);
-  c.mutable_training()->set_seed(7);
-  c.mutable_device()->set_threads(1);
+  Config c = testing::tiny_runtime_config(4, dp, pp);
   const auto dir = kRoot / name;
   fs::remove_all(dir);
   fs::remove_all(kRoot / (name + "-local"));
   c.mutable_logging()->set_run_dir(dir.string());
-  c.mutable_logging()->set_tensorboard(false);
   c.mutable_logging()->set_progress_bar(false);
   c.mutable_checkpoint()->set_save_on_exit(false);
   auto* k = c.mutable_cluster();
@@ -120,21 +102,6 @@ ClusterRun run_cluster(const Config& c, int n, bool collect_state,
 
 bool exited_with(const Worker& w, int code) { return !w.killed && WIFEXITED(w.status) && WEXITSTATUS(w.status) == code; }
 
-void check_bitwise(const engine::NamedState& got, const engine::NamedState& want) {
-  CHECK(got.adam_steps == want.adam_steps);
-  REQUIRE(got.params.size() == want.params.size());
-  for (const auto& [name, values] : want.params) {
-    CAPTURE(name);
-    using Member = std::map<std::string, std::vector<float>> engine::NamedState::*;
-    for (Member kind : {&engine::NamedState::params, &engine::NamedState::exp_avg, &engine::NamedState::exp_avg_sq}) {
-      const auto& a = (got.*kind).at(name);
-      const auto& b = (want.*kind).at(name);
-      REQUIRE(a.size() == b.size());
-      CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-    }
-  }
-}
-
 void check_same_steps(const actors::RunResult& got, const actors::RunResult& want) {
   REQUIRE(got.outcome.steps.size() == want.outcome.steps.size());
   for (size_t s = 0; s < want.outcome.steps.size(); ++s) {
@@ -150,7 +117,7 @@ void check_matches(const ClusterRun& run, const actors::RunResult& want) {
   REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
   REQUIRE(run.result.state.has_value());
   check_same_steps(run.result, want);
-  check_bitwise(*run.result.state, *want.state);
+  check_same_state(*run.result.state, *want.state);
 }
 
 void check_parity(const Config& c, int workers) {
@@ -161,15 +128,5 @@ void check_parity(const Config& c, int workers) {
   REQUIRE(run.result.workers.size() == size_t(workers));
   for (const auto& w : run.workers) CHECK(exited_with(w, 0));
 }
-
-Fault fault(const std::string& actor, int64_t step, Fault::Phase phase, Fault::Kind kind) {
-  Fault f;
-  f.set_actor(actor);
-  f.set_step(step);
-  f.set_phase(phase);
-  f.set_kind(kind);
-  return f;
-}
-
 
 }  // namespace troupe::cluster_harness

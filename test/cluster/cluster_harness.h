@@ -15,6 +15,8 @@
 #include "actors/runtime.h"
 #include "engine/state_snapshot.h"
 #include "messages/config.pb.h"
+#include "test/support/fault.h"
+#include "test/support/same_state.h"
 
 namespace troupe::cluster_harness {
 
@@ -26,8 +28,8 @@ extern const std::string kSecretText;
 // Writes `text` to kRoot/name, readable by its owner only; returns the path.
 std::string write_secret(const std::string& name, const std::string& text);
 
-// The tiny model of the runtime suite: 4 layers, width 32, 3 updates of 8 sequences,
-// run directory kRoot/name, `workers` workers and `spares` spares.
+// The tiny model of the runtime suites (test/support/tiny_runtime_config.h) with 4
+// layers, run directory kRoot/name, `workers` workers and `spares` spares.
 Config tiny(const std::string& name, int dp, int pp, int workers, int spares = 0);
 
 // The same config in one process.
@@ -55,8 +57,8 @@ ClusterRun run_cluster(const Config& c, int n, bool collect_state = true,
 
 bool exited_with(const Worker& w, int code);
 
-// Final weights and both Adam moments, memcmp-equal.
-void check_bitwise(const engine::NamedState& got, const engine::NamedState& want);
+// Final weights and both Adam moments, memcmp-equal (test/support/same_state.h).
+using testing::check_same_state;
 // Every step's loss, grad norm and learning rate equal.
 void check_same_steps(const actors::RunResult& got, const actors::RunResult& want);
 // `run` completed with the steps, weights and Adam moments of `want`, bitwise (its
@@ -65,6 +67,6 @@ void check_matches(const ClusterRun& run, const actors::RunResult& want);
 // `c` on `workers` workers completes bitwise equal to the in-process run of local_of(c).
 void check_parity(const Config& c, int workers);
 
-Fault fault(const std::string& actor, int64_t step, Fault::Phase phase, Fault::Kind kind);
+using testing::fault;  // test/support/fault.h
 
 }  // namespace troupe::cluster_harness

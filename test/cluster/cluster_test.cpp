@@ -15,7 +15,6 @@
 #include <sys/wait.h>
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -87,7 +86,7 @@ TEST_CASE("a hung worker (SIGSTOP) is found by the heartbeat and replaced") {
   const auto run = run_cluster(c, 3, true, nullptr, std::chrono::seconds(3));
   INFO(run.logs());
   REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
-  check_bitwise(*run.result.state, *want.state);
+  check_same_state(*run.result.state, *want.state);
   REQUIRE(run.result.quarantine.size() == 1);
   CHECK(run.result.quarantine[0].position == 0);
   CHECK(run.result.quarantine[0].replaced_by > 0);
@@ -187,7 +186,7 @@ TEST_CASE("TLS (anonymous): workers join and train bitwise; a plain worker is re
     CHECK(testing::tail_of(plain.log).find("cannot connect") != std::string::npos);
   }
   REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
-  check_bitwise(*run.result.state, *want.state);
+  check_same_state(*run.result.state, *want.state);
   CHECK(run.result.workers.size() == 2);
   // Every refusal is the plain worker's failed TLS handshake (one per attempt).
   REQUIRE(!run.result.refusals.empty());
@@ -218,7 +217,7 @@ TEST_CASE("workers started in another directory resolve the config's relative pa
   const auto run = run_cluster(c, 2, true, nullptr, std::chrono::seconds(20), false, elsewhere.string());
   INFO(run.logs());
   REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
-  check_bitwise(*run.result.state, *want.state);
+  check_same_state(*run.result.state, *want.state);
   // Every step's checkpoint was written by the workers where the supervisor looks.
   const auto latest = ckpt::load_latest((absolute / "checkpoints").string());
   REQUIRE(latest.checkpoint.has_value());

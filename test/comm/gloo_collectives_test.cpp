@@ -256,17 +256,17 @@ TEST_CASE("mismatched calls raise CommError naming both; a wrong recv size keeps
 TEST_CASE("separate processes: every collective exact with 2 and 3 processes (directory store)") {
   for (int n : {2, 3}) {
     CAPTURE(n);
-    TempDir dir;
+    ScratchDir dir;
     const std::string prefix = fresh_prefix("procs");
     std::vector<pid_t> peers;
     for (int r = 1; r < n; ++r)
       peers.push_back(fork_peer([&, r] {
-        comm::DirectoryStore store(dir.path);
+        comm::DirectoryStore store(dir.path());
         auto c = comm::connect_gloo(store, prefix, "dp[pp0/tp0]", r, n, options());
         return exercise(r, *c) == 0 ? 0 : 1;
       }));
     {
-      comm::DirectoryStore store(dir.path);
+      comm::DirectoryStore store(dir.path());
       auto c = comm::connect_gloo(store, prefix, "dp[pp0/tp0]", 0, n, options());
       CHECK(exercise(0, *c) == 0);
     }

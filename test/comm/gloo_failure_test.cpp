@@ -45,10 +45,10 @@ std::pair<std::string, double> fail_after_signal(comm::Communicator& c, pid_t vi
 }  // namespace
 
 TEST_CASE("SIGKILL of a peer process: CommError on the survivor at once, naming group and peer") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string prefix = fresh_prefix("kill");
-  const pid_t peer = looping_peer(dir.path, prefix, "dp[pp0/tp0]", 1, 2);
-  comm::DirectoryStore store(dir.path);
+  const pid_t peer = looping_peer(dir.path(), prefix, "dp[pp0/tp0]", 1, 2);
+  comm::DirectoryStore store(dir.path());
   auto c = comm::connect_gloo(store, prefix, "dp[pp0/tp0]", 0, 2, options(10000ms));
   const auto [error, took] = fail_after_signal(*c, peer, SIGKILL);
   CHECK(wait_peer(peer) == -SIGKILL);
@@ -68,7 +68,7 @@ TEST_CASE("SIGKILL of a peer process: CommError on the survivor at once, naming 
   c.reset();
   const std::string gen2 = prefix + "/gen2";
   const pid_t fresh = fork_peer([&] {
-    comm::DirectoryStore s(dir.path);
+    comm::DirectoryStore s(dir.path());
     auto c2 = comm::connect_gloo(s, gen2, "dp[pp0/tp0]", 1, 2, options());
     std::vector<float> w(1000, 2.0f);
     c2->all_reduce_sum(w);
@@ -82,10 +82,10 @@ TEST_CASE("SIGKILL of a peer process: CommError on the survivor at once, naming 
 }
 
 TEST_CASE("SIGKILL of one of 3 members: both survivors fail fast, the dead rank is named") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string prefix = fresh_prefix("kill3");
-  const pid_t peer = looping_peer(dir.path, prefix, "tp[dp0/pp0]", 2, 3);
-  comm::DirectoryStore store(dir.path);
+  const pid_t peer = looping_peer(dir.path(), prefix, "tp[dp0/pp0]", 2, 3);
+  comm::DirectoryStore store(dir.path());
   std::mutex mu;
   std::vector<std::pair<std::string, double>> results;
   std::vector<std::thread> ranks;
@@ -120,10 +120,10 @@ TEST_CASE("SIGKILL of one of 3 members: both survivors fail fast, the dead rank 
 }
 
 TEST_CASE("SIGSTOP of a peer (alive but hung): CommError at the timeout naming the peer") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string prefix = fresh_prefix("stop");
-  const pid_t peer = looping_peer(dir.path, prefix, "embedding[dp0/tp0]", 1, 2);
-  comm::DirectoryStore store(dir.path);
+  const pid_t peer = looping_peer(dir.path(), prefix, "embedding[dp0/tp0]", 1, 2);
+  comm::DirectoryStore store(dir.path());
   auto c = comm::connect_gloo(store, prefix, "embedding[dp0/tp0]", 0, 2, options(1500ms));
   const auto [error, took] = fail_after_signal(*c, peer, SIGSTOP);
   ::kill(peer, SIGKILL);
@@ -258,16 +258,16 @@ TEST_CASE("abort releases a blocked recv; buffered sends survive a sender that i
 }
 
 TEST_CASE("a buffered send to a peer that dies surfaces on the next call") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string prefix = fresh_prefix("dead-recv");
   const pid_t peer = fork_peer([&] {
-    comm::DirectoryStore s(dir.path);
+    comm::DirectoryStore s(dir.path());
     auto c = comm::connect_gloo(s, prefix, "pp[dp0/tp0]:0-1", 1, 2, options());
     c->barrier();
     ::pause();  // never receives; killed below
     return 0;
   });
-  comm::DirectoryStore store(dir.path);
+  comm::DirectoryStore store(dir.path());
   auto c = comm::connect_gloo(store, prefix, "pp[dp0/tp0]:0-1", 0, 2, options(10000ms));
   c->barrier();
   c->send(std::vector<float>(1000, 1.0f), 1, 4);  // returns: buffered

@@ -64,20 +64,20 @@ TEST_CASE("MemoryStore: set-once keys, get, wait and timeouts") {
 }
 
 TEST_CASE("DirectoryStore: set-once keys, get, wait and timeouts; no temporaries left") {
-  TempDir dir;
-  comm::DirectoryStore store(dir.path + "/store");
+  ScratchDir dir;
+  comm::DirectoryStore store(dir.path() + "/store");
   check_store_basics(store);
-  for (const auto& e : std::filesystem::directory_iterator(dir.path + "/store"))
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() + "/store"))
     CHECK(e.path().filename().string().rfind(".tmp-", 0) == std::string::npos);
   // Odd keys map to distinct plain files inside the directory.
   CHECK(store.path_of("a/b") != store.path_of("a%2Fb"));
-  CHECK(std::filesystem::path(store.path_of("../x")).parent_path() == dir.path + "/store");
+  CHECK(std::filesystem::path(store.path_of("../x")).parent_path() == dir.path() + "/store");
   CHECK(std::filesystem::path(store.path_of(std::string(500, 'z'))).filename().string().size() <= 200);
 }
 
 TEST_CASE("DirectoryStore: a key set by another process, and a directory that cannot be made") {
-  TempDir dir;
-  const std::string path = dir.path + "/shared";
+  ScratchDir dir;
+  const std::string path = dir.path() + "/shared";
   const pid_t child = fork_peer([&] {
     comm::DirectoryStore store(path);
     std::this_thread::sleep_for(100ms);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/gloo_communicator.h"
+#include "test/support/scratch_dir.h"
 
 namespace gloo_test {
 
@@ -61,18 +62,7 @@ inline void run_threads(int n, const std::string& name,
     if (e) std::rethrow_exception(e);
 }
 
-// A fresh directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "troupe-gloo-test-XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+using troupe::testing::ScratchDir;  // test/support/scratch_dir.h
 
 // Forks a peer process that runs fn() and exits with its return value (3 on an
 // exception). It dies with its parent and after `limit` at the latest (SIGALRM), so it

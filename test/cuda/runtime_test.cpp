@@ -45,6 +45,7 @@
 #include "optim/reference_trainer.h"
 #include "test/actors/parity_check.h"
 #include "test/cuda/cuda_test_util.h"
+#include "test/support/fault.h"
 
 using namespace troupe;
 using namespace troupe::testing;
@@ -248,12 +249,7 @@ TEST_CASE("device.type CUDA: a killed stage recovers from its checkpoint, and a 
   // A stage dies in step 4's forward: the group restarts on new devices from the
   // checkpoint of step 2 (restore through copy_from_host) and recomputes step 3.
   Config killed = checkpointed("killed", 6);
-  Fault f;
-  f.set_actor("stage/dp1/pp1/tp0");
-  f.set_step(4);
-  f.set_phase(Fault::FORWARD);
-  f.set_kind(Fault::KILL);
-  *killed.mutable_faults()->add_fault() = f;
+  *killed.mutable_faults()->add_fault() = fault("stage/dp1/pp1/tp0", 4, Fault::FORWARD);
   const auto k = run(killed);
   CHECK(k.restarts == 1);
   check_bitwise(k, clean, 0);

@@ -1,4 +1,4 @@
-// Shared helpers of the data tests: scratch directories and tiny datasets.
+// Shared helpers of the data tests: tiny datasets.
 #pragma once
 
 #include <sys/stat.h>
@@ -11,27 +11,11 @@
 
 #include "data/indexed_dataset.h"
 #include "messages/config.pb.h"
+#include "test/support/scratch_dir.h"
 
 namespace troupe::data::testing {
 
-// A fresh directory under /tmp, removed when the object goes away.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "troupe-data-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using ::troupe::testing::ScratchDir;  // test/support/scratch_dir.h
 
 inline void write_text(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);

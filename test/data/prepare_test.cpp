@@ -99,7 +99,7 @@ TEST_CASE("prepare writes each document with EOD and reports a summary") {
   CHECK(ds.sequence(0) == bytes_eod("alpha\n"));
   CHECK(ds.sequence(1) == bytes_eod("beta\n"));
   CHECK(ds.sequence(2) == bytes_eod("gamma"));
-  CHECK(count_temporaries(d.path() / "out") == 0);
+  CHECK(count_temporaries(d / "out") == 0);
 }
 
 TEST_CASE("prepare with a shuffle seed is deterministic and keeps every document") {
@@ -234,7 +234,7 @@ TEST_CASE("default corpus: prepared once into the data dir, again when the sourc
   write_text(d / "fortunes/more", "Third.\n%\n");
   ensure_default_corpus(d / "fortunes", d / "cache");
   CHECK(IndexedDataset::open(prefix).sequences() == 3);
-  CHECK(count_temporaries(d.path() / "cache") == 0);
+  CHECK(count_temporaries(d / "cache") == 0);
 
   // Without the fortunes package, a prepared corpus is used as it is.
   CHECK(ensure_default_corpus(d / "no-fortunes-here", d / "cache") == prefix);
@@ -272,7 +272,7 @@ TEST_CASE("default corpus: two preparations racing both succeed and agree") {
   CHECK(a == b);
   const IndexedDataset ds = IndexedDataset::open(a);
   CHECK(ds.sequences() == 2000);
-  CHECK(count_temporaries(d.path() / "cache") == 0);
+  CHECK(count_temporaries(d / "cache") == 0);
 }
 
 TEST_CASE("default corpus from Debian's fortunes, when installed") {

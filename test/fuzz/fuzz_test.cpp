@@ -32,6 +32,7 @@
 #include "engine/host_capacity.h"
 #include "sched/planner_report.h"
 #include "test/ckpt/ckpt_test_util.h"
+#include "test/support/scratch_dir.h"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -145,13 +146,6 @@ void flip_bit(Rng& rng, const fs::path& path) {
   f.put(c);
 }
 
-fs::path scratch(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("troupe-fuzz-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
 }  // namespace
 
 TEST_CASE("configs: 400 damaged texts of the default, each valid or one error naming its line") {
@@ -215,7 +209,8 @@ TEST_CASE("--set: 400 assignments of bad values to every field, each applied and
 
 TEST_CASE("checkpoints: 250 damaged roots, each loading an intact checkpoint or reporting the damage") {
   Rng rng(99);
-  const fs::path work = scratch("ckpt");
+  const testing::ScratchDir scratch("fuzz-ckpt");
+  const fs::path work = scratch.path();
   const fs::path good = work / "good";
   for (int64_t step : {4, 8}) ckpt::testing::save_test_checkpoint(good.string(), step, 2, 1, 0);
   std::vector<fs::path> files;
@@ -281,12 +276,12 @@ TEST_CASE("checkpoints: 250 damaged roots, each loading an intact checkpoint or 
   }
   MESSAGE("checkpoints: " << fell_back << " of 250 fell back to step 4");
   CHECK(fell_back > 50);
-  fs::remove_all(work);
 }
 
 TEST_CASE("datasets: 250 damaged .idx/.bin pairs, each refused naming the file or read within bounds") {
   Rng rng(5);
-  const fs::path work = scratch("data");
+  const testing::ScratchDir scratch("fuzz-data");
+  const fs::path work = scratch.path();
   const std::string good = (work / "good").string();
   {
     data::IndexedDatasetWriter w(good, data::TokenDType::UInt16, 300);
@@ -340,7 +335,6 @@ TEST_CASE("datasets: 250 damaged .idx/.bin pairs, each refused naming the file o
   }
   MESSAGE("datasets: " << refused << " refused, " << opened << " opened");
   CHECK(refused > 100);
-  fs::remove_all(work);
 }
 
 TEST_CASE("command lines: 200 malformed supervisor invocations, each a non-zero exit with one message") {
@@ -353,7 +347,8 @@ TEST_CASE("command lines: 200 malformed supervisor invocations, each a non-zero 
   const std::vector<std::string> values = {"", "=", "a=b", "model.width=", "model.nope=1", "model.width=-4",
                                            "x@y", "stage/dp9/pp0/tp0@1:forward:kill", "1,2,x", "-5", "1e999",
                                            "/dev/zero", "/nonexistent", "/tmp", "--set", "nan", "\xff\xfe"};
-  const fs::path work = scratch("cli");
+  const testing::ScratchDir scratch("fuzz-cli");
+  const fs::path work = scratch.path();
   int n = 0;
   for (int i = 0; i < 200; ++i) {
     std::vector<std::string> argv = {TROUPE_SUPERVISOR_BIN};
@@ -390,5 +385,4 @@ TEST_CASE("command lines: 200 malformed supervisor invocations, each a non-zero 
     ++n;
   }
   CHECK(n == 200);
-  fs::remove_all(work);
 }

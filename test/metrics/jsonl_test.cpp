@@ -10,10 +10,10 @@
 #include "metrics/files.h"
 #include "metrics/json_records.h"
 #include "metrics/jsonl_log.h"
-#include "test/metrics/temp_dir.h"
+#include "test/support/scratch_dir.h"
 
 using namespace troupe::metrics;
-using troupe::metrics::testing::TempDir;
+using troupe::testing::ScratchDir;
 
 namespace {
 
@@ -88,7 +88,7 @@ TEST_CASE("step record JSON: fields, derived throughput, non-finite values") {
 }
 
 TEST_CASE("metrics.jsonl: one object per line, every kind of event, read back in order") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string path = dir / "metrics.jsonl";
   {
     JsonlLog log(path);
@@ -139,7 +139,7 @@ TEST_CASE("metrics.jsonl: one object per line, every kind of event, read back in
 }
 
 TEST_CASE("metrics.jsonl: a crash mid-line loses only that line; reopening repairs and continues") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string path = dir / "metrics.jsonl";
   {
     JsonlLog log(path);
@@ -163,7 +163,7 @@ TEST_CASE("metrics.jsonl: a crash mid-line loses only that line; reopening repai
 }
 
 TEST_CASE("metrics.jsonl: a file that is only a torn line is emptied on reopen") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string path = dir / "metrics.jsonl";
   append_raw(path, "{\"type\":");
   JsonlLog log(path);
@@ -173,7 +173,7 @@ TEST_CASE("metrics.jsonl: a file that is only a torn line is emptied on reopen")
 }
 
 TEST_CASE("read_jsonl names the file and line of a bad line") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string path = dir / "bad.jsonl";
   append_raw(path, "{\"type\":\"step\"}\n\n[1,2]\n");
   CHECK_THROWS_WITH_AS(read_jsonl(path), (path + ":3: expected a JSON object, got [1,2]").c_str(), MetricsError);
@@ -187,7 +187,7 @@ TEST_CASE("read_jsonl names the file and line of a bad line") {
 }
 
 TEST_CASE("write_file_atomic replaces the whole file and leaves no temporary behind") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string path = dir / "config.textproto";
   write_file_atomic(path, "model { layers: 2 }\n");
   CHECK(read_file(path) == "model { layers: 2 }\n");

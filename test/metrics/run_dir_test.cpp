@@ -6,10 +6,10 @@
 #include "metrics/error.h"
 #include "metrics/files.h"
 #include "metrics/run_dir.h"
-#include "test/metrics/temp_dir.h"
+#include "test/support/scratch_dir.h"
 
 using namespace troupe::metrics;
-using troupe::metrics::testing::TempDir;
+using troupe::testing::ScratchDir;
 namespace fs = std::filesystem;
 
 TEST_CASE("run directory layout paths") {
@@ -25,7 +25,7 @@ TEST_CASE("run directory layout paths") {
 }
 
 TEST_CASE("prepare_run_dir creates the folders and copies the config") {
-  TempDir tmp;
+  ScratchDir tmp;
   const std::string root = tmp / "runs/exp1";
   const auto p = prepare_run_dir(root, "model { layers: 2 }\n");
   CHECK_FALSE(p.existed);
@@ -51,7 +51,7 @@ TEST_CASE("prepare_run_dir creates the folders and copies the config") {
 }
 
 TEST_CASE("prepare_run_dir names the path that is in the way") {
-  TempDir tmp;
+  ScratchDir tmp;
   const std::string file = tmp / "a_file";
   std::ofstream(file) << "x";
   CHECK_THROWS_WITH_AS(prepare_run_dir(file, ""), (file + ": exists and is not a directory").c_str(), MetricsError);

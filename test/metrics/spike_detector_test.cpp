@@ -6,10 +6,10 @@
 #include "metrics/error.h"
 #include "metrics/jsonl_log.h"
 #include "metrics/spike_detector.h"
-#include "test/metrics/temp_dir.h"
+#include "test/support/scratch_dir.h"
 
 using namespace troupe::metrics;
-using troupe::metrics::testing::TempDir;
+using troupe::testing::ScratchDir;
 
 namespace {
 
@@ -140,7 +140,7 @@ TEST_CASE("spike options are checked") {
 }
 
 TEST_CASE("spike records go to spikes.jsonl and teach a resumed run's detector") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string path = dir / "spikes.jsonl";
   SpikeDetector det({4, 2.0, 2});
   det.observe(make_detail(1, 2.0, 0));

@@ -16,10 +16,10 @@
 #include "metrics/files.h"
 #include "metrics/tensorboard_writer.h"
 #include "metrics/tfrecord.h"
-#include "test/metrics/temp_dir.h"
+#include "test/support/scratch_dir.h"
 
 using namespace troupe::metrics;
-using troupe::metrics::testing::TempDir;
+using troupe::testing::ScratchDir;
 namespace tb = troupe::tensorboard;
 
 namespace {
@@ -69,7 +69,7 @@ TEST_CASE("event file name follows TensorFlow's pattern") {
 }
 
 TEST_CASE("event file: version header, one summary per step, all scalars, CRCs check") {
-  TempDir dir;
+  ScratchDir dir;
   {
     EventFileWriter w(dir.path(), 1700000000.25);
     for (int i = 1; i <= 3; ++i) w.step(make_step(i));
@@ -123,7 +123,7 @@ TEST_CASE("event file: version header, one summary per step, all scalars, CRCs c
 }
 
 TEST_CASE("two writers in the same second get distinct, ordered file names") {
-  TempDir dir;
+  ScratchDir dir;
   EventFileWriter a(dir.path(), 1700000000.0);
   EventFileWriter b(dir.path(), 1700000000.9);
   const auto files = event_files(dir.path());
@@ -135,7 +135,7 @@ TEST_CASE("two writers in the same second get distinct, ordered file names") {
 }
 
 TEST_CASE("TensorBoard's own reader parses the event files (skips without the tensorboard package)") {
-  TempDir dir;
+  ScratchDir dir;
   {
     // A run that restarts from the checkpoint of step 3 after reaching step 5: the
     // second process writes a new file, a session START at 4, then steps 4..6 anew.

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "test/util/scratch_dir.h"
+#include "test/support/scratch_dir.h"
 #include "util/durable_file.h"
 
 using namespace troupe::util;
@@ -115,24 +115,24 @@ TEST_CASE("a crash before the rename leaves the old file intact and no temporary
   durable_file_hooks().before_rename = crash_before_rename;
   CHECK_THROWS_WITH_AS(write_file_atomically(s / "latest", "step_00000002\n"), "crash before rename", std::runtime_error);
   CHECK(slurp(s / "latest") == "step_00000001\n");
-  CHECK(entries(s.dir) == std::vector<std::string>{"latest"});
+  CHECK(entries(s.path()) == std::vector<std::string>{"latest"});
 
   // A writer given up without commit() removes its temporary; the target is untouched.
   {
     AtomicFileWriter w(s / "latest");
     w.write("partial");
     CHECK(fs::exists(w.temp_path()));
-    CHECK(fs::path(w.temp_path()).parent_path() == s.dir);
+    CHECK(fs::path(w.temp_path()).parent_path() == fs::path(s.path()));
     CHECK(w.temp_path() != s / "latest");
   }
-  CHECK(entries(s.dir) == std::vector<std::string>{"latest"});
+  CHECK(entries(s.path()) == std::vector<std::string>{"latest"});
   CHECK(slurp(s / "latest") == "step_00000001\n");
 
   // A failed write likewise.
   durable_file_hooks() = DurableFileHooks{};
   durable_file_hooks().write = failing_write;
   CHECK_THROWS_AS(write_file_atomically(s / "latest", "x"), FileError);
-  CHECK(entries(s.dir) == std::vector<std::string>{"latest"});
+  CHECK(entries(s.path()) == std::vector<std::string>{"latest"});
 }
 
 TEST_CASE("temporary names are unique, so two writers of one target never share one") {
@@ -144,7 +144,7 @@ TEST_CASE("temporary names are unique, so two writers of one target never share 
   a.commit();
   b.commit();
   CHECK(slurp(s / "t") == "b");
-  CHECK(entries(s.dir) == std::vector<std::string>{"t"});
+  CHECK(entries(s.path()) == std::vector<std::string>{"t"});
 }
 
 TEST_CASE("the folder is fsynced after the rename, and by fsync_dir") {
@@ -153,7 +153,7 @@ TEST_CASE("the folder is fsynced after the rename, and by fsync_dir") {
   g_fsynced_dirs.clear();
   durable_file_hooks().after_dir_fsync = record_dir_fsync;
   write_file_atomically(s / "f", "x");
-  CHECK(g_fsynced_dirs == std::vector<std::string>{s.dir.string()});
+  CHECK(g_fsynced_dirs == std::vector<std::string>{s.path()});
   fsync_parent_dir("relative-name");
   CHECK(g_fsynced_dirs.back() == ".");
   CHECK(parent_dir("a/b") == "a");
