@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "acceptance/ladder.h"
+#include "apps/supervisor/cli_args.h"
 #include "apps/supervisor/config_args.h"
 #include "metrics/run_dir.h"
 
@@ -40,38 +41,23 @@ const char* kOptions =
 
 int acceptance_main(int argc, char** argv) {
   ConfigArgs config_args;
-  po::options_description options;
-  po::positional_options_description positional;
-  add_config_options(options, positional, config_args);
+  CommandLine cmd("acceptance");
+  add_config_options(cmd.options, cmd.positional, config_args);
   std::string out;
   int max_ranks = 64;
-  options.add_options()("out", po::value<std::string>(&out))("max-ranks", po::value<int>(&max_ranks))("quiet", "")(
+  cmd.options.add_options()("out", po::value<std::string>(&out))("max-ranks", po::value<int>(&max_ranks))("quiet", "")(
       "break-loss-normalization", "")("help,h", "");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "supervisor acceptance: %s (see supervisor acceptance --help)\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::printf("%s%s%s", kUsage, config_options_help(), kOptions);
-    return 0;
-  }
-  if (max_ranks < 1) {
-    std::fprintf(stderr, "supervisor acceptance: --max-ranks %d: must be at least 1\n", max_ranks);
-    return 2;
-  }
+  if (const auto status = cmd.parse(argc, argv, std::string(kUsage) + config_options_help() + kOptions)) return *status;
+  if (max_ranks < 1) return cmd.usage_error("--max-ranks " + std::to_string(max_ranks) + ": must be at least 1");
   const LoadedConfig loaded = load_config(config_args);
   acceptance::AcceptanceOptions o;
   o.out_dir = out.empty() ? metrics::run_dir_layout(loaded.config.logging().run_dir()).acceptance : out;
   o.config_source = loaded.describe();
   o.max_ranks = max_ranks;
   // Test-only (not in --help): the loss-normalization section averages microbatch means.
-  o.break_loss_normalization = vm.count("break-loss-normalization") > 0;
-  o.console = vm.count("quiet") ? nullptr : stdout;
-  if (vm.count("quiet")) spdlog::set_level(spdlog::level::off);  // the runtime's own log lines too
+  o.break_loss_normalization = cmd.has("break-loss-normalization");
+  o.console = cmd.has("quiet") ? nullptr : stdout;
+  if (cmd.has("quiet")) spdlog::set_level(spdlog::level::off);  // the runtime's own log lines too
   return acceptance::exit_status(acceptance::run_acceptance(loaded.config, o));
 }
 

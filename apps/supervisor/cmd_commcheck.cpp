@@ -24,6 +24,7 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include "apps/supervisor/cli_args.h"
 #include "apps/supervisor/config_args.h"
 #include "comm/gloo_check.h"
 #include "comm/gloo_groups.h"
@@ -242,10 +243,9 @@ int run_workers(int argc, char** argv, int ranks, const Options& o, const std::s
 int commcheck_main(int argc, char** argv) {
   ConfigArgs config_args;
   Options o;
-  po::options_description options;
-  po::positional_options_description positional;
-  add_config_options(options, positional, config_args);
-  options.add_options()
+  CommandLine cmd("commcheck");
+  add_config_options(cmd.options, cmd.positional, config_args);
+  cmd.options.add_options()
       ("full", po::bool_switch(&o.full))
       ("reduction", po::value<std::string>(&o.reduction))
       ("host", po::value<std::string>(&o.host))
@@ -257,20 +257,10 @@ int commcheck_main(int argc, char** argv) {
       ("job-dir", po::value<std::string>(&o.job_dir))
       ("parent-pid", po::value<int64_t>(&o.parent_pid))
       ("help,h", "");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "supervisor commcheck: %s (see supervisor commcheck --help)\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::printf("%s%s%s", kUsage, config_options_help(), kCheckOptions);
-    return 0;
-  }
+  if (const auto status = cmd.parse(argc, argv, std::string(kUsage) + config_options_help() + kCheckOptions))
+    return *status;
   if (o.timeout_ms <= 0) throw std::invalid_argument(fmt::format("--timeout {}: must be positive", o.timeout_ms));
-  if (!vm.count("deadline")) o.deadline_s = o.full ? 1800 : 300;
+  if (!cmd.has("deadline")) o.deadline_s = o.full ? 1800 : 300;
   if (o.deadline_s <= 0) throw std::invalid_argument(fmt::format("--deadline {}: must be positive", o.deadline_s));
   if (o.max_ranks < 2) throw std::invalid_argument(fmt::format("--max-ranks {}: must be at least 2", o.max_ranks));
   comm::parse_reduction(o.reduction);  // one clear error before anything starts

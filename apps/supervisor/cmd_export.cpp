@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/supervisor/cli_args.h"
 #include "ckpt/hf_export.h"
 #include "ckpt/reader.h"
 
@@ -30,26 +31,14 @@ const char* kUsage =
 
 int export_main(int argc, char** argv) {
   std::string dir, out;
-  po::options_description options;
-  options.add_options()
+  CommandLine cmd("export");
+  cmd.options.add_options()
       ("dir", po::value<std::string>(&dir))
       ("out", po::value<std::string>(&out))
       ("transformer-prefix", "")
       ("help,h", "");
-  po::positional_options_description positional;
-  positional.add("dir", 1);
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "supervisor export: %s (see supervisor export --help)\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
+  cmd.positional.add("dir", 1);
+  if (const auto status = cmd.parse(argc, argv, kUsage)) return *status;
   if (dir.empty() || out.empty()) {
     std::fprintf(stderr, "supervisor export: CKPT_DIR and --out DIR are required\n\n%s", kUsage);
     return 2;
@@ -58,7 +47,7 @@ int export_main(int argc, char** argv) {
   const ckpt::Checkpoint checkpoint = ckpt::open_checkpoint_path(dir, &report);
   for (const auto& line : report) std::fprintf(stderr, "supervisor export: %s\n", line.c_str());
   ckpt::HfExportOptions o;
-  o.transformer_prefix = vm.count("transformer-prefix") > 0;
+  o.transformer_prefix = cmd.has("transformer-prefix");
   const auto result = ckpt::export_hf_gpt2(checkpoint, out, o);
   std::printf("exported %s (step %lld): %d tensors, %lld parameters\n  %s\n  %s\n",
               checkpoint.dir().c_str(), static_cast<long long>(checkpoint.step()), result.tensors,

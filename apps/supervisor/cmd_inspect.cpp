@@ -5,6 +5,7 @@
 #include <iostream>
 #include <string>
 
+#include "apps/supervisor/cli_args.h"
 #include "ckpt/inspect.h"
 
 namespace troupe::cli {
@@ -29,33 +30,21 @@ const char* kUsage =
 
 int inspect_main(int argc, char** argv) {
   std::string dir;
-  po::options_description options;
-  options.add_options()
+  CommandLine cmd("inspect");
+  cmd.options.add_options()
       ("dir", po::value<std::string>(&dir))
       ("config", "")
       ("no-assemble", "")
       ("help,h", "");
-  po::positional_options_description positional;
-  positional.add("dir", 1);
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "supervisor inspect: %s (see supervisor inspect --help)\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
+  cmd.positional.add("dir", 1);
+  if (const auto status = cmd.parse(argc, argv, kUsage)) return *status;
   if (dir.empty()) {
     std::fputs(kUsage, stderr);
     return 2;
   }
   ckpt::InspectOptions o;
-  o.show_config = vm.count("config") > 0;
-  o.assemble = vm.count("no-assemble") == 0;
+  o.show_config = cmd.has("config");
+  o.assemble = !cmd.has("no-assemble");
   return ckpt::inspect_checkpoint(dir, std::cout, std::cerr, o);
 }
 

@@ -16,6 +16,7 @@
 #include <boost/program_options.hpp>
 #include <google/protobuf/text_format.h>
 
+#include "apps/supervisor/cli_args.h"
 #include "apps/supervisor/config_args.h"
 #include "apps/supervisor/update_json.h"
 #include "config/derived.h"
@@ -105,26 +106,15 @@ int inspect_update_main(int argc, char** argv) {
   ConfigArgs config_args;
   std::string init_path, out_dir;
   int threads = 0;
-  po::options_description options;
-  po::positional_options_description positional;
-  add_config_options(options, positional, config_args);
-  options.add_options()
+  CommandLine cmd("inspect-update");
+  add_config_options(cmd.options, cmd.positional, config_args);
+  cmd.options.add_options()
       ("init", po::value<std::string>(&init_path))
       ("out", po::value<std::string>(&out_dir))
       ("threads", po::value<int>(&threads))
       ("help,h", "");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "supervisor inspect-update: %s (see supervisor inspect-update --help)\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::printf("%s%s%s", kUsage, config_options_help(), kOwnOptions);
-    return 0;
-  }
+  if (const auto status = cmd.parse(argc, argv, std::string(kUsage) + config_options_help() + kOwnOptions))
+    return *status;
   const LoadedConfig loaded = load_config(config_args);
   const Config& cfg = loaded.config;
   if (cfg.device().type() != DeviceConfig::CPU)

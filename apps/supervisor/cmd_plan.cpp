@@ -8,6 +8,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "apps/supervisor/cli_args.h"
 #include "apps/supervisor/config_args.h"
 #include "config/error.h"
 #include "config/validate.h"
@@ -62,28 +63,17 @@ int64_t positive_count(const std::string& option, const std::string& text) {
 int plan_main(int argc, char** argv) {
   ConfigArgs config_args;
   std::string gpus, throughput, efficiency, scaling, budget;
-  po::options_description options;
-  po::positional_options_description positional;
-  add_config_options(options, positional, config_args);
-  options.add_options()
+  CommandLine cmd("plan");
+  add_config_options(cmd.options, cmd.positional, config_args);
+  cmd.options.add_options()
       ("gpus", po::value<std::string>(&gpus))
       ("throughput", po::value<std::string>(&throughput))
       ("calendar-efficiency", po::value<std::string>(&efficiency))
       ("scaling", po::value<std::string>(&scaling))
       ("token-budget", po::value<std::string>(&budget))
       ("help,h", "");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "supervisor plan: %s (see supervisor plan --help)\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::printf("%s%s%s", kUsage, config_options_help(), kPlanOptions);
-    return 0;
-  }
+  if (const auto status = cmd.parse(argc, argv, std::string(kUsage) + config_options_help() + kPlanOptions))
+    return *status;
 
   LoadedConfig loaded = load_config(config_args);
   sched::PlanInputs in;

@@ -4,12 +4,13 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <boost/program_options.hpp>
 
+#include "apps/supervisor/cli_args.h"
 #include "data/corpus_reader.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -21,13 +22,15 @@ int prepare_data_main(int argc, char** argv) {
   std::vector<std::string> inputs;
   std::string output, tokenizer, vocab, merges, format;
   uint64_t shuffle_seed = 0;
-  po::options_description opts(
+  CommandLine cmd("prepare-data",
       "usage: supervisor prepare-data --input PATH... --output PREFIX [options]\n\n"
       "Tokenizes documents, appends EOD to each, and writes PREFIX.bin + PREFIX.idx in\n"
       "Megatron-LM's indexed dataset format (uint16 tokens when the vocabulary has\n"
       "fewer than 65500 entries, int32 otherwise). Output is written to temporary\n"
       "names and renamed into place at the end.\n\noptions");
-  opts.add_options()
+  cmd.ignore_positional = true;
+  cmd.error_shows_help = true;
+  cmd.options.add_options()
       ("help,h", "show this help")
       ("input,i", po::value(&inputs)->multitoken()->required(),
        "input files, or directories (their regular files, sorted; not symlinks)")
@@ -42,27 +45,18 @@ int prepare_data_main(int argc, char** argv) {
       ("shuffle-seed", po::value(&shuffle_seed),
        "write documents in an order shuffled with this seed (holds them in memory)")
       ("quiet,q", "no progress lines");
-  po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) {
-      std::cout << opts << "\n";
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::cerr << argv[0] << ": " << e.what() << "\n\n" << opts << "\n";
-    return 2;
-  }
+  std::ostringstream help;
+  help << cmd.options << "\n";
+  if (const auto status = cmd.parse(argc, argv, help.str())) return *status;
 
   data::PrepareOptions o;
   o.inputs = inputs;
   o.output_prefix = output;
   o.format = data::parse_input_format(format);
-  if (vm.count("shuffle-seed")) o.shuffle_seed = shuffle_seed;
+  if (cmd.has("shuffle-seed")) o.shuffle_seed = shuffle_seed;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   double last_line = -10;
-  if (!vm.count("quiet")) {
+  if (!cmd.has("quiet")) {
     o.progress = [&](const data::PrepareProgress& p) {
       // Only inputs that take a while get progress lines. On a terminal the line
       // updates in place; in logs, one line every 5 s.

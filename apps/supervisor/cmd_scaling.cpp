@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "acceptance/scaling.h"
+#include "apps/supervisor/cli_args.h"
 #include "apps/supervisor/config_args.h"
 #include "metrics/run_dir.h"
 
@@ -39,29 +40,14 @@ const char* kOptions =
 
 int scaling_main(int argc, char** argv) {
   ConfigArgs config_args;
-  po::options_description options;
-  po::positional_options_description positional;
-  add_config_options(options, positional, config_args);
+  CommandLine cmd("scaling");
+  add_config_options(cmd.options, cmd.positional, config_args);
   std::string dp, out;
   int steps = 4, warmup = 2;
-  options.add_options()("dp", po::value<std::string>(&dp))("steps", po::value<int>(&steps))(
+  cmd.options.add_options()("dp", po::value<std::string>(&dp))("steps", po::value<int>(&steps))(
       "warmup", po::value<int>(&warmup))("out", po::value<std::string>(&out))("quiet", "")("help,h", "");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "supervisor scaling: %s (see supervisor scaling --help)\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::printf("%s%s%s", kUsage, config_options_help(), kOptions);
-    return 0;
-  }
-  if (dp.empty()) {
-    std::fprintf(stderr, "supervisor scaling: --dp is required (e.g. --dp 1,2,4)\n");
-    return 2;
-  }
+  if (const auto status = cmd.parse(argc, argv, std::string(kUsage) + config_options_help() + kOptions)) return *status;
+  if (dp.empty()) return cmd.usage_error("--dp is required (e.g. --dp 1,2,4)");
   const LoadedConfig loaded = load_config(config_args);
   acceptance::ScalingOptions o;
   o.data_parallel = acceptance::parse_dp_list(dp);
@@ -69,8 +55,8 @@ int scaling_main(int argc, char** argv) {
   o.warmup = warmup;
   o.out_dir = out.empty() ? (metrics::run_dir_layout(loaded.config.logging().run_dir()).root + "/scaling") : out;
   o.config_source = loaded.describe();
-  o.console = vm.count("quiet") ? nullptr : stdout;
-  if (vm.count("quiet")) spdlog::set_level(spdlog::level::off);  // the runtime's own log lines too
+  o.console = cmd.has("quiet") ? nullptr : stdout;
+  if (cmd.has("quiet")) spdlog::set_level(spdlog::level::off);  // the runtime's own log lines too
   acceptance::run_scaling(loaded.config, o);
   return 0;
 }
