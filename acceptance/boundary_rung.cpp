@@ -1,4 +1,4 @@
-// Rung 1, boundary masks (seed article 18, "First"): on windows of the acceptance
+// Rung 1, boundary masks (docs/acceptance.md, part "First"): on windows of the acceptance
 // dataset packed by the data library, the whole small model checks
 //   - document-mask invariance: replace the first document of a two-document window
 //     (same length, same positions and segments); the second document's logits do not

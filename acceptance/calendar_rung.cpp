@@ -1,9 +1,9 @@
-// Rung 4, the calendar (seed article 18, "Put measured speed back on the calendar"):
-// steady throughput measured over a window of updates after a warm-up, then days to
-// the config's token budget with sched::calendar, the calendar efficiency
-// (logging.calendar_efficiency) applied once: the throughput is non-padding input
-// tokens per second of step time, which excludes checkpoints, evaluation and restarts,
-// so those losses are what the efficiency stands for.
+// Rung 4, the calendar (docs/acceptance.md, part "Put measured speed back on the
+// calendar"): steady throughput measured over a window of updates after a warm-up,
+// then days to the config's token budget with sched::calendar, the calendar
+// efficiency (logging.calendar_efficiency) applied once: the throughput is non-padding
+// input tokens per second of step time, which excludes checkpoints, evaluation and
+// restarts, so those losses are what the efficiency stands for.
 //
 // For the small model always; for the config's own model only when it was measured
 // itself (it is small enough for this CPU: acceptance::cpu_sized). The small model's

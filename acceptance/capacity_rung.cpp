@@ -1,4 +1,4 @@
-// Rung 2, capacity (seed article 18, "Third"): what each stage rank holds through a
+// Rung 2, capacity (docs/acceptance.md, part "Third"): what each stage rank holds through a
 // whole step, measured by its devices' allocation counters, against the ledger.
 //
 // The planner's ledger (sched/planner.h main_state_bytes_per_gpu) is the GPU's: bf16

@@ -1,4 +1,4 @@
-// The acceptance dataset (seed article 18, "First"): a few dozen readable documents
+// The acceptance dataset (docs/acceptance.md, part "First"): a few dozen readable documents
 // built so that packing with pad_to_boundary produces each case the boundary rules
 // must handle, in a fixed rhythm of five windows per group (T = seq_length):
 //

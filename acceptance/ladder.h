@@ -1,7 +1,7 @@
 // The acceptance ladder as one call (behind `supervisor acceptance`): derive the small
 // model from a config, write the acceptance dataset, run every rung in order, print
 // each section's PASS / FAIL with its numbers as it finishes, and write report.md and
-// report.json. Rungs (seed article 18's evidence table):
+// report.json. Rungs (docs/acceptance.md, the evidence table):
 //   1 small-model correctness: boundary masks, loss normalization, DP / PP / TP /
 //     combined parity with the single-device reference
 //   2 capacity: memory per stage rank against the ledger

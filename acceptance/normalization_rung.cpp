@@ -1,5 +1,5 @@
-// Rung 1, loss normalization (seed article 18: "simply averaging every microbatch's
-// loss" is the subtle mistake). The small model's first global batch (up to 64
+// Rung 1, loss normalization (docs/acceptance.md, part "First": a plain average of
+// the microbatch losses is the subtle mistake to catch). The small model's first global batch (up to 64
 // windows), ordered by loss-bearing tokens so its microbatches differ as much as the
 // data allows, is computed two ways from the same initial weights:
 //   one microbatch holding every window, and

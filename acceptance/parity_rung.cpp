@@ -1,4 +1,4 @@
-// Rung 1, parallel parity (seed article 18, "Second"): the same data, initial weights
+// Rung 1, parallel parity (docs/acceptance.md, part "Second"): the same data, initial weights
 // and global batch through the actor runtime in each parallel layout, against the
 // single-device reference trainer fed the same microbatches, after
 // tol::kParityUpdates updates: every step's loss, loss-bearing tokens, gradient norm,

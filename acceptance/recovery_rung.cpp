@@ -1,4 +1,4 @@
-// Rung 3, save / fail / recover (seed article 18, "Fifth"), on the small model:
+// Rung 3, save / fail / recover (docs/acceptance.md, part "Fifth"), on the small model:
 //   kill a stage: checkpoints every 2 updates, the last stage of the last replica
 //     killed in the backward of update 4; the training group restarts from update
 //     2's checkpoint and finishes. Against the same run without the fault: the next

@@ -1,4 +1,4 @@
-// The rungs of the acceptance ladder (seed article 18's evidence table). Each
+// The rungs of the acceptance ladder (docs/acceptance.md: the evidence table). Each
 // function runs its part on the small model (acceptance/small_config.h) and returns
 // sections with their checks decided; the ladder (acceptance/ladder.h) orders them,
 // prints them and writes the report.

@@ -1,4 +1,4 @@
-// The scaling sweep (behind `supervisor scaling`, seed article 18 "Fourth"): the same
+// The scaling sweep (behind `supervisor scaling`, docs/acceptance.md, part "Fourth"): the same
 // global batch at several data-parallel sizes, each run warmed up first, steady
 // tokens/s measured over a stated window, and the table of speed-up and scaling
 // efficiency of each size against the previous one (sched::scaling_step), as the

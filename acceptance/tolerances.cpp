@@ -27,7 +27,7 @@ std::vector<std::string> describe() {
                   kMaskControlMin),
       "padding: loss and every gradient bitwise identical whatever the padding positions hold (0 elements differ)",
       "save / recover: losses, LR, sample IDs, counters, weights and Adam moments bitwise identical to the "
-      "uninterrupted run (CPU determinism contract, DESIGN.md section 4)",
+      "uninterrupted run (CPU determinism contract, docs/numerics.md)",
   };
 }
 

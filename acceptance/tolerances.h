@@ -1,6 +1,6 @@
 // Every tolerance of the acceptance ladder, fixed here before any run and never
-// widened after a failure (seed article 18: "it cannot be relaxed afterward merely to
-// let an error pass"). The report lists them with the reasons below.
+// widened after a failure to let a difference pass (docs/acceptance.md, "Where the
+// rungs come from"). The report lists them with the reasons below.
 //
 // Where they come from. The CPU computes in fp32 (unit roundoff 6e-8). Parallel
 // layouts and accumulation change only the ASSOCIATION of fp32 sums: gradients of

@@ -36,7 +36,7 @@ struct MetricsState {
 
 using Self = caf::stateful_actor<MetricsState>;
 
-// The calendar from the measured throughput (DESIGN.md section 7's arithmetic):
+// The calendar from the measured throughput (docs/planner.md, "Calendar"):
 // the step-time rate excludes checkpoint waits and evaluation, so the calendar
 // efficiency is applied to it once; the wall-clock rate already includes every
 // loss, so it is not applied again.

@@ -116,7 +116,7 @@ Config make_config(const Args& a) {
 
 // Packed rows: documents of geometric length (mean 512) end with EOD (= vocab - 1);
 // positions restart per document; the prediction across a document boundary carries
-// no loss (DESIGN.md section 4).
+// no loss (docs/numerics.md, "Packed windows").
 std::vector<data::Microbatch> make_batch(const Args& a, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> tok(0, a.vocab - 2);

@@ -1,4 +1,4 @@
-// Fault injection (DESIGN.md section 5): the config's faults (and --inject ones)
+// Fault injection (docs/runtime.md, "Fault injection"): the config's faults (and --inject ones)
 // as a plan every actor consults at its phase points. A fault fires once per run,
 // whatever restarts follow, so a recovered run continues instead of failing again.
 //

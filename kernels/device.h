@@ -199,7 +199,7 @@ class Device {
                                            int N, int V, int ld, int vocab_begin);
 
   // ---- optimizer --------------------------------------------------------------
-  // One decoupled AdamW step on n elements (DESIGN.md section 4):
+  // One decoupled AdamW step on n elements (docs/numerics.md, "AdamW"):
   //   g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
   //   param = param * (1 - lr*wd) - lr * (m / bc1) / (sqrt(v / bc2) + eps)
   virtual void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,

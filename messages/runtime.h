@@ -1,6 +1,6 @@
 // The typed messages of the training runtime, declared in one place.
 //
-// One step as data (DESIGN.md section 3):
+// One step as data (docs/ARCHITECTURE.md; every message: docs/runtime.md):
 //   coordinator --RunStep--> stages (an evaluation pass's also to the loaders)
 //   loader[dp] --MicrobatchReady--> stage[dp][*]          (one handle, every stage of the replica)
 //   stage[dp][p] --ActivationsReady--> stage[dp][p+1]      (forward)

@@ -10,7 +10,8 @@
 
 namespace troupe::metrics {
 
-// One optimizer update, successful or skipped (DESIGN.md section 4).
+// One optimizer update, successful or skipped (docs/numerics.md: "Loss of a step",
+// "Clipping and skipped updates").
 struct StepRecord {
   int64_t step = 0;              // update index, 1-based; skipped updates count
   int64_t consumed_samples = 0;  // samples read so far, this step's included (Megatron's counter)

@@ -1,4 +1,4 @@
-// AdamW over a contiguous range of a stage's flat buffers (DESIGN.md section 4):
+// AdamW over a contiguous range of a stage's flat buffers (docs/numerics.md, "AdamW"):
 //   g = grad * clip_factor;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p = p * (1 - lr * wd) - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 // with wd = optimizer.weight_decay for the decay group and 0 for the no-decay group

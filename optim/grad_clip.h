@@ -1,4 +1,5 @@
-// The global gradient norm and what it decides (DESIGN.md section 4): one L2 norm
+// The global gradient norm and what it decides (docs/numerics.md, "Clipping and
+// skipped updates"): one L2 norm
 // over every parameter shard on every rank, each parameter counted once; scale all
 // gradients by clip / norm when norm > clip (clip 0 disables clipping); skip the
 // update when the norm is not finite.

@@ -1,4 +1,4 @@
-// The learning-rate schedule, measured in samples (DESIGN.md section 4).
+// The learning-rate schedule, measured in samples (docs/numerics.md, "Learning-rate schedule").
 //
 //   s <= warmup:          lr(s) = warmup_init + (lr - warmup_init) * s / warmup
 //   warmup < s <= decay:  COSINE   min_lr + (lr - min_lr) * 0.5 * (1 + cos(pi * t))

@@ -1,5 +1,6 @@
-// The planner: the arithmetic of the seed articles for one config, as numbers.
-// `supervisor plan` prints them (sched/planner_report.h); tests pin them.
+// The planner: a run's arithmetic for one config, as numbers (docs/planner.md).
+// `supervisor plan` prints them (sched/planner_report.h); tests pin them against the
+// reference numbers (docs/planner.md, "The reference numbers").
 // Token counts are input tokens: samples x seq_length.
 // Counts are exact int64; a count that does not fit throws std::overflow_error naming
 // the fields and numbers it is made of (never a wrapped, negative number).

@@ -1,4 +1,4 @@
-// `supervisor acceptance`: the acceptance ladder of seed article 18 on a small model
+// `supervisor acceptance`: the acceptance ladder (docs/acceptance.md) on a small model
 // derived from CONFIG's layout (acceptance/ladder.h).
 #include <cstdio>
 #include <string>

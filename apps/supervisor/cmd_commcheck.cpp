@@ -1,4 +1,4 @@
-// `supervisor commcheck`: the network check of the seed articles, in the manner of
+// `supervisor commcheck`: the network check before a run (docs/comm.md), in the manner of
 // nccl-tests, over Gloo on CPU. One process per rank of the config's layout on this
 // machine (this binary, spawned with hidden worker flags); each checks its groups
 // (comm/gloo_check.h) and writes its rows to a job directory; this process prints them.

@@ -1,5 +1,5 @@
 // `supervisor inspect-update`: one update on one device, recorded for inspection
-// (seed article 18, "First"). Everything it writes can be recomputed independently:
+// (docs/acceptance.md, part "First"). Everything it writes can be recomputed independently:
 // tools/reference_update.py verify DIR does that with PyTorch.
 #include <fcntl.h>
 #include <unistd.h>

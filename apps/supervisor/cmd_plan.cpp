@@ -1,4 +1,4 @@
-// `supervisor plan`: the seed articles' arithmetic for a config, as tables.
+// `supervisor plan`: a config's run arithmetic as tables (docs/planner.md).
 #include <charconv>
 #include <cmath>
 #include <cstdio>

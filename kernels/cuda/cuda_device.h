@@ -1,7 +1,7 @@
 // The CUDA device: kernels::Device on one GPU, with a compute stream and a
 // communication stream, cuBLAS for every GEMM and the .cu kernels for the rest.
 //
-// Precision (DESIGN.md section 4; docs/gpu.md has the full table). The interface is
+// Precision (docs/numerics.md, "Precision"; docs/gpu.md has the full table). The interface is
 // fp32, and so is every buffer this device allocates: parameters (the fp32 master
 // weights), gradients (fp32 accumulation), Adam moments and saved activations.
 // With GemmType::kBf16 (the default) every GEMM -- the linear layers, the LM head,

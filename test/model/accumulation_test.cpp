@@ -1,4 +1,5 @@
-// Accumulation parity (seed article 18): one global batch as one microbatch, or
+// Accumulation parity (docs/numerics.md, "Loss of a step"; docs/acceptance.md, part
+// "First"): one global batch as one microbatch, or
 // split into microbatches with unequal loss-bearing token counts, gives the same
 // loss and gradients; averaging microbatch means does not.
 //

@@ -1,4 +1,5 @@
-// Test helper: packs documents into microbatches by the rules of DESIGN.md section 4,
+// Test helper: packs documents into microbatches by the rules of docs/numerics.md
+// ("Packed windows"),
 // independently of the data library. A row is a window of T + 1 tokens: documents end
 // to end, each followed by EOD, cut at the window's end (a long document simply
 // stops), then padding. Inputs are window[0:T], targets window[1:T+1]; positions

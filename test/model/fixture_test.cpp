@@ -1,4 +1,4 @@
-// The inspectable update (seed article 18, "First"): one update of a tiny GPT-2 on
+// The inspectable update (docs/acceptance.md, part "First"): one update of a tiny GPT-2 on
 // 24 packed samples (a long document across windows, two short documents in one
 // window, padding) against tools/fixtures/inspect_update, which
 // tools/reference_update.py computed independently with PyTorch in float64.

@@ -1,4 +1,4 @@
-// The loss rules of DESIGN.md section 4 at the model: per-document attention,
+// The loss rules of docs/numerics.md ("Packed windows") at the model: per-document attention,
 // padding carries neither loss nor gradient, the EOD prediction is learned.
 #include <doctest/doctest.h>
 

@@ -29,8 +29,9 @@ inline Config tiny_config() {
   return c;
 }
 
-// Two microbatches of two rows with every case of DESIGN.md section 4: two short
-// documents packed in one window, documents cut by the window end, and padding.
+// Two microbatches of two rows with every case of docs/numerics.md, "Packed windows":
+// two short documents packed in one window, documents cut by the window end, and
+// padding.
 inline std::vector<data::Microbatch> packed_batches(int T = 16) {
   std::vector<data::Microbatch> mbs = {
       pack_rows({Row{{doc_tokens(4, 1), doc_tokens(5, 2)}}, Row{{doc_tokens(40, 3)}}}, T),

@@ -1,4 +1,4 @@
-// The planner against every number of DESIGN.md section 7, computed from
+// The planner against every reference number (docs/planner.md), computed from
 // configs/seed-500b.textproto, and the two routes to that config printing one plan.
 #include <doctest/doctest.h>
 
