@@ -16,9 +16,10 @@ inline void configure_scheduler(caf::actor_system_config& cfg) {
   // Idle workers must sleep, not poll. CAF 0.17's default work stealing polls for about
   // 25 ms after each message with 50 us sleeps, and every wake-up preempts a compute
   // thread (kernels partition their work statically, so one delayed participant delays
-  // the whole op): on 2 cores a DP1 x PP1 run made 13,000 context switches a second.
-  // Work sharing waits on a condition variable (270 a second in the same run); the
-  // actors exchange a few messages per op, so one shared queue is no bottleneck.
+  // the whole op): on 2 cores that multiplied a run's context switches (the counts:
+  // docs/performance.md, "Numbers the code's comments rely on"). Work sharing waits on
+  // a condition variable; the actors exchange a few messages per op, so one shared
+  // queue is no bottleneck.
   cfg.set("scheduler.policy", caf::atom("sharing"));
 }
 

@@ -47,8 +47,8 @@ struct StageState {
   // The previous step's StageDone, held while the queued step's ops run when its RunStep
   // allows (previous_done_may_wait): sent at the end of those ops, so that the stretch
   // from one step's update to the next step's first op sends nothing. On a machine whose
-  // cores all compute, each send there wakes a thread that costs this one 20-110 us
-  // (docs/performance.md).
+  // cores all compute, each send there wakes a thread, which costs this one its time
+  // (measured: docs/performance.md, "Numbers the code's comments rely on").
   std::optional<msg::StageDone> held_done;
   Clock::time_point last_beat{};  // the last Heartbeat sent
   Clock::duration beat_period{};

@@ -50,7 +50,7 @@ struct Options {
   int threads = 2;
   std::string model;  // overhead: only this model (tiny or small); empty: both
   int pairs = 0;      // overhead: alternations per model (0: 10 for tiny, 2 for small)
-  int tiny_steps = 100;  // overhead: steps of a tiny run (a tiny step takes about 4 ms)
+  int tiny_steps = 100;  // overhead: steps of a tiny run (its step time: docs/performance.md)
   std::string run_dir = (std::filesystem::temp_directory_path() / "troupe-runtime-bench").string();
 };
 
@@ -185,8 +185,9 @@ void overhead(const Options& o) {
   for (const char* name : {"tiny", "small"}) {
     if (!o.model.empty() && o.model != name) continue;
     const bool tiny = std::string(name) == "tiny";
-    // A tiny step takes 4 ms: 100 steps a run and 10 pairs by default keep the
-    // machine's sub-second hiccups out of the medians; a small run takes 10 s.
+    // Tiny steps are short: 100 steps a run and 10 pairs by default keep the machine's
+    // sub-second hiccups out of the medians; small steps are long enough for 2 pairs
+    // (the step times: docs/performance.md, "Runtime").
     Options oo = o;
     if (tiny) oo.steps = o.tiny_steps;
     const Config c = model_config(name, oo);

@@ -70,7 +70,8 @@ class IndexedDataset {
 
   // Size and CRC-32C of the whole content of both files: what a cache built from
   // them depends on. Size and mtime alone would miss an edit that keeps both; the
-  // CRC reads every byte (about 1 ms per 5 MB from the page cache).
+  // CRC reads every byte (its cost: docs/performance.md, "Numbers the code's comments
+  // rely on").
   std::string content_fingerprint() const;
 
  private:

@@ -7,11 +7,12 @@
 namespace troupe::kernels::cpu {
 namespace {
 // Spin iterations before a worker or the caller sleeps on its condition variable:
-// long enough to catch the next kernel of a step. 4000 pauses take about 100 us on
-// this machine's EPYC (25 ns a pause; 1-10 ns on other x86 cores). A time-based 20 us
-// spin made the actor runtime's tiny steps slower here (runtime_bench: 1.07 vs 1.05 of
-// the plain loop), likely because a spinning pool keeps its vCPU awake, and a thread
-// woken onto an awake vCPU starts sooner than on a halted one.
+// long enough to catch the next kernel of a step. A pause costs very different times
+// on different x86 cores, so the spin is a count, not a time: a spin by the clock made
+// the actor runtime's tiny steps slower on the development machine, likely because a
+// spinning pool keeps its vCPU awake, and a thread woken onto an awake vCPU starts
+// sooner than on a halted one. What 4000 pauses take, and the comparison:
+// docs/performance.md, "Numbers the code's comments rely on".
 constexpr int kSpin = 4000;
 }  // namespace
 
