@@ -19,6 +19,7 @@
 #include "config/derived.h"
 #include "config/text_format.h"
 #include "sched/planner.h"
+#include "test/support/scratch_dir.h"
 
 using namespace troupe;
 using namespace troupe::acceptance;
@@ -28,11 +29,7 @@ namespace {
 
 Config default_config() { return config::load_config_file(std::string(TROUPE_SOURCE_DIR) + "/configs/default.textproto"); }
 
-fs::path fresh_dir(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("troupe-acceptance-" + name);
-  fs::remove_all(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_temp_dir("acceptance-" + name); }
 
 std::string read(const fs::path& p) {
   std::ifstream in(p);

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "test/actors/parity_check.h"
+#include "test/support/scratch_dir.h"
 #include "test/support/tiny_runtime_config.h"
 
 namespace troupe::testing::recovery {
@@ -29,9 +30,7 @@ Config base(const std::string& name, int steps) {
   c.mutable_checkpoint()->set_max_lag_steps(0);
   c.mutable_supervision()->set_max_restarts(3);
   c.mutable_supervision()->set_step_watchdog_s(30);
-  const auto dir = fs::temp_directory_path() / ("troupe-recovery-" + name);
-  fs::remove_all(dir);
-  c.mutable_logging()->set_run_dir(dir.string());
+  c.mutable_logging()->set_run_dir(fresh_temp_dir("recovery-" + name).string());
   return c;
 }
 

@@ -26,6 +26,7 @@
 #include "metrics/json.h"
 #include "test/actors/parity_check.h"
 #include "test/actors/recovery_harness.h"
+#include "test/support/scratch_dir.h"
 
 using namespace troupe;
 using namespace troupe::testing::recovery;
@@ -158,8 +159,7 @@ TEST_CASE("a failed checkpoint write is retried by the next checkpoint") {
 }
 
 TEST_CASE("a partial directory made anew is another directory, even where its inode is reused") {
-  const auto dir = fs::temp_directory_path() / "troupe-recovery-identity";
-  fs::remove_all(dir);
+  const auto dir = testing::fresh_temp_dir("recovery-identity");
   CHECK(engine::directory_identity(dir.string()).inode == 0);
   fs::create_directory(dir);
   const auto first = engine::directory_identity(dir.string());

@@ -46,6 +46,7 @@
 #include "test/actors/parity_check.h"
 #include "test/cuda/cuda_test_util.h"
 #include "test/support/fault.h"
+#include "test/support/scratch_dir.h"
 
 using namespace troupe;
 using namespace troupe::testing;
@@ -232,9 +233,7 @@ Config checkpointed(const std::string& name, int steps) {
   c.mutable_checkpoint()->set_max_lag_steps(0);
   c.mutable_checkpoint()->set_save_on_exit(true);
   c.mutable_supervision()->set_max_restarts(3);
-  const auto dir = std::filesystem::temp_directory_path() / ("troupe-runtime-cuda-ckpt-" + name);
-  std::filesystem::remove_all(dir);
-  c.mutable_logging()->set_run_dir(dir.string());
+  c.mutable_logging()->set_run_dir(fresh_temp_dir("runtime-cuda-ckpt-" + name).string());
   return c;
 }
 

@@ -33,6 +33,7 @@
 #include "model/named_tensors.h"
 #include "model/safetensors.h"
 #include "optim/reference_trainer.h"
+#include "test/support/scratch_dir.h"
 
 using namespace troupe;
 
@@ -158,8 +159,7 @@ TEST_CASE("one inspectable update matches the independent PyTorch reference") {
 
 TEST_CASE("safetensors round trip and import errors name the file and tensor") {
   // In a fresh temporary directory, never the working directory.
-  const auto dir = std::filesystem::temp_directory_path() / "troupe-fixture-test";
-  std::filesystem::remove_all(dir);
+  const auto dir = testing::fresh_temp_dir("fixture-test");
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "roundtrip.safetensors").string();
   const std::vector<float> f = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, 8.0f};

@@ -1,6 +1,7 @@
-// A fresh folder under the system's temporary directory for one test, removed with
-// everything in it when the object goes away. mkdtemp names it troupe-NAME-XXXXXX, so
-// suites of several builds running at once never share one.
+// Temporary folders for tests. ScratchDir: a fresh folder for one test, removed with
+// everything in it when the object goes away; mkdtemp names it troupe-NAME-XXXXXX, so
+// suites of several builds running at once never share one. fresh_temp_dir: a named
+// folder emptied for a run, kept afterwards so that what the run wrote can be read.
 #pragma once
 
 #include <stdlib.h>
@@ -33,5 +34,13 @@ class ScratchDir {
  private:
   std::string path_;
 };
+
+// The path troupe-NAME under the system's temporary directory, with whatever was there
+// removed (the folder itself is not created).
+inline std::filesystem::path fresh_temp_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("troupe-" + name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
 
 }  // namespace troupe::testing
