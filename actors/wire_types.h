@@ -4,8 +4,8 @@
 // under one name each. Both sides call it, so the names agree.
 //
 // Payloads: float and integer vectors are written as raw bytes (apply_raw: one
-// memcpy; CAF 0.17 would otherwise serialize each element on its own, about 13x
-// slower). Both peers must have the same byte order (x86-64 and aarch64 do).
+// memcpy; CAF 0.17 would otherwise serialize each element on its own, an order of
+// magnitude slower: docs/performance.md, "Numbers the code's comments rely on"). Both peers must have the same byte order (x86-64 and aarch64 do).
 // A microbatch travels by value. Activations and their gradients carry only their
 // shape when the payload went through the pipeline-neighbour communicator
 // (Activations::via_comm); an in-process payload that is sent to another process

@@ -25,7 +25,7 @@
 // "wte.weight" of the last stage), then both stages apply the same update. The last
 // stage's copy has counts_in_norm = false so the global norm counts wte once.
 //
-// Decay groups (DESIGN.md section 4): 2-D weights decay (wte, wpe, the four matrices
+// Decay groups (docs/numerics.md, "AdamW"): 2-D weights decay (wte, wpe, the four matrices
 // of each block); biases and 1-D parameters (LayerNorm weights and biases) do not.
 //
 // Slices: each entry records the global shape of the tensor and the slice this
