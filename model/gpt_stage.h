@@ -6,7 +6,10 @@
 //   x = x + c_proj(attn(ln_1(x)));  x = x + mlp.c_proj(gelu(mlp.c_fc(ln_2(x))))
 // then ln_f and logits = ln_f(x) wte^T over the vocab_size real rows (padded rows
 // are never predicted). Attention is causal and restricted to the token's own
-// document (Microbatch::segments).
+// document (Microbatch::segments). The stage is composed of layers
+// (model/layers, chosen by model/architecture.h): Embedding, one Block per layer
+// (norm, attention, norm, MLP), final Norm, Head and Loss; tensor and sequence
+// parallelism live inside them.
 //
 // Buffers: parameters and gradients are two flat fp32 device buffers laid out by
 // registry(). Gradients accumulate (+=) over backward calls; zero_grads() is explicit.
@@ -58,17 +61,28 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "data/batch.h"
 #include "kernels/buffer.h"
 #include "kernels/device.h"
 #include "messages/config.pb.h"
+#include "model/layers/layer.h"
+#include "model/layers/tp_context.h"
 #include "model/param_registry.h"
 #include "model/stage_range.h"
 #include "model/tensor_parallel.h"
 
 namespace troupe::model {
+
+class Block;
+namespace layers {
+class Embedding;
+class Norm;
+class Head;
+class Loss;
+}  // namespace layers
 
 struct StageLoss {
   double loss_sum = 0;      // sum of per-token losses (last stage; 0 elsewhere)
@@ -106,7 +120,7 @@ class GptStage {
   int slots() const;
   StageShape shape() const { return shape_; }
   kernels::Device& device() { return device_; }
-  const TensorParallel& tensor_parallel() const { return tp_.config(); }
+  const TensorParallel& tensor_parallel() const { return tp_.collectives().config(); }
   // Rows of the activations handed to / from neighbouring stages for a microbatch of
   // B x T: B*T, or B*T / tensor-parallel size under sequence parallelism.
   int64_t activation_rows(int B, int T) const;
@@ -115,8 +129,8 @@ class GptStage {
   // already identical).
   void reduce_tensor_parallel_grads();
   // Seconds this stage spent inside tensor-parallel collectives (reset by the caller).
-  double tp_comm_seconds() const { return tp_.seconds(); }
-  void reset_tp_comm_seconds() { tp_.reset_seconds(); }
+  double tp_comm_seconds() const { return tp_.collectives().seconds(); }
+  void reset_tp_comm_seconds() { tp_.collectives().reset_seconds(); }
 
   // Flat buffers of registry().total() floats (device memory).
   float* params() { return params_.f32(); }
@@ -164,39 +178,38 @@ class GptStage {
   int64_t scratch_floats() const { return scratch_floats_; }
   // Tensor-parallel buffers besides the scratch: ones [BT] for the QKV bias pieces and,
   // with sequence parallelism, the LayerNorm gradient staging (0 without TP).
-  int64_t tp_buffer_floats() const { return ones_.count() + ln_staging_.count(); }
+  int64_t tp_buffer_floats() const { return tp_.buffer_floats(); }
 
  private:
   struct Slot;
-  struct LayerActs;
   Slot& check_slot(int slot, const char* what);
   const Slot& check_slot(int slot, const char* what) const;
   void load_microbatch(Slot& s, const data::Microbatch& mb);
-  LayerActs layer_acts(Slot& s, int local_layer);
-  // Row-parallel output (attn.c_proj, mlp.c_proj): out[Nr, D] = residual + bias +
-  // the group's sum of inp[N, K] W[K, D] (bias and residual added once).
-  void row_parallel_forward(float* out, const float* inp, const float* w, const float* b,
-                            const float* residual, int N, int K);
-  // The partial sums of a column-parallel layer's input gradient dx[N, D] completed
-  // over the group: in place (replicated rows) or into this rank's rows (sequence).
-  float* reduce_input_grad(float* dx, int N);
+  // The slot's residual stream at block boundary l (0: the stage input), [Nr, D].
+  float* residual(Slot& s, int l) const;
+  float* block_saved(Slot& s, int l) const;
+  layers::Workspace workspace();
 
-  Config config_;
+  uint64_t seed_;
   kernels::Device& device_;
   ParameterRegistry registry_;
   StageShape shape_;
   bool last_;
-  int D_, F_, NH_, V_, Vp_, P_;
-  float ln_eps_;
-  // Tensor parallelism: T ranks (1: none), this rank's widths and vocabulary columns.
-  TpCollectives tp_;
-  int T_ = 1, Dt_, NHt_, Ft_, Vpt_, vocab_begin_ = 0, Vt_, ld_logits_;
-  bool sp_ = false;
+  int D_, V_, P_;
+  // The tensor-parallel group as the layers see it (TP = 1: every operation a no-op).
+  layers::TpContext tp_;
   kernels::Buffer params_, grads_;
+  // The layers over params_ and grads_ (model/architecture.h): the embedding on the
+  // first stage, one Block per layer of the range, final norm, head and loss on the last.
+  std::unique_ptr<layers::Embedding> embedding_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  std::unique_ptr<layers::Norm> final_norm_;
+  std::unique_ptr<layers::Head> head_;
+  std::unique_ptr<layers::Loss> loss_;
   std::vector<Slot> slots_;
-  // dres [BT, D] | dsmall [BT, D] | dbig [BT, max(3Dt, Ft, 3T)] (also the gathered
-  // cross-entropy partials); ones [BT] for the QKV pieces' bias; LayerNorm grads staging.
-  kernels::Buffer scratch_, ones_, ln_staging_;
+  // dres [BT, D] | small [BT, D] | big [BT, max(3Dt, Ft, 3T)] (Workspace; big also
+  // holds the gathered cross-entropy partials).
+  kernels::Buffer scratch_;
   // Host staging, sized once: microbatch IDs on the way in, per-token losses out.
   std::vector<int32_t> host_ints_;
   std::vector<float> host_losses_;

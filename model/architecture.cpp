@@ -1,0 +1,62 @@
+#include "model/architecture.h"
+
+#include <algorithm>
+
+#include "config/derived.h"
+
+namespace troupe::model {
+
+namespace {
+
+layers::Weight at(int64_t offset, float* params, float* grads) {
+  if (offset < 0) return {};
+  return {params + offset, grads + offset};
+}
+
+}  // namespace
+
+Architecture architecture(const Config& c, const ParameterRegistry& registry) {
+  const auto& m = c.model();
+  const int T = registry.slice().size;
+  const int D = m.width();
+  layers::VocabShard vocab;
+  vocab.begin = int(registry.vocab_begin());
+  vocab.rows = int(config::padded_vocab(c)) / T;
+  vocab.valid = std::clamp(m.vocab_size() - vocab.begin, 0, vocab.rows);
+
+  Architecture a;
+  a.embedding = {D, layers::Positions::kLearned, vocab};
+  const layers::NormConfig norm{layers::NormKind::kLayerNorm, D, m.layernorm_eps()};
+  a.block.norm = norm;
+  a.block.attention = {layers::AttentionKind::kMultiHead, D, m.heads()};
+  a.block.mlp = {layers::MlpKind::kGelu, D, int(config::ffn_width(m))};
+  a.final_norm = norm;
+  a.head = {D, vocab};
+  a.loss = {vocab};
+  return a;
+}
+
+layers::EmbeddingWeights embedding_weights(const ParameterRegistry& r, float* params, float* grads) {
+  return {at(r.wte_offset(), params, grads), at(r.wpe_offset(), params, grads)};
+}
+
+BlockWeights block_weights(const ParameterRegistry& r, int layer, float* params, float* grads) {
+  const BlockOffsets& o = r.block(layer);
+  auto w = [&](int64_t offset) { return at(offset, params, grads); };
+  BlockWeights b;
+  b.norm_1 = {w(o.ln1_w), w(o.ln1_b)};
+  b.attention = {w(o.qkv_w), w(o.qkv_b), w(o.attn_proj_w), w(o.attn_proj_b)};
+  b.norm_2 = {w(o.ln2_w), w(o.ln2_b)};
+  b.mlp = {w(o.fc_w), w(o.fc_b), w(o.fc_proj_w), w(o.fc_proj_b)};
+  return b;
+}
+
+layers::NormWeights final_norm_weights(const ParameterRegistry& r, float* params, float* grads) {
+  return {at(r.lnf_w_offset(), params, grads), at(r.lnf_b_offset(), params, grads)};
+}
+
+layers::Weight head_weight(const ParameterRegistry& r, float* params, float* grads) {
+  return at(r.wte_offset(), params, grads);
+}
+
+}  // namespace troupe::model

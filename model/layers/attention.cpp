@@ -1,0 +1,62 @@
+#include "model/layers/attention.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "model/layers/parallel_linear.h"
+
+namespace troupe::model::layers {
+
+std::unique_ptr<Attention> make_attention(const AttentionConfig& c, AttentionWeights w, TpContext& tp,
+                                          Capacity cap) {
+  switch (c.kind) {
+    case AttentionKind::kMultiHead:
+      return std::make_unique<MultiHeadAttention>(c, w, tp, cap);
+  }
+  throw std::invalid_argument("make_attention: unknown attention kind");
+}
+
+MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, AttentionWeights w, TpContext& tp, Capacity cap)
+    : w_(w), tp_(tp), cap_(cap), D_(c.width), Dt_(c.width / tp.size()), NHt_(c.heads / tp.size()) {
+  if (c.heads < 1 || c.width % c.heads != 0 || c.heads % tp.size() != 0)
+    throw std::invalid_argument("MultiHeadAttention: width " + std::to_string(c.width) + " and heads " +
+                                std::to_string(c.heads) + " do not split over " + std::to_string(tp.size()) +
+                                " tensor-parallel ranks");
+}
+
+int64_t MultiHeadAttention::saved_floats() const {
+  const int64_t n = cap_.tokens();
+  return n * 3 * Dt_ + int64_t(cap_.batch) * NHt_ * cap_.seq * cap_.seq + n * Dt_;
+}
+
+MultiHeadAttention::Saved MultiHeadAttention::carve(float* saved) const {
+  const int64_t n = cap_.tokens();
+  Carver c(saved);
+  Saved s;
+  s.qkv = c.take(n * 3 * Dt_);
+  s.att = c.take(int64_t(cap_.batch) * NHt_ * cap_.seq * cap_.seq);
+  s.y = c.take(n * Dt_);
+  return s;
+}
+
+void MultiHeadAttention::forward(float* saved, float* out, float* x, const float* residual, const int32_t* doc_start,
+                                 int B, int T, const Workspace& ws) {
+  const Saved s = carve(saved);
+  const int N = B * T;
+  column_parallel_qkv_forward(tp_, s.qkv, x, w_.qkv_w, w_.qkv_b, N, D_, Dt_);
+  tp_.device().attention_forward(s.y, s.att, s.qkv, doc_start, B, T, Dt_, NHt_);
+  row_parallel_forward(tp_, out, s.y, w_.proj_w, w_.proj_b, residual, N, Dt_, D_, ws.small);
+}
+
+float* MultiHeadAttention::backward(float* saved, float* dout, const float* x, const int32_t* doc_start, int B, int T,
+                                    const Workspace& ws) {
+  const Saved s = carve(saved);
+  const int N = B * T;
+  float* dy = ws.small;   // [N, Dt]
+  float* dqkv = ws.big;   // [N, 3Dt]
+  row_parallel_backward(tp_, dy, dout, s.y, w_.proj_w, w_.proj_b, nullptr, N, Dt_, D_);
+  tp_.device().attention_backward(dqkv, dy, s.qkv, s.att, doc_start, B, T, Dt_, NHt_);
+  return column_parallel_qkv_backward(tp_, ws.small, dqkv, x, w_.qkv_w, w_.qkv_b, N, D_, Dt_);
+}
+
+}  // namespace troupe::model::layers

@@ -1,0 +1,80 @@
+// Self-attention: causal within each token's document (Microbatch::segments give
+// doc_start), the qkv projection column-parallel by heads and the output projection
+// row-parallel (parallel_linear.h), so a rank runs its heads only.
+//
+// Multi-head attention (GPT-2) now. Grouped-query attention (kv_heads < heads) and
+// rotary positions are a second implementation of Attention selected by
+// AttentionConfig::kind, with its own weights (no biases) and saved activations; the
+// block calls it through this interface unchanged.
+#pragma once
+
+#include <memory>
+
+#include "model/layers/layer.h"
+#include "model/layers/tp_context.h"
+
+namespace troupe::model::layers {
+
+enum class AttentionKind { kMultiHead };
+
+struct AttentionConfig {
+  AttentionKind kind = AttentionKind::kMultiHead;
+  int width = 0;  // D
+  int heads = 0;  // NH over the whole group; head size D / NH
+};
+
+// qkv: c_attn, this rank's q, k, v pieces [D, Dt] each and bias [3Dt];
+// proj: c_proj, rows [Dt, D] of the row-parallel output projection and its bias [D].
+struct AttentionWeights {
+  Weight qkv_w, qkv_b, proj_w, proj_b;
+};
+
+class Attention {
+ public:
+  virtual ~Attention() = default;
+  virtual int64_t saved_floats() const = 0;
+  // Floats per token the backward needs in Workspace::big.
+  virtual int64_t scratch_width() const = 0;
+  // out[Nr, D] = residual[Nr, D] + attention(x), x[N, D] the normed input with this
+  // rank's rows filled (completed in place under SP and kept for backward).
+  virtual void forward(float* saved, float* out, float* x, const float* residual, const int32_t* doc_start, int B,
+                       int T, const Workspace& ws) = 0;
+  // dout[N, D] with this rank's rows filled (completed in place under SP); x as given
+  // to forward. Returns dx: this rank's rows [Nr, D] of d attention / d x (in ws.small),
+  // the residual's share not included.
+  virtual float* backward(float* saved, float* dout, const float* x, const int32_t* doc_start, int B, int T,
+                          const Workspace& ws) = 0;
+};
+
+std::unique_ptr<Attention> make_attention(const AttentionConfig& c, AttentionWeights w, TpContext& tp,
+                                          Capacity cap);
+
+// GPT-2's: NHt = NH / TP heads here, Dt = D / TP.
+//   qkv[N, 3Dt] = x W_qkv + b          (q | k | v, head h at [h hs, (h+1) hs) of each)
+//   att[B, NHt, T, T] = softmax(q k^T / sqrt(hs)), causal within the document
+//   y[N, Dt] = att v                   (heads concatenated)
+//   out[Nr, D] = residual + y W_proj + b_proj   (summed over the group)
+// saved: qkv [cap, 3Dt] | att [cap.batch, NHt, cap.seq, cap.seq] | y [cap, Dt].
+class MultiHeadAttention final : public Attention {
+ public:
+  MultiHeadAttention(const AttentionConfig& c, AttentionWeights w, TpContext& tp, Capacity cap);
+  int64_t saved_floats() const override;
+  int64_t scratch_width() const override { return 3 * int64_t(Dt_); }
+  void forward(float* saved, float* out, float* x, const float* residual, const int32_t* doc_start, int B, int T,
+               const Workspace& ws) override;
+  float* backward(float* saved, float* dout, const float* x, const int32_t* doc_start, int B, int T,
+                  const Workspace& ws) override;
+
+ private:
+  struct Saved {
+    float *qkv, *att, *y;
+  };
+  Saved carve(float* saved) const;
+
+  AttentionWeights w_;
+  TpContext& tp_;
+  Capacity cap_;
+  int D_, Dt_, NHt_;
+};
+
+}  // namespace troupe::model::layers

@@ -1,0 +1,37 @@
+#include "model/layers/embedding.h"
+
+#include <stdexcept>
+
+namespace troupe::model::layers {
+
+Embedding::Embedding(const EmbeddingConfig& c, EmbeddingWeights w, TpContext& tp) : c_(c), w_(w), tp_(tp) {
+  if (!w_.wte) throw std::invalid_argument("Embedding: needs the token table");
+  if ((c_.positions == Positions::kLearned) != bool(w_.wpe))
+    throw std::invalid_argument("Embedding: a position table exactly when positions are learned");
+}
+
+void Embedding::forward(float* out, const int32_t* tokens, const int32_t* positions, int N, float* partial) {
+  kernels::Device& dev = tp_.device();
+  if (tp_.size() == 1 && w_.wpe) {
+    dev.embedding_forward(out, tokens, positions, w_.wte.value, w_.wpe.value, N, c_.width);
+    return;
+  }
+  // One rank's share (the whole table at TP = 1 without positions); summed over the
+  // group into this rank's rows.
+  float* share = tp_.sequence() ? partial : out;
+  dev.embedding_forward_shard(share, tokens, positions, w_.wte.value, tp_.owner() ? w_.wpe.value : nullptr, N,
+                              c_.width, c_.vocab.begin, c_.vocab.rows);
+  tp_.reduce_to_rows(share, out, N, c_.width);
+}
+
+void Embedding::backward(float* dout, const int32_t* tokens, const int32_t* positions, int N) {
+  kernels::Device& dev = tp_.device();
+  tp_.gather_sequence(dout, N, c_.width);
+  if (tp_.size() == 1 && w_.wpe)
+    dev.embedding_backward(w_.wte.grad, w_.wpe.grad, dout, tokens, positions, N, c_.width);
+  else
+    dev.embedding_backward_shard(w_.wte.grad, w_.wpe.grad, dout, tokens, positions, N, c_.width, c_.vocab.begin,
+                                 c_.vocab.rows);
+}
+
+}  // namespace troupe::model::layers

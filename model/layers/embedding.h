@@ -1,0 +1,47 @@
+// The input embedding: token rows of wte, plus learned positions (GPT-2's wpe) or
+// none (a model whose attention places tokens, e.g. with rotary positions).
+//
+// Vocabulary-parallel at TP > 1: rank t holds wte rows VocabShard [begin, begin +
+// rows), writes its own tokens' rows and 0 for the others, rank 0 adds the
+// positions, and the group sums (x + 0 is exact, so this equals TP = 1 bit for bit).
+#pragma once
+
+#include <cstdint>
+
+#include "model/layers/layer.h"
+#include "model/layers/tp_context.h"
+
+namespace troupe::model::layers {
+
+enum class Positions { kLearned, kNone };
+
+struct EmbeddingConfig {
+  int width = 0;  // D
+  Positions positions = Positions::kLearned;
+  VocabShard vocab;
+};
+
+// wte: this rank's rows [vocab.rows, D]; wpe: [max_positions, D] (replicated), absent
+// with Positions::kNone.
+struct EmbeddingWeights {
+  Weight wte, wpe;
+};
+
+class Embedding {
+ public:
+  Embedding(const EmbeddingConfig& c, EmbeddingWeights w, TpContext& tp);
+  // out[Nr, D] = wte[tokens[n]] + wpe[positions[n]] for this rank's rows n.
+  // tokens, positions [N] (device memory); partial [N, D]: scratch (TP > 1 with SP).
+  void forward(float* out, const int32_t* tokens, const int32_t* positions, int N, float* partial);
+  // dout[N, D] with this rank's rows filled (completed in place under SP).
+  // d wte[tokens[n] - begin] += dout[n] for this rank's tokens, in token order;
+  // d wpe[positions[n]] += dout[n].
+  void backward(float* dout, const int32_t* tokens, const int32_t* positions, int N);
+
+ private:
+  EmbeddingConfig c_;
+  EmbeddingWeights w_;
+  TpContext& tp_;
+};
+
+}  // namespace troupe::model::layers

@@ -1,0 +1,40 @@
+#include "model/layers/mlp.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "model/layers/parallel_linear.h"
+
+namespace troupe::model::layers {
+
+std::unique_ptr<Mlp> make_mlp(const MlpConfig& c, MlpWeights w, TpContext& tp, Capacity cap) {
+  switch (c.kind) {
+    case MlpKind::kGelu:
+      return std::make_unique<GeluMlp>(c, w, tp, cap);
+  }
+  throw std::invalid_argument("make_mlp: unknown MLP kind");
+}
+
+GeluMlp::GeluMlp(const MlpConfig& c, MlpWeights w, TpContext& tp, Capacity cap)
+    : w_(w), tp_(tp), cap_(cap), D_(c.width), Ft_(c.ffn_width / tp.size()) {
+  if (c.ffn_width % tp.size() != 0)
+    throw std::invalid_argument("GeluMlp: ffn width " + std::to_string(c.ffn_width) + " does not split over " +
+                                std::to_string(tp.size()) + " tensor-parallel ranks");
+}
+
+void GeluMlp::forward(float* saved, float* out, float* x, const float* residual, int N, const Workspace& ws) {
+  float* h = saved;
+  float* g = saved + cap_.tokens() * Ft_;
+  column_parallel_forward(tp_, h, g, x, w_.fc_w, w_.fc_b, N, D_, Ft_);
+  row_parallel_forward(tp_, out, g, w_.proj_w, w_.proj_b, residual, N, Ft_, D_, ws.small);
+}
+
+float* GeluMlp::backward(float* saved, float* dout, const float* x, int N, const Workspace& ws) {
+  const float* h = saved;
+  const float* g = saved + cap_.tokens() * Ft_;
+  float* dh = ws.big;  // [N, Ft]: d g W_proj^T times gelu'(h)
+  row_parallel_backward(tp_, dh, dout, g, w_.proj_w, w_.proj_b, h, N, Ft_, D_);
+  return column_parallel_backward(tp_, ws.small, dh, x, w_.fc_w, w_.fc_b, N, D_, Ft_);
+}
+
+}  // namespace troupe::model::layers

@@ -1,0 +1,63 @@
+// The feed-forward half of a block: a column-parallel expansion to the ffn width,
+// an activation, and a row-parallel projection back (parallel_linear.h).
+//
+// GELU (GPT-2: c_fc, tanh GELU, c_proj) now. SwiGLU (gate and up projections of
+// ffn_width each, silu(gate) * up, down; no biases) is a second implementation of
+// Mlp selected by MlpConfig::kind, with its own weights and saved activations.
+#pragma once
+
+#include <memory>
+
+#include "model/layers/layer.h"
+#include "model/layers/tp_context.h"
+
+namespace troupe::model::layers {
+
+enum class MlpKind { kGelu };
+
+struct MlpConfig {
+  MlpKind kind = MlpKind::kGelu;
+  int width = 0;      // D
+  int ffn_width = 0;  // F over the whole group
+};
+
+// fc: c_fc, this rank's columns [D, Ft] and bias [Ft]; proj: c_proj, rows [Ft, D]
+// and the replicated bias [D] (Ft = F / TP).
+struct MlpWeights {
+  Weight fc_w, fc_b, proj_w, proj_b;
+};
+
+class Mlp {
+ public:
+  virtual ~Mlp() = default;
+  virtual int64_t saved_floats() const = 0;
+  // Floats per token the backward needs in Workspace::big.
+  virtual int64_t scratch_width() const = 0;
+  // out[Nr, D] = residual[Nr, D] + mlp(x), x[N, D] with this rank's rows filled
+  // (completed in place under SP and kept for backward). out may not alias residual.
+  virtual void forward(float* saved, float* out, float* x, const float* residual, int N, const Workspace& ws) = 0;
+  // dout[N, D] with this rank's rows filled (completed in place under SP). Returns
+  // this rank's rows [Nr, D] of d mlp / d x (in ws.small), the residual's share not included.
+  virtual float* backward(float* saved, float* dout, const float* x, int N, const Workspace& ws) = 0;
+};
+
+std::unique_ptr<Mlp> make_mlp(const MlpConfig& c, MlpWeights w, TpContext& tp, Capacity cap);
+
+//   h[N, Ft] = x W_fc + b_fc;  g = gelu(h);  out[Nr, D] = residual + g W_proj + b_proj
+// saved: h [cap, Ft] | g [cap, Ft].
+class GeluMlp final : public Mlp {
+ public:
+  GeluMlp(const MlpConfig& c, MlpWeights w, TpContext& tp, Capacity cap);
+  int64_t saved_floats() const override { return 2 * cap_.tokens() * Ft_; }
+  int64_t scratch_width() const override { return Ft_; }
+  void forward(float* saved, float* out, float* x, const float* residual, int N, const Workspace& ws) override;
+  float* backward(float* saved, float* dout, const float* x, int N, const Workspace& ws) override;
+
+ private:
+  MlpWeights w_;
+  TpContext& tp_;
+  Capacity cap_;
+  int D_, Ft_;
+};
+
+}  // namespace troupe::model::layers
