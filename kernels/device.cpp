@@ -56,4 +56,12 @@ void Device::crossentropy_backward_shard(float*, const float*, const float*, con
   missing(*this, "crossentropy_backward_shard");
 }
 
+void Device::rmsnorm_forward(float*, float*, const float*, const float*, int, int, float) {
+  throw std::logic_error(describe() + " does not implement rmsnorm_forward (needed for RMSNorm layers)");
+}
+
+void Device::rmsnorm_backward(float*, float*, const float*, const float*, const float*, const float*, int, int) {
+  throw std::logic_error(describe() + " does not implement rmsnorm_backward (needed for RMSNorm layers)");
+}
+
 }  // namespace troupe::kernels

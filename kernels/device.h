@@ -198,6 +198,16 @@ class Device {
                                            const int32_t* targets, const float* mask, float scale,
                                            int N, int V, int ld, int vocab_begin);
 
+  // ---- optional layers (model families beyond GPT-2) ------------------------------
+  // The defaults throw std::logic_error naming the primitive: a device without them
+  // runs GPT-2 only.
+  // RMSNorm: out[N, C] = inp * rstd * weight[C], rstd[N] = 1 / sqrt(mean(inp^2) + eps) saved.
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                               float eps);
+  // dinp[N, C] +=, dweight[C] += from dout[N, C].
+  virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                const float* weight, const float* rstd, int N, int C);
+
   // ---- optimizer --------------------------------------------------------------
   // One decoupled AdamW step on n elements (docs/numerics.md, "AdamW"):
   //   g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2

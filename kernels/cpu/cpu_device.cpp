@@ -95,6 +95,14 @@ void CpuDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, co
                                    const float* rstd, int N, int C) {
   cpu::layernorm_backward(pool_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
+void CpuDevice::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                                float eps) {
+  cpu::rmsnorm_forward(pool_, out, rstd, inp, weight, N, C, eps);
+}
+void CpuDevice::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                 const float* weight, const float* rstd, int N, int C) {
+  cpu::rmsnorm_backward(pool_, dinp, dweight, dout, inp, weight, rstd, N, C);
+}
 void CpuDevice::linear_forward(float* out, float* gelu_out, const float* inp, const float* weight,
                                const float* bias, const float* residual, int N, int C, int OC) {
   cpu::linear_forward(pool_, out, gelu_out, inp, weight, bias, residual, N, C, OC);

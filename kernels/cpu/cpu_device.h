@@ -56,6 +56,10 @@ class CpuDevice final : public Device {
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
                           const float* rstd, int N, int C) override;
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                       float eps) override;
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int N, int C) override;
   void linear_forward(float* out, float* gelu_out, const float* inp, const float* weight,
                       const float* bias, const float* residual, int N, int C, int OC) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,

@@ -42,8 +42,7 @@ void layernorm_backward(ThreadPool& pool, float* dinp, float* dweight, float* db
                         const float* mean, const float* rstd, int N, int C);
 
 // RMSNorm (kernels/cpu/rmsnorm.cpp): out[N, C] = x * rstd * weight, rstd[N] =
-// 1 / sqrt(mean(x^2) + eps) saved;  dinp[N, C] +=, dweight[C] +=. Not yet a Device
-// primitive: it becomes one with the RMSNorm layer (model/layers/norm.h).
+// 1 / sqrt(mean(x^2) + eps) saved;  dinp[N, C] +=, dweight[C] +=.
 void rmsnorm_forward(ThreadPool& pool, float* out, float* rstd, const float* inp, const float* weight, int N,
                      int C, float eps);
 void rmsnorm_backward(ThreadPool& pool, float* dinp, float* dweight, const float* dout, const float* inp,

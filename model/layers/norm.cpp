@@ -8,6 +8,8 @@ std::unique_ptr<Norm> make_norm(const NormConfig& c, NormWeights w, kernels::Dev
   switch (c.kind) {
     case NormKind::kLayerNorm:
       return std::make_unique<LayerNorm>(c, w, device, capacity_rows);
+    case NormKind::kRmsNorm:
+      return std::make_unique<RmsNorm>(c, w, device, capacity_rows);
   }
   throw std::invalid_argument("make_norm: unknown norm kind");
 }
@@ -33,5 +35,20 @@ void LayerNorm::row_sharded_grads(std::vector<TpContext::Span>& out) const {
   out.push_back({w_.scale.grad, c_.width});
   out.push_back({w_.shift.grad, c_.width});
 }
+
+RmsNorm::RmsNorm(const NormConfig& c, NormWeights w, kernels::Device& device, int64_t capacity_rows)
+    : c_(c), w_(w), dev_(device), capacity_rows_(capacity_rows) {
+  if (!w_.scale || w_.shift) throw std::invalid_argument("RmsNorm: needs a scale and no shift");
+}
+
+void RmsNorm::forward(float* saved, float* out, const float* x, int n) {
+  dev_.rmsnorm_forward(out, saved, x, w_.scale.value, n, c_.width, c_.eps);
+}
+
+void RmsNorm::backward(const float* saved, float* dx, const float* dout, const float* x, int n) {
+  dev_.rmsnorm_backward(dx, w_.scale.grad, dout, x, w_.scale.value, saved, n, c_.width);
+}
+
+void RmsNorm::row_sharded_grads(std::vector<TpContext::Span>& out) const { out.push_back({w_.scale.grad, c_.width}); }
 
 }  // namespace troupe::model::layers

@@ -1,6 +1,6 @@
-// Normalisation over the width of each row. LayerNorm now; an RMSNorm is a second
-// implementation of Norm (its saved statistics are rstd only and it has no shift),
-// chosen by NormConfig::kind in make_norm, with no change to the blocks using it.
+// Normalisation over the width of each row: LayerNorm (GPT-2) or RMSNorm (Llama: no
+// mean, no shift), chosen by NormConfig::kind in make_norm, with no change to the
+// blocks using it.
 //
 // A norm runs on the residual-stream rows this rank holds (Nr; tp_context.h): its
 // parameters are replicated, and under sequence parallelism their gradients cover
@@ -16,7 +16,7 @@
 
 namespace troupe::model::layers {
 
-enum class NormKind { kLayerNorm };
+enum class NormKind { kLayerNorm, kRmsNorm };
 
 struct NormConfig {
   NormKind kind = NormKind::kLayerNorm;
@@ -51,6 +51,23 @@ class LayerNorm final : public Norm {
  public:
   LayerNorm(const NormConfig& c, NormWeights w, kernels::Device& device, int64_t capacity_rows);
   int64_t saved_floats() const override { return 2 * capacity_rows_; }
+  void forward(float* saved, float* out, const float* x, int n) override;
+  void backward(const float* saved, float* dx, const float* dout, const float* x, int n) override;
+  void row_sharded_grads(std::vector<TpContext::Span>& out) const override;
+
+ private:
+  NormConfig c_;
+  NormWeights w_;
+  kernels::Device& dev_;
+  int64_t capacity_rows_;
+};
+
+// out = x * rstd * scale, rstd = 1 / sqrt(mean(x^2) + eps); no shift.
+// saved: rstd [capacity_rows]. Needs Device::rmsnorm_* (the CPU device has them).
+class RmsNorm final : public Norm {
+ public:
+  RmsNorm(const NormConfig& c, NormWeights w, kernels::Device& device, int64_t capacity_rows);
+  int64_t saved_floats() const override { return capacity_rows_; }
   void forward(float* saved, float* out, const float* x, int n) override;
   void backward(const float* saved, float* dx, const float* dout, const float* x, int n) override;
   void row_sharded_grads(std::vector<TpContext::Span>& out) const override;

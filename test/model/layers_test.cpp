@@ -178,6 +178,42 @@ TEST_CASE("LayerNorm forward and backward against a double reference") {
   CHECK(spans[1].n == D);
 }
 
+TEST_CASE("RMSNorm forward and backward against a double reference") {
+  const int N = 4, D = 13;
+  const float eps = 1e-5f;
+  Bench b;
+  const auto x = randn(size_t(N) * D, 5), scale = randn(D, 6, 0.5f), r = randn(size_t(N) * D, 7);
+  auto ref = [&](const std::vector<Vec>& a) {
+    Vec out(size_t(N) * D);
+    for (int n = 0; n < N; ++n) {
+      double ms = 0;
+      for (int d = 0; d < D; ++d) ms += a[0][size_t(n) * D + d] * a[0][size_t(n) * D + d] / D;
+      for (int d = 0; d < D; ++d)
+        out[size_t(n) * D + d] = a[0][size_t(n) * D + d] / std::sqrt(ms + eps) * a[1][size_t(d)];
+    }
+    return out;
+  };
+  const NormWeights w{b.weight(scale), {}};
+  auto norm = make_norm({NormKind::kRmsNorm, D, eps}, w, b.dev, N);
+  CHECK(norm->saved_floats() == N);
+  float* saved = b.zeros(norm->saved_floats());
+  float* xd = b.up(x);
+  float* out = b.zeros(int64_t(N) * D);
+  norm->forward(saved, out, xd, N);
+  const std::vector<Vec> args{to_double(x), to_double(scale)};
+  check_close(b.down(out, size_t(N) * D), ref(args), 2e-5, "out");
+  float* dx = b.zeros(int64_t(N) * D);
+  norm->backward(saved, dx, b.up(r), xd, N);
+  const auto g = numeric_grads(ref, args, to_double(r));
+  check_grad(b.down(dx, size_t(N) * D), g[0], "dx");
+  check_grad(b.down(w.scale.grad, D), g[1], "d scale");
+  std::vector<TpContext::Span> spans;
+  norm->row_sharded_grads(spans);
+  CHECK(spans.size() == 1);
+  CHECK_THROWS_AS(make_norm({NormKind::kRmsNorm, D, eps}, {b.weight(scale), b.weight(scale)}, b.dev, N),
+                  std::invalid_argument);
+}
+
 TEST_CASE("multi-head attention within documents against a double reference") {
   const int B = 2, T = 5, D = 8, NH = 2, N = B * T, hs = D / NH;
   Bench b;
