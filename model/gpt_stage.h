@@ -22,7 +22,7 @@
 // backward(slot) needs; a slot is free again once its backward has run. Slots are
 // allocated up front; forward and backward allocate nothing.
 //
-// The loss contract (DESIGN.md section 4): the last stage returns the SUM of
+// The loss contract (docs/numerics.md, "Loss of a step"): the last stage returns the SUM of
 // per-token cross-entropy over loss-bearing tokens of the microbatch and their
 // count. backward seeds d(loss)/d(logit) with loss_mask / mb.global_loss_tokens, so
 // the gradients of all microbatches of a step add up to the gradient of
