@@ -403,12 +403,14 @@ void StepDriver::on_event(const SaveCommitted&, Actions& out) {
   if (final) {
     out.push_back(FinishRun{finish_status_, finish_error_});
     phase_ = Phase::Finished;
-  } else if (phase_ == Phase::WaitingForSave || phase_ == Phase::Stopping) {
+  } else {
+    // What waited for this save goes on: a step held by it (WaitingForSave), the end
+    // (Stopping), or training after the copies (TakingCopies: every shard was written
+    // before the last copy was reported, so that report committed instead of
+    // advancing; with the replicated optimizer the replicas that write no shard may
+    // report last). A step or evaluation open goes on as it is (advance does nothing).
     advance(out);
   }
-  // Kept as the coordinator always did it: in TakingCopies (the last shard written
-  // before the last copy was reported, so SnapshotTaken committed instead of
-  // advancing) nothing resumes training here.
 }
 
 void StepDriver::on_event(const CommitFailed& e, Actions& out) { fail_save(e.error, out); }

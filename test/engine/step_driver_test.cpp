@@ -601,9 +601,11 @@ TEST_CASE("step driver: the stop during an evaluation ends the run after it") {
   CHECK(d.on(EvalClosed{}) == Lines{"FinishRun interrupted: signal 2"});
 }
 
-TEST_CASE("step driver: shards all written before the last copy is reported commit at once") {
-  // Kept as the coordinator always did it: the commit does not resume training from
-  // TakingCopies (only the last copy's report does, while shards are missing).
+TEST_CASE("step driver: shards all written before the last copy is reported commit at once, and training goes on") {
+  // With the replicated optimizer and DP > 1 the replicas that write no shard may
+  // report their copies after every shard is written: the last report commits, and the
+  // commit resumes training (before, the run sat in TakingCopies with no step in flight
+  // for the watchdog to find).
   auto c = six_steps();
   c.interval_steps = 2;
   Drive d(c);
@@ -616,8 +618,14 @@ TEST_CASE("step driver: shards all written before the last copy is reported comm
   d.written(0, 91);
   CHECK(d.written(1, 91) == Lines{"KeepShard shard1 bytes 101"});
   CHECK(d.copied(2, 1) == Lines{"CommitSave"});
-  CHECK(d.on(SaveCommitted{}).empty());
-  CHECK(d.phase() == Phase::TakingCopies);
+  // Step 3 went out ahead with step 2's update: its ledger opens now.
+  CHECK(d.on(SaveCommitted{}) == Lines{"OpenTrainStep 3 (went out ahead)"});
+  CHECK(d.phase() == Phase::Training);
+  CHECK_FALSE(d.driver.save_in_flight());
+  CHECK(d.driver.last_saved_step() == 2);
+  // The run goes on as any other.
+  d.decided(3);
+  CHECK(d.closed(3) == Lines{"OpenTrainStep 4 (went out ahead)"});
 }
 
 TEST_CASE("step driver: step_driver_config reads the config") {
