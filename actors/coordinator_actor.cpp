@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/message_types.h"
+#include "actors/metrics_actor.h"
 #include "actors/unix_time.h"
 #include "ckpt/commit.h"
 #include "ckpt/error.h"

@@ -66,6 +66,3 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::metrics::StepRecord)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::metrics::EvalRecord)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::metrics::FailureRecord)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::metrics::RunSummary)
-
-#include "actors/metrics_actor.h"
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::StepExtras)

@@ -34,7 +34,7 @@ struct MetricsState {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
 
-using Self = caf::stateful_actor<MetricsState>;
+using Self = metrics_actor::stateful_base<MetricsState>;
 
 // The calendar from the measured throughput (docs/planner.md, "Calendar"):
 // the step-time rate excludes checkpoint waits and evaluation, so the calendar
@@ -97,7 +97,7 @@ void drain(Self* self) {
   }
 }
 
-caf::behavior metrics_impl(Self* self, MetricsArgs args) {
+metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
   auto& st = self->state;
   st.args = std::move(args);
   exit_on_exception(self, "metrics");
@@ -190,10 +190,11 @@ caf::behavior metrics_impl(Self* self, MetricsArgs args) {
 
 void post_metrics(MetricsInbox& inbox, const Directory& directory, caf::message record) {
   inbox.post(std::move(record));
-  if (auto metrics = directory.get(engine::metrics_path())) caf::anon_send(metrics, drain_atom::value);
+  if (auto metrics = directory.get(engine::metrics_path()))
+    caf::anon_send(typed_handle<metrics_actor>(metrics), drain_atom::value);
 }
 
-caf::actor spawn_metrics(caf::event_based_actor* parent, MetricsArgs args) {
+metrics_actor spawn_metrics(caf::event_based_actor* parent, MetricsArgs args) {
   // Detached: a metrics actor that hangs (a stuck file system) holds its own thread,
   // not one of the scheduler's, while its supervisor replaces it.
   return parent->spawn<caf::detached>(metrics_impl, std::move(args));

@@ -14,7 +14,8 @@
 // EvalRecord, FailureRecord, RunSummary, restart_marker_atom + step + time (a group
 // restart: TensorBoard's SessionLog START), event_atom + type + step + time + JSON
 // object text (checkpoint saves and failures, recoveries: written to metrics.jsonl).
-// Messages: drain_atom (records are waiting), ping_atom (its supervisor's heartbeat).
+// Messages: drain_atom (records are waiting), ping_atom (its supervisor's heartbeat):
+// metrics_actor (messages/actor_interfaces.h).
 #pragma once
 
 #include <memory>
@@ -24,6 +25,7 @@
 
 #include "actors/metrics_inbox.h"
 #include "engine/faults.h"
+#include "messages/actor_interfaces.h"
 #include "messages/config.pb.h"
 #include "messages/runtime.h"
 #include "metrics/run_dir.h"
@@ -39,6 +41,12 @@ struct StepExtras {
   std::vector<msg::StageTiming> timings;  // rank order
 };
 
+}  // namespace troupe::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::StepExtras)
+
+namespace troupe::actors {
+
 struct MetricsArgs {
   metrics::RunDirLayout layout;
   bool console = true;       // step lines and the summary on stdout
@@ -51,6 +59,6 @@ struct MetricsArgs {
   std::shared_ptr<MetricsInbox> inbox;  // the run's records, shared by every incarnation
 };
 
-caf::actor spawn_metrics(caf::event_based_actor* parent, MetricsArgs args);
+metrics_actor spawn_metrics(caf::event_based_actor* parent, MetricsArgs args);
 
 }  // namespace troupe::actors

@@ -276,7 +276,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
       book->failure(alone_failure(path, reason, book->max_step_reached()), /*group_restart=*/false);
     };
     ChildSpec metrics{engine::metrics_path(), Restart::Permanent,
-                      [margs](caf::event_based_actor* self, int) { return spawn_metrics(self, margs); }};
+                      [margs](caf::event_based_actor* self, int) { return untyped_handle(spawn_metrics(self, margs)); }};
     watch_for_hangs(metrics, c.supervision());
     s.children.push_back(std::move(metrics));
     return s;

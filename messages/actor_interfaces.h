@@ -1,0 +1,53 @@
+// The training actors' interfaces as types (CAF 0.17 typed_actor): what each actor
+// accepts, and what it answers to a request. A message sent to an actor whose
+// interface does not list it fails to compile ("receiver does not accept given
+// message") instead of being printed and dropped at run time by CAF's default
+// handler. The message structs are messages/runtime.h; the atoms are
+// actors/message_types.h and actors/metrics_inbox.h (this header is the CAF side of
+// the messages, included only by actors/ and what builds on it).
+//
+// Messages an actor sends itself (tick_atom, deliver_atom) or gets from its own
+// device's when_done (actors/send_when_done.h: grads_on_host_atom, ...) are in its
+// interface too: CAF 0.17 checks a typed actor's sends to itself against its own
+// interface as well.
+//
+// Where the handles stay untyped, and why (the casts between the two worlds are
+// typed_handle and untyped_handle below, nowhere else):
+// - The supervision tree (actors/supervision.h) holds children of every kind:
+//   ChildSpec::start returns caf::actor, the Registry maps paths to caf::actor, the
+//   Directory holds caf::actor. A start function wraps its spawn_* in untyped_handle;
+//   an actor that finds a peer in a Registry or Directory wraps it in typed_handle
+//   with the peer's interface (the path says which actor it is).
+// - Cluster mode places actors on workers (actors/cluster.h place_on_worker,
+//   actors/worker_host.cpp) and hands them across processes in the Registry and in
+//   loader_atom: a remote actor arrives as an untyped proxy, and CAF 0.17 serializes
+//   caf::actor inside messages; these stay caf::actor on the wire and are cast on
+//   arrival like a Registry entry.
+// - The run's client (a scoped_actor) and the supervisors stay untyped.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include "actors/message_types.h"
+#include "actors/metrics_inbox.h"
+
+namespace troupe::actors {
+
+// The metrics actor (actors/metrics_actor.h): records arrive through the MetricsInbox;
+// a message only wakes it.
+using metrics_actor = caf::typed_actor<caf::reacts_to<drain_atom>,                   // records are waiting
+                                       caf::replies_to<ping_atom>::with<pong_atom>>;  // its supervisor's heartbeat
+
+// Between the untyped supervision tree and typed handles (see above). actor_cast
+// does not check the interface: the caller names the actor's interface by the path it
+// looked it up under.
+template <class Interface>
+Interface typed_handle(const caf::actor& a) {
+  return caf::actor_cast<Interface>(a);
+}
+template <class Interface>
+caf::actor untyped_handle(const Interface& a) {
+  return caf::actor_cast<caf::actor>(a);
+}
+
+}  // namespace troupe::actors

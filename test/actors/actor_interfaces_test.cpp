@@ -1,0 +1,26 @@
+// The training actors' typed interfaces (messages/actor_interfaces.h), checked at
+// compile time the way CAF 0.17's send, anon_send and request check a message: what
+// each actor accepts, and messages meant for another actor that it refuses (sending
+// one of those does not compile). Nothing here runs; the file compiles into
+// test_supervision.
+#include "messages/actor_interfaces.h"
+#include "metrics/step_record.h"
+
+namespace {
+
+using namespace troupe;
+using namespace troupe::actors;
+
+// Whether an actor of `Interface` accepts a message of `Ts...`: the condition of
+// CAF's "receiver does not accept given message".
+template <class Interface, class... Ts>
+constexpr bool accepts =
+    caf::response_type_unbox<caf::signatures_of_t<Interface>, caf::detail::type_list<Ts...>>::valid;
+
+// metrics: woken by drain_atom; records go through the MetricsInbox, never as messages.
+static_assert(accepts<metrics_actor, drain_atom>);
+static_assert(accepts<metrics_actor, ping_atom>);
+static_assert(!accepts<metrics_actor, metrics::StepRecord>);
+static_assert(!accepts<metrics_actor, event_atom, std::string, int64_t, double, std::string>);
+
+}  // namespace
