@@ -10,6 +10,7 @@
 
 #include "actors/message_types.h"
 #include "actors/send_when_done.h"
+#include "messages/actor_interfaces.h"
 #include "comm/communicator.h"
 #include "engine/checkpointing.h"
 #include "engine/optimizer_shard.h"
@@ -61,7 +62,7 @@ void deliver_snapshot(Self* self, msg::ShardSnapshot snap, int64_t waited_ms) {
   if (auto writer = st.args.directory ? st.args.directory->get(path) : caf::actor{}) {
     if (waited_ms > 0)
       spdlog::info("{}: checkpoint of step {}: {} is back after {} ms", st.path, snap.step, path, waited_ms);
-    self->send(writer, std::move(snap));
+    self->send(typed_handle<writer_actor>(writer), std::move(snap));
   } else if (st.args.directory && waited < limit) {
     self->delayed_send(self, kWriterPoll, deliver_atom::value, std::move(snap), (waited + kWriterPoll).count());
   } else {

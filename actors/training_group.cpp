@@ -237,7 +237,7 @@ SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultP
                                  p.fired = faults->fired_indices();
                                  return place_on_worker(self, *cluster, std::move(p));
                                }
-                               return spawn_writer(self, WriterArgs{c, r, faults, directory});
+                               return untyped_handle(spawn_writer(self, WriterArgs{c, r, faults, directory}));
                              }});
   }
   spec.on_failure = [directory, book](const std::string& path, const std::string& reason) {

@@ -150,7 +150,7 @@ caf::actor place(Self* self, const PlaceActor& p) {
     placed = spawn_optimizer(self, OptimizerArgs{c, r, a.faults, checkpoint(self, p.resume_dir), st.directory,
                                                  st.devices->get(r, p.incarnation)});
   } else if (p.kind == "writer") {
-    placed = spawn_writer(self, WriterArgs{c, r, a.faults, st.directory});
+    placed = untyped_handle(spawn_writer(self, WriterArgs{c, r, a.faults, st.directory}));
     st.directory->put(engine::writer_path(r), placed);
   } else if (p.kind == "loader") {
     placed = spawn_loader(self, LoaderArgs{c, p.dp, a.faults});

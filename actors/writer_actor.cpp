@@ -23,13 +23,13 @@ struct WriterState {
   std::string path;
 };
 
-using Self = caf::stateful_actor<WriterState>;
+using Self = writer_actor::stateful_base<WriterState>;
 
 bool given_up(const msg::ShardSnapshot& s) {
   return !engine::same_directory({s.partial_dir_inode, s.partial_dir_generation}, engine::directory_identity(s.partial_dir));
 }
 
-caf::behavior writer_impl(Self* self, WriterArgs args) {
+writer_actor::behavior_type writer_impl(Self* self, WriterArgs args) {
   auto& st = self->state;
   // Below the compute threads: a checkpoint is written in the background and must not
   // preempt the step (on Linux a thread has its own nice value). Best effort.
@@ -47,7 +47,7 @@ caf::behavior writer_impl(Self* self, WriterArgs args) {
         // CORRUPT_SHARD / TRUNCATE_SHARD damage the file after it is written.
         auto report = [&](msg::ShardWritten done) {
           done.attempt = s.attempt;
-          if (auto coordinator = w.args.directory->get(engine::coordinator_path()))
+          if (auto coordinator = typed_handle<coordinator_actor>(w.args.directory->get(engine::coordinator_path())))
             self->send(coordinator, std::move(done));
         };
         std::optional<Fault> damage;
@@ -115,7 +115,7 @@ caf::behavior writer_impl(Self* self, WriterArgs args) {
 
 }  // namespace
 
-caf::actor spawn_writer(caf::event_based_actor* parent, WriterArgs args) {
+writer_actor spawn_writer(caf::event_based_actor* parent, WriterArgs args) {
   return parent->spawn<caf::detached>(writer_impl, std::move(args));
 }
 

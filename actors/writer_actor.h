@@ -10,7 +10,7 @@
 //
 // Runs detached: file I/O blocks.
 //
-// Messages in: ShardSnapshot.
+// Messages in: ShardSnapshot (writer_actor, messages/actor_interfaces.h).
 #pragma once
 
 #include <memory>
@@ -20,6 +20,7 @@
 #include "actors/directory.h"
 #include "engine/faults.h"
 #include "engine/topology.h"
+#include "messages/actor_interfaces.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {
@@ -31,6 +32,6 @@ struct WriterArgs {
   std::shared_ptr<Directory> directory;  // finds the coordinator
 };
 
-caf::actor spawn_writer(caf::event_based_actor* parent, WriterArgs args);
+writer_actor spawn_writer(caf::event_based_actor* parent, WriterArgs args);
 
 }  // namespace troupe::actors

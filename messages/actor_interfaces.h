@@ -38,6 +38,20 @@ namespace troupe::actors {
 using metrics_actor = caf::typed_actor<caf::reacts_to<drain_atom>,                   // records are waiting
                                        caf::replies_to<ping_atom>::with<pong_atom>>;  // its supervisor's heartbeat
 
+// A checkpoint writer (actors/writer_actor.h): its optimizer shard's copy to write.
+using writer_actor = caf::typed_actor<caf::reacts_to<msg::ShardSnapshot>>;
+
+// The coordinator (actors/coordinator_actor.h).
+using coordinator_actor = caf::typed_actor<
+    caf::reacts_to<wire_atom, Registry>,                             // the group supervisor: the group is up
+    caf::reacts_to<rejoin_atom, std::string, caf::actor, Registry>,  // a loader restarted alone
+    caf::reacts_to<msg::LossReport>, caf::reacts_to<msg::ReplicaCounts>, caf::reacts_to<msg::NormPartial>,
+    caf::reacts_to<msg::StageDone>, caf::reacts_to<msg::Heartbeat>,      // a step's reports
+    caf::reacts_to<msg::SnapshotTaken>, caf::reacts_to<msg::ShardWritten>,  // a save's reports
+    caf::reacts_to<writer_down_atom, std::string>,  // the writers' supervisor: a writer died
+    caf::reacts_to<tick_atom>,                      // itself: the watchdog and the save deadline
+    caf::replies_to<ping_atom>::with<pong_atom>>;   // its supervisor's heartbeat
+
 // Between the untyped supervision tree and typed handles (see above). actor_cast
 // does not check the interface: the caller names the actor's interface by the path it
 // looked it up under.

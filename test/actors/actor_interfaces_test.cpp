@@ -23,4 +23,17 @@ static_assert(accepts<metrics_actor, ping_atom>);
 static_assert(!accepts<metrics_actor, metrics::StepRecord>);
 static_assert(!accepts<metrics_actor, event_atom, std::string, int64_t, double, std::string>);
 
+// writer: only its shard's copy; the command to take it is the optimizer shard's.
+static_assert(accepts<writer_actor, msg::ShardSnapshot>);
+static_assert(!accepts<writer_actor, msg::SnapshotCommand>);
+static_assert(!accepts<writer_actor, ping_atom>);  // not watched for hangs
+
+// coordinator: reports in; what it sends out (commands, snapshots) it does not accept.
+static_assert(accepts<coordinator_actor, msg::ShardWritten>);
+static_assert(accepts<coordinator_actor, msg::SnapshotTaken>);
+static_assert(accepts<coordinator_actor, writer_down_atom, std::string>);
+static_assert(!accepts<coordinator_actor, msg::ShardSnapshot>);
+static_assert(!accepts<coordinator_actor, msg::UpdateCommand>);
+static_assert(!accepts<coordinator_actor, msg::RunStep>);
+
 }  // namespace
