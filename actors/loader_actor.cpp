@@ -14,8 +14,8 @@ namespace {
 struct LoaderState {
   LoaderArgs args;
   std::optional<data::BatchSource> train, valid;
-  std::vector<caf::actor> stages;  // every stage of this replica
-  caf::actor coordinator;
+  std::vector<stage_actor> stages;  // every stage of this replica
+  coordinator_actor coordinator;
   int32_t microbatches = 0;  // per step
   int64_t global_batch = 0;
   int32_t prefetch = 1;
@@ -26,7 +26,7 @@ struct LoaderState {
   msg::ReplicaCounts counts;
 };
 
-using Self = caf::stateful_actor<LoaderState>;
+using Self = loader_actor::stateful_base<LoaderState>;
 
 void send_to_stages(Self* self, const msg::MicrobatchReady& m) {
   for (const auto& s : self->state.stages) self->send(s, m);
@@ -86,7 +86,7 @@ void produce_eval(Self* self, const msg::RunStep& rs) {
   self->send(st.coordinator, std::move(counts));
 }
 
-caf::behavior loader_impl(Self* self, LoaderArgs args) {
+loader_actor::behavior_type loader_impl(Self* self, LoaderArgs args) {
   auto& st = self->state;
   st.args = std::move(args);
   exit_on_exception(self, engine::loader_path(st.args.dp));
@@ -100,10 +100,10 @@ caf::behavior loader_impl(Self* self, LoaderArgs args) {
       [self](wire_atom, const Registry& peers) {
         auto& s = self->state;
         const auto t = engine::Topology::of(s.args.config);
-        s.coordinator = peers.at(engine::coordinator_path());
+        s.coordinator = typed_handle<coordinator_actor>(peers.at(engine::coordinator_path()));
         s.stages.clear();
         for (int32_t p = 0; p < t.pp; ++p)
-          for (int32_t k = 0; k < t.tp; ++k) s.stages.push_back(peers.at(engine::stage_path({s.args.dp, p, k})));
+          for (int32_t k = 0; k < t.tp; ++k) s.stages.push_back(typed_handle<stage_actor>(peers.at(engine::stage_path({s.args.dp, p, k}))));
         return wired_atom::value;
       },
       [self](start_atom, int64_t first_step, int64_t consumed, int64_t last_step) {
@@ -128,7 +128,7 @@ caf::behavior loader_impl(Self* self, LoaderArgs args) {
 
 }  // namespace
 
-caf::actor spawn_loader(caf::event_based_actor* parent, LoaderArgs args) {
+loader_actor spawn_loader(caf::event_based_actor* parent, LoaderArgs args) {
   return parent->spawn(loader_impl, std::move(args));
 }
 

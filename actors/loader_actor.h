@@ -13,12 +13,14 @@
 // new one the start of the step in flight, and stages drop what they already used.
 //
 // Messages in: wire_atom + Registry, start_atom (first step, consumed samples, last
-// step), credit_atom (step, microbatch), RunStep (Eval).
+// step), credit_atom (step, microbatch), RunStep (Eval): loader_actor
+// (messages/actor_interfaces.h).
 #pragma once
 
 #include <caf/all.hpp>
 
 #include "engine/faults.h"
+#include "messages/actor_interfaces.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {
@@ -29,6 +31,6 @@ struct LoaderArgs {
   std::shared_ptr<engine::FaultPlan> faults;
 };
 
-caf::actor spawn_loader(caf::event_based_actor* parent, LoaderArgs args);
+loader_actor spawn_loader(caf::event_based_actor* parent, LoaderArgs args);
 
 }  // namespace troupe::actors

@@ -123,7 +123,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
     ChildSpec child{engine::loader_path(d), Restart::Permanent,
                     [c, d, faults = args.faults, cluster, placement](caf::event_based_actor* self, int) {
                       if (cluster) return place_on_worker(self, *cluster, placement("loader", {d, 0, 0}, 0, 0));
-                      return spawn_loader(self, LoaderArgs{c, d, faults});
+                      return untyped_handle(spawn_loader(self, LoaderArgs{c, d, faults}));
                     }};
     child.restart_alone = true;
     spec.children.push_back(std::move(child));

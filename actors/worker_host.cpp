@@ -153,7 +153,7 @@ caf::actor place(Self* self, const PlaceActor& p) {
     placed = untyped_handle(spawn_writer(self, WriterArgs{c, r, a.faults, st.directory}));
     st.directory->put(engine::writer_path(r), placed);
   } else if (p.kind == "loader") {
-    placed = spawn_loader(self, LoaderArgs{c, p.dp, a.faults});
+    placed = untyped_handle(spawn_loader(self, LoaderArgs{c, p.dp, a.faults}));
   } else {
     throw std::invalid_argument(fmt::format("unknown actor kind '{}'", p.kind));
   }

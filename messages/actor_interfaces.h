@@ -41,6 +41,27 @@ using metrics_actor = caf::typed_actor<caf::reacts_to<drain_atom>,              
 // A checkpoint writer (actors/writer_actor.h): its optimizer shard's copy to write.
 using writer_actor = caf::typed_actor<caf::reacts_to<msg::ShardSnapshot>>;
 
+// A data loader (actors/loader_actor.h).
+using loader_actor = caf::typed_actor<
+    caf::replies_to<wire_atom, Registry>::with<wired_atom>,  // the coordinator wires the group
+    caf::reacts_to<start_atom, int64_t, int64_t, int64_t>,   // first step, consumed samples, last step
+    caf::reacts_to<credit_atom, int64_t, int32_t>,           // its first stage consumed (step, microbatch)
+    caf::reacts_to<msg::RunStep>>;                           // an evaluation pass's microbatches
+
+// A pipeline stage (actors/stage_actor.h).
+using stage_actor = caf::typed_actor<
+    caf::replies_to<wire_atom, Registry>::with<wired_atom>,  // the coordinator wires the group
+    caf::reacts_to<msg::RunStep>,                            // the coordinator: a step to run
+    caf::reacts_to<msg::MicrobatchReady>,                    // its loader
+    caf::reacts_to<loader_atom, caf::actor>,                 // the coordinator: its loader restarted
+    caf::reacts_to<msg::ActivationsReady>,                   // the previous stage (forward)
+    caf::reacts_to<msg::GradientsReady>,                     // the next stage (backward)
+    caf::reacts_to<eval_consumed_atom, int64_t, int32_t>,    // the next stage: an evaluation slot is free
+    caf::reacts_to<msg::ShardApplied>,                       // its optimizer shard
+    caf::reacts_to<grads_on_host_atom, int64_t>,             // its device's when_done (host-staged
+    caf::reacts_to<params_on_host_atom, int64_t>,            // collectives)
+    caf::replies_to<snapshot_atom>::with<engine::StageSnapshot>>;  // tests: a copy of its weights
+
 // The coordinator (actors/coordinator_actor.h).
 using coordinator_actor = caf::typed_actor<
     caf::reacts_to<wire_atom, Registry>,                             // the group supervisor: the group is up

@@ -28,6 +28,20 @@ static_assert(accepts<writer_actor, msg::ShardSnapshot>);
 static_assert(!accepts<writer_actor, msg::SnapshotCommand>);
 static_assert(!accepts<writer_actor, ping_atom>);  // not watched for hangs
 
+// loader: credits and its stream's start; the microbatches it sends are the stages'.
+static_assert(accepts<loader_actor, credit_atom, int64_t, int32_t>);
+static_assert(accepts<loader_actor, start_atom, int64_t, int64_t, int64_t>);
+static_assert(!accepts<loader_actor, msg::MicrobatchReady>);
+static_assert(!accepts<loader_actor, credit_atom, int64_t, int64_t>);  // the microbatch is int32_t
+static_assert(!accepts<loader_actor, ping_atom>);
+
+// stage: the step's inputs; the loader's credit is not for it.
+static_assert(accepts<stage_actor, msg::MicrobatchReady>);
+static_assert(accepts<stage_actor, msg::ShardApplied>);
+static_assert(!accepts<stage_actor, credit_atom, int64_t, int32_t>);
+static_assert(!accepts<stage_actor, msg::UpdateCommand>);
+static_assert(!accepts<stage_actor, msg::GradShardReady>);
+
 // coordinator: reports in; what it sends out (commands, snapshots) it does not accept.
 static_assert(accepts<coordinator_actor, msg::ShardWritten>);
 static_assert(accepts<coordinator_actor, msg::SnapshotTaken>);
