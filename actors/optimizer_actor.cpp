@@ -10,7 +10,6 @@
 
 #include "actors/message_types.h"
 #include "actors/send_when_done.h"
-#include "messages/actor_interfaces.h"
 #include "comm/communicator.h"
 #include "engine/checkpointing.h"
 #include "engine/optimizer_shard.h"
@@ -26,7 +25,8 @@ struct OptimizerState {
   std::shared_ptr<kernels::Device> device;  // usually shared with the stage (engine/rank_device.h)
   std::unique_ptr<model::ParameterRegistry> registry;
   std::unique_ptr<engine::OptimizerShard> shard;
-  caf::actor coordinator, stage;
+  coordinator_actor coordinator;
+  stage_actor stage;
   std::optional<msg::GradShardReady> pending;  // this step's buffers, until the update
   float* stage_params = nullptr;               // the stage's flat parameters (for snapshots)
   std::shared_ptr<const void> stage_owner;     // keeps stage_params alive (GradShardReady::owner)
@@ -39,7 +39,7 @@ struct OptimizerState {
   std::deque<msg::ShardSnapshot> landing;
 };
 
-using Self = caf::stateful_actor<OptimizerState>;
+using Self = optimizer_actor::stateful_base<OptimizerState>;
 
 void maybe_fault(Self* self, int64_t step, Fault::Phase phase) {
   engine::check_fault(self->state.args.faults.get(), self->state.path, step, phase);
@@ -102,12 +102,12 @@ void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
     st.landing.push_back(msg::ShardSnapshot{cmd.step, cmd.partial_dir, cmd.partial_dir_inode,
                                             cmd.partial_dir_generation, cmd.attempt, r.dp, r.pp, r.tp, range.begin,
                                             range.end, st.snapshot[0], st.snapshot[1], st.snapshot[2]});
-    send_when_done(*st.device, caf::actor_cast<caf::actor>(self), snapshot_landed_atom::value, cmd.step);
+    send_when_done(*st.device, optimizer_actor{self}, snapshot_landed_atom::value, cmd.step);
   }
   self->send(st.coordinator, msg::SnapshotTaken{cmd.step, r.dp, r.pp, r.tp});
 }
 
-caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
+optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
   auto& st = self->state;
   st.path = engine::optim_path(args.rank);
   st.args = std::move(args);
@@ -130,8 +130,8 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
   if (st.args.resume) engine::restore_shard(*st.args.resume, *st.registry, *st.shard);
   return {
       [self](wire_atom, const Registry& peers) {
-        self->state.coordinator = peers.at(engine::coordinator_path());
-        self->state.stage = peers.at(engine::stage_path(self->state.args.rank));
+        self->state.coordinator = typed_handle<coordinator_actor>(peers.at(engine::coordinator_path()));
+        self->state.stage = typed_handle<stage_actor>(peers.at(engine::stage_path(self->state.args.rank)));
         return wired_atom::value;
       },
       [self](const msg::GradShardReady& g) {
@@ -191,7 +191,7 @@ caf::behavior optimizer_impl(Self* self, OptimizerArgs args) {
 
 }  // namespace
 
-caf::actor spawn_optimizer(caf::event_based_actor* parent, OptimizerArgs args) {
+optimizer_actor spawn_optimizer(caf::event_based_actor* parent, OptimizerArgs args) {
   return parent->spawn<caf::detached>(optimizer_impl, std::move(args));
 }
 

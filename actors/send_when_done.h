@@ -15,8 +15,10 @@
 
 namespace troupe::actors {
 
-template <class... Ts>
-void send_when_done(kernels::Device& device, const caf::actor& to, Ts... xs) {
+// `to`: a typed handle (messages/actor_interfaces.h; the message is checked against its
+// interface) or a caf::actor.
+template <class Handle, class... Ts>
+void send_when_done(kernels::Device& device, const Handle& to, Ts... xs) {
   device.when_done([to, ...xs = std::move(xs)]() mutable { caf::anon_send(to, std::move(xs)...); });
 }
 

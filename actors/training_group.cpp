@@ -141,7 +141,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
          [c, r, faults = args.faults, resume, dir = args.directory, cluster, placement, device_of](
              caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("optim", r, 0, incarnation));
-           return spawn_optimizer(self, OptimizerArgs{c, r, faults, resume->current(), dir, device_of(r, incarnation)});
+           return untyped_handle(spawn_optimizer(self, OptimizerArgs{c, r, faults, resume->current(), dir, device_of(r, incarnation)}));
          }});
   for (const auto& r : topo.all_ranks())
     spec.children.push_back(

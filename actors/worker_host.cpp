@@ -147,8 +147,8 @@ caf::actor place(Self* self, const PlaceActor& p) {
     };
     placed = spawn_stage(self, std::move(s));
   } else if (p.kind == "optim") {
-    placed = spawn_optimizer(self, OptimizerArgs{c, r, a.faults, checkpoint(self, p.resume_dir), st.directory,
-                                                 st.devices->get(r, p.incarnation)});
+    placed = untyped_handle(spawn_optimizer(self, OptimizerArgs{c, r, a.faults, checkpoint(self, p.resume_dir),
+                                                                st.directory, st.devices->get(r, p.incarnation)}));
   } else if (p.kind == "writer") {
     placed = untyped_handle(spawn_writer(self, WriterArgs{c, r, a.faults, st.directory}));
     st.directory->put(engine::writer_path(r), placed);

@@ -62,6 +62,16 @@ using stage_actor = caf::typed_actor<
     caf::reacts_to<params_on_host_atom, int64_t>,            // collectives)
     caf::replies_to<snapshot_atom>::with<engine::StageSnapshot>>;  // tests: a copy of its weights
 
+// An optimizer shard (actors/optimizer_actor.h).
+using optimizer_actor = caf::typed_actor<
+    caf::replies_to<wire_atom, Registry>::with<wired_atom>,  // the coordinator wires the group
+    caf::reacts_to<msg::GradShardReady>,                     // its stage: the step's gradients
+    caf::reacts_to<msg::UpdateCommand>,                      // the coordinator: the update
+    caf::reacts_to<msg::SnapshotCommand>,                    // the coordinator: copy for a save
+    caf::reacts_to<snapshot_landed_atom, int64_t>,           // its device's when_done: the copies landed
+    caf::reacts_to<deliver_atom, msg::ShardSnapshot, int64_t>,  // itself: a writer being restarted
+    caf::replies_to<snapshot_atom>::with<engine::OptimSnapshot>>;  // tests: a copy of its moments
+
 // The coordinator (actors/coordinator_actor.h).
 using coordinator_actor = caf::typed_actor<
     caf::reacts_to<wire_atom, Registry>,                             // the group supervisor: the group is up

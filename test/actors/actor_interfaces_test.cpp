@@ -42,6 +42,14 @@ static_assert(!accepts<stage_actor, credit_atom, int64_t, int32_t>);
 static_assert(!accepts<stage_actor, msg::UpdateCommand>);
 static_assert(!accepts<stage_actor, msg::GradShardReady>);
 
+// optimizer shard: its stage's gradients and the coordinator's commands.
+static_assert(accepts<optimizer_actor, msg::GradShardReady>);
+static_assert(accepts<optimizer_actor, msg::UpdateCommand>);
+static_assert(accepts<optimizer_actor, msg::SnapshotCommand>);
+static_assert(!accepts<optimizer_actor, msg::ShardApplied>);  // it sends that to its stage
+static_assert(!accepts<optimizer_actor, msg::ShardSnapshot>);  // only with deliver_atom, from itself
+static_assert(!accepts<optimizer_actor, msg::NormPartial>);
+
 // coordinator: reports in; what it sends out (commands, snapshots) it does not accept.
 static_assert(accepts<coordinator_actor, msg::ShardWritten>);
 static_assert(accepts<coordinator_actor, msg::SnapshotTaken>);

@@ -192,7 +192,8 @@ TEST_CASE("a snapshot waits for its writer's restart; a writer that stays away f
   auto directory = std::make_shared<actors::Directory>();
   auto parent = sys.spawn([&](caf::event_based_actor* self) -> caf::behavior {
     return {[=](actors::start_atom) {
-      return actors::spawn_optimizer(self, actors::OptimizerArgs{c, rank, nullptr, nullptr, directory, nullptr});
+      return actors::untyped_handle(
+          actors::spawn_optimizer(self, actors::OptimizerArgs{c, rank, nullptr, nullptr, directory, nullptr}));
     }};
   });
   caf::actor optimizer;
