@@ -37,7 +37,10 @@ struct StageState {
   std::shared_ptr<engine::StageWorker> worker;
   std::vector<sched::PipelineOp> train_ops;
 
-  caf::actor coordinator, optimizer, loader, next, prev;
+  coordinator_actor coordinator;
+  optimizer_actor optimizer;
+  loader_actor loader;
+  stage_actor next, prev;
 
   // The step in progress.
   int64_t step = -1;
@@ -89,7 +92,7 @@ struct StageState {
   std::map<Key, msg::Activations> grads;
 };
 
-using Self = caf::stateful_actor<StageState>;
+using Self = stage_actor::stateful_base<StageState>;
 
 double clock_seconds(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
 
@@ -114,7 +117,7 @@ void maybe_poison(Self* self, int32_t mb) {
   }
 }
 
-bool in_other_process(const caf::actor& peer, const caf::node_id& here) { return peer && peer.node() != here; }
+bool in_other_process(const stage_actor& peer, const caf::node_id& here) { return peer && peer.node() != here; }
 
 // Whether an evaluation forward of `mb` may rewrite its output slot: the next stage,
 // in this process, has copied out what the slot's previous microbatch left there.
@@ -135,7 +138,7 @@ bool op_ready(const StageState& st, const sched::PipelineOp& op, const caf::node
 // Tags of the pipeline-neighbour communicators: one FIFO per direction and kind.
 enum PipelineTag : int { kForwardTag = 1, kEvalTag = 2, kBackwardTag = 3 };
 
-bool in_other_process(Self* self, const caf::actor& peer) { return in_other_process(peer, self->node()); }
+bool in_other_process(Self* self, const stage_actor& peer) { return in_other_process(peer, self->node()); }
 
 // Sends rows x cols values at `data` to a neighbour in another process; the message
 // will carry only the shape. Over Gloo (host memory) once the device has finished
@@ -210,8 +213,8 @@ msg::Activations handle(const std::shared_ptr<engine::StageWorker>& stage, const
 // it (actors/send_when_done.h). Each kind of handed-over message goes to one receiver
 // that gets nothing else from this stage, so sending some of them later never reorders
 // a receiver's mail.
-template <class Msg>
-void hand_over(Self* self, const caf::actor& to, Msg m) {
+template <class Handle, class Msg>
+void hand_over(Self* self, const Handle& to, Msg m) {
   send_when_done(self->state.worker->device(), to, std::move(m));
 }
 
@@ -357,7 +360,7 @@ void end_of_ops(Self* self) {
   // On a GPU the collectives run on a host copy: once it has landed (a message from
   // the device's completion), not by waiting for it here.
   if (!st.worker->issue_gradients_to_host()) return gradients_reduced(self, st.worker->reduce_gradients_on_host());
-  send_when_done(st.worker->device(), caf::actor_cast<caf::actor>(self), grads_on_host_atom::value, st.step);
+  send_when_done(st.worker->device(), stage_actor{self}, grads_on_host_atom::value, st.step);
 }
 
 // A host copy of step `step` landed (grads_on_host_atom, params_on_host_atom): only
@@ -433,7 +436,7 @@ void start_queued(Self* self) {
   start_step(self, rs);
 }
 
-caf::behavior stage_impl(Self* self, StageArgs args) {
+stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
   auto& st = self->state;
   st.path = engine::stage_path(args.rank);
   st.topo = engine::Topology::of(args.config);
@@ -457,11 +460,11 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
       [self](wire_atom, const Registry& peers) {
         auto& s = self->state;
         const auto& r = s.args.rank;
-        s.coordinator = peers.at(engine::coordinator_path());
-        s.optimizer = peers.at(engine::optim_path(r));
-        s.loader = peers.at(engine::loader_path(r.dp));
-        if (r.pp + 1 < s.topo.pp) s.next = peers.at(engine::stage_path({r.dp, r.pp + 1, r.tp}));
-        if (r.pp > 0) s.prev = peers.at(engine::stage_path({r.dp, r.pp - 1, r.tp}));
+        s.coordinator = typed_handle<coordinator_actor>(peers.at(engine::coordinator_path()));
+        s.optimizer = typed_handle<optimizer_actor>(peers.at(engine::optim_path(r)));
+        s.loader = typed_handle<loader_actor>(peers.at(engine::loader_path(r.dp)));
+        if (r.pp + 1 < s.topo.pp) s.next = typed_handle<stage_actor>(peers.at(engine::stage_path({r.dp, r.pp + 1, r.tp})));
+        if (r.pp > 0) s.prev = typed_handle<stage_actor>(peers.at(engine::stage_path({r.dp, r.pp - 1, r.tp})));
         return wired_atom::value;
       },
       [self](const msg::RunStep& rs) { start_step(self, rs); },
@@ -478,7 +481,7 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
         s.batches[{m.kind, m.step, m.microbatch}] = m.batch;
         advance(self);
       },
-      [self](loader_atom, const caf::actor& loader) { self->state.loader = loader; },
+      [self](loader_atom, const caf::actor& loader) { self->state.loader = typed_handle<loader_actor>(loader); },
       [self](msg::ActivationsReady& a) {
         auto& s = self->state;
         if (a.x.via_comm)
@@ -507,7 +510,7 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
           return parameters_gathered(self);
         }
         if (!s.worker->issue_parameters_to_host()) return parameters_gathered(self);
-        send_when_done(s.worker->device(), caf::actor_cast<caf::actor>(self), params_on_host_atom::value, s.step);
+        send_when_done(s.worker->device(), stage_actor{self}, params_on_host_atom::value, s.step);
       },
       [self](grads_on_host_atom, int64_t step) {
         check_landed(self->state, step, "gradients");
@@ -529,7 +532,7 @@ caf::behavior stage_impl(Self* self, StageArgs args) {
 
 }  // namespace
 
-caf::actor spawn_stage(caf::event_based_actor* parent, StageArgs args) {
+stage_actor spawn_stage(caf::event_based_actor* parent, StageArgs args) {
   return parent->spawn<caf::detached>(stage_impl, std::move(args));
 }
 

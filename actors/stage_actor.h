@@ -23,7 +23,7 @@
 //
 // Messages in: wire_atom + Registry, RunStep, MicrobatchReady, ActivationsReady,
 // GradientsReady, ShardApplied, loader_atom + actor (its loader was restarted),
-// snapshot_atom (-> StageSnapshot).
+// snapshot_atom (-> StageSnapshot): stage_actor (messages/actor_interfaces.h).
 #pragma once
 
 #include <functional>
@@ -35,6 +35,7 @@
 #include "engine/faults.h"
 #include "engine/topology.h"
 #include "kernels/device.h"
+#include "messages/actor_interfaces.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {
@@ -53,6 +54,6 @@ struct StageArgs {
   std::shared_ptr<kernels::Device> device;
 };
 
-caf::actor spawn_stage(caf::event_based_actor* parent, StageArgs args);
+stage_actor spawn_stage(caf::event_based_actor* parent, StageArgs args);
 
 }  // namespace troupe::actors

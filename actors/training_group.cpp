@@ -150,8 +150,8 @@ SupervisorSpec training_group_spec(GroupArgs args) {
              caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("stage", r, cluster_comms->current(), incarnation));
            auto plan = comms->current();
-           return spawn_stage(self, StageArgs{c, r, plan->ranks[size_t(topo.index(r))], faults, resume->current(),
-                                              {}, device_of(r, incarnation)});
+           return untyped_handle(spawn_stage(self, StageArgs{c, r, plan->ranks[size_t(topo.index(r))], faults,
+                                                             resume->current(), {}, device_of(r, incarnation)}));
          }});
   ChildSpec coordinator{engine::coordinator_path(), Restart::Permanent,
                         [c, faults = args.faults, dir = args.directory, book = args.book, resume,

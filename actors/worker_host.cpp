@@ -145,7 +145,7 @@ caf::actor place(Self* self, const PlaceActor& p) {
     s.connect_comms = [comms = generation(self, p.generation), index = topo.index(r), device] {
       return comms->connect(index, device);
     };
-    placed = spawn_stage(self, std::move(s));
+    placed = untyped_handle(spawn_stage(self, std::move(s)));
   } else if (p.kind == "optim") {
     placed = untyped_handle(spawn_optimizer(self, OptimizerArgs{c, r, a.faults, checkpoint(self, p.resume_dir),
                                                                 st.directory, st.devices->get(r, p.incarnation)}));
