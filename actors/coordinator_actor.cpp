@@ -53,7 +53,10 @@ struct CoordinatorState {
   engine::Topology topo;
   std::unique_ptr<sched::LrSchedule> schedule;
   std::optional<data::BatchSource> data;
-  std::vector<caf::actor> stages, optimizers, loaders;  // rank / dp order
+  std::vector<stage_actor> stages;          // rank order
+  std::vector<optimizer_actor> optimizers;  // rank order
+  std::vector<loader_actor> loaders;        // dp order
+  run_client client;                        // args.client
   int32_t microbatches = 0;
   int64_t total_steps = 0;
   int32_t eval_microbatches = 0;  // per replica, 0: no validation
@@ -90,7 +93,7 @@ struct CoordinatorState {
   bool started = false;
 };
 
-using Self = caf::stateful_actor<CoordinatorState>;
+using Self = coordinator_actor::stateful_base<CoordinatorState>;
 
 void feed(Self* self, const engine::StepEvent& e);
 void progress(Self* self);
@@ -423,12 +426,13 @@ void finish_run(Self* self, std::string status, std::string error) {
   summary.newest_checkpoint = newest_checkpoint(st);
   st.args.book->finish(status, error, summary);
   to_metrics(self, caf::make_message(summary));
-  if (st.args.client) self->send(st.args.client, finished_atom::value, st.args.book->outcome());
+  if (st.client) self->send(st.client, finished_atom::value, st.args.book->outcome());
 }
 
 // ---- wiring --------------------------------------------------------------------
 
-void wire(Self* self, const caf::actor& a, const Registry& peers, std::function<void()> then) {
+template <class Member>
+void wire(Self* self, const Member& a, const Registry& peers, std::function<void()> then) {
   self->request(a, std::chrono::seconds(60), wire_atom::value, peers)
       .then([then](wired_atom) { then(); },
             [self](caf::error& e) {
@@ -443,10 +447,11 @@ void wire_group(Self* self, const Registry& peers) {
   st.optimizers.clear();
   st.loaders.clear();
   for (const auto& r : st.topo.all_ranks()) {
-    st.stages.push_back(peers.at(engine::stage_path(r)));
-    st.optimizers.push_back(peers.at(engine::optim_path(r)));
+    st.stages.push_back(typed_handle<stage_actor>(peers.at(engine::stage_path(r))));
+    st.optimizers.push_back(typed_handle<optimizer_actor>(peers.at(engine::optim_path(r))));
   }
-  for (int32_t d = 0; d < st.topo.dp; ++d) st.loaders.push_back(peers.at(engine::loader_path(d)));
+  for (int32_t d = 0; d < st.topo.dp; ++d)
+    st.loaders.push_back(typed_handle<loader_actor>(peers.at(engine::loader_path(d))));
   auto pending = std::make_shared<size_t>(st.stages.size() + st.optimizers.size() + st.loaders.size());
   auto on_wired = [self, pending] {
     if (--*pending > 0) return;
@@ -470,15 +475,16 @@ void rejoin_loader(Self* self, const std::string& path, const caf::actor& loader
   for (int32_t d = 0; d < st.topo.dp; ++d)
     if (engine::loader_path(d) == path) dp = d;
   if (dp < 0) return;
-  st.loaders[size_t(dp)] = loader;
+  const auto typed_loader = typed_handle<loader_actor>(loader);
+  st.loaders[size_t(dp)] = typed_loader;
   for (const auto& r : st.topo.all_ranks())
     if (r.dp == dp) self->send(st.stages[size_t(st.topo.index(r))], loader_atom::value, loader);
   const bool in_flight = st.ledger && st.ledger->kind() == StepKind::Train;
   const int64_t first = in_flight ? st.ledger->step() : st.pos.step + 1;
   const int64_t consumed = st.pos.consumed_samples;  // the step in flight starts here
   spdlog::info("{} restarted: resuming its stream at step {}", path, first);
-  wire(self, loader, peers, [self, loader, first, consumed] {
-    self->send(loader, start_atom::value, first, consumed, self->state.total_steps);
+  wire(self, typed_loader, peers, [self, typed_loader, first, consumed] {
+    self->send(typed_loader, start_atom::value, first, consumed, self->state.total_steps);
   });
 }
 
@@ -503,9 +509,10 @@ void watchdog(Self* self) {
                                        st.ledger->step(), quiet, limit, st.ledger->missing(), beats));
 }
 
-caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
+coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs args) {
   auto& st = self->state;
   st.args = std::move(args);
+  st.client = typed_handle<run_client>(st.args.client);
   exit_on_exception(self, st.path);
   const auto& c = st.args.config;
   st.topo = engine::Topology::of(c);
@@ -584,7 +591,7 @@ caf::behavior coordinator_impl(Self* self, CoordinatorArgs args) {
 
 }  // namespace
 
-caf::actor spawn_coordinator(caf::event_based_actor* parent, CoordinatorArgs args) {
+coordinator_actor spawn_coordinator(caf::event_based_actor* parent, CoordinatorArgs args) {
   return parent->spawn(coordinator_impl, std::move(args));
 }
 

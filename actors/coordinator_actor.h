@@ -33,7 +33,8 @@
 //
 // Messages in: wire_atom + Registry (from the group supervisor), rejoin_atom,
 // LossReport, ReplicaCounts, NormPartial, StageDone, Heartbeat, SnapshotTaken,
-// ShardWritten, writer_down_atom, tick_atom.
+// ShardWritten, writer_down_atom, tick_atom, ping_atom: coordinator_actor
+// (messages/actor_interfaces.h).
 #pragma once
 
 #include <memory>
@@ -46,6 +47,7 @@
 #include "actors/metrics_inbox.h"
 #include "actors/run_book.h"
 #include "actors/run_outcome.h"
+#include "messages/actor_interfaces.h"
 #include "ckpt/reader.h"
 #include "engine/faults.h"
 #include "messages/config.pb.h"
@@ -62,7 +64,7 @@ struct CoordinatorArgs {
   caf::actor client;                               // receives finished_atom + RunOutcome
 };
 
-caf::actor spawn_coordinator(caf::event_based_actor* parent, CoordinatorArgs args);
+coordinator_actor spawn_coordinator(caf::event_based_actor* parent, CoordinatorArgs args);
 
 // Set by SIGINT / SIGTERM handlers; the coordinator stops after the current step
 // (with a final checkpoint on SIGTERM when checkpoint.save_on_exit).

@@ -156,8 +156,8 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   ChildSpec coordinator{engine::coordinator_path(), Restart::Permanent,
                         [c, faults = args.faults, dir = args.directory, book = args.book, resume,
                          inbox = args.metrics, client = args.client](caf::event_based_actor* self, int) {
-                          return spawn_coordinator(self,
-                                                   CoordinatorArgs{c, faults, dir, book, inbox, resume->current(), client});
+                          return untyped_handle(spawn_coordinator(
+                              self, CoordinatorArgs{c, faults, dir, book, inbox, resume->current(), client}));
                         }};
   watch_for_hangs(coordinator, c.supervision());
   spec.children.push_back(std::move(coordinator));

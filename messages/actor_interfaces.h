@@ -18,12 +18,16 @@
 //   Directory holds caf::actor. A start function wraps its spawn_* in untyped_handle;
 //   an actor that finds a peer in a Registry or Directory wraps it in typed_handle
 //   with the peer's interface (the path says which actor it is).
-// - Cluster mode places actors on workers (actors/cluster.h place_on_worker,
-//   actors/worker_host.cpp) and hands them across processes in the Registry and in
-//   loader_atom: a remote actor arrives as an untyped proxy, and CAF 0.17 serializes
-//   caf::actor inside messages; these stay caf::actor on the wire and are cast on
-//   arrival like a Registry entry.
-// - The run's client (a scoped_actor) and the supervisors stay untyped.
+// - Cluster mode: a worker's host actor answers PlaceActor with the placed actor as a
+//   caf::actor (actors/cluster_protocol.h, worker_host.cpp; place_on_worker returns
+//   it as a start function's result), and handles cross processes inside the
+//   Registry (registered for the wire as a map of caf::actor, actors/wire_types.cpp),
+//   loader_atom, rejoin_atom and PeerHandles. They stay caf::actor on the wire, so
+//   that one registered type carries every kind of actor, and are cast on arrival
+//   like a Registry entry. The cluster's own actors (host, registrar, store, link
+//   watch) keep their untyped handles.
+// - The supervisors stay untyped. The run's client is a scoped_actor (blocking actors
+//   are untyped in CAF 0.17); the coordinator holds it as run_client, cast once.
 #pragma once
 
 #include <caf/all.hpp>
@@ -82,6 +86,10 @@ using coordinator_actor = caf::typed_actor<
     caf::reacts_to<writer_down_atom, std::string>,  // the writers' supervisor: a writer died
     caf::reacts_to<tick_atom>,                      // itself: the watchdog and the save deadline
     caf::replies_to<ping_atom>::with<pong_atom>>;   // its supervisor's heartbeat
+
+// The run's client as the coordinator sees it: run_training's scoped_actor, which
+// waits for the end (a blocking actor, untyped: CoordinatorArgs::client is cast once).
+using run_client = caf::typed_actor<caf::reacts_to<finished_atom, RunOutcome>>;
 
 // Between the untyped supervision tree and typed handles (see above). actor_cast
 // does not check the interface: the caller names the actor's interface by the path it

@@ -59,4 +59,8 @@ static_assert(!accepts<coordinator_actor, msg::ShardSnapshot>);
 static_assert(!accepts<coordinator_actor, msg::UpdateCommand>);
 static_assert(!accepts<coordinator_actor, msg::RunStep>);
 
+// the run's client: only the end.
+static_assert(accepts<run_client, finished_atom, RunOutcome>);
+static_assert(!accepts<run_client, msg::StageDone>);
+
 }  // namespace
