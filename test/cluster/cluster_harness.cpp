@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 
 #include "test/actors/parity_check.h"
 #include "test/cluster/worker_launcher.h"
@@ -65,6 +66,18 @@ std::string ClusterRun::logs() const {
   return out;
 }
 
+namespace {
+
+// Whether `pid` is stopped (state T in /proc/PID/stat).
+bool stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return close != std::string::npos && close + 2 < stat.size() && (stat[close + 2] == 'T' || stat[close + 2] == 't');
+}
+
+}  // namespace
+
 ClusterRun run_cluster(const Config& c, int n, bool collect_state,
                        std::function<void(uint16_t port, ClusterRun&)> before, std::chrono::seconds reap_bound,
                        bool tls, const std::string& worker_cwd) {
@@ -96,7 +109,10 @@ ClusterRun run_cluster(const Config& c, int n, bool collect_state,
     for (auto& w : run.workers) w.status = testing::reap_process(w.pid, std::chrono::seconds(1), &w.killed);
     throw;
   }
-  for (auto& w : run.workers) w.status = testing::reap_process(w.pid, reap_bound, &w.killed);
+  // A stopped process (SIGSTOP) never ends by itself: killed at once; every other one
+  // gets the whole bound to leave (a loaded machine may need seconds).
+  for (auto& w : run.workers)
+    w.status = testing::reap_process(w.pid, stopped(w.pid) ? std::chrono::seconds(0) : reap_bound, &w.killed);
   return run;
 }
 
