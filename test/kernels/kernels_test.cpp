@@ -10,26 +10,16 @@
 #include <thread>
 #include <vector>
 
+#include "test/support/randn.h"
 #include "kernels/cpu/cpu_device.h"
 
 using namespace troupe::kernels;
 using troupe::kernels::cpu::CpuDevice;
 
+using troupe::testing::max_abs_diff;
+using troupe::testing::randn;
+
 namespace {
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
-  return m;
-}
 
 double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
 

@@ -9,24 +9,14 @@
 
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/cpu/kernels.h"
+#include "test/support/randn.h"
 
 using troupe::kernels::cpu::CpuDevice;
 
+using troupe::testing::max_abs_diff;
+using troupe::testing::randn;
+
 namespace {
-
-std::vector<float> normal(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
-
-double worst(const std::vector<float>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
-  return m;
-}
 
 }  // namespace
 
@@ -34,7 +24,7 @@ TEST_CASE("rmsnorm forward and backward match the formulas") {
   const int N = 13, C = 37;  // C not a multiple of 8: exercises the masked tails
   const float eps = 1e-5f;
   CpuDevice dev(2);
-  const auto x = normal(size_t(N) * C, 60, 3.0f), w = normal(C, 61), dout = normal(size_t(N) * C, 62);
+  const auto x = randn(size_t(N) * C, 60, 3.0f), w = randn(C, 61), dout = randn(size_t(N) * C, 62);
   std::vector<float> out(x.size()), rstd(N);
   troupe::kernels::cpu::rmsnorm_forward(dev.pool(), out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
   std::vector<float> dx(x.size(), 0.5f), dw(C, 0.25f);  // both accumulate
@@ -56,10 +46,10 @@ TEST_CASE("rmsnorm forward and backward match the formulas") {
       rdw[size_t(c)] += double(dout[row + c]) * x[row + c] * s;
     }
   }
-  CHECK(worst(out, rout) < 1e-5);
-  CHECK(worst(rstd, rrstd) < 1e-6);
-  CHECK(worst(dx, rdx) < 1e-5);
-  CHECK(worst(dw, rdw) < 1e-4);
+  CHECK(max_abs_diff(out, rout) < 1e-5);
+  CHECK(max_abs_diff(rstd, rrstd) < 1e-6);
+  CHECK(max_abs_diff(dx, rdx) < 1e-5);
+  CHECK(max_abs_diff(dw, rdw) < 1e-4);
 }
 
 TEST_CASE("rmsnorm backward by central differences of the double formula") {
@@ -67,7 +57,7 @@ TEST_CASE("rmsnorm backward by central differences of the double formula") {
   const int C = 11;
   const float eps = 1e-5f;
   CpuDevice dev(1);
-  const auto x = normal(C, 63), w = normal(C, 64), dout = normal(C, 65);
+  const auto x = randn(C, 63), w = randn(C, 64), dout = randn(C, 65);
   std::vector<float> out(C), rstd(1), dx(C, 0.0f), dw(C, 0.0f);
   troupe::kernels::cpu::rmsnorm_forward(dev.pool(), out.data(), rstd.data(), x.data(), w.data(), 1, C, eps);
   troupe::kernels::cpu::rmsnorm_backward(dev.pool(), dx.data(), dw.data(), dout.data(), x.data(), w.data(),
@@ -88,14 +78,14 @@ TEST_CASE("rmsnorm backward by central differences of the double formula") {
     gx[size_t(c)] = (loss(xp, wd) - loss(xm, wd)) / (2 * h);
     gw[size_t(c)] = (loss(xd, wp) - loss(xd, wm)) / (2 * h);
   }
-  CHECK(worst(dx, gx) < 1e-5);
-  CHECK(worst(dw, gw) < 1e-5);
+  CHECK(max_abs_diff(dx, gx) < 1e-5);
+  CHECK(max_abs_diff(dw, gw) < 1e-5);
 }
 
 TEST_CASE("rmsnorm gives the same bits for 1 and 3 threads") {
   CpuDevice one(1), three(3);
   const int N = 66, C = 48;
-  const auto x = normal(size_t(N) * C, 66), w = normal(C, 67), dout = normal(size_t(N) * C, 68);
+  const auto x = randn(size_t(N) * C, 66), w = randn(C, 67), dout = randn(size_t(N) * C, 68);
   auto run = [&](CpuDevice& dev) {
     std::vector<float> out(x.size()), rstd(N), dx(x.size()), dw(C);
     troupe::kernels::cpu::rmsnorm_forward(dev.pool(), out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "test/support/randn.h"
 #include "comm/inprocess.h"
 #include "kernels/cpu/cpu_device.h"
 #include "model/layers/attention.h"
@@ -31,15 +32,10 @@ using namespace troupe::model::layers;
 using kernels::Buffer;
 using Vec = std::vector<double>;
 
-namespace {
+using troupe::testing::max_abs_diff;
+using troupe::testing::randn;
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
+namespace {
 
 Vec to_double(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
 
