@@ -64,8 +64,6 @@ class ClusterRoot {
   void finish(const std::string& why, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
   std::vector<Refusal> refusals() const;
-  // Episodes in which the supervisor's own I/O ran late (actors/link_watch.h).
-  int64_t late_episodes() const { return links_ ? links_->late_episodes() : 0; }
   ~ClusterRoot();
 
  private:

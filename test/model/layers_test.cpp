@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "test/support/on_ranks.h"
 #include "test/support/randn.h"
 #include "comm/inprocess.h"
 #include "kernels/cpu/cpu_device.h"
@@ -33,6 +34,7 @@ using kernels::Buffer;
 using Vec = std::vector<double>;
 
 using troupe::testing::max_abs_diff;
+using troupe::testing::on_ranks;
 using troupe::testing::randn;
 
 namespace {
@@ -110,24 +112,6 @@ Vec matmul(const Vec& a, const Vec& b, int N, int K, int M) {  // [N, K] [K, M]
 }
 
 double gelu(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
-
-// Runs fn(rank) for each of T ranks on its own thread; rethrows the first error.
-void on_ranks(int T, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  std::exception_ptr error;
-  std::mutex mu;
-  for (int t = 0; t < T; ++t)
-    threads.emplace_back([&, t] {
-      try {
-        fn(t);
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!error) error = std::current_exception();
-      }
-    });
-  for (auto& th : threads) th.join();
-  if (error) std::rethrow_exception(error);
-}
 
 }  // namespace
 

@@ -18,28 +18,10 @@
 #include "comm/inprocess.h"
 #include "kernels/cpu/cpu_device.h"
 #include "model/gpt_stage.h"
+#include "test/support/on_ranks.h"
 
 namespace troupe::testing {
 
-// Runs fn(rank) for every rank on its own thread (the collectives need them all at
-// once); rethrows the first exception after every thread has ended.
-template <class F>
-void on_ranks(int T, F&& fn) {
-  std::vector<std::thread> threads;
-  std::exception_ptr error;
-  std::mutex mu;
-  for (int t = 0; t < T; ++t)
-    threads.emplace_back([&, t] {
-      try {
-        fn(t);
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!error) error = std::current_exception();
-      }
-    });
-  for (auto& th : threads) th.join();
-  if (error) std::rethrow_exception(error);
-}
 
 // T tensor-parallel ranks of one stage (T = 1: a plain stage without a group).
 struct TpStages {
