@@ -64,4 +64,29 @@ void Device::rmsnorm_backward(float*, float*, const float*, const float*, const 
   throw std::logic_error(describe() + " does not implement rmsnorm_backward (needed for RMSNorm layers)");
 }
 
+void Device::rope_forward(float*, const int32_t*, const float*, const float*, int, int, int, int64_t) {
+  throw std::logic_error(describe() + " does not implement rope_forward (needed for rotary positions)");
+}
+
+void Device::rope_backward(float*, const int32_t*, const float*, const float*, int, int, int, int64_t) {
+  throw std::logic_error(describe() + " does not implement rope_backward (needed for rotary positions)");
+}
+
+void Device::swiglu_forward(float*, const float*, const float*, int64_t) {
+  throw std::logic_error(describe() + " does not implement swiglu_forward (needed for SwiGLU MLPs)");
+}
+
+void Device::swiglu_backward(float*, float*, const float*, const float*, const float*, int64_t) {
+  throw std::logic_error(describe() + " does not implement swiglu_backward (needed for SwiGLU MLPs)");
+}
+
+void Device::gqa_attention_forward(float*, float*, const float*, const int32_t*, int, int, int, int, int) {
+  throw std::logic_error(describe() + " does not implement gqa_attention_forward (needed for grouped-query attention)");
+}
+
+void Device::gqa_attention_backward(float*, const float*, const float*, const float*, const int32_t*, int, int, int,
+                                    int, int) {
+  throw std::logic_error(describe() + " does not implement gqa_attention_backward (needed for grouped-query attention)");
+}
+
 }  // namespace troupe::kernels

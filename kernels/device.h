@@ -208,6 +208,39 @@ class Device {
   virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                                 const float* weight, const float* rstd, int N, int C);
 
+  // Rotary position embedding (Llama; Hugging Face's rotate-half pairing), in place on
+  // `heads` heads of head size hs per row of x (row stride ld floats; head j at columns
+  // [j hs, (j+1) hs)). With p = positions[n] (restarting at each document) and
+  // i < hs/2, the pair (a, b) = (x[i], x[i + hs/2]) of every head becomes
+  //   a' = a cos[p, i] - b sin[p, i];   b' = b cos[p, i] + a sin[p, i]
+  // cos and sin are [max_positions, hs/2] tables (model/layers/rope.h computes them).
+  virtual void rope_forward(float* x, const int32_t* positions, const float* cos, const float* sin, int N, int heads,
+                            int hs, int64_t ld);
+  // The backward: dx (same layout) rotated by -angle in place (the transpose of forward).
+  virtual void rope_backward(float* dx, const int32_t* positions, const float* cos, const float* sin, int N,
+                             int heads, int hs, int64_t ld);
+
+  // SwiGLU's activation over n values: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+  virtual void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
+  // dgate = dout * up * silu'(gate);  dup = dout * silu(gate)  (both overwritten; dgate
+  // may alias gate and dup may alias up).
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                               int64_t n);
+
+  // Grouped-query attention, causal within each token's document: NH query heads share
+  // KV key/value heads (NH % KV == 0; query head h reads kv head h / (NH / KV); KV == NH
+  // is multi-head, KV == 1 multi-query). k and v are never copied per query head.
+  //   qkv[B, T, (NH + 2 KV) hs]: per token q (NH heads) | k (KV heads) | v (KV heads)
+  //   doc_start[B*T] as in attention_forward
+  //   out[B, T, NH hs]: heads concatenated
+  //   att[B, NH, T, T]: softmax probabilities saved for backward (zero outside the mask)
+  virtual void gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B, int T,
+                                     int NH, int KV, int hs);
+  // dqkv[B, T, (NH + 2 KV) hs] (overwritten) from dout[B, T, NH hs]; a kv head's dk and
+  // dv sum its query heads' contributions in head order.
+  virtual void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                                      const int32_t* doc_start, int B, int T, int NH, int KV, int hs);
+
   // ---- optimizer --------------------------------------------------------------
   // One decoupled AdamW step on n elements (docs/numerics.md, "AdamW"):
   //   g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
