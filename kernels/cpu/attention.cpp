@@ -2,8 +2,7 @@
 #include <cmath>
 #include <cstring>
 
-#include <cblas.h>
-
+#include "kernels/cpu/head_loop.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -38,27 +37,6 @@ struct Dims {
   Dims(int b, int t, int c, int nh) : B(b), T(t), C(c), NH(nh), hs(c / nh), C3(3 * int64_t(c)), scale(1.0f / std::sqrt(float(c / nh))) {}
 };
 
-// Runs f(b, h, participant) for every (batch row, head) pair; pairs are split
-// statically over participants and never share an output element. Each participant
-// gets 2 T^2 floats of scratch.
-template <class F>
-void for_each_head(ThreadPool& pool, Scratch& scratch, int B, int NH, int T, F&& f) {
-  scratch.per_thread.resize(size_t(pool.size()));
-  for (int p = 0; p < pool.size(); ++p) scratch.thread_floats(p, size_t(2) * T * T);
-  const int64_t pairs = int64_t(B) * NH;
-  pool.run([&](int p) {
-    auto [b, e] = ThreadPool::chunk(pairs, p, pool.size());
-    for (int64_t i = b; i < e; ++i) f(int(i / NH), int(i % NH), p);
-  });
-}
-
-// Single-threaded sgemm (row-major) on one participant.
-void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int64_t lda, const float* B,
-           int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-              int(lda), B, int(ldb), beta, C, int(ldc));
-}
-
 }  // namespace
 
 // Per (b, h), as GEMMs over the whole row (the causal and document mask is applied
@@ -68,7 +46,7 @@ void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, i
 void attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att,
                        const float* qkv, const int32_t* doc_start, int B, int T, int C, int NH) {
   const Dims d(B, T, C, NH);
-  for_each_head(pool, scratch, B, NH, T, [&](int b, int h, int p) {
+  for_each_head(pool, scratch, B, NH, size_t(2) * T * T, [&](int b, int h, int p) {
     float* S = scratch.per_thread[size_t(p)].data();
     const float* q = qkv + int64_t(b) * T * d.C3 + int64_t(h) * d.hs;
     float* a = att + (int64_t(b) * NH + h) * T * T;
@@ -91,7 +69,7 @@ void attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const f
                         const float* qkv, const float* att, const int32_t* doc_start, int B,
                         int T, int C, int NH) {
   const Dims d(B, T, C, NH);
-  for_each_head(pool, scratch, B, NH, T, [&](int b, int h, int p) {
+  for_each_head(pool, scratch, B, NH, size_t(2) * T * T, [&](int b, int h, int p) {
     float* dS = scratch.per_thread[size_t(p)].data();
     const int64_t hoff = int64_t(h) * d.hs;
     const float* q = qkv + int64_t(b) * T * d.C3 + hoff;

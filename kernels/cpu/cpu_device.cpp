@@ -121,6 +121,29 @@ void CpuDevice::attention_backward(float* dqkv, const float* dout, const float* 
                                    int NH) {
   cpu::attention_backward(pool_, scratch_, dqkv, dout, qkv, att, doc_start, B, T, C, NH);
 }
+void CpuDevice::rope_forward(float* x, const int32_t* positions, const float* cos, const float* sin, int N,
+                             int heads, int hs, int64_t ld) {
+  cpu::rope_forward(pool_, x, positions, cos, sin, N, heads, hs, ld);
+}
+void CpuDevice::rope_backward(float* dx, const int32_t* positions, const float* cos, const float* sin, int N,
+                              int heads, int hs, int64_t ld) {
+  cpu::rope_backward(pool_, dx, positions, cos, sin, N, heads, hs, ld);
+}
+void CpuDevice::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
+  cpu::swiglu_forward(pool_, out, gate, up, n);
+}
+void CpuDevice::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                                int64_t n) {
+  cpu::swiglu_backward(pool_, dgate, dup, dout, gate, up, n);
+}
+void CpuDevice::gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B,
+                                      int T, int NH, int KV, int hs) {
+  cpu::gqa_attention_forward(pool_, scratch_, out, att, qkv, doc_start, B, T, NH, KV, hs);
+}
+void CpuDevice::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                                       const int32_t* doc_start, int B, int T, int NH, int KV, int hs) {
+  cpu::gqa_attention_backward(pool_, scratch_, dqkv, dout, qkv, att, doc_start, B, T, NH, KV, hs);
+}
 void CpuDevice::gelu_forward(float* out, const float* inp, int64_t n) { cpu::gelu_forward(pool_, out, inp, n); }
 void CpuDevice::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
   cpu::gelu_backward(pool_, dinp, inp, dout, n);

@@ -12,7 +12,8 @@
 //
 // Memory: allocate() returns zeroed, 64-byte-aligned host memory; kernels allocate
 // nothing, except scratch that grows once to the largest seen: 2 T^2 floats per
-// participant (attention) and one double per 64 Ki elements (sum_squares).
+// participant (attention; grouped-query attention needs T^2) and one double per
+// 64 Ki elements (sum_squares).
 #pragma once
 
 #include <memory>
@@ -60,6 +61,18 @@ class CpuDevice final : public Device {
                        float eps) override;
   void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                         const float* rstd, int N, int C) override;
+  // The Llama family's primitives (cpu/rope.cpp, cpu/swiglu.cpp, cpu/gqa_attention.cpp).
+  void rope_forward(float* x, const int32_t* positions, const float* cos, const float* sin, int N, int heads, int hs,
+                    int64_t ld) override;
+  void rope_backward(float* dx, const int32_t* positions, const float* cos, const float* sin, int N, int heads,
+                     int hs, int64_t ld) override;
+  void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) override;
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       int64_t n) override;
+  void gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B, int T, int NH,
+                             int KV, int hs) override;
+  void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                              const int32_t* doc_start, int B, int T, int NH, int KV, int hs) override;
   void linear_forward(float* out, float* gelu_out, const float* inp, const float* weight,
                       const float* bias, const float* residual, int N, int C, int OC) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,

@@ -5,7 +5,9 @@
 //   row kernels (layernorm forward, cross-entropy, embedding forward, elementwise)
 //   give each row or element to one participant and compute it the same way whatever
 //   the partition; attention gives each (batch row, head) pair to one participant,
-//   which runs the same single-threaded GEMMs for it whatever the partition;
+//   which runs the same single-threaded GEMMs for it whatever the partition (grouped-
+//   query attention's backward gives each (batch row, kv head) pair to one, which adds
+//   its query heads' dk and dv in head order);
 //   reductions over rows (bias, LayerNorm and embedding gradients) are split over
 //   columns instead: each participant owns whole columns and adds rows in order 0..N-1;
 //   sum_squares adds fixed 64 Ki-element blocks (partials in double) in block order.
@@ -67,6 +69,27 @@ void attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* at
 void attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const float* dout,
                         const float* qkv, const float* att, const int32_t* doc_start, int B,
                         int T, int C, int NH);
+
+// Grouped-query attention (cpu/gqa_attention.cpp): qkv[B, T, (NH + 2 KV) hs] -> out[B, T,
+// NH hs], att[B, NH, T, T]; query head h reads kv head h / (NH / KV). Forward split over
+// (b, query head), backward over (b, kv head) with the group's heads added in order.
+void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att, const float* qkv,
+                           const int32_t* doc_start, int B, int T, int NH, int KV, int hs);
+void gqa_attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const float* dout, const float* qkv,
+                            const float* att, const int32_t* doc_start, int B, int T, int NH, int KV, int hs);
+
+// Rotary position embedding in place (cpu/rope.cpp): `heads` heads of hs per row of x[N,
+// ld]; cos, sin [max_positions, hs/2]; backward rotates by the negative angle.
+void rope_forward(ThreadPool& pool, float* x, const int32_t* positions, const float* cos, const float* sin, int N,
+                  int heads, int hs, int64_t ld);
+void rope_backward(ThreadPool& pool, float* dx, const int32_t* positions, const float* cos, const float* sin, int N,
+                   int heads, int hs, int64_t ld);
+
+// SwiGLU's activation (cpu/swiglu.cpp): out = silu(gate) * up over n values; backward
+// dgate = dout up silu'(gate), dup = dout silu(gate) (dgate may alias gate, dup up).
+void swiglu_forward(ThreadPool& pool, float* out, const float* gate, const float* up, int64_t n);
+void swiglu_backward(ThreadPool& pool, float* dgate, float* dup, const float* dout, const float* gate,
+                     const float* up, int64_t n);
 
 void gelu_forward(ThreadPool& pool, float* out, const float* inp, int64_t n);
 void gelu_backward(ThreadPool& pool, float* dinp, const float* inp, const float* dout, int64_t n);
