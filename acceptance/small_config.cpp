@@ -35,15 +35,42 @@ SmallModel derive_small_model(const Config& big, const std::string& data_prefix,
   m->set_max_positions(kSmallSeqLength);
   m->set_init_std(big.model().init_std());
   m->set_layernorm_eps(big.model().layernorm_eps());
+  const auto& bm = big.model();
+  m->set_tied_embeddings(bm.tied_embeddings());
+  if (config::is_llama(bm)) {
+    // The family's layers at the small size: grouped queries stay grouped (2 query
+    // heads per kv head, kv heads a multiple of TP), multi-query stays multi-query.
+    const int64_t big_kv = config::kv_heads(bm);
+    const bool grouped = big_kv < bm.heads();
+    m->set_architecture(ModelConfig::LLAMA);
+    if (grouped && big_kv > 1) m->set_heads(2 * std::max(2, tp));
+    m->set_width(16 * m->heads());
+    m->set_kv_heads(!grouped ? m->heads() : big_kv == 1 ? 1 : m->heads() / 2);
+    m->set_ffn_width(3 * m->width());
+    m->set_rope_theta(bm.rope_theta());
+    if (bm.has_norm_eps()) m->set_norm_eps(bm.norm_eps());
+  }
   d += fmt::format("- layout: DP {} x PP {} x TP {} x CP {}, {} schedule, sequence parallel {}, distributed optimizer {} "
                    "(all the config's)\n",
                    p.data(), pp, tp, p.context(), ParallelConfig::Schedule_Name(p.schedule()),
                    p.sequence_parallel() ? "on" : "off", p.distributed_optimizer() ? "on" : "off");
   d += fmt::format("- model.layers: {} (config: {}; 2 per pipeline stage, at most the config's)\n", m->layers(),
                    big.model().layers());
-  d += fmt::format("- model.heads: {} (config: {}; 2, or TP when TP > 2)\n", m->heads(), big.model().heads());
-  d += fmt::format("- model.width: {} (config: {}; head size 16), ffn {} (4 x width; config: {})\n", m->width(),
-                   big.model().width(), 4 * m->width(), config::ffn_width(big.model()));
+  d += fmt::format("- model.heads: {} (config: {}; 2, or TP when TP > 2{})\n", m->heads(), big.model().heads(),
+                   m->heads() > std::max(2, tp) ? ", twice that for grouped queries" : "");
+  if (config::is_llama(bm)) {
+    d += fmt::format("- model.architecture: LLAMA (the config's), kv heads {} (config: {} of {}), tied head {} "
+                     "(the config's), rope_theta {:g} (the config's){}\n",
+                     config::kv_heads(*m), config::kv_heads(bm), bm.heads(), bm.tied_embeddings() ? "yes" : "no",
+                     bm.rope_theta(),
+                     bm.has_rope_scaling() ? "; rope_scaling dropped (its original context exceeds the small run's)"
+                                           : "");
+    d += fmt::format("- model.width: {} (config: {}; head size 16), SwiGLU ffn {} (3 x width; config: {})\n",
+                     m->width(), bm.width(), m->ffn_width(), config::ffn_width(bm));
+  } else {
+    d += fmt::format("- model.width: {} (config: {}; head size 16), ffn {} (4 x width; config: {})\n", m->width(),
+                     big.model().width(), 4 * m->width(), config::ffn_width(big.model()));
+  }
   d += fmt::format("- model.vocab_size: 257, padded to {} (config: {}; the acceptance dataset is bytes + EOD)\n",
                    config::padded_vocab(c), big.model().vocab_size());
 

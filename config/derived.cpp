@@ -6,6 +6,12 @@ int64_t ffn_width(const ModelConfig& m) {
   return m.ffn_width() > 0 ? m.ffn_width() : 4 * int64_t(m.width());
 }
 
+int64_t kv_heads(const ModelConfig& m) { return m.kv_heads() > 0 ? m.kv_heads() : m.heads(); }
+
+float norm_eps(const ModelConfig& m) { return m.has_norm_eps() ? m.norm_eps() : m.layernorm_eps(); }
+
+bool is_llama(const ModelConfig& m) { return m.architecture() == ModelConfig::LLAMA; }
+
 int64_t padded_vocab(const Config& c) {
   const int64_t multiple = int64_t(c.model().vocab_pad_multiple()) * c.parallel().tensor();
   const int64_t v = c.model().vocab_size();
@@ -14,9 +20,15 @@ int64_t padded_vocab(const Config& c) {
 
 int64_t parameter_count(const Config& c) {
   const auto& m = c.model();
-  const int64_t w = m.width(), f = ffn_width(m);
+  const int64_t w = m.width(), f = ffn_width(m), embedding = padded_vocab(c) * w;
+  const int64_t head = m.tied_embeddings() ? 0 : embedding;
+  if (is_llama(m)) {
+    const int64_t kv_width = kv_heads(m) * (w / m.heads());
+    const int64_t per_layer = 2 * w * w + 2 * w * kv_width + 3 * w * f + 2 * w;
+    return embedding + head + m.layers() * per_layer + w;
+  }
   const int64_t per_layer = 4 * w * w + 2 * w * f + 9 * w + f;
-  return padded_vocab(c) * w + int64_t(m.max_positions()) * w + m.layers() * per_layer + 2 * w;
+  return embedding + head + int64_t(m.max_positions()) * w + m.layers() * per_layer + 2 * w;
 }
 
 int64_t microbatches_per_replica(const Config& c) {

@@ -13,14 +13,24 @@ namespace troupe::config {
 // MLP inner width: model.ffn_width, or 4 * width when it is 0.
 int64_t ffn_width(const ModelConfig& m);
 
+// Key/value heads: model.kv_heads, or heads when it is 0 (GPT-2 is always multi-head).
+int64_t kv_heads(const ModelConfig& m);
+// Epsilon of the norms: model.norm_eps when set, else model.layernorm_eps.
+float norm_eps(const ModelConfig& m);
+bool is_llama(const ModelConfig& m);
+
 // Embedding rows: vocab_size rounded up to a multiple of vocab_pad_multiple * tensor
 // (Megatron's make-vocab-size-divisible-by). Rows past vocab_size are never predicted.
 int64_t padded_vocab(const Config& c);
 
-// Parameters of the whole model, counted once (the tied LM head adds none):
-//   token embedding padded_vocab x width, positions max_positions x width,
-//   per layer 4 w^2 + 2 w f + 9 w + f (qkv, proj, fc, proj weights + biases, two LayerNorms),
-//   final LayerNorm 2 w.
+// Parameters of the whole model, counted once (a tied LM head adds none, an untied
+// one padded_vocab x width):
+//   GPT2:  token embedding padded_vocab x width, positions max_positions x width,
+//          per layer 4 w^2 + 2 w f + 9 w + f (qkv, proj, fc, proj weights + biases,
+//          two LayerNorms), final LayerNorm 2 w.
+//   LLAMA: token embedding padded_vocab x width, per layer 2 w^2 + 2 w kv hs (q, o;
+//          k, v of kv heads of size hs) + 3 w f (gate, up, down) + 2 w (two RMSNorms),
+//          final RMSNorm w.
 int64_t parameter_count(const Config& c);
 
 // Microbatches each data-parallel replica accumulates per update:

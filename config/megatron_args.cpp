@@ -220,12 +220,22 @@ const std::map<std::string, Flag>& flags() {
          c.cfg.mutable_model()->set_tied_embeddings(false);
          c.mark("model.tied_embeddings");
        }}},
+      // The Llama family's features; settle_family checks they come together.
       {"position-embedding-type", {true, [](const Context& c) {
-         c.choice({"learned_absolute"}, "troupe's GPT-2 model learns absolute position embeddings");
+         c.choice({"learned_absolute", "rope"}, "troupe has learned absolute (GPT2) or rotary (LLAMA) positions");
        }}},
+      {"use-rotary-position-embeddings", {false, [](const Context&) {}}},
       {"normalization", {true, [](const Context& c) {
-         c.choice({"LayerNorm"}, "troupe's GPT-2 model uses LayerNorm");
+         c.choice({"LayerNorm", "RMSNorm"}, "troupe normalizes with LayerNorm (GPT2) or RMSNorm (LLAMA)");
        }}},
+      {"swiglu", {false, [](const Context&) {}}},
+      {"disable-bias-linear", {false, [](const Context&) {}}},
+      {"group-query-attention", {false, [](const Context&) {}}},
+      {"num-query-groups", int32_flag("model.kv_heads", [](Config& c, int32_t v) { c.mutable_model()->set_kv_heads(v); })},
+      {"rotary-base", number_flag("model.rope_theta", [](Config& c, double v) { c.mutable_model()->set_rope_theta(v); })},
+      {"norm-epsilon", number_flag("model.norm_eps", [](Config& c, double v) {
+         c.mutable_model()->set_norm_eps(float(v));
+       })},
       {"attention-dropout", {true, [](const Context& c) {
          if (c.number() != 0.0) throw c.error("troupe has no dropout; only 0 is accepted");
        }}},
@@ -265,15 +275,73 @@ const std::map<std::string, const char*>& reasons() {
       {"lr-decay-iters", "troupe counts the schedule in samples; use --lr-decay-samples"},
       {"lr-warmup-iters", "troupe counts the schedule in samples; use --lr-warmup-samples"},
       {"lr-warmup-fraction", "troupe counts the schedule in samples; use --lr-warmup-samples"},
-      {"swiglu", "troupe's MLP is GELU"},
-      {"num-query-groups", "troupe's attention is multi-head (no grouped queries)"},
-      {"group-query-attention", "troupe's attention is multi-head (no grouped queries)"},
-      {"use-rotary-position-embeddings", "troupe learns absolute position embeddings"},
       {"rampup-batch-size", "troupe keeps the global batch fixed"},
       {"recompute-activations", "troupe does not recompute activations"},
       {"num-layers-per-virtual-pipeline-stage", "troupe's pipeline is not interleaved"},
   };
   return table;
+}
+
+// The family the fragment describes. Megatron's knobs are independent; troupe's two
+// families are bundles: GPT2 (LayerNorm, GELU, learned positions, biases) and LLAMA
+// (RMSNorm, SwiGLU, rotary positions, no linear biases). A fragment naming any LLAMA
+// feature must name all four; a mix is refused with what is missing.
+void settle_family(const std::vector<Occurrence>& occurrences, ParsedConfig& out, const std::string& source) {
+  auto last = [&](const std::string& name) -> const Occurrence* {
+    const Occurrence* found = nullptr;
+    for (const auto& o : occurrences)
+      if (o.name == name) found = &o;
+    return found;
+  };
+  auto value_is = [&](const std::string& name, const std::string& v) {
+    const Occurrence* o = last(name);
+    return o && o->value && *o->value == v;
+  };
+  struct Feature {
+    const char* flag;
+    bool present;
+  };
+  const Feature features[] = {
+      {"--normalization RMSNorm", value_is("normalization", "RMSNorm")},
+      {"--swiglu", last("swiglu") != nullptr},
+      {"--position-embedding-type rope", value_is("position-embedding-type", "rope") ||
+                                             last("use-rotary-position-embeddings") != nullptr},
+      {"--disable-bias-linear", last("disable-bias-linear") != nullptr},
+  };
+  std::string have, missing;
+  for (const auto& f : features) {
+    std::string& list = f.present ? have : missing;
+    list += (list.empty() ? "" : ", ") + std::string(f.flag);
+  }
+  const Occurrence* gqa = last("group-query-attention");
+  const Occurrence* groups = last("num-query-groups");
+  if (groups && !gqa)
+    throw ConfigError(fmt::format("{}:{}: --num-query-groups: has no effect without --group-query-attention "
+                                  "(Megatron-LM ignores it); add that flag or drop this one",
+                                  source, groups->line));
+  if (have.empty()) {
+    if (gqa)
+      throw ConfigError(fmt::format("{}:{}: --group-query-attention: troupe's GPT2 family is multi-head; grouped "
+                                    "queries come with the LLAMA features ({})",
+                                    source, gqa->line, missing));
+    return;
+  }
+  if (!missing.empty())
+    throw ConfigError(fmt::format("{}: the fragment sets {} but not {}: troupe's LLAMA family is RMSNorm, SwiGLU, "
+                                  "rotary positions and no linear biases together",
+                                  source, have, missing));
+  auto& m = *out.config.mutable_model();
+  m.set_architecture(ModelConfig::LLAMA);
+  out.origins.set("model.architecture", source + " (--normalization RMSNorm --swiglu ...)");
+  if (gqa && !groups) {
+    m.set_kv_heads(1);  // Megatron-LM's default num_query_groups
+    out.origins.set("model.kv_heads", fmt::format("{}:{} (--group-query-attention)", source, gqa->line));
+  }
+  if (!last("ffn-hidden-size")) {
+    // Megatron-LM's SwiGLU default: 2/3 of 4 h, rounded down to a multiple of 64.
+    m.set_ffn_width(int32_t(int64_t(4) * m.width() * 2 / 3 / 64 * 64));
+    out.origins.set("model.ffn_width", source + " (Megatron-LM's --swiglu default: 8h/3 rounded down to 64)");
+  }
 }
 
 }  // namespace
@@ -326,6 +394,7 @@ ParsedConfig parse_megatron_args(std::string_view text, const std::string& sourc
   ParsedConfig out{Config(), Origins(source_name)};
   for (const auto& occ : occurrences)
     flags().at(occ.name).apply(Context{out.config, out.origins, source_name, occ});
+  settle_family(occurrences, out, source_name);
   return out;
 }
 

@@ -62,6 +62,41 @@ void check_spike_fields(const LoggingConfig& lg, Checker& k) {
   k.positive("logging.spike_min_history", lg.spike_min_history());
 }
 
+// What each model.architecture needs and what it does not have (nothing is silently
+// ignored: a Llama knob set on GPT-2 is refused).
+void check_family(const Config& c, Checker& k) {
+  const auto& m = c.model();
+  const int tp = c.parallel().tensor();
+  if (!is_llama(m)) {
+    if (m.kv_heads() != 0 && m.kv_heads() != m.heads())
+      k.fail("model.kv_heads",
+             fmt::format("{} needs model.architecture LLAMA: GPT2 attention is multi-head", m.kv_heads()),
+             {"model.architecture"});
+    if (m.has_rope_theta() || m.has_rope_scaling())
+      k.fail(m.has_rope_theta() ? "model.rope_theta" : "model.rope_scaling",
+             "needs model.architecture LLAMA: GPT2 learns absolute positions", {"model.architecture"});
+    return;
+  }
+  if (m.ffn_width() == 0)
+    k.fail("model.ffn_width", "must be set for LLAMA (the SwiGLU width; Llama 3 8B: 14336)", {"model.architecture"});
+  if (m.width() % m.heads() == 0 && (m.width() / m.heads()) % 2 != 0)
+    k.fail("model.heads",
+           fmt::format("rotary positions need an even head size; width {} / heads {} = {}", m.width(), m.heads(),
+                       m.width() / m.heads()),
+           {"model.width"});
+  const int64_t kv = kv_heads(m);
+  if (kv > m.heads() || m.heads() % kv != 0) {
+    k.fail("model.kv_heads", fmt::format("{} does not divide model.heads = {}", kv, m.heads()), {"model.heads"});
+    return;
+  }
+  if (kv % tp != 0 && tp % kv != 0)
+    k.fail("model.kv_heads",
+           fmt::format("{} and parallel.tensor = {}: one must divide the other (split the kv heads, or keep "
+                       "every kv head on every rank)",
+                       kv, tp),
+           {"parallel.tensor"});
+}
+
 // Field-by-field rules: each looks at one field only.
 void check_fields(const Config& c, Checker& k) {
   const auto& m = c.model();
@@ -78,13 +113,31 @@ void check_fields(const Config& c, Checker& k) {
   k.at_most("model.vocab_pad_multiple", m.vocab_pad_multiple(), kMaxVocabPadMultiple);
   k.positive("model.max_positions", m.max_positions());
   k.at_most("model.max_positions", m.max_positions(), kMaxPositions);
-  if (!m.tied_embeddings())
-    k.fail("model.tied_embeddings",
-           "false is not supported: troupe always ties the LM head to the token embedding");
   k.finite("model.init_std", m.init_std());
   k.positive("model.init_std", m.init_std());
   k.finite("model.layernorm_eps", m.layernorm_eps());
   k.positive("model.layernorm_eps", m.layernorm_eps());
+  if (m.has_norm_eps()) {
+    k.finite("model.norm_eps", m.norm_eps());
+    k.positive("model.norm_eps", m.norm_eps());
+  }
+  k.non_negative("model.kv_heads", m.kv_heads());
+  k.finite("model.rope_theta", m.rope_theta());
+  k.positive("model.rope_theta", m.rope_theta());
+  if (m.has_rope_scaling()) {
+    const auto& r = m.rope_scaling();
+    k.finite("model.rope_scaling.factor", r.factor());
+    k.finite("model.rope_scaling.low_freq_factor", r.low_freq_factor());
+    k.finite("model.rope_scaling.high_freq_factor", r.high_freq_factor());
+    if (r.factor() != 0 && !(r.factor() >= 1))
+      k.fail("model.rope_scaling.factor", fmt::format("must be 0 (no scaling) or at least 1, got {}", r.factor()));
+    k.positive("model.rope_scaling.low_freq_factor", r.low_freq_factor());
+    if (!(r.high_freq_factor() > r.low_freq_factor()))
+      k.fail("model.rope_scaling.high_freq_factor",
+             fmt::format("must exceed low_freq_factor ({}), got {}", r.low_freq_factor(), r.high_freq_factor()),
+             {"model.rope_scaling.low_freq_factor"});
+    k.positive("model.rope_scaling.original_max_positions", r.original_max_positions());
+  }
 
   const auto& p = c.parallel();
   for (auto [name, v] : {std::pair{"tensor", p.tensor()}, {"pipeline", p.pipeline()}, {"data", p.data()}}) {
@@ -241,6 +294,7 @@ void check_relations(const Config& c, Checker& k) {
     k.fail("model.heads",
            fmt::format("{} is not divisible by parallel.tensor = {}", m.heads(), p.tensor()),
            {"parallel.tensor"});
+  check_family(c, k);
   const int64_t ffn = ffn_width(m);
   if (ffn % p.tensor() != 0)
     k.fail("model.ffn_width",

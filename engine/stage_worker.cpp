@@ -120,10 +120,14 @@ float* StageWorker::inbox(Inbox side, int64_t n) {
   return b.f32();
 }
 
+comm::Communicator* StageWorker::tied_embedding_group() const {
+  return model_->registry().tied() ? comms_.embedding.get() : nullptr;
+}
+
 model::FlatRange StageWorker::gradient_collective_range() const {
   if (comms_.data_parallel->size() > 1) return {0, model_->param_count()};
-  if (!comms_.embedding) return {0, 0};
-  const auto& wte = model_->registry().at("wte.weight");
+  if (!tied_embedding_group()) return {0, 0};
+  const auto& wte = model_->registry().at(model_->registry().embedding_name());
   return {wte.offset, wte.offset + wte.numel};
 }
 
@@ -135,9 +139,9 @@ model::FlatRange StageWorker::parameter_collective_range() const {
 // The issue forms: a device communicator enqueues and returns, any other one blocks
 // until the collective is done (comm/communicator.h).
 void StageWorker::reduce_gradients_at(float* grads) {
-  if (comms_.embedding) {
-    const auto& wte = model_->registry().at("wte.weight");
-    comms_.embedding->issue_all_reduce_sum({grads + wte.offset, size_t(wte.numel)});
+  if (comm::Communicator* tied = tied_embedding_group()) {
+    const auto& wte = model_->registry().at(model_->registry().embedding_name());
+    tied->issue_all_reduce_sum({grads + wte.offset, size_t(wte.numel)});
   }
   auto& dp = *comms_.data_parallel;
   if (dp.size() == 1) return;

@@ -8,9 +8,12 @@
 // the group's collectives in op order (model/tensor_parallel.h).
 //
 // End of a step (the order every rank of a group follows, so collectives match):
-//   0. sequence parallelism: the LayerNorm gradients are summed over the TP group;
+//   0. the partial gradients of replicated weights (the norms under sequence
+//      parallelism, a grouped-query attention's replicated k and v) are summed over
+//      the TP group;
 //   1. tied embeddings with pp > 1: the first and the last stage all-reduce their
-//      wte.weight gradients over the embedding group (each ends with the sum);
+//      token embedding (wte.weight / model.embed_tokens.weight) gradients over the
+//      embedding group (each ends with the sum);
 //   2. data parallel: the flat gradient buffer is reduce-scattered in place over the
 //      DP group, so chunk r of rank r holds the DP sum (distributed optimizer), or
 //      all-reduced (every rank holds the sum) without it;
@@ -163,6 +166,9 @@ class StageWorker {
 
  private:
   int slot(int mb) const { return mb % model_->slots(); }
+  // The tied-embedding group (first and last stage, pp > 1) when the head is tied to
+  // the token embedding; null otherwise (an untied head's gradient is its own).
+  comm::Communicator* tied_embedding_group() const;
   // The flat ranges the gradient and the parameter collectives read and write: the
   // whole buffer with data parallelism, else wte.weight with a tied-embedding group
   // (gradients only), else none.

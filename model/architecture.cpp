@@ -25,14 +25,31 @@ Architecture architecture(const Config& c, const ParameterRegistry& registry) {
   vocab.valid = std::clamp(m.vocab_size() - vocab.begin, 0, vocab.rows);
 
   Architecture a;
-  a.embedding = {D, layers::Positions::kLearned, vocab};
-  const layers::NormConfig norm{layers::NormKind::kLayerNorm, D, m.layernorm_eps()};
-  a.block.norm = norm;
-  a.block.attention = {layers::AttentionKind::kMultiHead, D, m.heads()};
-  a.block.mlp = {layers::MlpKind::kGelu, D, int(config::ffn_width(m))};
-  a.final_norm = norm;
   a.head = {D, vocab};
   a.loss = {vocab};
+  if (config::is_llama(m)) {
+    const auto& r = m.rope_scaling();
+    a.rope = layers::RopeConfig{D / m.heads(),
+                                m.max_positions(),
+                                m.rope_theta(),
+                                m.has_rope_scaling() ? r.factor() : 0.0,
+                                r.low_freq_factor(),
+                                r.high_freq_factor(),
+                                r.original_max_positions()};
+    a.embedding = {D, layers::Positions::kNone, vocab};
+    const layers::NormConfig norm{layers::NormKind::kRmsNorm, D, config::norm_eps(m)};
+    a.block.norm = norm;
+    a.block.attention = {layers::AttentionKind::kGroupedQuery, D, m.heads(), int(config::kv_heads(m)), nullptr};
+    a.block.mlp = {layers::MlpKind::kSwiGlu, D, int(config::ffn_width(m))};
+    a.final_norm = norm;
+    return a;
+  }
+  a.embedding = {D, layers::Positions::kLearned, vocab};
+  const layers::NormConfig norm{layers::NormKind::kLayerNorm, D, config::norm_eps(m)};
+  a.block.norm = norm;
+  a.block.attention = {layers::AttentionKind::kMultiHead, D, m.heads(), m.heads(), nullptr};
+  a.block.mlp = {layers::MlpKind::kGelu, D, int(config::ffn_width(m))};
+  a.final_norm = norm;
   return a;
 }
 
@@ -45,9 +62,9 @@ BlockWeights block_weights(const ParameterRegistry& r, int layer, float* params,
   auto w = [&](int64_t offset) { return at(offset, params, grads); };
   BlockWeights b;
   b.norm_1 = {w(o.ln1_w), w(o.ln1_b)};
-  b.attention = {w(o.qkv_w), w(o.qkv_b), w(o.attn_proj_w), w(o.attn_proj_b)};
+  b.attention = {w(o.qkv_w), w(o.qkv_b), w(o.attn_proj_w), w(o.attn_proj_b), w(o.q_w), w(o.k_w), w(o.v_w)};
   b.norm_2 = {w(o.ln2_w), w(o.ln2_b)};
-  b.mlp = {w(o.fc_w), w(o.fc_b), w(o.fc_proj_w), w(o.fc_proj_b)};
+  b.mlp = {w(o.fc_w), w(o.fc_b), w(o.fc_proj_w), w(o.fc_proj_b), w(o.fc_up_w)};
   return b;
 }
 
@@ -56,7 +73,7 @@ layers::NormWeights final_norm_weights(const ParameterRegistry& r, float* params
 }
 
 layers::Weight head_weight(const ParameterRegistry& r, float* params, float* grads) {
-  return at(r.wte_offset(), params, grads);
+  return at(r.head_offset(), params, grads);
 }
 
 }  // namespace troupe::model

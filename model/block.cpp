@@ -35,33 +35,36 @@ Block::Saved Block::carve(float* saved) const {
   return s;
 }
 
-void Block::forward(float* saved, float* out, const float* x, const int32_t* doc_start, int B, int T,
+void Block::forward(float* saved, float* out, const float* x, const layers::Sequence& seq,
                     const layers::Workspace& ws) {
   const Saved s = carve(saved);
-  const int N = B * T, rows = int(tp_.rows(N));
+  const int N = seq.tokens(), rows = int(tp_.rows(N));
   const int64_t mine = tp_.first_row(N) * D_;
   norm_1_->forward(s.norm_1, s.norm_1_out + mine, x, rows);
-  attention_->forward(s.attention, s.h, s.norm_1_out, x, doc_start, B, T, ws);
+  attention_->forward(s.attention, s.h, s.norm_1_out, x, seq, ws);
   norm_2_->forward(s.norm_2, s.norm_2_out + mine, s.h, rows);
   mlp_->forward(s.mlp, out, s.norm_2_out, s.h, N, ws);
 }
 
-void Block::backward(float* saved, float* dres, const float* x, const int32_t* doc_start, int B, int T,
+void Block::backward(float* saved, float* dres, const float* x, const layers::Sequence& seq,
                      const layers::Workspace& ws) {
   const Saved s = carve(saved);
-  const int N = B * T, rows = int(tp_.rows(N));
+  const int N = seq.tokens(), rows = int(tp_.rows(N));
   float* dres_mine = dres + tp_.first_row(N) * D_;
   // d h = d out + (d mlp(norm_2(h)) / d h): the norm's backward adds into dres.
   const float* dnorm_2 = mlp_->backward(s.mlp, dres, s.norm_2_out, N, ws);
   norm_2_->backward(s.norm_2, dres_mine, dnorm_2, s.h, rows);
   // d x = d h + (d attention(norm_1(x)) / d x).
-  const float* dnorm_1 = attention_->backward(s.attention, dres, s.norm_1_out, doc_start, B, T, ws);
+  const float* dnorm_1 = attention_->backward(s.attention, dres, s.norm_1_out, seq, ws);
   norm_1_->backward(s.norm_1, dres_mine, dnorm_1, x, rows);
 }
 
-void Block::row_sharded_grads(std::vector<layers::TpContext::Span>& out) const {
-  norm_1_->row_sharded_grads(out);
-  norm_2_->row_sharded_grads(out);
+void Block::partial_grads(std::vector<layers::TpContext::Span>& out) const {
+  if (tp_.sequence()) {
+    norm_1_->row_sharded_grads(out);
+    norm_2_->row_sharded_grads(out);
+  }
+  attention_->partial_grads(out);
 }
 
 }  // namespace troupe::model

@@ -41,14 +41,14 @@ class Block {
   // Floats per token the block's backward needs in Workspace::big.
   int64_t scratch_width() const;
   // out[Nr, D] = block(x[Nr, D]); N = B*T tokens. out may not alias x.
-  void forward(float* saved, float* out, const float* x, const int32_t* doc_start, int B, int T,
-               const layers::Workspace& ws);
+  void forward(float* saved, float* out, const float* x, const layers::Sequence& seq, const layers::Workspace& ws);
   // dres[N, D]: rows [first_row, first_row + Nr) hold d loss / d out on entry and
   // d loss / d x on return; the other rows are scratch. x as given to forward.
-  void backward(float* saved, float* dres, const float* x, const int32_t* doc_start, int B, int T,
-                const layers::Workspace& ws);
-  // The gradients this rank computes from its own rows only (layers/norm.h).
-  void row_sharded_grads(std::vector<layers::TpContext::Span>& out) const;
+  void backward(float* saved, float* dres, const float* x, const layers::Sequence& seq, const layers::Workspace& ws);
+  // The gradients of replicated weights that hold this rank's share only until the
+  // group sums them: the norms' under sequence parallelism (layers/norm.h), and the
+  // attention's partial ones (a grouped-query attention's replicated k and v).
+  void partial_grads(std::vector<layers::TpContext::Span>& out) const;
 
  private:
   struct Saved {

@@ -11,6 +11,7 @@
 #include "model/layers/head.h"
 #include "model/layers/loss.h"
 #include "model/layers/norm.h"
+#include "model/layers/rope.h"
 
 namespace troupe::model {
 
@@ -85,9 +86,14 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
   float* G = grads_.f32();
   if (is_first())
     embedding_ = std::make_unique<layers::Embedding>(arch.embedding, embedding_weights(registry_, P, G), tp_);
+  BlockConfig block = arch.block;
+  if (arch.rope && range.layers() > 0) {
+    rope_ = std::make_unique<layers::Rope>(*arch.rope, device_);
+    block.attention.rope = rope_.get();
+  }
   blocks_.reserve(size_t(range.layers()));
   for (int l = range.first_layer; l < range.last_layer; ++l)
-    blocks_.push_back(std::make_unique<Block>(arch.block, block_weights(registry_, l, P, G), tp_, cap));
+    blocks_.push_back(std::make_unique<Block>(block, block_weights(registry_, l, P, G), tp_, cap));
   if (last_) {
     final_norm_ = layers::make_norm(arch.final_norm, final_norm_weights(registry_, P, G), device_, BTr);
     head_ = std::make_unique<layers::Head>(arch.head, head_weight(registry_, P, G), tp_);
@@ -134,12 +140,10 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
   for (const auto& b : blocks_) width = std::max(width, b->scratch_width());
   scratch_floats_ = BT * D * 2 + BT * width;
   scratch_ = device_.allocate(scratch_floats_, DType::kF32);
-  std::vector<layers::TpContext::Span> sharded;
-  for (const auto& b : blocks_) b->row_sharded_grads(sharded);
-  if (last_) final_norm_->row_sharded_grads(sharded);
+  const std::vector<layers::TpContext::Span> partial = partial_grads();
   int64_t staged = 1;
-  for (const auto& sp : sharded) staged += sp.n;
-  tp_.allocate_grad_staging(staged);
+  for (const auto& sp : partial) staged += sp.n;
+  if (!partial.empty()) tp_.allocate_grad_staging(staged);
   host_ints_.resize(size_t(4 * BT));
   host_losses_.resize(size_t(BT));
 }
@@ -266,14 +270,16 @@ void GptStage::load_microbatch(Slot& s, const data::Microbatch& mb) {
   s.T = T;
 }
 
-void GptStage::reduce_tensor_parallel_grads() {
-  // The norms' weight gradients under sequence parallelism, in layout order (every
-  // block's two norms, then the final norm); nothing otherwise.
+std::vector<layers::TpContext::Span> GptStage::partial_grads() const {
+  // In layout order: every block's (its norms under sequence parallelism, a
+  // grouped-query attention's replicated k and v), then the final norm's.
   std::vector<layers::TpContext::Span> spans;
-  for (const auto& b : blocks_) b->row_sharded_grads(spans);
-  if (last_) final_norm_->row_sharded_grads(spans);
-  tp_.sum_row_sharded_grads(spans);
+  for (const auto& b : blocks_) b->partial_grads(spans);
+  if (last_ && tp_.sequence()) final_norm_->row_sharded_grads(spans);
+  return spans;
 }
+
+void GptStage::reduce_tensor_parallel_grads() { tp_.sum_row_sharded_grads(partial_grads()); }
 
 double sum_token_losses(const float* losses, int64_t n) {
   double sum = 0;
@@ -315,8 +321,9 @@ int64_t GptStage::issue_forward(int slot, const data::Microbatch& mb, const floa
   else
     device_.copy(residual(s, 0), input, size_t(Nr) * size_t(D) * sizeof(float));
 
+  const layers::Sequence seq{doc_start, positions, B, T};
   for (int l = 0; l < range().layers(); ++l)
-    blocks_[size_t(l)]->forward(block_saved(s, l), residual(s, l + 1), residual(s, l), doc_start, B, T, ws);
+    blocks_[size_t(l)]->forward(block_saved(s, l), residual(s, l + 1), residual(s, l), seq, ws);
 
   if (last_) {
     float* lnf = acts + s.lnf;  // [BT, D], this rank's rows written by the norm
@@ -358,10 +365,11 @@ void GptStage::backward(int slot, const float* grad_output, const std::function<
     device_.copy(dres_mine, grad_output, size_t(Nr) * size_t(D) * sizeof(float));
   }
 
+  const layers::Sequence seq{doc_start, positions, B, T};
   for (int l = range().layers() - 1; l >= 0; --l) {
-    blocks_[size_t(l)]->backward(block_saved(s, l), dres, residual(s, l), doc_start, B, T, ws);
+    blocks_[size_t(l)]->backward(block_saved(s, l), dres, residual(s, l), seq, ws);
     const BlockOffsets& o = registry_.block(range().first_layer + l);
-    if (block_done) block_done({o.ln1_w, o.end});
+    if (block_done) block_done({o.begin, o.end});
   }
 
   if (is_first())

@@ -79,6 +79,7 @@ namespace troupe::model {
 class Block;
 namespace layers {
 class Embedding;
+class Rope;
 class Norm;
 class Head;
 class Loss;
@@ -124,9 +125,10 @@ class GptStage {
   // Rows of the activations handed to / from neighbouring stages for a microbatch of
   // B x T: B*T, or B*T / tensor-parallel size under sequence parallelism.
   int64_t activation_rows(int B, int T) const;
-  // Under sequence parallelism: sums the LayerNorm gradients over the group (each rank
-  // holds its rows' share). Without it: nothing (every rank's replicated gradients are
-  // already identical).
+  // Sums over the group the gradients of replicated weights each rank computed from
+  // its own share: the norms' under sequence parallelism (each rank's rows), and a
+  // grouped-query attention's replicated k and v (each rank's query heads). Nothing
+  // otherwise (every rank's replicated gradients are already identical).
   void reduce_tensor_parallel_grads();
   // Seconds this stage spent inside tensor-parallel collectives (reset by the caller).
   double tp_comm_seconds() const { return tp_.collectives().seconds(); }
@@ -189,6 +191,8 @@ class GptStage {
   float* residual(Slot& s, int l) const;
   float* block_saved(Slot& s, int l) const;
   layers::Workspace workspace();
+  // Gradients that the tensor-parallel group sums after the last backward (Block::partial_grads).
+  std::vector<layers::TpContext::Span> partial_grads() const;
 
   uint64_t seed_;
   kernels::Device& device_;
@@ -202,6 +206,7 @@ class GptStage {
   // The layers over params_ and grads_ (model/architecture.h): the embedding on the
   // first stage, one Block per layer of the range, final norm, head and loss on the last.
   std::unique_ptr<layers::Embedding> embedding_;
+  std::unique_ptr<layers::Rope> rope_;  // rotary tables the blocks share (LLAMA)
   std::vector<std::unique_ptr<Block>> blocks_;
   std::unique_ptr<layers::Norm> final_norm_;
   std::unique_ptr<layers::Head> head_;

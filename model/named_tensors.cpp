@@ -77,7 +77,8 @@ void import_tensors(const ParameterRegistry& reg, const StFile& file, float* hos
     // A tensor of the model this stage does not hold (another pipeline stage's) is fine.
     const std::string bare = src.name.substr(prefix.size());
     const bool other_stage = bare.rfind("h.", 0) == 0 || bare == "wpe.weight" || bare == "wte.weight" ||
-                             bare.rfind("ln_f.", 0) == 0;
+                             bare.rfind("ln_f.", 0) == 0 || bare.rfind("model.layers.", 0) == 0 ||
+                             bare == "model.embed_tokens.weight" || bare == "model.norm.weight";
     if (!other_stage) problems.push_back("unknown tensor " + src.name);
   }
   if (!problems.empty()) {

@@ -1,6 +1,7 @@
 #include "model/param_registry.h"
 
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 
 #include "config/derived.h"
@@ -15,8 +16,6 @@ ParameterRegistry::ParameterRegistry(const Config& c, StageRange range, TensorSl
   if (range.first_layer < 0 || range.last_layer > m.layers() || range.first_layer > range.last_layer)
     throw std::invalid_argument("stage " + range.str() + " is outside the model's " +
                                 std::to_string(m.layers()) + " layers");
-  if (!m.tied_embeddings()) throw std::invalid_argument("model.tied_embeddings: only true is implemented");
-  const int64_t D = m.width(), F = config::ffn_width(m), Vp = config::padded_vocab(c);
   const int T = slice.size, t = slice.rank;
   if (T < 1 || t < 0 || t >= T)
     throw std::invalid_argument("tensor-parallel rank " + std::to_string(t) + " of " + std::to_string(T) +
@@ -27,9 +26,20 @@ ParameterRegistry::ParameterRegistry(const Config& c, StageRange range, TensorSl
                                   " is not divisible by the tensor-parallel size " + std::to_string(T));
   };
   must_divide("model.heads", m.heads());
-  must_divide("model.width", D);
-  must_divide("the MLP width (model.ffn_width)", F);
-  must_divide("the padded vocabulary", Vp);
+  must_divide("model.width", m.width());
+  must_divide("the MLP width (model.ffn_width)", config::ffn_width(m));
+  must_divide("the padded vocabulary", config::padded_vocab(c));
+  tied_ = m.tied_embeddings();
+  if (config::is_llama(m))
+    add_llama(c);
+  else
+    add_gpt2(c);
+}
+
+void ParameterRegistry::add_gpt2(const Config& c) {
+  const auto& m = c.model();
+  const int64_t D = m.width(), F = config::ffn_width(m), Vp = config::padded_vocab(c);
+  const int T = slice_.size, t = slice_.rank;
   const int64_t Dt = D / T, Ft = F / T, Vpt = Vp / T;
   vocab_begin_ = t * Vpt;
   vocab_rows_ = Vpt;
@@ -39,14 +49,16 @@ ParameterRegistry::ParameterRegistry(const Config& c, StageRange range, TensorSl
   const auto N = InitKind::kNormal, Z = InitKind::kZeros, O = InitKind::kOnes;
   // Vocabulary-parallel rows of wte (the whole table when T = 1).
   auto add_wte = [&] { return add_slice("wte.weight", {Vp, D}, {t * Vpt, 0}, {Vpt, D}, W, N, std, m.vocab_size()); };
+  embedding_name_ = "wte.weight";
 
-  if (range.has_embedding()) {
+  if (range_.has_embedding()) {
     wte_ = add_wte();
     wpe_ = add("wpe.weight", {m.max_positions(), D}, W, N, std);
   }
-  for (int l = range.first_layer; l < range.last_layer; ++l) {
+  for (int l = range_.first_layer; l < range_.last_layer; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     BlockOffsets b;
+    b.begin = total_;
     b.ln1_w = add(p + "ln_1.weight", {D}, NW, O, 0);
     b.ln1_b = add(p + "ln_1.bias", {D}, NW, Z, 0);
     if (T == 1) {
@@ -70,14 +82,81 @@ ParameterRegistry::ParameterRegistry(const Config& c, StageRange range, TensorSl
     b.end = total_;
     blocks_.push_back(b);
   }
-  if (range.has_head(c)) {
+  if (range_.has_head(c)) {
     lnf_w_ = add("ln_f.weight", {D}, NW, O, 0);
     lnf_b_ = add("ln_f.bias", {D}, NW, Z, 0);
-    if (!range.has_embedding()) {
-      wte_ = add_wte();
-      tensors_.back().counts_in_norm = false;  // the first stage's copy is the one counted
-    }
+    add_head(c, "lm_head.weight", add_wte);
   }
+}
+
+void ParameterRegistry::add_llama(const Config& c) {
+  const auto& m = c.model();
+  const int64_t D = m.width(), F = config::ffn_width(m), Vp = config::padded_vocab(c);
+  const int64_t NH = m.heads(), KV = config::kv_heads(m), hs = D / NH;
+  const int T = slice_.size, t = slice_.rank;
+  const int64_t Dt = D / T, Ft = F / T, Vpt = Vp / T;
+  vocab_begin_ = t * Vpt;
+  vocab_rows_ = Vpt;
+  const float std = m.init_std();
+  const float proj_std = std / std::sqrt(2.0f * float(m.layers()));
+  const auto W = DecayGroup::kDecay, NW = DecayGroup::kNoDecay;
+  const auto N = InitKind::kNormal, O = InitKind::kOnes;
+  auto add_embed = [&] {
+    return add_slice("model.embed_tokens.weight", {Vp, D}, {t * Vpt, 0}, {Vpt, D}, W, N, std, m.vocab_size());
+  };
+  embedding_name_ = "model.embed_tokens.weight";
+  // k and v: split by kv heads when they divide over the group, else whole on every
+  // rank (each rank reads the kv head of its query heads; model/layers/attention.h).
+  const bool kv_split = KV % T == 0;
+  const int64_t KVt = kv_split ? KV / T : KV;
+
+  if (range_.has_embedding()) wte_ = add_embed();
+  for (int l = range_.first_layer; l < range_.last_layer; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    // Linear weights in nn.Linear's layout [out, in]: column-parallel ones split rows
+    // (out), row-parallel ones split columns (in).
+    auto column = [&](const std::string& name, int64_t out, int64_t out_t) {
+      return add_slice(p + name, {out, D}, {t * out_t, 0}, {out_t, D}, W, N, std);
+    };
+    BlockOffsets b;
+    b.begin = total_;
+    b.ln1_w = add(p + "input_layernorm.weight", {D}, NW, O, 0);
+    b.q_w = column("self_attn.q_proj.weight", NH * hs, Dt);
+    if (kv_split) {
+      b.k_w = column("self_attn.k_proj.weight", KV * hs, KVt * hs);
+      b.v_w = column("self_attn.v_proj.weight", KV * hs, KVt * hs);
+    } else {
+      b.k_w = add(p + "self_attn.k_proj.weight", {KV * hs, D}, W, N, std);
+      b.v_w = add(p + "self_attn.v_proj.weight", {KV * hs, D}, W, N, std);
+    }
+    b.attn_proj_w = add_slice(p + "self_attn.o_proj.weight", {D, D}, {0, t * Dt}, {D, Dt}, W, N, proj_std);
+    b.ln2_w = add(p + "post_attention_layernorm.weight", {D}, NW, O, 0);
+    b.fc_w = column("mlp.gate_proj.weight", F, Ft);
+    b.fc_up_w = column("mlp.up_proj.weight", F, Ft);
+    b.fc_proj_w = add_slice(p + "mlp.down_proj.weight", {D, F}, {0, t * Ft}, {D, Ft}, W, N, proj_std);
+    b.end = total_;
+    blocks_.push_back(b);
+  }
+  if (range_.has_head(c)) {
+    lnf_w_ = add("model.norm.weight", {D}, NW, O, 0);
+    add_head(c, "lm_head.weight", add_embed);
+  }
+}
+
+void ParameterRegistry::add_head(const Config& c, const std::string& untied_name,
+                                 const std::function<int64_t()>& add_embedding) {
+  const auto& m = c.model();
+  if (!tied_) {
+    const int64_t D = m.width(), Vp = config::padded_vocab(c), Vpt = Vp / slice_.size;
+    head_ = add_slice(untied_name, {Vp, D}, {slice_.rank * Vpt, 0}, {Vpt, D}, DecayGroup::kDecay, InitKind::kNormal,
+                      m.init_std(), m.vocab_size());
+    return;
+  }
+  if (!range_.has_embedding()) {
+    wte_ = add_embedding();
+    tensors_.back().counts_in_norm = false;  // the first stage's copy is the one counted
+  }
+  head_ = wte_;
 }
 
 int64_t ParameterRegistry::add(std::string name, std::vector<int64_t> shape, DecayGroup g, InitKind init,

@@ -2,8 +2,8 @@
 // offset, decay group) over ONE contiguous fp32 buffer. Gradients live in a second
 // buffer with the same layout, and so do the optimizer's m and v.
 //
-// Names and layouts are Hugging Face GPT-2's, so export and inspection copy tensors
-// directly:
+// Names and layouts are Hugging Face's for the family (model.architecture), so
+// export and inspection copy tensors directly. GPT2 (Conv1D weights [in, out]):
 //   wte.weight                 [padded_vocab, D]  rows >= vocab_size are padding: zero,
 //                                                 never predicted, sliced off on export
 //   wpe.weight                 [max_positions, D]
@@ -15,15 +15,28 @@
 //   h.{i}.mlp.c_fc.weight      [D, F],  .bias [F]
 //   h.{i}.mlp.c_proj.weight    [F, D],  .bias [D]
 //   ln_f.weight/.bias          [D]
-// Layout in the flat buffer: wte, wpe (first stage); blocks in order, each in the
-// order above; ln_f (last stage); then, on a last stage that is not also the first,
-// its own copy of wte.weight for the tied LM head.
+// LLAMA (nn.Linear weights [out, in]; no biases; KVs = kv_heads * hs):
+//   model.embed_tokens.weight                 [padded_vocab, D]
+//   model.layers.{i}.input_layernorm.weight   [D]
+//   model.layers.{i}.self_attn.q_proj.weight  [D, D]    head h at rows [h*hs, (h+1)*hs)
+//   model.layers.{i}.self_attn.k_proj.weight  [KVs, D]
+//   model.layers.{i}.self_attn.v_proj.weight  [KVs, D]
+//   model.layers.{i}.self_attn.o_proj.weight  [D, D]
+//   model.layers.{i}.post_attention_layernorm.weight [D]
+//   model.layers.{i}.mlp.gate_proj.weight     [F, D],  up_proj [F, D],  down_proj [D, F]
+//   model.norm.weight                         [D]
+//   lm_head.weight                            [padded_vocab, D]  (untied head only)
+// An untied GPT-2 head is lm_head.weight too.
+// Layout in the flat buffer: the token (and GPT-2's position) embedding (first
+// stage); blocks in order, each in the order above; the final norm (last stage);
+// then the head: lm_head.weight when untied, or, tied on a last stage that is not
+// also the first, its own copy of the token embedding.
 //
 // Tied embeddings across pipeline stages: the first and the last stage each hold a
-// tensor named "wte.weight". After the last backward of a step the runtime must
-// make both gradients the sum of the two ("wte.weight" of the first stage plus
-// "wte.weight" of the last stage), then both stages apply the same update. The last
-// stage's copy has counts_in_norm = false so the global norm counts wte once.
+// tensor named embedding_name() (wte.weight, model.embed_tokens.weight). After the
+// last backward of a step the runtime must make both gradients the sum of the two,
+// then both stages apply the same update. The last stage's copy has counts_in_norm =
+// false so the global norm counts the embedding once.
 //
 // Decay groups (docs/numerics.md, "AdamW"): 2-D weights decay (wte, wpe, the four matrices
 // of each block); biases and 1-D parameters (LayerNorm weights and biases) do not.
@@ -43,12 +56,18 @@
 //   h.{i}.mlp.c_fc.*      columns [t*Ft, (t+1)*Ft)                   column-parallel
 //   h.{i}.mlp.c_proj.weight   rows [t*Ft, (t+1)*Ft)                  row-parallel
 //   replicated (whole on every rank): wpe, ln_1, ln_2, ln_f, attn.c_proj.bias,
-//   mlp.c_proj.bias. Their copies on ranks t > 0 have counts_in_norm = false, so the
+//   mlp.c_proj.bias.
+// LLAMA splits the same way: embed_tokens and lm_head by vocabulary rows; q_proj,
+// gate_proj, up_proj by rows (out); o_proj and down_proj by columns (in); k_proj and
+// v_proj by rows of kv heads when kv_heads divides by T, else replicated (each rank
+// uses the kv head of its query heads, and the group sums their gradients: the
+// attention layer reports them as partial); the norms replicated. Their copies on ranks t > 0 have counts_in_norm = false, so the
 //   global norm counts each once; the runtime keeps them identical across ranks.
 // at(name) returns the first entry of a name (the q piece of c_attn).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -102,11 +121,14 @@ struct DecaySpan {
 };
 
 // Offsets of one transformer block's tensors in the flat buffer; the block's tensors
-// fill [ln1_w, end).
+// fill [begin, end). -1: the family has no such tensor. GPT2 uses the first row;
+// LLAMA: ln1_w input_layernorm, q_w/k_w/v_w, attn_proj_w o_proj, ln2_w
+// post_attention_layernorm, fc_w gate_proj, fc_up_w up_proj, fc_proj_w down_proj.
 struct BlockOffsets {
-  int64_t ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b;
-  int64_t ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
-  int64_t end;
+  int64_t ln1_w = -1, ln1_b = -1, qkv_w = -1, qkv_b = -1, attn_proj_w = -1, attn_proj_b = -1;
+  int64_t ln2_w = -1, ln2_b = -1, fc_w = -1, fc_b = -1, fc_proj_w = -1, fc_proj_b = -1;
+  int64_t q_w = -1, k_w = -1, v_w = -1, fc_up_w = -1;
+  int64_t begin = 0, end = 0;
 };
 
 class ParameterRegistry {
@@ -134,12 +156,24 @@ class ParameterRegistry {
 
   // Offsets of block `layer` (a global layer index inside the range).
   const BlockOffsets& block(int layer) const { return blocks_.at(size_t(layer - range_.first_layer)); }
-  int64_t wte_offset() const { return wte_; }   // -1 when not held
-  int64_t wpe_offset() const { return wpe_; }   // -1 when not held
+  // The token embedding's tensor (wte / embed_tokens; -1 when not held), GPT-2's
+  // positions (-1 when not held or LLAMA), the final norm's scale and shift (-1: RMSNorm).
+  int64_t wte_offset() const { return wte_; }
+  int64_t wpe_offset() const { return wpe_; }
   int64_t lnf_w_offset() const { return lnf_w_; }
   int64_t lnf_b_offset() const { return lnf_b_; }
+  // The head's weight: the token embedding (tied) or lm_head.weight (last stage; -1 elsewhere).
+  int64_t head_offset() const { return head_; }
+  bool tied() const { return tied_; }
+  // Name of the token embedding, which a tied head shares across the pipeline.
+  const std::string& embedding_name() const { return embedding_name_; }
 
  private:
+  void add_gpt2(const Config& c);
+  void add_llama(const Config& c);
+  // The head on the last stage: lm_head.weight (untied) or, tied, the token embedding
+  // (its own copy made by add_embedding when the stage is not also the first).
+  void add_head(const Config& c, const std::string& untied_name, const std::function<int64_t()>& add_embedding);
   // A whole tensor (replicated across tensor-parallel ranks when T > 1).
   int64_t add(std::string name, std::vector<int64_t> shape, DecayGroup g, InitKind init,
               float std);
@@ -154,7 +188,9 @@ class ParameterRegistry {
   std::vector<ParamTensor> tensors_;
   std::vector<BlockOffsets> blocks_;
   int64_t total_ = 0;
-  int64_t wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
+  int64_t wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_ = -1;
+  bool tied_ = true;
+  std::string embedding_name_;
 };
 
 }  // namespace troupe::model

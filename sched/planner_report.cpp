@@ -100,9 +100,13 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
   o += "Model\n";
   {
     Table t;
+    t.row({"architecture", config::is_llama(m) ? "LLAMA (RMSNorm, rotary, grouped-query, SwiGLU)"
+                                               : "GPT2 (LayerNorm, learned positions, GELU)"});
     t.row({"layers x width", fmt::format("{} x {}", m.layers(), group_digits(m.width()))});
     t.row({"heads (head size)", fmt::format("{} ({})", m.heads(), m.width() / m.heads())});
-    t.row({"ffn width", group_digits(config::ffn_width(m))});
+    if (config::is_llama(m)) t.row({"kv heads", fmt::format("{}", config::kv_heads(m))});
+    t.row({config::is_llama(m) ? "ffn width (SwiGLU)" : "ffn width", group_digits(config::ffn_width(m))});
+    t.row({"LM head", m.tied_embeddings() ? "tied to the token embedding" : "untied"});
     t.row({"vocab (padded)", fmt::format("{} ({})", group_digits(m.vocab_size()),
                                          group_digits(config::padded_vocab(c)))});
     t.row({"parameters", fmt::format("{} ({})", group_digits(params), count_text(params))});

@@ -50,8 +50,9 @@ const char* kUsage =
     "  adam_v.safetensors          Adam second moments after the update\n"
     "  update.json                 loss, loss-bearing tokens, grad norm, clipping, lr,\n"
     "                              the hyperparameters used and both decay groups\n"
-    "Tensors carry Hugging Face GPT-2 names (wte.weight has vocab_size rows: the\n"
-    "vocabulary padding is dropped). `tools/reference_update.py verify DIR` recomputes the\n"
+    "Tensors carry the family's Hugging Face names (GPT-2's wte.weight, Llama's\n"
+    "model.embed_tokens.weight and lm_head.weight have vocab_size rows: the vocabulary\n"
+    "padding is dropped). `tools/reference_update.py verify DIR` recomputes the\n"
     "update with PyTorch and compares.\n\n"
     "options:\n";
 
@@ -171,7 +172,11 @@ int inspect_update_main(int argc, char** argv) {
   j["microbatches"] = mbs.size();
   j["threads"] = threads;
   j["parameters"] = n;
-  j["config"] = {{"layers", mc.layers()}, {"heads", mc.heads()}, {"width", mc.width()},
+  j["config"] = {{"architecture", config::is_llama(mc) ? "LLAMA" : "GPT2"},
+                 {"kv_heads", config::kv_heads(mc)}, {"ffn_width", config::ffn_width(mc)},
+                 {"tied_embeddings", mc.tied_embeddings()}, {"rope_theta", mc.rope_theta()},
+                 {"norm_eps", config::norm_eps(mc)},
+                 {"layers", mc.layers()}, {"heads", mc.heads()}, {"width", mc.width()},
                  {"vocab_size", mc.vocab_size()}, {"padded_vocab", config::padded_vocab(cfg)},
                  {"vocab_pad_multiple", mc.vocab_pad_multiple() * cfg.parallel().tensor()},
                  {"max_positions", mc.max_positions()}, {"layernorm_eps", mc.layernorm_eps()},
@@ -188,8 +193,9 @@ int inspect_update_main(int argc, char** argv) {
   util::write_file_atomically(path("update.json"), j.dump(2) + "\n");
 
   std::printf("inspect-update: %s\n", loaded.describe().c_str());
-  std::printf("  model       %d layers, width %d, %d heads, vocab %d (padded %lld), %lld parameters\n", mc.layers(),
-              mc.width(), mc.heads(), mc.vocab_size(), (long long)config::padded_vocab(cfg), (long long)n);
+  std::printf("  model       %s, %d layers, width %d, %d heads (%lld kv), vocab %d (padded %lld), %lld parameters\n",
+              config::is_llama(mc) ? "LLAMA" : "GPT2", mc.layers(), mc.width(), mc.heads(),
+              (long long)config::kv_heads(mc), mc.vocab_size(), (long long)config::padded_vocab(cfg), (long long)n);
   std::printf("  weights     %s\n", j["init"].get<std::string>().c_str());
   std::printf("  batch       %lld samples x %d tokens in %zu microbatches; %lld loss-bearing, %lld padding\n",
               (long long)r.samples, cfg.batch().seq_length(), mbs.size(), (long long)r.loss_tokens,

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/layers/gqa_attention.h"
 #include "model/layers/parallel_linear.h"
 
 namespace troupe::model::layers {
@@ -12,6 +13,8 @@ std::unique_ptr<Attention> make_attention(const AttentionConfig& c, AttentionWei
   switch (c.kind) {
     case AttentionKind::kMultiHead:
       return std::make_unique<MultiHeadAttention>(c, w, tp, cap);
+    case AttentionKind::kGroupedQuery:
+      return std::make_unique<GroupedQueryAttention>(c, w, tp, cap);
   }
   throw std::invalid_argument("make_attention: unknown attention kind");
 }
@@ -39,23 +42,23 @@ MultiHeadAttention::Saved MultiHeadAttention::carve(float* saved) const {
   return s;
 }
 
-void MultiHeadAttention::forward(float* saved, float* out, float* x, const float* residual, const int32_t* doc_start,
-                                 int B, int T, const Workspace& ws) {
+void MultiHeadAttention::forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
+                                 const Workspace& ws) {
   const Saved s = carve(saved);
-  const int N = B * T;
+  const int N = seq.tokens();
   column_parallel_qkv_forward(tp_, s.qkv, x, w_.qkv_w, w_.qkv_b, N, D_, Dt_);
-  tp_.device().attention_forward(s.y, s.att, s.qkv, doc_start, B, T, Dt_, NHt_);
+  tp_.device().attention_forward(s.y, s.att, s.qkv, seq.doc_start, seq.B, seq.T, Dt_, NHt_);
   row_parallel_forward(tp_, out, s.y, w_.proj_w, w_.proj_b, residual, N, Dt_, D_, ws.small);
 }
 
-float* MultiHeadAttention::backward(float* saved, float* dout, const float* x, const int32_t* doc_start, int B, int T,
+float* MultiHeadAttention::backward(float* saved, float* dout, const float* x, const Sequence& seq,
                                     const Workspace& ws) {
   const Saved s = carve(saved);
-  const int N = B * T;
+  const int N = seq.tokens();
   float* dy = ws.small;   // [N, Dt]
   float* dqkv = ws.big;   // [N, 3Dt]
   row_parallel_backward(tp_, dy, dout, s.y, w_.proj_w, w_.proj_b, nullptr, N, Dt_, D_);
-  tp_.device().attention_backward(dqkv, dy, s.qkv, s.att, doc_start, B, T, Dt_, NHt_);
+  tp_.device().attention_backward(dqkv, dy, s.qkv, s.att, seq.doc_start, seq.B, seq.T, Dt_, NHt_);
   return column_parallel_qkv_backward(tp_, ws.small, dqkv, x, w_.qkv_w, w_.qkv_b, N, D_, Dt_);
 }
 

@@ -2,31 +2,42 @@
 // doc_start), the qkv projection column-parallel by heads and the output projection
 // row-parallel (parallel_linear.h), so a rank runs its heads only.
 //
-// Multi-head attention (GPT-2) now. Grouped-query attention (kv_heads < heads) and
-// rotary positions are a second implementation of Attention selected by
-// AttentionConfig::kind, with its own weights (no biases) and saved activations; the
-// block calls it through this interface unchanged.
+// Two implementations behind one interface, chosen by AttentionConfig::kind:
+// MultiHeadAttention (GPT-2: one c_attn projection with bias, positions learned in
+// the embedding) and GroupedQueryAttention (Llama: q, k, v projections without bias,
+// kv_heads <= heads, rotary positions; gqa_attention.h).
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "model/layers/layer.h"
 #include "model/layers/tp_context.h"
 
 namespace troupe::model::layers {
 
-enum class AttentionKind { kMultiHead };
+enum class AttentionKind { kMultiHead, kGroupedQuery };
+
+class Rope;
 
 struct AttentionConfig {
   AttentionKind kind = AttentionKind::kMultiHead;
-  int width = 0;  // D
-  int heads = 0;  // NH over the whole group; head size D / NH
+  int width = 0;     // D
+  int heads = 0;     // NH over the whole group; head size D / NH
+  int kv_heads = 0;  // KV (kGroupedQuery); NH % KV == 0
+  // The rotary tables (kGroupedQuery; shared by the stage's layers, outlives them).
+  const Rope* rope = nullptr;
 };
 
-// qkv: c_attn, this rank's q, k, v pieces [D, Dt] each and bias [3Dt];
-// proj: c_proj, rows [Dt, D] of the row-parallel output projection and its bias [D].
+// kMultiHead: qkv_w/qkv_b c_attn, this rank's q, k, v pieces [D, Dt] each and bias
+// [3Dt]; proj_w/proj_b c_proj, rows [Dt, D] of the row-parallel output projection and
+// its bias [D].
+// kGroupedQuery: q_w, k_w, v_w the q_proj, k_proj, v_proj weights this rank holds
+// ([out, in]: rows of its heads, or k_proj and v_proj whole when replicated); proj_w
+// o_proj's columns [D, Dt]. No biases.
 struct AttentionWeights {
   Weight qkv_w, qkv_b, proj_w, proj_b;
+  Weight q_w, k_w, v_w;
 };
 
 class Attention {
@@ -37,13 +48,15 @@ class Attention {
   virtual int64_t scratch_width() const = 0;
   // out[Nr, D] = residual[Nr, D] + attention(x), x[N, D] the normed input with this
   // rank's rows filled (completed in place under SP and kept for backward).
-  virtual void forward(float* saved, float* out, float* x, const float* residual, const int32_t* doc_start, int B,
-                       int T, const Workspace& ws) = 0;
+  virtual void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
+                       const Workspace& ws) = 0;
   // dout[N, D] with this rank's rows filled (completed in place under SP); x as given
   // to forward. Returns dx: this rank's rows [Nr, D] of d attention / d x (in ws.small),
   // the residual's share not included.
-  virtual float* backward(float* saved, float* dout, const float* x, const int32_t* doc_start, int B, int T,
-                          const Workspace& ws) = 0;
+  virtual float* backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) = 0;
+  // Gradients of replicated weights that hold only this rank's share until the group
+  // sums them (GroupedQueryAttention's whole k_proj and v_proj); none by default.
+  virtual void partial_grads(std::vector<TpContext::Span>&) const {}
 };
 
 std::unique_ptr<Attention> make_attention(const AttentionConfig& c, AttentionWeights w, TpContext& tp,
@@ -60,10 +73,9 @@ class MultiHeadAttention final : public Attention {
   MultiHeadAttention(const AttentionConfig& c, AttentionWeights w, TpContext& tp, Capacity cap);
   int64_t saved_floats() const override;
   int64_t scratch_width() const override { return 3 * int64_t(Dt_); }
-  void forward(float* saved, float* out, float* x, const float* residual, const int32_t* doc_start, int B, int T,
+  void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
                const Workspace& ws) override;
-  float* backward(float* saved, float* dout, const float* x, const int32_t* doc_start, int B, int T,
-                  const Workspace& ws) override;
+  float* backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) override;
 
  private:
   struct Saved {

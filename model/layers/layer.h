@@ -28,6 +28,18 @@ struct Weight {
   explicit operator bool() const { return value != nullptr; }
 };
 
+// Where the tokens of a microbatch sit (device memory, [B*T] each): doc_start, the
+// index within its row of the first token of the token's document (attention is
+// causal within it); positions, the token's position in its document (0 at each
+// document start and at each sample start; learned or rotary positions read it).
+struct Sequence {
+  const int32_t* doc_start = nullptr;
+  const int32_t* positions = nullptr;
+  int B = 0;  // rows
+  int T = 0;  // positions per row
+  int tokens() const { return B * T; }
+};
+
 // The largest microbatch an activation slot holds.
 struct Capacity {
   int batch = 0;  // rows B

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/layers/parallel_linear.h"
+#include "model/layers/swiglu_mlp.h"
 
 namespace troupe::model::layers {
 
@@ -11,6 +12,8 @@ std::unique_ptr<Mlp> make_mlp(const MlpConfig& c, MlpWeights w, TpContext& tp, C
   switch (c.kind) {
     case MlpKind::kGelu:
       return std::make_unique<GeluMlp>(c, w, tp, cap);
+    case MlpKind::kSwiGlu:
+      return std::make_unique<SwiGluMlp>(c, w, tp, cap);
   }
   throw std::invalid_argument("make_mlp: unknown MLP kind");
 }

@@ -1,9 +1,9 @@
 // The feed-forward half of a block: a column-parallel expansion to the ffn width,
 // an activation, and a row-parallel projection back (parallel_linear.h).
 //
-// GELU (GPT-2: c_fc, tanh GELU, c_proj) now. SwiGLU (gate and up projections of
-// ffn_width each, silu(gate) * up, down; no biases) is a second implementation of
-// Mlp selected by MlpConfig::kind, with its own weights and saved activations.
+// Two implementations chosen by MlpConfig::kind: GeluMlp (GPT-2: c_fc, tanh GELU,
+// c_proj, with biases) and SwiGluMlp (Llama: gate and up projections of ffn_width
+// each, silu(gate) * up, down; no biases; swiglu_mlp.h).
 #pragma once
 
 #include <memory>
@@ -13,7 +13,7 @@
 
 namespace troupe::model::layers {
 
-enum class MlpKind { kGelu };
+enum class MlpKind { kGelu, kSwiGlu };
 
 struct MlpConfig {
   MlpKind kind = MlpKind::kGelu;
@@ -21,10 +21,13 @@ struct MlpConfig {
   int ffn_width = 0;  // F over the whole group
 };
 
-// fc: c_fc, this rank's columns [D, Ft] and bias [Ft]; proj: c_proj, rows [Ft, D]
-// and the replicated bias [D] (Ft = F / TP).
+// kGelu: fc c_fc, this rank's columns [D, Ft] and bias [Ft]; proj c_proj, rows [Ft,
+// D] and the replicated bias [D] (Ft = F / TP).
+// kSwiGlu: fc_w gate_proj and up_w up_proj, this rank's rows [Ft, D] each; proj_w
+// down_proj's columns [D, Ft]. No biases.
 struct MlpWeights {
   Weight fc_w, fc_b, proj_w, proj_b;
+  Weight up_w;
 };
 
 class Mlp {

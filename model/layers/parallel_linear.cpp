@@ -60,4 +60,39 @@ void row_parallel_backward(TpContext& tp, float* dx, float* dout, const float* x
   tp.device().linear_backward(dx, w.grad, b.grad, dout, x, w.value, gelu_pre, N, K, D);
 }
 
+void linear_nt_forward(kernels::Device& dev, float* out, int64_t ldo, const float* x, Weight w, int N, int K,
+                       int OC) {
+  dev.gemm(false, true, N, OC, K, 1.0f, x, K, w.value, K, 0.0f, out, int(ldo));
+}
+
+void linear_nt_backward(kernels::Device& dev, float* dx, bool accumulate, const float* dout, int64_t lddout,
+                        const float* x, Weight w, int N, int K, int OC) {
+  dev.gemm(false, false, N, K, OC, 1.0f, dout, int(lddout), w.value, K, accumulate ? 1.0f : 0.0f, dx, K);
+  dev.gemm(true, false, OC, K, N, 1.0f, dout, int(lddout), x, K, 1.0f, w.grad, K);
+}
+
+void row_parallel_nt_forward(TpContext& tp, float* out, const float* x, Weight w, const float* residual, int N,
+                             int K, int D, float* partial) {
+  kernels::Device& dev = tp.device();
+  const int64_t rows = tp.rows(N);
+  if (tp.size() == 1 || !tp.sequence()) {
+    // out = residual (added by one rank) + x w^T, summed over the group.
+    if (tp.owner())
+      dev.copy(out, residual, size_t(rows) * size_t(D) * sizeof(float));
+    else
+      dev.fill_zero(out, size_t(rows) * size_t(D) * sizeof(float));
+    dev.gemm(false, true, N, D, K, 1.0f, x, K, w.value, K, 1.0f, out, D);
+    tp.reduce_to_rows(out, out, N, D);
+    return;
+  }
+  dev.gemm(false, true, N, D, K, 1.0f, x, K, w.value, K, 0.0f, partial, D);
+  tp.reduce_to_rows(partial, out, N, D);
+  dev.add(out, out, residual, rows * D);
+}
+
+void row_parallel_nt_backward(TpContext& tp, float* dx, float* dout, const float* x, Weight w, int N, int K, int D) {
+  tp.gather_sequence(dout, N, D);
+  linear_nt_backward(tp.device(), dx, false, dout, D, x, w, N, K, D);
+}
+
 }  // namespace troupe::model::layers

@@ -49,4 +49,24 @@ void row_parallel_forward(TpContext& tp, float* out, const float* x, Weight w, W
 void row_parallel_backward(TpContext& tp, float* dx, float* dout, const float* x, Weight w, Weight b,
                            const float* gelu_pre, int N, int K, int D);
 
+// ---- nn.Linear layout (Llama): weights [out, in], no biases ---------------------
+// The same splits with the weight transposed: a column-parallel weight holds rows
+// (outputs) [OC, K], a row-parallel one columns (inputs) [D, K].
+
+// out[N, OC] (row stride ldo) = x[N, K] w[OC, K]^T. x whole (gather_sequence first).
+void linear_nt_forward(kernels::Device& dev, float* out, int64_t ldo, const float* x, Weight w, int N, int K,
+                       int OC);
+// dx[N, K] = dout w (overwritten), or += when accumulate; dw[OC, K] += dout^T x.
+// dout[N, OC] has row stride lddout.
+void linear_nt_backward(kernels::Device& dev, float* dx, bool accumulate, const float* dout, int64_t lddout,
+                        const float* x, Weight w, int N, int K, int OC);
+
+// out[Nr, D] = residual[Nr, D] + sum over ranks of x[N, K] w[D, K]^T.
+// partial: [N, D] scratch (used under SP only). out may not alias residual.
+void row_parallel_nt_forward(TpContext& tp, float* out, const float* x, Weight w, const float* residual, int N,
+                             int K, int D, float* partial);
+// dout[N, D] with this rank's rows filled (all-gathered in place first under SP).
+// dx[N, K] = dout w (overwritten); dw[D, K] += dout^T x.
+void row_parallel_nt_backward(TpContext& tp, float* dx, float* dout, const float* x, Weight w, int N, int K, int D);
+
 }  // namespace troupe::model::layers

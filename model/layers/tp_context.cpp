@@ -41,11 +41,11 @@ float* TpContext::complete_input_grad(float* dx, int64_t n, int64_t w) {
 }
 
 void TpContext::allocate_grad_staging(int64_t floats) {
-  if (sequence_) staging_ = device_.allocate(floats, kernels::DType::kF32);
+  if (size_ > 1) staging_ = device_.allocate(floats, kernels::DType::kF32);
 }
 
 void TpContext::sum_row_sharded_grads(const std::vector<Span>& spans) {
-  if (!sequence_) return;
+  if (size_ == 1 || spans.empty()) return;
   // Gathered into one staging vector, summed in one collective, and put back.
   float* stage = staging_.f32();
   int64_t at = 0;

@@ -55,10 +55,11 @@ class TpContext {
   // n ones (n <= capacity_tokens; TP > 1 only).
   const float* ones() const { return ones_.f32(); }
 
-  // Gradients of replicated parameters that each rank computed from its own rows
-  // only (the norms under SP): allocate_grad_staging(total floats) once, then
-  // sum_row_sharded_grads sums every span over the group in one collective. Without
-  // SP the replicas' gradients are already identical and both do nothing.
+  // Gradients of replicated parameters that each rank computed from its own share
+  // only (the norms under SP, from their rows; a grouped-query attention's replicated
+  // k and v, from its query heads): allocate_grad_staging(total floats) once, then
+  // sum_row_sharded_grads sums every span over the group in one collective. At TP = 1
+  // both do nothing; so does the sum of no spans.
   struct Span {
     float* grad;
     int64_t n;

@@ -26,6 +26,7 @@
 #include "metrics/json.h"
 #include "test/actors/parity_check.h"
 #include "test/actors/recovery_harness.h"
+#include "test/support/tiny_runtime_config.h"
 #include "test/support/scratch_dir.h"
 
 using namespace troupe;
@@ -263,6 +264,28 @@ TEST_CASE("a damaged newest checkpoint is reported and the previous complete one
   const auto outcome = ckpt::load_latest(engine::checkpoint_root(c));
   REQUIRE(outcome.checkpoint);
   CHECK(outcome.checkpoint->step() == 6);  // the newest is intact again
+}
+
+TEST_CASE("a Llama recovers bitwise after a stage is killed") {
+  // The same DP2 x PP2 run as a Llama (grouped-query attention, rotary positions,
+  // SwiGLU, untied head): a stage killed in its backward at step 4 restarts the group
+  // from step 2's checkpoint, and the run ends bitwise equal to its fault-free twin.
+  const auto clean_llama = run(testing::as_llama(base("llama-clean")));
+  REQUIRE_MESSAGE(clean_llama.outcome.status == "completed", clean_llama.outcome.error);
+  Config c = testing::as_llama(base("llama-kill"));
+  *c.mutable_faults()->add_fault() = fault("stage/dp1/pp1/tp0", 4, Fault::BACKWARD);
+  const auto r = run(c);
+  REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
+  CHECK(r.restarts == 1);
+  CHECK(r.recomputed_steps >= 1);
+  REQUIRE(r.outcome.steps.size() == clean_llama.outcome.steps.size());
+  for (size_t s = 0; s < r.outcome.steps.size(); ++s) {
+    CAPTURE(s);
+    CHECK(r.outcome.steps[s].loss == clean_llama.outcome.steps[s].loss);
+    CHECK(r.outcome.steps[s].grad_norm == clean_llama.outcome.steps[s].grad_norm);
+  }
+  CHECK(r.outcome.step_samples == clean_llama.outcome.step_samples);
+  testing::check_same_state(r, clean_llama);
 }
 
 TEST_CASE("stop at step k and resume: steps k+1..n are bitwise those of an uninterrupted run") {

@@ -21,6 +21,7 @@
 #include "kernels/cpu/cpu_device.h"
 #include "optim/reference_trainer.h"
 #include "test/actors/parity_check.h"
+#include "test/support/tiny_runtime_config.h"
 
 using namespace troupe;
 using namespace troupe::testing;
@@ -50,6 +51,17 @@ TEST_CASE("pipeline parallel: PP2 and PP4, GPipe and 1F1B, match the single-devi
 }
 
 TEST_CASE("DP2 x PP2 matches the single-device run") { check_layout(tiny(2, 2)); }
+
+TEST_CASE("a Llama (grouped-query, rotary, SwiGLU, untied head) matches the single-device run in every layout") {
+  SUBCASE("DP2") { check_layout(as_llama(tiny(2, 1))); }
+  SUBCASE("PP2 1F1B") { check_layout(as_llama(tiny(1, 2))); }
+  SUBCASE("PP2 GPipe, tied head") {
+    Config c = as_llama(tiny(1, 2, ParallelConfig::GPIPE));
+    c.mutable_model()->set_tied_embeddings(true);
+    check_layout(c);
+  }
+  SUBCASE("DP2 x PP2") { check_layout(as_llama(tiny(2, 2))); }
+}
 
 TEST_CASE("the distributed optimizer matches unsharded AdamW") {
   // Unsharded: every replica all-reduces and updates the whole stage.

@@ -240,12 +240,12 @@ TEST_CASE("multi-head attention within documents against a double reference") {
   const Workspace ws{b.zeros(int64_t(N) * D), b.zeros(int64_t(N) * attn->scratch_width())};
   float* xd = b.up(x);
   float* out = b.zeros(int64_t(N) * D);
-  const int32_t* ds = b.ints(doc_start);
-  attn->forward(saved, out, xd, b.up(res), ds, B, T, ws);
+  const Sequence seq{b.ints(doc_start), nullptr, B, T};
+  attn->forward(saved, out, xd, b.up(res), seq, ws);
   const std::vector<Vec> args{to_double(x), to_double(wq), to_double(bq), to_double(wp), to_double(bp)};
   check_close(b.down(out, size_t(N) * D), ref(args), 2e-5, "out");
 
-  const float* dx = attn->backward(saved, b.up(r), xd, ds, B, T, ws);
+  const float* dx = attn->backward(saved, b.up(r), xd, seq, ws);
   const auto g = numeric_grads(ref, args, to_double(r));
   check_grad(b.down(dx, size_t(N) * D), g[0], "dx");
   check_grad(b.down(w.qkv_w.grad, wq.size()), g[1], "d W_qkv");

@@ -1,5 +1,6 @@
-// Test helper: a plain double-precision GPT-2 forward written from the spec (naive
-// loops, no kernels, no BLAS), for finite-difference checks of the fp32 model's
+// Test helper: a plain double-precision forward of each model family written from
+// the spec (naive loops, no kernels, no BLAS): GPT-2 (reference_forward.cpp) and
+// Llama (llama_reference.cpp), for finite-difference checks of the fp32 model's
 // gradients and for comparing its loss and activations.
 #pragma once
 
@@ -23,6 +24,11 @@ struct ReferenceOutput {
 ReferenceOutput reference_forward(const Config& c, const model::ParameterRegistry& reg,
                                   const std::vector<double>& params, const data::Microbatch& mb,
                                   const std::vector<double>* input = nullptr);
+
+// The Llama family's (reference_forward calls it for model.architecture LLAMA).
+ReferenceOutput llama_reference_forward(const Config& c, const model::ParameterRegistry& reg,
+                                        const std::vector<double>& params, const data::Microbatch& mb,
+                                        const std::vector<double>* input = nullptr);
 
 // Sum over microbatches of the masked loss sums, divided by global_loss_tokens.
 double reference_loss(const Config& c, const model::ParameterRegistry& reg,

@@ -29,6 +29,20 @@ inline Config tiny_config() {
   return c;
 }
 
+// tiny_config as a Llama: 4 query heads sharing 2 kv heads (head size 4), SwiGLU of
+// 24, rotary positions, untied head. tied: the head shares embed_tokens instead.
+inline Config tiny_llama_config(int kv_heads = 2, bool tied = false) {
+  Config c = tiny_config();
+  auto* m = c.mutable_model();
+  m->set_architecture(ModelConfig::LLAMA);
+  m->set_heads(4);
+  m->set_kv_heads(kv_heads);
+  m->set_ffn_width(24);
+  m->set_tied_embeddings(tied);
+  m->set_rope_theta(500.0);  // small, so that 16 positions turn even the slowest pair visibly
+  return c;
+}
+
 // Two microbatches of two rows with every case of docs/numerics.md, "Packed windows":
 // two short documents packed in one window, documents cut by the window end, and
 // padding.

@@ -34,4 +34,16 @@ inline Config tiny_runtime_config(int layers, int dp, int pp) {
   return c;
 }
 
+// The same run with a Llama of the same size: 4 query heads of 8 sharing `kv_heads`
+// key/value heads, SwiGLU of 64, rotary positions, RMSNorm, untied head.
+inline Config as_llama(Config c, int kv_heads = 2) {
+  auto* m = c.mutable_model();
+  m->set_architecture(ModelConfig::LLAMA);
+  m->set_heads(4);
+  m->set_kv_heads(kv_heads);
+  m->set_ffn_width(64);
+  m->set_tied_embeddings(false);
+  return c;
+}
+
 }  // namespace troupe::testing

@@ -24,6 +24,7 @@
 #include "kernels/cpu/cpu_device.h"
 #include "optim/reference_trainer.h"
 #include "test/actors/parity_check.h"
+#include "test/support/tiny_runtime_config.h"
 
 using namespace troupe;
 using namespace troupe::testing;
@@ -51,6 +52,13 @@ TEST_CASE("TP2 x PP2 matches the single-device run (with and without sequence pa
 TEST_CASE("TP2 x PP2 x DP2 (8 stage actors) matches the single-device run") {
   SUBCASE("TP2 x PP2 x DP2") { check_layout(tiny(2, false, 2, 2)); }
   SUBCASE("TP2 x PP2 x DP2, sequence parallel") { check_layout(tiny(2, true, 2, 2)); }
+}
+
+TEST_CASE("a Llama matches the single-device run: TP2 (kv heads split and replicated), TP2+SP, DP2 x PP2 x TP2") {
+  SUBCASE("TP2, 2 kv heads split") { check_layout(as_llama(tiny(2, false, 1, 1), 2)); }
+  SUBCASE("TP2, one kv head replicated") { check_layout(as_llama(tiny(2, false, 1, 1), 1)); }
+  SUBCASE("TP2, sequence parallel") { check_layout(as_llama(tiny(2, true, 1, 1), 2)); }
+  SUBCASE("TP2 x PP2 x DP2, sequence parallel") { check_layout(as_llama(tiny(2, true, 2, 2), 2)); }
 }
 
 TEST_CASE("two TP2 x PP2 runs with sequence parallelism are bitwise identical") {

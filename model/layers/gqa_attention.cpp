@@ -1,0 +1,95 @@
+#include "model/layers/gqa_attention.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "model/layers/parallel_linear.h"
+
+namespace troupe::model::layers {
+
+namespace {
+
+Weight rows_from(Weight w, int64_t offset) { return {w.value + offset, w.grad + offset}; }
+
+}  // namespace
+
+GroupedQueryAttention::GroupedQueryAttention(const AttentionConfig& c, AttentionWeights w, TpContext& tp,
+                                             Capacity cap)
+    : w_(w), tp_(tp), cap_(cap), rope_(*c.rope), D_(c.width) {
+  const int TP = tp.size(), NH = c.heads, KV = c.kv_heads;
+  if (NH < 1 || KV < 1 || c.width % NH != 0 || NH % KV != 0 || NH % TP != 0 || (KV % TP != 0 && TP % KV != 0))
+    throw std::invalid_argument("GroupedQueryAttention: width " + std::to_string(c.width) + ", heads " +
+                                std::to_string(NH) + " and kv heads " + std::to_string(KV) + " do not split over " +
+                                std::to_string(TP) + " tensor-parallel ranks");
+  if (!c.rope) throw std::invalid_argument("GroupedQueryAttention: needs the rotary tables");
+  hs_ = c.width / NH;
+  if (rope_.head_size() != hs_) throw std::invalid_argument("GroupedQueryAttention: rotary tables of another head size");
+  NHt_ = NH / TP;
+  kv_replicated_ = KV % TP != 0;
+  KVl_ = kv_replicated_ ? 1 : KV / TP;
+  kv_floats_ = int64_t(KV) * hs_ * D_;
+  if (kv_replicated_) {
+    const int64_t g = int64_t(tp.rank()) * NHt_ / (NH / KV);
+    k_ = rows_from(w.k_w, g * hs_ * D_);
+    v_ = rows_from(w.v_w, g * hs_ * D_);
+  } else {
+    k_ = w.k_w;
+    v_ = w.v_w;
+  }
+}
+
+int64_t GroupedQueryAttention::saved_floats() const {
+  const int64_t n = cap_.tokens();
+  return n * qkv_width() + int64_t(cap_.batch) * NHt_ * cap_.seq * cap_.seq + n * NHt_ * hs_;
+}
+
+GroupedQueryAttention::Saved GroupedQueryAttention::carve(float* saved) const {
+  const int64_t n = cap_.tokens();
+  Carver c(saved);
+  Saved s;
+  s.qkv = c.take(n * qkv_width());
+  s.att = c.take(int64_t(cap_.batch) * NHt_ * cap_.seq * cap_.seq);
+  s.y = c.take(n * NHt_ * hs_);
+  return s;
+}
+
+void GroupedQueryAttention::forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
+                                    const Workspace& ws) {
+  const Saved s = carve(saved);
+  const int N = seq.tokens(), Dt = NHt_ * hs_, KVs = KVl_ * hs_;
+  const int64_t W = qkv_width();
+  kernels::Device& dev = tp_.device();
+  tp_.gather_sequence(x, N, D_);
+  linear_nt_forward(dev, s.qkv, W, x, w_.q_w, N, D_, Dt);
+  linear_nt_forward(dev, s.qkv + Dt, W, x, k_, N, D_, KVs);
+  linear_nt_forward(dev, s.qkv + Dt + KVs, W, x, v_, N, D_, KVs);
+  rope_.forward(s.qkv, seq.positions, N, NHt_ + KVl_, W);  // q and k heads are adjacent
+  dev.gqa_attention_forward(s.y, s.att, s.qkv, seq.doc_start, seq.B, seq.T, NHt_, KVl_, hs_);
+  row_parallel_nt_forward(tp_, out, s.y, w_.proj_w, residual, N, Dt, D_, ws.small);
+}
+
+float* GroupedQueryAttention::backward(float* saved, float* dout, const float* x, const Sequence& seq,
+                                       const Workspace& ws) {
+  const Saved s = carve(saved);
+  const int N = seq.tokens(), Dt = NHt_ * hs_, KVs = KVl_ * hs_;
+  const int64_t W = qkv_width();
+  kernels::Device& dev = tp_.device();
+  float* dy = ws.small;  // [N, Dt]
+  float* dqkv = ws.big;  // [N, W]
+  row_parallel_nt_backward(tp_, dy, dout, s.y, w_.proj_w, N, Dt, D_);
+  dev.gqa_attention_backward(dqkv, dy, s.qkv, s.att, seq.doc_start, seq.B, seq.T, NHt_, KVl_, hs_);
+  rope_.backward(dqkv, seq.positions, N, NHt_ + KVl_, W);
+  float* dx = ws.small;  // [N, D]; dy is spent
+  linear_nt_backward(dev, dx, false, dqkv, W, x, w_.q_w, N, D_, Dt);
+  linear_nt_backward(dev, dx, true, dqkv + Dt, W, x, k_, N, D_, KVs);
+  linear_nt_backward(dev, dx, true, dqkv + Dt + KVs, W, x, v_, N, D_, KVs);
+  return tp_.complete_input_grad(dx, N, D_);
+}
+
+void GroupedQueryAttention::partial_grads(std::vector<TpContext::Span>& out) const {
+  if (!kv_replicated_) return;
+  out.push_back({w_.k_w.grad, kv_floats_});
+  out.push_back({w_.v_w.grad, kv_floats_});
+}
+
+}  // namespace troupe::model::layers

@@ -1,0 +1,51 @@
+// Llama's attention: grouped-query (KV kv heads shared by NH query heads, NH % KV ==
+// 0), rotary positions on q and k, no biases, weights in nn.Linear's [out, in] layout.
+//
+// On tensor-parallel rank t of TP: NHt = NH / TP query heads (global heads [t NHt,
+// (t+1) NHt)), Dt = NHt hs. Its kv heads KVl: KV / TP of its own when KV divides by
+// TP; otherwise (TP % KV == 0) k_proj and v_proj are whole on every rank and the rank
+// computes only kv head g = t NHt / (NH / KV), the one all its query heads read, so
+// the group sums k_proj's and v_proj's gradients (partial_grads).
+//   qkv[N, (NHt + 2 KVl) hs] = x [Wq_t | Wk_l | Wv_l]^T     (q | k | v per token)
+//   q, k rotated by the tokens' positions (rope.h), in place
+//   y[N, Dt] = softmax(q k^T / sqrt(hs)) v, causal within the document, query head h
+//              reading kv head h / (NHt / KVl)
+//   out[Nr, D] = residual + y Wo_t^T   (row-parallel, summed over the group)
+// saved: qkv (rotated) [cap, (NHt + 2 KVl) hs] | att [cap.batch, NHt, cap.seq, cap.seq] |
+//        y [cap, Dt].
+#pragma once
+
+#include "model/layers/attention.h"
+#include "model/layers/rope.h"
+
+namespace troupe::model::layers {
+
+class GroupedQueryAttention final : public Attention {
+ public:
+  GroupedQueryAttention(const AttentionConfig& c, AttentionWeights w, TpContext& tp, Capacity cap);
+  int64_t saved_floats() const override;
+  int64_t scratch_width() const override { return qkv_width(); }
+  void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
+               const Workspace& ws) override;
+  float* backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) override;
+  void partial_grads(std::vector<TpContext::Span>& out) const override;
+
+ private:
+  struct Saved {
+    float *qkv, *att, *y;
+  };
+  Saved carve(float* saved) const;
+  int64_t qkv_width() const { return int64_t(NHt_ + 2 * KVl_) * hs_; }
+
+  AttentionWeights w_;
+  // The kv rows this rank multiplies: its own slice, or kv head g of the whole tensors.
+  Weight k_, v_;
+  TpContext& tp_;
+  Capacity cap_;
+  const Rope& rope_;
+  int D_, hs_, NHt_, KVl_;
+  bool kv_replicated_;
+  int64_t kv_floats_;  // elements of the whole k_proj (and v_proj) when replicated
+};
+
+}  // namespace troupe::model::layers

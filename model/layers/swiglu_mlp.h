@@ -1,0 +1,28 @@
+// Llama's MLP, weights in nn.Linear's [out, in] layout, no biases (Ft = F / TP):
+//   gate[N, Ft] = x Wg_t^T;  up[N, Ft] = x Wu_t^T      (column-parallel: rows of gate_proj, up_proj)
+//   h[N, Ft] = silu(gate) * up
+//   out[Nr, D] = residual + h Wd_t^T                   (row-parallel: columns of down_proj)
+// saved: gate [cap, Ft] | up [cap, Ft] | h [cap, Ft]. The backward turns gate and up
+// into their gradients in place (the slot is spent once its backward has run).
+#pragma once
+
+#include "model/layers/mlp.h"
+
+namespace troupe::model::layers {
+
+class SwiGluMlp final : public Mlp {
+ public:
+  SwiGluMlp(const MlpConfig& c, MlpWeights w, TpContext& tp, Capacity cap);
+  int64_t saved_floats() const override { return 3 * cap_.tokens() * Ft_; }
+  int64_t scratch_width() const override { return Ft_; }
+  void forward(float* saved, float* out, float* x, const float* residual, int N, const Workspace& ws) override;
+  float* backward(float* saved, float* dout, const float* x, int N, const Workspace& ws) override;
+
+ private:
+  MlpWeights w_;
+  TpContext& tp_;
+  Capacity cap_;
+  int D_, Ft_;
+};
+
+}  // namespace troupe::model::layers
