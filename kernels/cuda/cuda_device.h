@@ -153,6 +153,23 @@ class CudaDevice final : public Device {
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
                           const float* rstd, int N, int C) override;
+  // The Llama family's primitives: RMSNorm, RoPE and SwiGLU in fp32 (cuda_llama.cpp);
+  // grouped-query attention as attention's batched GEMMs (cuda_gqa_attention.cpp).
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                       float eps) override;
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int N, int C) override;
+  void rope_forward(float* x, const int32_t* positions, const float* cos, const float* sin, int N, int heads, int hs,
+                    int64_t ld) override;
+  void rope_backward(float* dx, const int32_t* positions, const float* cos, const float* sin, int N, int heads,
+                     int hs, int64_t ld) override;
+  void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) override;
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       int64_t n) override;
+  void gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B, int T, int NH,
+                             int KV, int hs) override;
+  void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                              const int32_t* doc_start, int B, int T, int NH, int KV, int hs) override;
   void linear_forward(float* out, float* gelu_out, const float* inp, const float* weight,
                       const float* bias, const float* residual, int N, int C, int OC) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,

@@ -58,6 +58,30 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int N, int C, float* scratch, cudaStream_t s);
 
+// ---- rmsnorm.cu -----------------------------------------------------------------
+// out[N, C] = x * rstd * weight, rstd[N] = 1 / sqrt(mean(x^2) + eps) (one warp per row).
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                     cudaStream_t s);
+// dinp[N, C] +=, dweight[C] += (the column reduction's fixed tree);
+// scratch: column_reduce_scratch(N, C) floats.
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int N, int C, float* scratch, cudaStream_t s);
+
+// ---- rope.cu --------------------------------------------------------------------
+// In place on `heads` heads of hs per row of x[N, ld]; cos, sin [max_positions, hs/2];
+// backward rotates by the negative angle (kernels/device.h states the pairing).
+void rope_forward(float* x, const int32_t* positions, const float* cos, const float* sin, int N, int heads, int hs,
+                  int64_t ld, cudaStream_t s);
+void rope_backward(float* dx, const int32_t* positions, const float* cos, const float* sin, int N, int heads, int hs,
+                   int64_t ld, cudaStream_t s);
+
+// ---- swiglu.cu ------------------------------------------------------------------
+// out = silu(gate) * up;  dgate = dout up silu'(gate), dup = dout silu(gate) (n values;
+// dgate may alias gate, dup may alias up).
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t n, cudaStream_t s);
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t n,
+                     cudaStream_t s);
+
 // ---- embedding.cu ---------------------------------------------------------------
 void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
                        const float* wte, const float* wpe, int N, int C, cudaStream_t s);
@@ -95,6 +119,13 @@ void attention_softmax_forward(float* att, __nv_bfloat16* p_low, const int32_t* 
 void attention_softmax_backward(void* ds, GemmType t, __nv_bfloat16* p_low, const float* att,
                                 const float* dp, const int32_t* doc_start, int B, int NH, int T,
                                 cudaStream_t s);
+
+// ---- gqa_attention.cu -----------------------------------------------------------
+// H heads of hs starting at column 0 of src[B, T, ld] (fp32) -> dst[B, H, T, hs] of type t.
+void columns_to_heads(void* dst, GemmType t, const float* src, int64_t ld, int B, int T, int H, int hs,
+                      cudaStream_t s);
+// src[B, H, T, hs] (fp32) -> H heads of hs starting at column 0 of dst[B, T, ld].
+void heads_to_columns(float* dst, int64_t ld, const float* src, int B, int T, int H, int hs, cudaStream_t s);
 
 // ---- crossentropy.cu ------------------------------------------------------------
 // Vocabulary-parallel pieces. A shard holds columns [vocab_begin, vocab_begin + V) of

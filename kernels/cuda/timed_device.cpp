@@ -59,6 +59,38 @@ void TimedDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, 
                                      const float* weight, const float* mean, const float* rstd, int N, int C) {
   timed("layernorm", [&] { inner_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
 }
+void TimedDevice::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                                  float eps) {
+  timed("rmsnorm", [&] { inner_.rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
+}
+void TimedDevice::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                   const float* weight, const float* rstd, int N, int C) {
+  timed("rmsnorm", [&] { inner_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
+}
+void TimedDevice::rope_forward(float* x, const int32_t* positions, const float* cos, const float* sin, int N,
+                               int heads, int hs, int64_t ld) {
+  timed("rope", [&] { inner_.rope_forward(x, positions, cos, sin, N, heads, hs, ld); });
+}
+void TimedDevice::rope_backward(float* dx, const int32_t* positions, const float* cos, const float* sin, int N,
+                                int heads, int hs, int64_t ld) {
+  timed("rope", [&] { inner_.rope_backward(dx, positions, cos, sin, N, heads, hs, ld); });
+}
+void TimedDevice::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
+  timed("elementwise", [&] { inner_.swiglu_forward(out, gate, up, n); });
+}
+void TimedDevice::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                                  int64_t n) {
+  timed("elementwise", [&] { inner_.swiglu_backward(dgate, dup, dout, gate, up, n); });
+}
+void TimedDevice::gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B,
+                                        int T, int NH, int KV, int hs) {
+  timed("attention forward", [&] { inner_.gqa_attention_forward(out, att, qkv, doc_start, B, T, NH, KV, hs); });
+}
+void TimedDevice::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                                         const int32_t* doc_start, int B, int T, int NH, int KV, int hs) {
+  timed("attention backward",
+        [&] { inner_.gqa_attention_backward(dqkv, dout, qkv, att, doc_start, B, T, NH, KV, hs); });
+}
 void TimedDevice::linear_forward(float* out, float* gelu_out, const float* inp, const float* weight, const float* bias,
                                  const float* residual, int N, int C, int OC) {
   timed("linear forward", [&] { inner_.linear_forward(out, gelu_out, inp, weight, bias, residual, N, C, OC); });

@@ -5,7 +5,9 @@
 //   bf16 GEMM operands (fp32 accumulation): 1e-2, attention backward 1.5e-2 (two
 //   chained bf16 products, dP = dO V^T then dQ = dS K, with the softmax backward
 //   between them);
-//   embedding forward and backward: bitwise (the same float additions in the same order).
+//   embedding forward and backward: bitwise (the same float additions in the same order);
+//   the Llama family: RMSNorm, RoPE and SwiGLU are fp32 paths (1e-5); grouped-query
+//   attention takes attention's bounds (the same GEMMs with G T rows or inner dimension).
 // Outputs that a kernel overwrites start as NaN, so an unwritten element fails.
 #include <doctest/doctest.h>
 
@@ -344,6 +346,134 @@ TEST_CASE("attention with a per-document causal mask, forward and backward") {
     auto gdq = poisoned(gpu, qkv.size());
     gpu.attention_backward(gdq.f32(), gdo.f32(), gq.f32(), ga.f32(), gd.i32(), B, T, C, NH);
     CHECK(rel_err(download(gpu, gdq.f32(), dqkv.size()), dqkv) <= (t == GemmType::kBf16 ? 1.5e-2 : 1e-5));
+  }
+}
+
+TEST_CASE("rmsnorm forward and backward (several row chunks, a partial last warp pass)") {
+  REQUIRE_GPU();
+  const int N = 600, C = 80;
+  const float eps = 1e-5f;
+  CpuDevice cpu(2);
+  CudaDevice gpu;
+  const auto inp = randn(size_t(N) * C, 1, 2.0f, 0.5f), w = randn(C, 2, 0.5f, 1.0f);
+  std::vector<float> out(size_t(N) * C), rstd(N);
+  cpu.rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), N, C, eps);
+  auto gi = upload(gpu, inp), gw = upload(gpu, w);
+  auto go = poisoned(gpu, out.size()), gr = poisoned(gpu, N);
+  gpu.rmsnorm_forward(go.f32(), gr.f32(), gi.f32(), gw.f32(), N, C, eps);
+  CHECK(rel_err(download(gpu, go.f32(), out.size()), out) <= 1e-5);
+  CHECK(rel_err(download(gpu, gr.f32(), N), rstd) <= 1e-5);
+
+  const auto dout = randn(out.size(), 4);
+  auto dinp = randn(out.size(), 5), dw = randn(C, 6);  // both accumulate
+  auto gdi = upload(gpu, dinp), gdw = upload(gpu, dw), gdo = upload(gpu, dout);
+  cpu.rmsnorm_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), rstd.data(), N, C);
+  gpu.rmsnorm_backward(gdi.f32(), gdw.f32(), gdo.f32(), gi.f32(), gw.f32(), gr.f32(), N, C);
+  CHECK(rel_err(download(gpu, gdi.f32(), dinp.size()), dinp) <= 1e-5);
+  CHECK(rel_err(download(gpu, gdw.f32(), C), dw) <= 1e-5);
+}
+
+TEST_CASE("rope forward and backward on the q and k heads of a qkv row, positions restarting mid-row") {
+  REQUIRE_GPU();
+  CpuDevice cpu(2);
+  CudaDevice gpu;
+  for (int hs : {8, 16}) {
+    CAPTURE(hs);
+    const int T = 37, N = 2 * T, NH = 4, KV = 2, half = hs / 2;
+    const int64_t ld = int64_t(NH + 2 * KV) * hs;
+    std::vector<int32_t> pos(N);
+    for (int t = 0; t < T; ++t) {
+      pos[size_t(t)] = t < 20 ? t : t - 20;
+      pos[size_t(T + t)] = t;
+    }
+    std::vector<float> cos, sin;
+    for (int p = 0; p < T; ++p)
+      for (int i = 0; i < half; ++i) {
+        const double a = p * std::pow(10000.0, -2.0 * i / hs);
+        cos.push_back(float(std::cos(a)));
+        sin.push_back(float(std::sin(a)));
+      }
+    auto x = randn(size_t(N) * ld, 1);
+    auto gx = upload(gpu, x), gp = upload(gpu, pos), gc = upload(gpu, cos), gs = upload(gpu, sin);
+    // q and k heads (NH + KV of them from column 0); the v columns stay as they are.
+    cpu.rope_forward(x.data(), pos.data(), cos.data(), sin.data(), N, NH + KV, hs, ld);
+    gpu.rope_forward(gx.f32(), gp.i32(), gc.f32(), gs.f32(), N, NH + KV, hs, ld);
+    CHECK(rel_err(download(gpu, gx.f32(), x.size()), x) <= 1e-5);
+    cpu.rope_backward(x.data(), pos.data(), cos.data(), sin.data(), N, NH + KV, hs, ld);
+    gpu.rope_backward(gx.f32(), gp.i32(), gc.f32(), gs.f32(), N, NH + KV, hs, ld);
+    CHECK(rel_err(download(gpu, gx.f32(), x.size()), x) <= 1e-5);
+  }
+}
+
+TEST_CASE("swiglu forward and backward, in place") {
+  REQUIRE_GPU();
+  const size_t n = 10007;
+  CpuDevice cpu(2);
+  CudaDevice gpu;
+  auto gate = randn(n, 1, 3.0f);
+  gate[0] = -100.0f, gate[1] = 100.0f, gate[2] = 0.0f;
+  const auto up = randn(n, 2), dout = randn(n, 3);
+  auto gg = upload(gpu, gate), gu = upload(gpu, up), gd = upload(gpu, dout);
+  std::vector<float> out(n), dgate(n), dup(n);
+  cpu.swiglu_forward(out.data(), gate.data(), up.data(), int64_t(n));
+  auto go = poisoned(gpu, n);
+  gpu.swiglu_forward(go.f32(), gg.f32(), gu.f32(), int64_t(n));
+  CHECK(rel_err(download(gpu, go.f32(), n), out) <= 1e-5);
+  cpu.swiglu_backward(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), int64_t(n));
+  auto gdg = poisoned(gpu, n), gdu = poisoned(gpu, n);
+  gpu.swiglu_backward(gdg.f32(), gdu.f32(), gd.f32(), gg.f32(), gu.f32(), int64_t(n));
+  CHECK(rel_err(download(gpu, gdg.f32(), n), dgate) <= 1e-5);
+  CHECK(rel_err(download(gpu, gdu.f32(), n), dup) <= 1e-5);
+  gpu.swiglu_backward(gg.f32(), gu.f32(), gd.f32(), gg.f32(), gu.f32(), int64_t(n));  // dgate over gate, dup over up
+  CHECK(rel_err(download(gpu, gg.f32(), n), dgate) <= 1e-5);
+  CHECK(rel_err(download(gpu, gu.f32(), n), dup) <= 1e-5);
+}
+
+TEST_CASE("grouped-query attention (KV = 1, 2, 4 of NH = 4) with a per-document causal mask") {
+  REQUIRE_GPU();
+  const int B = 2, T = 37, NH = 4;
+  // Row 0: documents [0, 10), [10, 27), [27, 37); row 1: one document.
+  std::vector<int32_t> doc_start(size_t(B) * T);
+  for (int t = 0; t < T; ++t) {
+    doc_start[size_t(t)] = t < 10 ? 0 : (t < 27 ? 10 : 27);
+    doc_start[size_t(T + t)] = 0;
+  }
+  CpuDevice cpu(2);
+  for (GemmType t : {GemmType::kF32, GemmType::kBf16}) {
+    CudaDevice gpu(opts(t));
+    for (int hs : {8, 16})
+      for (int KV : {1, 2, 4}) {
+        CAPTURE(name(t));
+        CAPTURE(hs);
+        CAPTURE(KV);
+        const int64_t ld = int64_t(NH + 2 * KV) * hs, C = int64_t(NH) * hs;
+        const auto qkv = randn(size_t(B) * T * ld, 1);
+        const size_t natt = size_t(B) * NH * T * T;
+        std::vector<float> out(size_t(B * T * C)), att(natt);
+        cpu.gqa_attention_forward(out.data(), att.data(), qkv.data(), doc_start.data(), B, T, NH, KV, hs);
+        auto gq = upload(gpu, qkv), gd = upload(gpu, doc_start);
+        auto go = poisoned(gpu, out.size()), ga = poisoned(gpu, natt);
+        gpu.gqa_attention_forward(go.f32(), ga.f32(), gq.f32(), gd.i32(), B, T, NH, KV, hs);
+        const auto gatt = download(gpu, ga.f32(), natt);
+        CHECK(rel_err(download(gpu, go.f32(), out.size()), out) <= gemm_bound(t));
+        CHECK(rel_err(gatt, att) <= gemm_bound(t));
+        size_t outside_nonzero = 0;
+        for (size_t i = 0; i < natt; ++i) outside_nonzero += att[i] == 0.0f && gatt[i] != 0.0f;
+        CHECK(outside_nonzero == 0);
+
+        const auto dout = randn(out.size(), 2);
+        std::vector<float> dqkv(qkv.size());
+        cpu.gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), doc_start.data(), B, T, NH, KV,
+                                   hs);
+        auto gdo = upload(gpu, dout);
+        auto gdq = poisoned(gpu, qkv.size());
+        gpu.gqa_attention_backward(gdq.f32(), gdo.f32(), gq.f32(), ga.f32(), gd.i32(), B, T, NH, KV, hs);
+        const auto got = download(gpu, gdq.f32(), dqkv.size());
+        CHECK(rel_err(got, dqkv) <= (t == GemmType::kBf16 ? 1.5e-2 : 1e-5));
+        // Twice gives the same bits (no atomics in the group sums).
+        gpu.gqa_attention_backward(gdq.f32(), gdo.f32(), gq.f32(), ga.f32(), gd.i32(), B, T, NH, KV, hs);
+        CHECK(bitwise_equal(download(gpu, gdq.f32(), dqkv.size()), got) == got.size());
+      }
   }
 }
 
