@@ -74,6 +74,38 @@ class LateCompletionDevice final : public kernels::Device {
                           const float* weight, const float* mean, const float* rstd, int N, int C) override {
     inner_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
+  // The optional primitives (the Llama family).
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                       float eps) override {
+    inner_.rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int N, int C) override {
+    inner_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void rope_forward(float* x, const int32_t* positions, const float* cos, const float* sin, int N, int heads, int hs,
+                    int64_t ld) override {
+    inner_.rope_forward(x, positions, cos, sin, N, heads, hs, ld);
+  }
+  void rope_backward(float* dx, const int32_t* positions, const float* cos, const float* sin, int N, int heads,
+                     int hs, int64_t ld) override {
+    inner_.rope_backward(dx, positions, cos, sin, N, heads, hs, ld);
+  }
+  void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) override {
+    inner_.swiglu_forward(out, gate, up, n);
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       int64_t n) override {
+    inner_.swiglu_backward(dgate, dup, dout, gate, up, n);
+  }
+  void gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B, int T, int NH,
+                             int KV, int hs) override {
+    inner_.gqa_attention_forward(out, att, qkv, doc_start, B, T, NH, KV, hs);
+  }
+  void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                              const int32_t* doc_start, int B, int T, int NH, int KV, int hs) override {
+    inner_.gqa_attention_backward(dqkv, dout, qkv, att, doc_start, B, T, NH, KV, hs);
+  }
   void linear_forward(float* out, float* gelu_out, const float* inp, const float* weight, const float* bias,
                       const float* residual, int N, int C, int OC) override {
     inner_.linear_forward(out, gelu_out, inp, weight, bias, residual, N, C, OC);
