@@ -14,6 +14,8 @@
 // With KV = NH this is attention.cpp's computation call for call.
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cpu/head_loop.h"
 #include "kernels/cpu/kernels.h"
@@ -35,10 +37,17 @@ struct GqaDims {
   int64_t v(int kv) const { return C + int64_t(KV + kv) * hs; }
 };
 
+void check_heads(const char* what, int NH, int KV) {
+  if (KV <= 0 || NH % KV != 0)
+    throw std::invalid_argument(std::string(what) + ": NH = " + std::to_string(NH) +
+                                " query heads do not divide into KV = " + std::to_string(KV) + " groups");
+}
+
 }  // namespace
 
 void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att, const float* qkv,
                            const int32_t* doc_start, int B, int T, int NH, int KV, int hs) {
+  check_heads("gqa_attention_forward", NH, KV);
   const GqaDims d(B, T, NH, KV, hs);
   for_each_head(pool, scratch, B, NH, size_t(T) * T, [&](int b, int h, int p) {
     float* S = scratch.per_thread[size_t(p)].data();
@@ -58,6 +67,7 @@ void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float
 
 void gqa_attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const float* dout, const float* qkv,
                             const float* att, const int32_t* doc_start, int B, int T, int NH, int KV, int hs) {
+  check_heads("gqa_attention_backward", NH, KV);
   const GqaDims d(B, T, NH, KV, hs);
   for_each_head(pool, scratch, B, KV, size_t(T) * T, [&](int b, int kv, int p) {
     float* dS = scratch.per_thread[size_t(p)].data();

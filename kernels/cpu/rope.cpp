@@ -2,6 +2,9 @@
 // Rows go to one participant each and every pair is rotated by the same 8-wide code
 // (masked tails for hs/2 < 8 or not a multiple of 8), so the bits do not depend on the
 // thread count or on where a head sits in the row.
+#include <stdexcept>
+#include <string>
+
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -29,6 +32,7 @@ void rotate_row(float* x, const float* cos_row, const float* sin_row, int heads,
 
 void rope(ThreadPool& pool, float* x, const int32_t* positions, const float* cos, const float* sin, int N, int heads,
           int hs, int64_t ld, float sign) {
+  if (hs % 2 != 0) throw std::invalid_argument("rope: head size " + std::to_string(hs) + " is odd");
   const int64_t half = hs / 2;
   pool.parallel_for(N, 16, [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n) {

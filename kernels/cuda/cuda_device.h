@@ -8,7 +8,7 @@
 // Q K^T and P V in attention and all their backward products -- rounds both
 // operands to bf16 (round to nearest even) in scratch and multiplies them on the
 // tensor cores with fp32 accumulation into an fp32 result, which is where bf16
-// weights and activations enter the arithmetic. LayerNorm, softmax, GELU,
+// weights and activations enter the arithmetic. LayerNorm, RMSNorm, RoPE, SwiGLU, softmax, GELU,
 // cross-entropy, AdamW and the norm run in fp32. GemmType::kF32 keeps the operands
 // in fp32 (CUBLAS_COMPUTE_32F_PEDANTIC, no TF32): the whole device then computes
 // the CPU device's function in fp32, which the tests use to check the plumbing at

@@ -13,13 +13,25 @@
 //             deterministic), never by atomics or by copying k and v per query head.
 // With KV = NH (G = 1) the calls are exactly attention_forward / backward's.
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/cuda_device.h"
 
 namespace troupe::kernels::cuda {
+namespace {
+
+void check_heads(const char* what, int NH, int KV) {
+  if (KV <= 0 || NH % KV != 0)
+    throw std::invalid_argument(std::string(what) + ": NH = " + std::to_string(NH) +
+                                " query heads do not divide into KV = " + std::to_string(KV) + " groups");
+}
+
+}  // namespace
 
 void CudaDevice::gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B,
                                        int T, int NH, int KV, int hs) {
+  check_heads("gqa_attention_forward", NH, KV);
   make_current();
   const GemmType t = options_.gemm;
   const size_t es = gemm_type_size(t);
@@ -51,6 +63,7 @@ void CudaDevice::gqa_attention_forward(float* out, float* att, const float* qkv,
 
 void CudaDevice::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
                                         const int32_t* doc_start, int B, int T, int NH, int KV, int hs) {
+  check_heads("gqa_attention_backward", NH, KV);
   make_current();
   const GemmType t = options_.gemm;
   const size_t es = gemm_type_size(t);

@@ -1,9 +1,19 @@
 // The Llama family's row and elementwise primitives on the CUDA device (RMSNorm, RoPE,
 // SwiGLU), all fp32 and enqueued on the compute stream; grouped-query attention is in
 // cuda_gqa_attention.cpp.
+#include <stdexcept>
+#include <string>
+
 #include "kernels/cuda/cuda_device.h"
 
 namespace troupe::kernels::cuda {
+namespace {
+
+void check_head_size(int hs) {
+  if (hs % 2 != 0) throw std::invalid_argument("rope: head size " + std::to_string(hs) + " is odd");
+}
+
+}  // namespace
 
 void CudaDevice::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
                                  float eps) {
@@ -20,12 +30,14 @@ void CudaDevice::rmsnorm_backward(float* dinp, float* dweight, const float* dout
 
 void CudaDevice::rope_forward(float* x, const int32_t* positions, const float* cos, const float* sin, int N,
                               int heads, int hs, int64_t ld) {
+  check_head_size(hs);
   make_current();
   launch::rope_forward(x, positions, cos, sin, N, heads, hs, ld, compute_);
 }
 
 void CudaDevice::rope_backward(float* dx, const int32_t* positions, const float* cos, const float* sin, int N,
                                int heads, int hs, int64_t ld) {
+  check_head_size(hs);
   make_current();
   launch::rope_backward(dx, positions, cos, sin, N, heads, hs, ld, compute_);
 }

@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/cpu_device.h"
@@ -351,4 +352,12 @@ TEST_CASE("the Llama kernels give the same bits for 1 and 3 threads") {
     CpuDevice one(1), three(3);
     CHECK(same_bits(run(one, KV), run(three, KV)));
   }
+}
+
+TEST_CASE("grouped-query attention refuses heads that do not group; rope refuses an odd head size") {
+  CpuDevice dev(1);
+  CHECK_THROWS_AS(dev.gqa_attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 4, 3, 8), std::invalid_argument);
+  CHECK_THROWS_AS(dev.gqa_attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 6, 0, 8),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(dev.rope_forward(nullptr, nullptr, nullptr, nullptr, 1, 1, 7, 7), std::invalid_argument);
 }
