@@ -213,15 +213,20 @@ void GptStage::load_microbatch(Slot& s, const data::Microbatch& mb) {
   int32_t* doc_start = targets + n;
   if (is_first()) {
     check_size("tokens", mb.tokens.size());
-    check_size("positions", mb.positions.size());
     for (size_t i = 0; i < n; ++i) {
       if (mb.tokens[i] < 0 || mb.tokens[i] >= V_)
         throw std::invalid_argument(where(mb, int64_t(i), T) + ": token " + std::to_string(mb.tokens[i]) +
                                     " outside [0, vocab_size " + std::to_string(V_) + ")");
+      tokens[i] = mb.tokens[i];
+    }
+  }
+  // Learned positions are read by the embedding (first stage), rotary ones by every block.
+  if (is_first() || rope_) {
+    check_size("positions", mb.positions.size());
+    for (size_t i = 0; i < n; ++i) {
       if (mb.positions[i] < 0 || mb.positions[i] >= P_)
         throw std::invalid_argument(where(mb, int64_t(i), T) + ": position ID " + std::to_string(mb.positions[i]) +
                                     " outside [0, max_positions " + std::to_string(P_) + ")");
-      tokens[i] = mb.tokens[i];
       positions[i] = mb.positions[i];
     }
   }

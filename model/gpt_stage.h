@@ -1,15 +1,18 @@
-// A GPT-2 model object for a layer range of the config: a pipeline stage, or the
-// whole model when the range is [0, layers). No actors here; the stage actor of the
+// A model object for a layer range of the config: a pipeline stage, or the whole
+// model when the range is [0, layers). No actors here; the stage actor of the
 // runtime owns one of these and calls it from its own thread.
 //
-// Architecture (GPT-2): x0 = wte[token] + wpe[position]; per block
-//   x = x + c_proj(attn(ln_1(x)));  x = x + mlp.c_proj(gelu(mlp.c_fc(ln_2(x))))
-// then ln_f and logits = ln_f(x) wte^T over the vocab_size real rows (padded rows
-// are never predicted). Attention is causal and restricted to the token's own
-// document (Microbatch::segments). The stage is composed of layers
-// (model/layers, chosen by model/architecture.h): Embedding, one Block per layer
-// (norm, attention, norm, MLP), final Norm, Head and Loss; tensor and sequence
-// parallelism live inside them.
+// Composed of layers (model/layers, chosen per model.architecture by
+// model/architecture.h): Embedding on the first stage, one Block per layer (norm,
+// attention, norm, MLP), the final Norm, Head and Loss on the last; tensor and
+// sequence parallelism live inside them. GPT-2: x0 = wte[token] + wpe[position];
+// per block x = x + c_proj(attn(ln_1(x))); x = x + mlp.c_proj(gelu(mlp.c_fc(ln_2(x))));
+// then ln_f and logits = ln_f(x) wte^T. Llama: x0 = embed_tokens[token]; per block
+// x = x + o_proj(gqa(rope(q, k), v)(input_layernorm(x))); x = x + down(silu(gate) *
+// up)(post_attention_layernorm(x)); then norm and lm_head (or embed_tokens, tied).
+// Logits cover the vocab_size real rows (padded rows are never predicted).
+// Attention is causal and restricted to the token's own document
+// (Microbatch::segments). (The class keeps its first family's name.)
 //
 // Buffers: parameters and gradients are two flat fp32 device buffers laid out by
 // registry(). Gradients accumulate (+=) over backward calls; zero_grads() is explicit.
@@ -38,7 +41,8 @@
 //   non-first:    input_grad(slot)              valid from backward(slot) until the
 //                                               next forward into the same slot
 // Every stage needs the microbatch (segments build the attention mask in every
-// block; the last stage also reads targets, loss_mask and global_loss_tokens). A
+// block, and rotary positions read mb.positions in every block; the last stage also
+// reads targets, loss_mask and global_loss_tokens). A
 // microbatch may have fewer rows (and a shorter T) than the stage's capacity.
 //
 // One thread at a time per stage; distinct stages may run concurrently.

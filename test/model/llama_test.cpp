@@ -195,3 +195,4 @@ TEST_CASE("Llama stages [0,1) [1,2) chained by hand equal the whole model bitwis
     }
   }
 }
+
