@@ -13,6 +13,7 @@
 #include "actors/cluster_auth.h"
 #include "actors/cluster_net.h"
 #include "actors/runtime.h"
+#include "apps/supervisor/cli_args.h"
 #include "apps/supervisor/config_args.h"
 #include "config/validate.h"
 #include "engine/placement.h"
@@ -106,28 +107,23 @@ Fault parse_inject(const std::string& text) {
 
 int run_main(int argc, char** argv) {
   ConfigArgs config_args;
-  po::options_description options;
-  po::positional_options_description positional;
-  add_config_options(options, positional, config_args);
+  CommandLine cmd("run");
+  add_config_options(cmd.options, cmd.positional, config_args);
   std::vector<std::string> injects;
   std::string listen, secret_file;
   actors::TlsOptions tls;
-  options.add_options()("inject", po::value<std::vector<std::string>>(&injects)->composing())("quiet", "")(
-      "help,h", "")("listen", po::value<std::string>(&listen))("secret-file", po::value<std::string>(&secret_file))(
-      "tls", "")("tls-cert", po::value<std::string>(&tls.certificate))("tls-key", po::value<std::string>(&tls.key))(
-      "tls-ca", po::value<std::string>(&tls.ca_file));
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "supervisor run: %s (see supervisor run --help)\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::printf("%s%s%s", kUsage, config_options_help(), kRunOptions);
-    return 0;
-  }
+  cmd.options.add_options()
+      ("inject", po::value<std::vector<std::string>>(&injects)->composing())
+      ("quiet", "")
+      ("help,h", "")
+      ("listen", po::value<std::string>(&listen))
+      ("secret-file", po::value<std::string>(&secret_file))
+      ("tls", "")
+      ("tls-cert", po::value<std::string>(&tls.certificate))
+      ("tls-key", po::value<std::string>(&tls.key))
+      ("tls-ca", po::value<std::string>(&tls.ca_file));
+  if (const auto status = cmd.parse(argc, argv, std::string(kUsage) + config_options_help() + kRunOptions))
+    return *status;
   LoadedConfig loaded = load_config(config_args);
   if (!injects.empty()) {
     for (const auto& text : injects) *loaded.config.mutable_faults()->add_fault() = parse_inject(text);
@@ -135,7 +131,7 @@ int run_main(int argc, char** argv) {
   }
   engine::validate_cluster(loaded.config, loaded.origins);
   actors::RunOptions run;
-  tls.enabled = vm.count("tls") > 0;
+  tls.enabled = cmd.has("tls");
   if (!listen.empty()) {
     if (!engine::cluster_mode(loaded.config))
       throw std::invalid_argument("--listen " + listen + ": the config has no cluster.workers (" + loaded.describe() +
@@ -156,7 +152,7 @@ int run_main(int argc, char** argv) {
     throw std::invalid_argument("the config sets cluster.workers = " + std::to_string(loaded.config.cluster().workers()) +
                                 ": start the run with --listen ADDR:PORT (and the workers with supervisor worker)");
   }
-  run.console = !vm.count("quiet");
+  run.console = !cmd.has("quiet");
   run.config_source = loaded.describe();
   google::protobuf::TextFormat::PrintToString(loaded.config, &run.config_text);
   const auto result = actors::run_training(loaded.config, run);

@@ -1,5 +1,4 @@
 // `supervisor worker`: a worker process of a cluster run (docs/cluster.md).
-#include <cstdio>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -7,6 +6,7 @@
 #include <boost/program_options.hpp>
 
 #include "actors/worker_process.h"
+#include "apps/supervisor/cli_args.h"
 #include "apps/supervisor/config_args.h"
 #include "ckpt/manifest.h"
 
@@ -48,49 +48,35 @@ int worker_main(int argc, char** argv) {
   std::string connect, secret_file;
   ConfigArgs config_args;
   int64_t heartbeat_ms = 500, timeout_ms = 5000, connect_s = 60;
-  po::options_description options;
-  po::positional_options_description none;
-  add_config_options(options, none, config_args);
-  options.add_options()("connect", po::value<std::string>(&connect))("slots", po::value<int32_t>(&o.slots))(
-      "secret-file", po::value<std::string>(&o.secret_file))("host", po::value<std::string>(&o.gloo_host))(
-      "heartbeat-ms", po::value<int64_t>(&heartbeat_ms))("connection-timeout-ms", po::value<int64_t>(&timeout_ms))(
-      "connect-timeout", po::value<int64_t>(&connect_s))("tls", "")(
-      "tls-cert", po::value<std::string>(&o.net.tls.certificate))("tls-key", po::value<std::string>(&o.net.tls.key))(
-      "tls-ca", po::value<std::string>(&o.net.tls.ca_file))("help,h", "")(
+  CommandLine cmd("worker");
+  add_config_options(cmd.options, cmd.positional, config_args);
+  cmd.options.add_options()
+      ("connect", po::value<std::string>(&connect))
+      ("slots", po::value<int32_t>(&o.slots))
+      ("secret-file", po::value<std::string>(&o.secret_file))
+      ("host", po::value<std::string>(&o.gloo_host))
+      ("heartbeat-ms", po::value<int64_t>(&heartbeat_ms))
+      ("connection-timeout-ms", po::value<int64_t>(&timeout_ms))
+      ("connect-timeout", po::value<int64_t>(&connect_s))
+      ("tls", "")
+      ("tls-cert", po::value<std::string>(&o.net.tls.certificate))
+      ("tls-key", po::value<std::string>(&o.net.tls.key))
+      ("tls-ca", po::value<std::string>(&o.net.tls.ca_file))
+      ("help,h", "")
       // Hidden: claim another protocol version (tests check that it is refused).
-      "protocol", po::value<int32_t>(&o.protocol));
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).positional(none).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "supervisor worker: %s (see supervisor worker --help)\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::printf("%s", kUsage);
-    return 0;
-  }
-  if (connect.empty()) {
-    std::fprintf(stderr, "supervisor worker: --connect ADDR:PORT is required (see supervisor worker --help)\n");
-    return 2;
-  }
-  if (vm.count("slots") && o.slots < 1) {
-    std::fprintf(stderr, "supervisor worker: --slots %d: a worker needs at least one slot\n", o.slots);
-    return 2;
-  }
-  if (heartbeat_ms < 1 || timeout_ms < 2 * heartbeat_ms || connect_s < 1) {
-    std::fprintf(stderr,
-                 "supervisor worker: --heartbeat-ms %lld / --connection-timeout-ms %lld / --connect-timeout %lld: "
-                 "need heartbeat >= 1, timeout >= 2 x heartbeat, connect timeout >= 1\n",
-                 static_cast<long long>(heartbeat_ms), static_cast<long long>(timeout_ms),
-                 static_cast<long long>(connect_s));
-    return 2;
-  }
+      ("protocol", po::value<int32_t>(&o.protocol));
+  if (const auto status = cmd.parse(argc, argv, kUsage)) return *status;
+  if (connect.empty()) return cmd.usage_error("--connect ADDR:PORT is required (see supervisor worker --help)");
+  if (cmd.has("slots") && o.slots < 1)
+    return cmd.usage_error("--slots " + std::to_string(o.slots) + ": a worker needs at least one slot");
+  if (heartbeat_ms < 1 || timeout_ms < 2 * heartbeat_ms || connect_s < 1)
+    return cmd.usage_error("--heartbeat-ms " + std::to_string(heartbeat_ms) + " / --connection-timeout-ms " +
+                           std::to_string(timeout_ms) + " / --connect-timeout " + std::to_string(connect_s) +
+                           ": need heartbeat >= 1, timeout >= 2 x heartbeat, connect timeout >= 1");
   std::tie(o.host, o.port) = actors::parse_address(connect, "--connect");
   o.net.heartbeat = std::chrono::milliseconds(heartbeat_ms);
   o.net.connection_timeout = std::chrono::milliseconds(timeout_ms);
-  o.net.tls.enabled = vm.count("tls") > 0;
+  o.net.tls.enabled = cmd.has("tls");
   o.connect_timeout = std::chrono::seconds(connect_s);
   if (!config_args.config_path.empty() || !config_args.megatron_args.empty() || !config_args.sets.empty())
     o.config_hash = ckpt::fnv1a64(ckpt::canonical_config_text(load_config(config_args).config));

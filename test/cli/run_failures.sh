@@ -69,6 +69,28 @@ cp -r "$work/a" "$work/h"
 ln -sfn /dev/zero "$work/h/checkpoints/latest"
 expect inspect-latest-dev-zero 1 "latest: checkpoint file is a character device" -- "$supervisor" inspect "$work/h/checkpoints"
 
+# Malformed command lines of run and worker: exit 2 with "supervisor NAME: WHAT", the
+# parser's complaints pointing at --help; --help itself exits 0.
+expect run-bogus 2 "supervisor run: unrecognised option '--bogus' (see supervisor run --help)" -- \
+  "$supervisor" run --bogus
+expect run-no-value 2 "supervisor run: the required argument for option '--inject' is missing (see supervisor run --help)" -- \
+  "$supervisor" run --inject
+expect run-two-configs 2 "supervisor run: too many positional options" -- "$supervisor" run a.textproto b.textproto
+expect run-help 0 "usage: supervisor run [CONFIG]" -- "$supervisor" run --help
+expect run-listen-local 1 "--listen 127.0.0.1:0: the config has no cluster.workers" -- \
+  "$supervisor" run --quiet --listen 127.0.0.1:0 --set logging.run_dir="$work/m"
+expect worker-bogus 2 "supervisor worker: unrecognised option '--bogus' (see supervisor worker --help)" -- \
+  "$supervisor" worker --connect 127.0.0.1:9 --bogus
+expect worker-no-connect 2 "supervisor worker: --connect ADDR:PORT is required (see supervisor worker --help)" -- \
+  "$supervisor" worker
+expect worker-slots-word 2 "supervisor worker: the argument ('x') for option '--slots' is invalid" -- \
+  "$supervisor" worker --connect 127.0.0.1:9 --slots x
+expect worker-slots-zero 2 "supervisor worker: --slots 0: a worker needs at least one slot" -- \
+  "$supervisor" worker --connect 127.0.0.1:9 --slots 0
+expect worker-timeouts 2 "supervisor worker: --heartbeat-ms 100 / --connection-timeout-ms 150 / --connect-timeout 60: need" -- \
+  "$supervisor" worker --connect 127.0.0.1:9 --heartbeat-ms 100 --connection-timeout-ms 150
+expect worker-help 0 "usage: supervisor worker --connect ADDR:PORT" -- "$supervisor" worker --help
+
 # Sizes the machine cannot hold are refused before anything is allocated.
 expect too-big 1 "parameters and their activations need at least" -- "$supervisor" run --quiet --set model.width=1048576 \
   --set model.vocab_size=16777216 --set logging.run_dir="$work/i"
