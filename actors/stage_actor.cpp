@@ -2,19 +2,17 @@
 
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <map>
 #include <set>
 #include <optional>
 #include <tuple>
-
-#include <spdlog/spdlog.h>
 
 #include "actors/message_types.h"
 #include "actors/send_when_done.h"
 #include "actors/unix_time.h"
 #include "config/derived.h"
 #include "engine/checkpointing.h"
+#include "engine/pipeline_transport.h"
 #include "engine/stage_worker.h"
 #include "engine/state_snapshot.h"
 #include "sched/pipeline_schedule.h"
@@ -35,6 +33,9 @@ struct StageState {
   // Shared with the messages that point into its buffers (msg::Activations::owner,
   // msg::GradShardReady::owner): they outlive this actor when a restart stops it.
   std::shared_ptr<engine::StageWorker> worker;
+  // Which carrier takes activations to and from the neighbours (set up with the worker;
+  // told where they live when wired).
+  std::optional<engine::PipelineTransport> transport;
   std::vector<sched::PipelineOp> train_ops;
 
   coordinator_actor coordinator;
@@ -105,108 +106,23 @@ void maybe_fault(Self* self, Fault::Phase phase) {
   engine::check_fault(st.args.faults.get(), st.path, st.step, phase);
 }
 
-// Poisons the gradients when a NAN_GRADIENT fault targets this microbatch.
-void maybe_poison(Self* self, int32_t mb) {
-  auto& st = self->state;
-  if (!st.args.faults || !st.args.faults->targets(st.path)) return;
-  auto this_mb = [mb](const Fault& f) { return f.kind() == Fault::NAN_GRADIENT && f.microbatch() == mb; };
-  if (st.args.faults->take(st.path, st.step, Fault::BACKWARD, this_mb)) {
-    spdlog::warn("{}: injected NaN gradient at step {} microbatch {}", st.path, st.step, mb);
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    st.worker->device().copy_from_host(st.worker->model().grads(), &nan, sizeof nan);
-  }
-}
-
+// Tells the transport where the neighbours live once they are wired.
 bool in_other_process(const stage_actor& peer, const caf::node_id& here) { return peer && peer.node() != here; }
 
 // Whether an evaluation forward of `mb` may rewrite its output slot: the next stage,
 // in this process, has copied out what the slot's previous microbatch left there.
-bool eval_slot_free(const StageState& st, int32_t mb, const caf::node_id& here) {
+bool eval_slot_free(const StageState& st, int32_t mb) {
   const int slots = st.worker->model().slots();
-  if (st.kind != StepKind::Eval || st.worker->is_last() || mb < slots || in_other_process(st.next, here)) return true;
+  if (st.kind != StepKind::Eval || st.worker->is_last() || mb < slots || st.transport->next_remote()) return true;
   return st.eval_consumed.count(mb - slots) > 0;
 }
 
-bool op_ready(const StageState& st, const sched::PipelineOp& op, const caf::node_id& here) {
+bool op_ready(const StageState& st, const sched::PipelineOp& op) {
   const Key key{st.kind, st.step, op.microbatch};
   if (op.kind == sched::OpKind::Forward)
     return st.batches.count(key) && (st.worker->is_first() || st.inputs.count(key)) &&
-           eval_slot_free(st, op.microbatch, here);
+           eval_slot_free(st, op.microbatch);
   return st.worker->is_last() || st.grads.count(key);
-}
-
-// Tags of the pipeline-neighbour communicators: one FIFO per direction and kind.
-enum PipelineTag : int { kForwardTag = 1, kEvalTag = 2, kBackwardTag = 3 };
-
-bool in_other_process(Self* self, const stage_actor& peer) { return in_other_process(peer, self->node()); }
-
-// Sends rows x cols values at `data` to a neighbour in another process; the message
-// will carry only the shape. Over Gloo (host memory) once the device has finished
-// writing them; over a device communicator (cluster mode on GPUs) issued on the
-// device, nothing waited for: the receiver's own receive waits there. The output slot
-// then stays unchanged until the peer has received it, since the slot is reused only
-// after the backward that the peer's gradient enables; evaluation has no such
-// backward, so `eval` makes the device's later work wait for the send.
-msg::Activations send_via_comm(Self* self, const std::shared_ptr<comm::Communicator>& comm, int peer, int tag,
-                               const float* data, int64_t rows, int64_t cols, bool eval = false) {
-  if (!comm)
-    throw std::logic_error(self->state.path +
-                           ": a pipeline neighbour lives in another process but no communicator connects them");
-  const std::span<const float> values{data, size_t(rows * cols)};
-  if (comm->on_device()) {
-    comm->issue_send(values, peer, tag);
-    if (eval) comm->device_waits_for_issued();
-  } else {
-    self->state.worker->finish_device_work();
-    comm->send(values, peer, tag);
-  }
-  msg::Activations a;
-  a.rows = rows;
-  a.cols = cols;
-  a.via_comm = true;
-  return a;
-}
-
-// Receives the values announced by a via_comm message as it arrives: over Gloo into
-// host memory. A device communicator receives only when the op runs (input_of).
-void receive_via_comm(Self* self, msg::Activations& a, const std::shared_ptr<comm::Communicator>& comm, int peer,
-                      int tag) {
-  if (!comm)
-    throw std::logic_error(self->state.path +
-                           ": values came from another process but no pipeline communicator connects them");
-  if (comm->on_device()) return;
-  auto owned = std::make_shared<std::vector<float>>(size_t(a.rows * a.cols));
-  comm->recv(*owned, peer, tag);
-  a.data = owned->data();
-  a.owner = std::move(owned);
-}
-
-// The values an op reads: a's, or, when a device communicator carries them, the
-// stage's inbox for that side after the receive issued now. Receives are issued in op
-// order, which is the order the neighbour sent them in (the same schedule), so each
-// matches its send; the inbox is reused only after the op issued next has read it
-// (one stream).
-const float* input_of(Self* self, const msg::Activations& a, const std::shared_ptr<comm::Communicator>& comm,
-                      int peer, int tag, engine::StageWorker::Inbox side) {
-  if (a.data) return a.data;
-  float* inbox = self->state.worker->inbox(side, a.rows * a.cols);
-  comm->issue_recv({inbox, size_t(a.rows * a.cols)}, peer, tag);
-  return inbox;
-}
-
-// Rows of the activations (and their gradients) a stage hands its neighbour for one
-// microbatch; each row is width() floats.
-int64_t activation_rows(const data::Microbatch& b) { return int64_t(b.batch) * b.seq; }
-
-// `data` points into `stage`'s buffers (valid until the slot is rewritten).
-msg::Activations handle(const std::shared_ptr<engine::StageWorker>& stage, const float* data,
-                        const data::Microbatch& b) {
-  msg::Activations a;
-  a.rows = activation_rows(b);
-  a.cols = stage->width();
-  a.data = data;
-  a.owner = stage;
-  return a;
 }
 
 // Sends `m`, which points into this stage's device memory, once the device has written
@@ -218,16 +134,23 @@ void hand_over(Self* self, const Handle& to, Msg m) {
   send_when_done(self->state.worker->device(), to, std::move(m));
 }
 
+// Sends a neighbour `m` (msg::ActivationsReady or msg::GradientsReady, from the
+// transport): at once when a communicator carried the values (nothing of this stage's
+// memory travels), else handed over once the device has written them.
+template <class Msg>
+void to_neighbour(Self* self, const stage_actor& to, Msg m, bool via_comm) {
+  if (via_comm)
+    self->send(to, std::move(m));
+  else
+    hand_over(self, to, std::move(m));
+}
+
 void run_forward(Self* self, int32_t mb) {
   auto& st = self->state;
   const Key key{st.kind, st.step, mb};
   maybe_fault(self, Fault::FORWARD);
   const auto& batch = st.batches.at(key);
-  const float* input = nullptr;
-  const int forward_tag = st.kind == StepKind::Eval ? kEvalTag : kForwardTag;
-  if (!st.worker->is_first())
-    input = input_of(self, st.inputs.at(key), st.args.comms.pipeline_prev, 0, forward_tag,
-                     engine::StageWorker::Inbox::kActivations);
+  const float* input = st.worker->is_first() ? nullptr : st.transport->recv_forward(st.kind, st.inputs.at(key));
   const int64_t loss_tokens = st.worker->forward(mb, *batch, input);
   st.inputs.erase(key);
   if (st.kind == StepKind::Train) st.forwarded[size_t(mb)] = true;
@@ -238,17 +161,15 @@ void run_forward(Self* self, int32_t mb) {
     // step's last op (send_losses).
     if (r.tp == 0)
       st.held_losses.push_back({msg::LossReport{st.step, st.kind, r.dp, mb, 0.0, loss_tokens, true},
-                                activation_rows(*batch)});
-  } else if (in_other_process(self, st.next)) {
-    const auto out = send_via_comm(self, st.args.comms.pipeline_next, 1, forward_tag, st.worker->output(mb),
-                                   activation_rows(*batch), st.worker->width(), st.kind == StepKind::Eval);
-    self->send(st.next, msg::ActivationsReady{st.step, st.kind, mb, out});
+                                int64_t(batch->batch) * batch->seq});
   } else {
-    hand_over(self, st.next, msg::ActivationsReady{st.step, st.kind, mb, handle(st.worker, st.worker->output(mb), *batch)});
+    auto out = st.transport->send_forward(st.kind, mb, *batch);
+    const bool via_comm = out.via_comm;
+    to_neighbour(self, st.next, msg::ActivationsReady{st.step, st.kind, mb, std::move(out)}, via_comm);
   }
   // Evaluation has no backward to pace the previous stage's slots: once this device has
   // copied the input out (the forward's first kernel), that slot may be rewritten.
-  if (st.kind == StepKind::Eval && !st.worker->is_first() && !in_other_process(self, st.prev))
+  if (st.kind == StepKind::Eval && !st.worker->is_first() && !st.transport->prev_remote())
     send_when_done(st.worker->device(), st.prev, eval_consumed_atom::value, st.step, mb);
   if (st.worker->is_first() && st.kind == StepKind::Train && r.tp == 0) {
     // The loader's next microbatch after the last forward belongs to the next step,
@@ -267,24 +188,16 @@ void run_backward(Self* self, int32_t mb) {
   maybe_fault(self, Fault::BACKWARD);
   // Before the backward adds to the gradients (the NaN stays): after it, a bucket of the
   // last backward may already be on its way.
-  maybe_poison(self, mb);
-  const float* grad = st.worker->is_last()
-                          ? nullptr
-                          : input_of(self, st.grads.at(key), st.args.comms.pipeline_next, 1, kBackwardTag,
-                                     engine::StageWorker::Inbox::kGradients);
+  engine::inject_nan_gradient(st.args.faults.get(), st.path, st.step, mb, st.worker->device(),
+                              st.worker->model().grads());
+  const float* grad = st.worker->is_last() ? nullptr : st.transport->recv_backward(st.grads.at(key));
   // The step's last op: its blocks' gradients are final as they are computed (buckets).
   st.worker->backward(mb, grad, /*last_of_step=*/st.next_op == st.ops.size());
   st.grads.erase(key);
   if (!st.worker->is_first()) {
-    const auto& batch = *st.batches.at(key);
-    if (in_other_process(self, st.prev)) {
-      self->send(st.prev, msg::GradientsReady{st.step, mb,
-                                              send_via_comm(self, st.args.comms.pipeline_prev, 0, kBackwardTag,
-                                                            st.worker->input_grad(mb), activation_rows(batch),
-                                                            st.worker->width())});
-    } else {
-      hand_over(self, st.prev, msg::GradientsReady{st.step, mb, handle(st.worker, st.worker->input_grad(mb), batch)});
-    }
+    auto dx = st.transport->send_backward(mb, *st.batches.at(key));
+    const bool via_comm = dx.via_comm;
+    to_neighbour(self, st.prev, msg::GradientsReady{st.step, mb, std::move(dx)}, via_comm);
   }
   st.batches.erase(key);
 }
@@ -374,7 +287,7 @@ void check_landed(const StageState& st, int64_t step, const char* what) {
 void advance(Self* self) {
   auto& st = self->state;
   if (st.step < 0 || st.waiting_for_update) return;
-  while (st.next_op < st.ops.size() && op_ready(st, st.ops[st.next_op], self->node())) {
+  while (st.next_op < st.ops.size() && op_ready(st, st.ops[st.next_op])) {
     const auto op = st.ops[st.next_op++];
     const auto t0 = Clock::now();
     st.timing.wait_s += since(st.idle_since, t0);
@@ -445,6 +358,7 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
   const auto& c = st.args.config;
   if (st.args.connect_comms) st.args.comms = st.args.connect_comms();
   st.worker = std::make_shared<engine::StageWorker>(c, st.args.rank, st.args.comms, st.args.device);
+  st.transport.emplace(st.path, st.worker, st.args.comms.pipeline_prev, st.args.comms.pipeline_next);
   st.beat_period = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(c.supervision().heartbeat_interval_s()));
   if (st.args.resume) {
@@ -465,6 +379,7 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
         s.loader = typed_handle<loader_actor>(peers.at(engine::loader_path(r.dp)));
         if (r.pp + 1 < s.topo.pp) s.next = typed_handle<stage_actor>(peers.at(engine::stage_path({r.dp, r.pp + 1, r.tp})));
         if (r.pp > 0) s.prev = typed_handle<stage_actor>(peers.at(engine::stage_path({r.dp, r.pp - 1, r.tp})));
+        s.transport->set_remote(in_other_process(s.prev, self->node()), in_other_process(s.next, self->node()));
         return wired_atom::value;
       },
       [self](const msg::RunStep& rs) { start_step(self, rs); },
@@ -484,8 +399,7 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
       [self](loader_atom, const caf::actor& loader) { self->state.loader = typed_handle<loader_actor>(loader); },
       [self](msg::ActivationsReady& a) {
         auto& s = self->state;
-        if (a.x.via_comm)
-          receive_via_comm(self, a.x, s.args.comms.pipeline_prev, 0, a.kind == StepKind::Eval ? kEvalTag : kForwardTag);
+        s.transport->arrived_forward(a.kind, a.x);
         s.inputs[{a.kind, a.step, a.microbatch}] = a.x;
         advance(self);
       },
@@ -497,7 +411,7 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
       },
       [self](msg::GradientsReady& g) {
         auto& s = self->state;
-        if (g.dx.via_comm) receive_via_comm(self, g.dx, s.args.comms.pipeline_next, 1, kBackwardTag);
+        s.transport->arrived_backward(g.dx);
         s.grads[{StepKind::Train, g.step, g.microbatch}] = g.dx;
         advance(self);
       },

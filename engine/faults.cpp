@@ -1,6 +1,7 @@
 #include "engine/faults.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -129,6 +130,17 @@ void check_fault(FaultPlan* plan, const std::string& path, int64_t step, Fault::
   if (auto f = plan->take(path, step, phase, generic)) {
     if (f->kind() == Fault::HANG) plan->hang(path, step, phase);
     raise_fault(*f, path, step);
+  }
+}
+
+void inject_nan_gradient(FaultPlan* plan, const std::string& path, int64_t step, int32_t mb,
+                         kernels::Device& device, float* grads) {
+  if (!plan || !plan->targets(path)) return;
+  auto this_mb = [mb](const Fault& f) { return f.kind() == Fault::NAN_GRADIENT && f.microbatch() == mb; };
+  if (plan->take(path, step, Fault::BACKWARD, this_mb)) {
+    spdlog::warn("{}: injected NaN gradient at step {} microbatch {}", path, step, mb);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    device.copy_from_host(grads, &nan, sizeof nan);
   }
 }
 

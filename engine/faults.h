@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/device.h"
 #include "messages/config.pb.h"
 
 namespace troupe::engine {
@@ -96,6 +97,13 @@ void set_process_fault_hook(std::function<void(const Fault& f, const std::string
 // and STOP_PROCESS raise, HANG hangs. Other kinds (checkpoint damage, NaN gradients) are handled where they
 // apply and are left alone here.
 void check_fault(FaultPlan* plan, const std::string& path, int64_t step, Fault::Phase phase);
+
+// NAN_GRADIENT: when a fault planned for (path, step, backward) targets microbatch
+// `mb`, writes a NaN into the first gradient of `grads` (memory of `device`), logs it
+// and marks the fault fired. Stages call it before the backward of `mb` adds to the
+// gradients, so the NaN stays.
+void inject_nan_gradient(FaultPlan* plan, const std::string& path, int64_t step, int32_t mb,
+                         kernels::Device& device, float* grads);
 
 // The phases at which each kind of actor checks for faults (actor kind = first path
 // component: stage, optim, loader, coordinator, writer, metrics).
