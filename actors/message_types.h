@@ -1,5 +1,5 @@
 // Declares the runtime's message types (messages/runtime.h) to CAF. Those that can
-// cross processes in cluster mode are inspectable (actors/wire_types.h); those that
+// cross processes in cluster mode are inspectable (actors/cluster/wire_types.h); those that
 // carry pointers into a rank's buffers stay in-process only (unsafe: CAF refuses to
 // serialize them), which holds because a rank's stage, optimizer shard and writer
 // always share a process.
@@ -8,7 +8,7 @@
 #include <caf/all.hpp>
 
 #include "actors/supervision.h"
-#include "actors/wire_types.h"
+#include "actors/cluster/wire_types.h"
 #include "messages/runtime.h"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::GradShardReady)

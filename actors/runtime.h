@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/cluster_root.h"
+#include "actors/cluster/cluster_root.h"
 #include "actors/coordinator_actor.h"
 #include "actors/run_book.h"
 #include "actors/supervision.h"

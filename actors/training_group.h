@@ -14,7 +14,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/cluster.h"
+#include "actors/cluster/cluster.h"
 #include "actors/directory.h"
 #include "actors/metrics_inbox.h"
 #include "actors/run_book.h"

@@ -7,7 +7,7 @@ find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(ICU REQUIRED COMPONENTS uc)
 # libcrypto: HMAC-SHA256 challenge-response between the supervisor and its workers;
-# libssl: cluster mode's optional TLS (actors/tls_context.h).
+# libssl: cluster mode's optional TLS (actors/cluster/tls_context.h).
 find_package(OpenSSL REQUIRED COMPONENTS Crypto SSL)
 find_path(DOCTEST_INCLUDE_DIR doctest/doctest.h REQUIRED)
 

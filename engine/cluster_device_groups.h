@@ -3,7 +3,7 @@
 // linked with NCCL).
 //
 // Each start of the training group opens a generation (store prefix RUN_ID/genG,
-// actors/cluster.h). For it the supervisor mints one unique ID per group and puts it in
+// actors/cluster/cluster.h). For it the supervisor mints one unique ID per group and puts it in
 // the run's rendezvous store (mint_device_group_ids): the groups and names of
 // comm/gloo_groups.h, the pipeline pairs with two IDs (a communicator per direction).
 // Each worker's rank then joins its groups with those IDs on its own device, in the

@@ -19,9 +19,9 @@
 //   an actor that finds a peer in a Registry or Directory wraps it in typed_handle
 //   with the peer's interface (the path says which actor it is).
 // - Cluster mode: a worker's host actor answers PlaceActor with the placed actor as a
-//   caf::actor (actors/cluster_protocol.h, worker_host.cpp; place_on_worker returns
+//   caf::actor (actors/cluster/cluster_protocol.h, worker_host.cpp; place_on_worker returns
 //   it as a start function's result), and handles cross processes inside the
-//   Registry (registered for the wire as a map of caf::actor, actors/wire_types.cpp),
+//   Registry (registered for the wire as a map of caf::actor, actors/cluster/wire_types.cpp),
 //   loader_atom, rejoin_atom and PeerHandles. They stay caf::actor on the wire, so
 //   that one registered type carries every kind of actor, and are cast on arrival
 //   like a Registry entry. The cluster's own actors (host, registrar, store, link

@@ -13,7 +13,7 @@
 // Inside one process tensors travel by handle (a pointer with a documented
 // lifetime, or a shared_ptr): nothing is copied into a message. Across processes
 // (cluster mode, docs/cluster.md) the messages that cross are serialized
-// (actors/wire_types.h): a microbatch travels by value, while activations and their
+// (actors/cluster/wire_types.h): a microbatch travels by value, while activations and their
 // gradients go through the pipeline-neighbour communicator and the message carries
 // only their metadata. GradShardReady, ShardApplied and ShardSnapshot never cross:
 // a rank's stage, optimizer shard and writer always share a process. Plain structs:

@@ -10,8 +10,8 @@
 #include <boost/program_options.hpp>
 #include <google/protobuf/text_format.h>
 
-#include "actors/cluster_auth.h"
-#include "actors/cluster_net.h"
+#include "actors/cluster/cluster_auth.h"
+#include "actors/cluster/cluster_net.h"
 #include "actors/runtime.h"
 #include "apps/supervisor/cli_args.h"
 #include "apps/supervisor/config_args.h"

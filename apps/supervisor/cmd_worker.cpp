@@ -5,7 +5,7 @@
 
 #include <boost/program_options.hpp>
 
-#include "actors/worker_process.h"
+#include "actors/cluster/worker_process.h"
 #include "apps/supervisor/cli_args.h"
 #include "apps/supervisor/config_args.h"
 #include "ckpt/manifest.h"

@@ -19,7 +19,7 @@
 #include <fstream>
 
 #include "actors/runtime.h"
-#include "actors/worker_process.h"
+#include "actors/cluster/worker_process.h"
 #include "ckpt/reader.h"
 #include "engine/checkpointing.h"
 #include "test/actors/parity_check.h"

@@ -1,5 +1,5 @@
-// The supervisor's gate and the join handshake (actors/cluster_gate.h,
-// actors/join_protocol.h), without CAF: a Gate on loopback whose admissions are
+// The supervisor's gate and the join handshake (actors/cluster/cluster_gate.h,
+// actors/cluster/join_protocol.h), without CAF: a Gate on loopback whose admissions are
 // recorded, and clients that speak the protocol (or do not).
 #include <doctest/doctest.h>
 
@@ -14,11 +14,11 @@
 #include <mutex>
 #include <thread>
 
-#include "actors/cluster_auth.h"
-#include "actors/cluster_gate.h"
-#include "actors/join_channel.h"
-#include "actors/join_protocol.h"
-#include "actors/tls_context.h"
+#include "actors/cluster/cluster_auth.h"
+#include "actors/cluster/cluster_gate.h"
+#include "actors/cluster/join_channel.h"
+#include "actors/cluster/join_protocol.h"
+#include "actors/cluster/tls_context.h"
 #include "test/cluster/loopback.h"
 
 using namespace troupe;

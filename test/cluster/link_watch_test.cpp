@@ -1,4 +1,4 @@
-// The link watch (actors/link_watch.h) in one process: a "worker" whose responder never
+// The link watch (actors/cluster/link_watch.h) in one process: a "worker" whose responder never
 // answers, a socketpair standing for its link (the watch shuts its end down to drop
 // it), and CAF's I/O loop stalled on purpose. Bounded waits only; nothing here asserts
 // how fast the machine is.
@@ -13,8 +13,8 @@
 
 #include <caf/io/all.hpp>
 
-#include "actors/cluster.h"
-#include "actors/link_watch.h"
+#include "actors/cluster/cluster.h"
+#include "actors/cluster/link_watch.h"
 
 using namespace troupe;
 using namespace troupe::actors;

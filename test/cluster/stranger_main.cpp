@@ -25,11 +25,11 @@
 #include <thread>
 #include <vector>
 
-#include "actors/cluster_auth.h"
-#include "actors/cluster_protocol.h"
-#include "actors/join_channel.h"
-#include "actors/join_protocol.h"
-#include "actors/tls_context.h"
+#include "actors/cluster/cluster_auth.h"
+#include "actors/cluster/cluster_protocol.h"
+#include "actors/cluster/join_channel.h"
+#include "actors/cluster/join_protocol.h"
+#include "actors/cluster/tls_context.h"
 #include "test/cluster/loopback.h"
 
 using namespace troupe;
@@ -78,7 +78,7 @@ struct Probe {
 };
 
 // What strangers send (none knows the secret). The join frame header is "TRP1" and a
-// 16-bit length (actors/join_protocol.h); BASP's is 26 bytes whose last 4 are the length.
+// 16-bit length (actors/cluster/join_protocol.h); BASP's is 26 bytes whose last 4 are the length.
 std::vector<Probe> probes() {
   std::string basp_header(26, '\0');
   std::string basp_header_huge = basp_header;

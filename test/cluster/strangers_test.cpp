@@ -26,7 +26,7 @@
 #include <map>
 #include <string>
 
-#include "actors/worker_process.h"
+#include "actors/cluster/worker_process.h"
 #include "test/actors/parity_check.h"
 #include "test/cluster/cluster_harness.h"
 #include "test/cluster/worker_launcher.h"

@@ -1,5 +1,5 @@
 // libFuzzer: any bytes as what a stranger sends the supervisor's gate before it has
-// proved anything (actors/join_protocol.h): a frame header, then its payload as each of
+// proved anything (actors/cluster/join_protocol.h): a frame header, then its payload as each of
 // the four join messages. Every input is either refused with a reason or parsed into
 // fields within the limits; a crash, a sanitizer report or an allocation past
 // kMaxFrameBytes is a finding.
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "actors/join_protocol.h"
+#include "actors/cluster/join_protocol.h"
 
 using namespace troupe::actors;
 

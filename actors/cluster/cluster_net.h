@@ -1,15 +1,15 @@
 // The network side of a cluster run, shared by the supervisor and the workers: the
 // CAF system configuration (io middleman, heartbeats, the wire types) and parsing
 // "ADDR:PORT". Connections are opened by troupe's own code, not CAF's: the
-// supervisor's gate (actors/cluster_gate.h) and a worker's knock
-// (actors/join_client.h) run the join handshake (and TLS, actors/tls_context.h)
-// before the socket is handed to CAF (actors/basp_adopt.h).
+// supervisor's gate (actors/cluster/cluster_gate.h) and a worker's knock
+// (actors/cluster/join_client.h) run the join handshake (and TLS, actors/cluster/tls_context.h)
+// before the socket is handed to CAF (actors/cluster/basp_adopt.h).
 //
 // Heartbeats: both sides send a BASP heartbeat every `heartbeat`. A worker drops a
 // supervisor connection silent for `connection_timeout` (CAF 0.17 keys
 // middleman.heartbeat-interval / middleman.connection-timeout). The supervisor sets
 // no CAF timeout: its link watch judges each worker on that worker's own link
-// (actors/link_watch.h).
+// (actors/cluster/link_watch.h).
 #pragma once
 
 #include <chrono>
@@ -19,7 +19,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/tls_context.h"
+#include "actors/cluster/tls_context.h"
 
 namespace troupe::actors {
 

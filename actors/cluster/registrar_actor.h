@@ -1,13 +1,13 @@
 // The registrar: the one actor a cluster run publishes, to connections the gate
-// admitted (actors/cluster_gate.h: they proved the run's secret). A worker joins the
-// run with the gate's ticket (actors/cluster_protocol.h):
+// admitted (actors/cluster/cluster_gate.h: they proved the run's secret). A worker joins the
+// run with the gate's ticket (actors/cluster/cluster_protocol.h):
 //
 //   JoinRequest -> Welcome     refused (logged with the reason, never given ranks) when
 //                              the ticket is unknown or used, its actors live in
 //                              another process than the one that sent it, the process
 //                              was quarantined, or the run is over; else the worker
 //                              joins the Cluster (active or spare), its link is watched
-//                              (actors/link_watch.h) and it gets the run's config
+//                              (actors/cluster/link_watch.h) and it gets the run's config
 //
 // It monitors every joined worker's host actor: a connection that drops (SIGKILL, a
 // crash, a link the watch found silent) quarantines that worker.
@@ -20,9 +20,9 @@
 
 #include <caf/all.hpp>
 
-#include "actors/cluster.h"
-#include "actors/cluster_gate.h"
-#include "actors/link_watch.h"
+#include "actors/cluster/cluster.h"
+#include "actors/cluster/cluster_gate.h"
+#include "actors/cluster/link_watch.h"
 #include "actors/run_book.h"
 #include "engine/faults.h"
 

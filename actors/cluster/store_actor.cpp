@@ -1,10 +1,10 @@
-#include "actors/store_actor.h"
+#include "actors/cluster/store_actor.h"
 
 #include <map>
 
 #include <fmt/format.h>
 
-#include "actors/cluster_protocol.h"
+#include "actors/cluster/cluster_protocol.h"
 
 namespace troupe::actors {
 namespace {

@@ -1,4 +1,4 @@
-#include "actors/registrar_actor.h"
+#include "actors/cluster/registrar_actor.h"
 
 #include <unistd.h>
 
@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/cluster_protocol.h"
-#include "actors/join_protocol.h"
+#include "actors/cluster/cluster_protocol.h"
+#include "actors/cluster/join_protocol.h"
 #include "actors/supervision.h"
 
 namespace troupe::actors {

@@ -34,7 +34,7 @@ struct WorkerHostArgs {
   int32_t worker_id = 0;
   std::string run_id;
   caf::actor registrar;                 // the supervisor (monitored)
-  std::shared_ptr<comm::Store> store;   // the rendezvous store (actors/store_actor.h)
+  std::shared_ptr<comm::Store> store;   // the rendezvous store (actors/cluster/store_actor.h)
   comm::GlooOptions gloo;               // this worker's listen address, collective timeout
   std::shared_ptr<engine::FaultPlan> faults;
 };

@@ -1,6 +1,6 @@
-#include "actors/wire_types.h"
+#include "actors/cluster/wire_types.h"
 
-#include "actors/cluster_protocol.h"
+#include "actors/cluster/cluster_protocol.h"
 #include "actors/supervision.h"
 
 namespace troupe::wire {
@@ -24,7 +24,7 @@ void add_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<engine::OptimSnapshot>("troupe::engine::OptimSnapshot");
   // wire_atom + Registry: the coordinator wires members in every process.
   cfg.add_message_type<actors::Registry>("troupe::actors::Registry");
-  // The cluster protocol (actors/cluster_protocol.h).
+  // The cluster protocol (actors/cluster/cluster_protocol.h).
   cfg.add_message_type<actors::JoinRequest>("troupe::actors::JoinRequest");
   cfg.add_message_type<actors::Welcome>("troupe::actors::Welcome");
   cfg.add_message_type<actors::PlaceActor>("troupe::actors::PlaceActor");

@@ -28,7 +28,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/cluster.h"
+#include "actors/cluster/cluster.h"
 
 namespace troupe::actors {
 

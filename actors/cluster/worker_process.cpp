@@ -1,4 +1,4 @@
-#include "actors/worker_process.h"
+#include "actors/cluster/worker_process.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -12,12 +12,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/cluster_auth.h"
-#include "actors/join_client.h"
-#include "actors/link_watch.h"
-#include "actors/cluster_protocol.h"
-#include "actors/store_actor.h"
-#include "actors/worker_host.h"
+#include "actors/cluster/cluster_auth.h"
+#include "actors/cluster/join_client.h"
+#include "actors/cluster/link_watch.h"
+#include "actors/cluster/cluster_protocol.h"
+#include "actors/cluster/store_actor.h"
+#include "actors/cluster/worker_host.h"
 #include "engine/topology.h"
 
 namespace troupe::actors {

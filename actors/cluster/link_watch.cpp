@@ -1,4 +1,4 @@
-#include "actors/link_watch.h"
+#include "actors/cluster/link_watch.h"
 
 #include <sys/socket.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "actors/join_client.h"
+#include "actors/cluster/join_client.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -13,10 +13,10 @@
 
 #include <fmt/format.h>
 
-#include "actors/basp_adopt.h"
-#include "actors/cluster_auth.h"
-#include "actors/join_channel.h"
-#include "actors/tls_context.h"
+#include "actors/cluster/basp_adopt.h"
+#include "actors/cluster/cluster_auth.h"
+#include "actors/cluster/join_channel.h"
+#include "actors/cluster/tls_context.h"
 #include "util/sigpipe.h"
 
 namespace troupe::actors {

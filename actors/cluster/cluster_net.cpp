@@ -1,4 +1,4 @@
-#include "actors/cluster_net.h"
+#include "actors/cluster/cluster_net.h"
 
 #include <stdexcept>
 
@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "actors/scheduler_config.h"
-#include "actors/wire_types.h"
+#include "actors/cluster/wire_types.h"
 
 namespace troupe::actors {
 

@@ -24,7 +24,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/cluster_protocol.h"
+#include "actors/cluster/cluster_protocol.h"
 #include "engine/placement.h"
 #include "engine/topology.h"
 #include "messages/config.pb.h"

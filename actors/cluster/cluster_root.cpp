@@ -1,4 +1,4 @@
-#include "actors/cluster_root.h"
+#include "actors/cluster/cluster_root.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,11 +12,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/basp_adopt.h"
-#include "actors/cluster_auth.h"
-#include "actors/cluster_protocol.h"
-#include "actors/registrar_actor.h"
-#include "actors/store_actor.h"
+#include "actors/cluster/basp_adopt.h"
+#include "actors/cluster/cluster_auth.h"
+#include "actors/cluster/cluster_protocol.h"
+#include "actors/cluster/registrar_actor.h"
+#include "actors/cluster/store_actor.h"
 #include "ckpt/manifest.h"
 #include "util/durable_file.h"
 

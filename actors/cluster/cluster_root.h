@@ -1,7 +1,7 @@
 // The supervisor's side of a cluster run (`supervisor run --listen`), besides the
 // supervision tree: the rendezvous store, the gate on the listen address
-// (actors/cluster_gate.h) that admits workers to the registrar, the link watch
-// (actors/link_watch.h), waiting for the workers, and the end of the run (workers are
+// (actors/cluster/cluster_gate.h) that admits workers to the registrar, the link watch
+// (actors/cluster/link_watch.h), waiting for the workers, and the end of the run (workers are
 // told to leave and their departures awaited). Used by run_training (actors/runtime.cpp).
 #pragma once
 
@@ -14,10 +14,10 @@
 
 #include <caf/all.hpp>
 
-#include "actors/cluster.h"
-#include "actors/cluster_gate.h"
-#include "actors/cluster_net.h"
-#include "actors/link_watch.h"
+#include "actors/cluster/cluster.h"
+#include "actors/cluster/cluster_gate.h"
+#include "actors/cluster/cluster_net.h"
+#include "actors/cluster/link_watch.h"
 #include "actors/run_book.h"
 #include "engine/faults.h"
 #include "messages/config.pb.h"
@@ -27,7 +27,7 @@ namespace troupe::actors {
 struct ClusterOptions {
   std::string listen_host = "127.0.0.1";  // loopback unless told otherwise
   uint16_t port = 0;                      // 0: any free port (the bound one is reported)
-  std::string secret;                     // the run's secret (actors/cluster_auth.h)
+  std::string secret;                     // the run's secret (actors/cluster/cluster_auth.h)
   TlsOptions tls;
   // Called once the gate listens, with the bound port (tests start workers here).
   std::function<void(uint16_t port)> on_listening;

@@ -1,12 +1,12 @@
 // TLS for cluster mode, in troupe's own code over OpenSSL (libssl): the supervisor's
 // gate and the worker run the TLS handshake themselves, under the join deadline and
-// outside CAF's I/O loop, then hand the established session to CAF (actors/basp_adopt.h).
+// outside CAF's I/O loop, then hand the established session to CAF (actors/cluster/basp_adopt.h).
 //
 // With a certificate, key and CA file each side presents a certificate signed by that
 // CA and requires one from its peer (SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT):
 // a peer without one fails the TLS handshake. Without them both sides use anonymous
 // ECDH (TLS 1.2, AECDH-AES256-SHA): encrypted, not authenticated; the join handshake's
-// HMACs (actors/join_protocol.h) are then bound to the session's keying material, so
+// HMACs (actors/cluster/join_protocol.h) are then bound to the session's keying material, so
 // an answer relayed from another TLS session does not verify.
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "actors/join_protocol.h"
+#include "actors/cluster/join_protocol.h"
 
 #include <charconv>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "actors/basp_adopt.h"
+#include "actors/cluster/basp_adopt.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>

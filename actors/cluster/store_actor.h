@@ -1,6 +1,6 @@
 // The rendezvous store of a cluster run: a comm::Store held by an actor in the
 // supervisor process, reached by the workers over CAF messages (StoreSet / StoreWait /
-// StoreAbort, actors/cluster_protocol.h). Gloo communicators of every generation meet
+// StoreAbort, actors/cluster/cluster_protocol.h). Gloo communicators of every generation meet
 // here under the prefix RUN_ID/genG, so no shared file system is needed for it.
 //
 // Keys are set once (a second set of a key is refused: a prefix used twice). A wait

@@ -1,4 +1,4 @@
-#include "actors/join_channel.h"
+#include "actors/cluster/join_channel.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -11,7 +11,7 @@
 
 #include <openssl/err.h>
 
-#include "actors/tls_context.h"
+#include "actors/cluster/tls_context.h"
 
 namespace troupe::actors {
 

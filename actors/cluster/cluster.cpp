@@ -1,4 +1,4 @@
-#include "actors/cluster.h"
+#include "actors/cluster/cluster.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -1,4 +1,4 @@
-#include "actors/worker_host.h"
+#include "actors/cluster/worker_host.h"
 
 #include <mutex>
 #include <vector>
@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/cluster.h"
-#include "actors/cluster_protocol.h"
+#include "actors/cluster/cluster.h"
+#include "actors/cluster/cluster_protocol.h"
 #include "actors/directory.h"
 #include "actors/loader_actor.h"
 #include "actors/message_types.h"

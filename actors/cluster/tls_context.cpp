@@ -1,4 +1,4 @@
-#include "actors/tls_context.h"
+#include "actors/cluster/tls_context.h"
 
 #include <stdexcept>
 

@@ -1,5 +1,5 @@
-// Handing a socket that passed the join handshake (actors/cluster_gate.h,
-// actors/join_client.h) to CAF 0.17's BASP broker, with or without its TLS session:
+// Handing a socket that passed the join handshake (actors/cluster/cluster_gate.h,
+// actors/cluster/join_client.h) to CAF 0.17's BASP broker, with or without its TLS session:
 // from then on the connection is an ordinary middleman link (actor messages,
 // heartbeats, remote monitors).
 //

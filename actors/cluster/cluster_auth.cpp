@@ -1,4 +1,4 @@
-#include "actors/cluster_auth.h"
+#include "actors/cluster/cluster_auth.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

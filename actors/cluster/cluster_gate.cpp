@@ -1,4 +1,4 @@
-#include "actors/cluster_gate.h"
+#include "actors/cluster/cluster_gate.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -17,9 +17,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/cluster_auth.h"
-#include "actors/join_channel.h"
-#include "actors/tls_context.h"
+#include "actors/cluster/cluster_auth.h"
+#include "actors/cluster/join_channel.h"
+#include "actors/cluster/tls_context.h"
 #include "util/sigpipe.h"
 
 namespace troupe::actors {

@@ -1,7 +1,7 @@
-// A worker's side of the join handshake (actors/join_protocol.h): connect to the
+// A worker's side of the join handshake (actors/cluster/join_protocol.h): connect to the
 // supervisor's gate, run the TLS handshake when asked, say hello, check the
 // supervisor's proof, prove the secret, and hand the admitted socket to CAF
-// (actors/basp_adopt.h). Every read is bounded (kMaxFrameBytes) and the whole attempt
+// (actors/cluster/basp_adopt.h). Every read is bounded (kMaxFrameBytes) and the whole attempt
 // has a deadline, so a wrong or hostile address cannot hold a worker either.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include <caf/all.hpp>
 #include <openssl/ssl.h>
 
-#include "actors/join_protocol.h"
+#include "actors/cluster/join_protocol.h"
 
 namespace troupe::actors {
 

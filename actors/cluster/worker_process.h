@@ -1,7 +1,7 @@
 // The whole of a worker process (`supervisor worker --connect ADDR:PORT`): connect
 // to the supervisor's registrar (retrying until the supervisor listens), prove that
-// it belongs to the run (actors/cluster_auth.h), join with its slots, then host what
-// the supervisor places on it (actors/worker_host.h) until the run is over or the
+// it belongs to the run (actors/cluster/cluster_auth.h), join with its slots, then host what
+// the supervisor places on it (actors/cluster/worker_host.h) until the run is over or the
 // supervisor is gone. Every path ends the process by itself: a refusal, a lost
 // supervisor, SIGINT/SIGTERM, and a hard deadline on the final shutdown.
 #pragma once
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "actors/cluster_net.h"
+#include "actors/cluster/cluster_net.h"
 
 namespace troupe::actors {
 

@@ -1,5 +1,5 @@
 // One side of the join handshake on a non-blocking socket, with or without TLS
-// (actors/join_protocol.h, actors/tls_context.h). Every call does what it can without
+// (actors/cluster/join_protocol.h, actors/cluster/tls_context.h). Every call does what it can without
 // blocking and says what it waits for, so the supervisor's gate drives many channels
 // from one poll loop and a worker drives its one with a deadline (drive()).
 //
@@ -15,7 +15,7 @@
 
 #include <openssl/ssl.h>
 
-#include "actors/join_protocol.h"
+#include "actors/cluster/join_protocol.h"
 
 namespace troupe::actors {
 

@@ -1,6 +1,6 @@
 // The supervisor's door (cluster mode, docs/cluster.md "Security"): troupe's own
 // listening socket, in front of CAF. Every connection runs the join handshake
-// (actors/join_protocol.h; with TLS, the TLS handshake first) on the gate's own
+// (actors/cluster/join_protocol.h; with TLS, the TLS handshake first) on the gate's own
 // thread, under hard limits:
 //
 //   every pre-authentication message   at most kMaxFrameBytes (a declared length above
@@ -28,7 +28,7 @@
 
 #include <openssl/ssl.h>
 
-#include "actors/join_protocol.h"
+#include "actors/cluster/join_protocol.h"
 
 namespace troupe::actors {
 
@@ -37,7 +37,7 @@ struct Admission {
   JoinHello hello;
   std::string peer;  // "ADDR:PORT" of the connection
   // A duplicate of the socket CAF now owns: shutting it down drops the worker's link
-  // (actors/link_watch.h). Whoever redeems the admission owns it.
+  // (actors/cluster/link_watch.h). Whoever redeems the admission owns it.
   int link_fd = -1;
   std::chrono::steady_clock::time_point at;
 };
@@ -69,7 +69,7 @@ struct GateOptions {
   size_t max_pending = 32;
   std::shared_ptr<JoinTickets> tickets;
   // Called on the gate's thread with an admitted socket and its TLS session (null on
-  // plain TCP); it owns the socket from then on (actors/basp_adopt.h hands it to CAF).
+  // plain TCP); it owns the socket from then on (actors/cluster/basp_adopt.h hands it to CAF).
   std::function<void(int fd, std::shared_ptr<SSL> tls)> admit;
   // Every refusal: who (peer address, and the worker's host and pid when it said
   // hello) and why. Called on the gate's thread.

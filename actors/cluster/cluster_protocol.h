@@ -1,10 +1,10 @@
 // The messages between the supervisor process and its worker processes (cluster
 // mode, docs/cluster.md), besides the training messages themselves.
 //
-// Joining: the join handshake (actors/join_protocol.h) runs before CAF sees the
+// Joining: the join handshake (actors/cluster/join_protocol.h) runs before CAF sees the
 // connection; then, over CAF (worker -> the supervisor's registrar, a request):
 //   JoinRequest     -> Welcome      the gate's one-use ticket, the worker's host actor
-//                                   and its liveness responder (actors/link_watch.h)
+//                                   and its liveness responder (actors/cluster/link_watch.h)
 // Hosting (supervisor -> a worker's host actor):
 //   PlaceActor      -> caf::actor   spawn a rank's stage / optim / writer or a loader there
 //   AbortComms                      fail every communicator of a generation (a peer died)
@@ -40,7 +40,7 @@ struct Welcome {
   int32_t worker_id = 0;
   std::string config;  // the run's Config, serialized (protobuf binary)
   std::string run_id;
-  caf::actor store;    // the rendezvous store (actors/store_actor.h)
+  caf::actor store;    // the rendezvous store (actors/cluster/store_actor.h)
 };
 
 struct PlaceActor {

@@ -1,5 +1,5 @@
 // The run's secret and the primitives the join handshake proves it with
-// (actors/join_protocol.h): both sides hold the secret (a file, or the TROUPE_SECRET
+// (actors/cluster/join_protocol.h): both sides hold the secret (a file, or the TROUPE_SECRET
 // environment variable) and answer each other's fresh nonce with HMAC-SHA256 under it
 // (OpenSSL libcrypto). The secret never travels; a nonce is used once, so a recorded
 // answer cannot be replayed.
