@@ -18,10 +18,6 @@ int forward_tag(msg::StepKind kind) { return kind == msg::StepKind::Eval ? kEval
 // next stage member 1 of its pair (this rank member 0).
 constexpr int kPrevPeer = 0, kNextPeer = 1;
 
-// Rows of the activations (and their gradients) a stage hands its neighbour for one
-// microbatch; each row is width() floats.
-int64_t activation_rows(const data::Microbatch& b) { return int64_t(b.batch) * b.seq; }
-
 }  // namespace
 
 PipelineTransport::PipelineTransport(std::string path, std::shared_ptr<StageWorker> worker,
@@ -31,13 +27,13 @@ PipelineTransport::PipelineTransport(std::string path, std::shared_ptr<StageWork
 
 msg::Activations PipelineTransport::send_forward(msg::StepKind kind, int32_t mb, const data::Microbatch& batch) {
   if (!next_remote_) return handle(worker_->output(mb), batch);
-  return send_via_comm(next_, kNextPeer, forward_tag(kind), worker_->output(mb), activation_rows(batch),
+  return send_via_comm(next_, kNextPeer, forward_tag(kind), worker_->output(mb), worker_->activation_rows(batch),
                        kind == msg::StepKind::Eval);
 }
 
 msg::Activations PipelineTransport::send_backward(int32_t mb, const data::Microbatch& batch) {
   if (!prev_remote_) return handle(worker_->input_grad(mb), batch);
-  return send_via_comm(prev_, kPrevPeer, kBackwardTag, worker_->input_grad(mb), activation_rows(batch), false);
+  return send_via_comm(prev_, kPrevPeer, kBackwardTag, worker_->input_grad(mb), worker_->activation_rows(batch), false);
 }
 
 void PipelineTransport::arrived_forward(msg::StepKind kind, msg::Activations& x) {
@@ -104,7 +100,7 @@ const float* PipelineTransport::input_of(const msg::Activations& a, const std::s
 
 msg::Activations PipelineTransport::handle(const float* data, const data::Microbatch& batch) const {
   msg::Activations a;
-  a.rows = activation_rows(batch);
+  a.rows = worker_->activation_rows(batch);
   a.cols = worker_->width();
   a.data = data;
   a.owner = worker_;

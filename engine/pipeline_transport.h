@@ -43,7 +43,8 @@ class PipelineTransport {
   bool next_remote() const { return next_remote_; }
 
   // After the forward of microbatch `mb` (not on the last stage): its output, for the
-  // next stage. Over a device communicator an evaluation pass also makes the device's
+  // next stage; StageWorker::activation_rows rows (B*T, or this rank's sequence shard
+  // under sequence parallelism) of width() floats. Over a device communicator an evaluation pass also makes the device's
   // later work wait for the send (no backward guards the slot then).
   msg::Activations send_forward(msg::StepKind kind, int32_t mb, const data::Microbatch& batch);
   // After the backward of `mb` (not on the first stage): its input gradient, for the

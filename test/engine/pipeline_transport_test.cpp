@@ -2,7 +2,8 @@
 // thread, handing activations and their gradients over as neighbours in one process
 // (pointers into the sender's slots) and as neighbours in two processes over a host
 // communicator (the Gloo path; an in-process pair buffers sends, so one thread can play
-// both sides). The device-communicator path is the NCCL case of
+// both sides), and under sequence parallelism, where a rank hands over its sequence
+// shard. The device-communicator path is the NCCL case of
 // test_cluster_cuda_emulated.
 #include <doctest/doctest.h>
 
@@ -142,4 +143,31 @@ TEST_CASE("pipeline transport: a neighbour in another process without a communic
   to.set_remote(true, false);
   CHECK_THROWS_WITH_AS(to.arrived_forward(StepKind::Train, announced),
                        doctest::Contains("stage/dp0/pp1/tp0: values came from another process"), std::logic_error);
+}
+
+TEST_CASE("pipeline transport: under sequence parallelism a rank sends its sequence shard only") {
+  Config c = testing::tiny_runtime_config(2, 1, 2);
+  c.mutable_parallel()->set_tensor(2);
+  c.mutable_parallel()->set_sequence_parallel(true);
+  const Topology t = Topology::of(c);
+  const CommPlan plan = make_inprocess_comms(t, std::chrono::milliseconds(10000));
+  const Rank r{0, 0, 1};
+  auto worker = std::make_shared<StageWorker>(c, r, plan.ranks[size_t(t.index(r))]);
+  const auto mb = microbatch(0);
+  REQUIRE(worker->activation_rows(mb) == 16);  // tokens [16, 32) of the microbatch's 32
+  const auto pair = comm::make_inprocess_group(2, "pp[dp0/tp1]:0-1", std::chrono::milliseconds(10000));
+  PipelineTransport from(stage_path(r), worker, nullptr, pair[0]);
+  from.set_remote(false, true);
+  auto x = from.send_forward(StepKind::Train, 0, mb);
+  CHECK(x.rows == 16);
+  CHECK(x.cols == worker->width());
+  // The receiver takes what was announced (an in-process pair refuses another size).
+  PipelineTransport to(stage_path({0, 1, 1}), worker, pair[1], nullptr);
+  to.set_remote(true, false);
+  to.arrived_forward(StepKind::Train, x);
+  REQUIRE(x.data != nullptr);
+  CHECK(same_values(x.data, worker->output(0), 16 * worker->width()));
+  // In one process the handle names the same rows.
+  PipelineTransport local(stage_path(r), worker, nullptr, nullptr);
+  CHECK(local.send_forward(StepKind::Train, 0, mb).rows == 16);
 }
