@@ -288,13 +288,16 @@ void feed(Self* self, const engine::StepEvent& e) {
 // not open yet (kept in early_reports until it is).
 bool ahead_of_ledger(const CoordinatorState& st, int64_t step) { return st.driver->report_is_early(step); }
 
-// Microbatch losses and samples (spike records) and stage timings (stragglers).
+// Microbatch losses and samples, each stage's gradient norm (spike records) and stage
+// timings (stragglers).
 StepExtras step_extras(const CoordinatorState& st, const engine::StepLedger& ledger, const metrics::StepRecord& r) {
   StepExtras x;
   x.detail.step = r.step;
   x.detail.loss = r.loss;
   x.detail.grad_norm = r.grad_norm;
   x.detail.lr = r.lr;
+  x.detail.clipped = r.clipped;
+  for (double s : ledger.stage_sum_squares()) x.detail.stage_grad_norms.push_back(std::sqrt(s));
   const auto losses = ledger.microbatch_losses();
   const auto tokens = ledger.microbatch_loss_tokens();
   const auto ids = ledger.sample_ids();  // replica-major, microbatch, row

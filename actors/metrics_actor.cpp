@@ -106,7 +106,8 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
   st.bar = st.args.console && st.args.progress_bar && metrics::is_terminal(stdout);
   const auto& lc = st.args.config.logging();
   st.detector = std::make_unique<metrics::SpikeDetector>(
-      metrics::SpikeOptions{lc.spike_window(), lc.spike_multiple(), lc.spike_min_history()});
+      metrics::SpikeOptions{lc.spike_window(), lc.spike_min_history(), lc.spike_mad_k(), lc.spike_loss_min_jump(),
+                            lc.spike_grad_norm_min_jump()});
   metrics::load_spike_history(st.args.layout.spikes, *st.detector);
   st.spikes = std::make_unique<metrics::JsonlLog>(st.args.layout.spikes);
   st.records = caf::message_handler{
@@ -130,13 +131,7 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
         if (auto spike = s.detector->observe(x.detail)) {
           ++s.spike_count;
           s.spikes->write(metrics::to_json(*spike), /*durable=*/true);
-          print_line(self,
-                     fmt::format("loss spike at step {}: {:.4f} is {:.1f}x the running median {:.4f}{}; recorded in {}",
-                                 spike->step, spike->loss, spike->ratio, spike->median,
-                                 spike->repeat_of_step ? fmt::format(" (same samples as step {})", *spike->repeat_of_step)
-                                                       : std::string(),
-                                 s.args.layout.spikes),
-                     x.detail.step);
+          print_line(self, metrics::spike_line(*spike, s.args.layout.spikes), x.detail.step);
         }
         for (size_t k = 0; k < x.timings.size() && k < x.stage_paths.size(); ++k) {
           const auto& t = x.timings[k];

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -50,16 +51,19 @@ constexpr int32_t kMaxThreads = 4'096;
 bool is_lower_alpha(char c) { return c >= 'a' && c <= 'z'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
-// The loss-spike detector's options (metrics/spike_detector.h): a median over at
-// least one loss, judged once at least one is in, a multiple above the median.
+// The spike detector's options (metrics/spike_detector.h): a median over at least
+// one value, judged once at least one is in; the MAD multiple and the floors on the
+// relative jump finite and not negative (0 leaves that part of the rule out).
 void check_spike_fields(const LoggingConfig& lg, Checker& k) {
   k.positive("logging.spike_window", lg.spike_window());
-  k.finite("logging.spike_multiple", lg.spike_multiple());
-  if (!(lg.spike_multiple() > 1))
-    k.fail("logging.spike_multiple",
-           fmt::format("must be greater than 1 (a spike exceeds the median), got {}",
-                       lg.spike_multiple()));
   k.positive("logging.spike_min_history", lg.spike_min_history());
+  const std::pair<const char*, double> rule[] = {{"logging.spike_mad_k", lg.spike_mad_k()},
+                                                 {"logging.spike_loss_min_jump", lg.spike_loss_min_jump()},
+                                                 {"logging.spike_grad_norm_min_jump", lg.spike_grad_norm_min_jump()}};
+  for (const auto& [field, v] : rule) {
+    k.finite(field, v);
+    if (std::isfinite(v)) k.non_negative(field, v);
+  }
 }
 
 // What each model.architecture needs and what it does not have (nothing is silently

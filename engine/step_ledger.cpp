@@ -58,6 +58,12 @@ double StepLedger::total_sum_squares() const {
   return s;
 }
 
+std::vector<double> StepLedger::stage_sum_squares() const {
+  std::vector<double> out(size_t(topo_.pp), 0.0);
+  for (const auto& r : topo_.all_ranks()) out[size_t(r.pp)] += norms_[size_t(topo_.index(r))].value_or(0.0);
+  return out;
+}
+
 double StepLedger::loss_sum() const {
   double s = 0;
   for (const auto& l : losses_) s += l ? l->loss_sum : 0.0;

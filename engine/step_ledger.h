@@ -38,6 +38,9 @@ class StepLedger {
 
   // Sum of the norm partials in (dp, pp, tp) order.
   double total_sum_squares() const;
+  // Each pipeline stage's sum of squares: its partials summed in (dp, tp) order
+  // (spike records; the stages' sums add up to total_sum_squares up to rounding).
+  std::vector<double> stage_sum_squares() const;
   // Sum of the microbatch loss sums in (dp, microbatch) order, and its tokens.
   double loss_sum() const;
   int64_t loss_tokens() const;

@@ -89,7 +89,7 @@ std::string summary_block(const RunSummary& s) {
   out += "\n";
   out += "throughput: " + format_rate(tokens_per_second(s)) + " over " + format_duration(s.train_time_s) +
          " of steps (wall " + format_duration(s.elapsed_s) + ")\n";
-  out += fmt("restarts: %lld, loss spikes: %lld\n", static_cast<long long>(s.restarts),
+  out += fmt("restarts: %lld, spikes: %lld\n", static_cast<long long>(s.restarts),
              static_cast<long long>(s.spikes));
   if (!s.newest_checkpoint.empty()) out += "newest complete checkpoint: " + s.newest_checkpoint + "\n";
   if (!s.error.empty()) out += "error: " + s.error + "\n";

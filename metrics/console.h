@@ -34,7 +34,7 @@ bool is_terminal(std::FILE* f);
 //   tokens: 20,480 input, 20,100 loss-bearing, 0 padding
 //   loss: 5.5432 -> 2.1234 (last eval 2.2345)
 //   throughput: 12.3 k tok/s over 1m02s of steps (wall 1m05s)
-//   restarts: 0, loss spikes: 0
+//   restarts: 0, spikes: 0 (loss or gradient norm; spikes.jsonl)
 std::string summary_block(const RunSummary& s);
 
 }  // namespace troupe::metrics

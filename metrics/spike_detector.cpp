@@ -24,50 +24,56 @@ uint64_t sample_content_hash(std::vector<int64_t> sample_ids) {
   return h;
 }
 
-double median_of(std::vector<double> values) {
-  if (values.empty()) return 0;
-  const size_t n = values.size(), mid = n / 2;
-  std::nth_element(values.begin(), values.begin() + long(mid), values.end());
-  const double upper = values[mid];
-  if (n % 2 == 1) return upper;
-  const double lower = *std::max_element(values.begin(), values.begin() + long(mid));
-  return 0.5 * (lower + upper);
-}
-
-SpikeDetector::SpikeDetector(SpikeOptions options) : options_(options) {
+SpikeDetector::SpikeDetector(SpikeOptions options)
+    : options_(options), losses_(options.window), norms_(options.window) {
   if (options_.window < 1) throw MetricsError("spike detector: window must be at least 1, got " + std::to_string(options_.window));
-  if (!(options_.multiple > 1.0))
-    throw MetricsError("spike detector: multiple must be greater than 1, got " + std::to_string(options_.multiple));
   if (options_.min_history < 1 || options_.min_history > options_.window)
     throw MetricsError("spike detector: min_history must be in [1, window=" + std::to_string(options_.window) +
                        "], got " + std::to_string(options_.min_history));
+  const auto check = [](const char* what, double v) {
+    if (!(std::isfinite(v) && v >= 0))
+      throw MetricsError(std::string("spike detector: ") + what + " must be finite and not negative, got " +
+                         std::to_string(v));
+  };
+  check("mad_k", options_.mad_k);
+  check("loss_min_jump", options_.loss_min_jump);
+  check("grad_norm_min_jump", options_.grad_norm_min_jump);
 }
-
-double SpikeDetector::median() const { return median_of({window_.begin(), window_.end()}); }
 
 void SpikeDetector::remember(int64_t step, uint64_t content_hash) { seen_.emplace(content_hash, step); }
 
 std::optional<SpikeRecord> SpikeDetector::observe(const StepDetail& d) {
-  const bool finite = std::isfinite(d.loss);
-  const double med = median();
-  const int used = int(window_.size());
-  const bool judged = used >= options_.min_history;
-  const bool spike = !finite || (judged && d.loss > options_.multiple * med);
-  if (finite) {
-    window_.push_back(d.loss);
-    if (int(window_.size()) > options_.window) window_.pop_front();
-  }
-  if (!spike) return std::nullopt;
+  const bool loss_finite = std::isfinite(d.loss), norm_finite = std::isfinite(d.grad_norm);
+  const int used = int(losses_.size());
+  const auto loss = losses_.judge(d.loss, options_.mad_k, options_.loss_min_jump);
+  const auto norm = norms_.judge(d.grad_norm, options_.mad_k, options_.grad_norm_min_jump);
+  // Each series is judged once its own window holds min_history values (a non-finite
+  // value leaves it out of one window only).
+  const bool loss_judged = used >= options_.min_history;
+  const bool norm_judged = int(norms_.size()) >= options_.min_history;
+  const bool loss_spike = !loss_finite || (loss_judged && loss.exceeds);
+  const bool norm_spike = !norm_finite || (norm_judged && norm.exceeds);
+  losses_.add(d.loss);
+  norms_.add(d.grad_norm);
+  if (!loss_spike && !norm_spike) return std::nullopt;
 
   SpikeRecord r;
   r.step = d.step;
   r.loss = d.loss;
-  r.median = med;
-  r.ratio = med > 0 ? d.loss / med : NAN;
+  r.median = loss.median;
+  r.ratio = loss.ratio;
+  r.loss_mad = loss.mad;
   r.window_used = used;
-  r.non_finite = !finite;
+  r.non_finite = !loss_finite || !norm_finite;
+  if (loss_spike) r.triggers.push_back("loss");
+  if (norm_spike) r.triggers.push_back("grad_norm");
   r.grad_norm = d.grad_norm;
+  r.grad_norm_median = norm.median;
+  r.grad_norm_mad = norm.mad;
+  r.grad_norm_ratio = norm.ratio;
   r.lr = d.lr;
+  r.clipped = d.clipped;
+  r.stage_grad_norms = d.stage_grad_norms;
   r.microbatches = d.microbatches;
   for (const auto& mb : d.microbatches) r.sample_ids.insert(r.sample_ids.end(), mb.sample_ids.begin(), mb.sample_ids.end());
   std::sort(r.sample_ids.begin(), r.sample_ids.end());
@@ -87,20 +93,62 @@ Json to_json(const SpikeRecord& r) {
                    {"sample_ids", mb.sample_ids},
                    {"loss", json_number(mb.loss)},
                    {"loss_tokens", mb.loss_tokens}});
+  Json stages = Json::array();
+  for (double n : r.stage_grad_norms) stages.push_back(json_number(n));
   Json j = {{"type", "spike"},
-                      {"step", r.step},
-                      {"loss", json_number(r.loss)},
-                      {"median", json_number(r.median)},
-                      {"ratio", json_number(r.ratio)},
-                      {"window_used", r.window_used},
-                      {"non_finite", r.non_finite},
-                      {"grad_norm", json_number(r.grad_norm)},
-                      {"lr", json_number(r.lr)},
-                      {"sample_ids", r.sample_ids},
-                      {"content_hash", hash},
-                      {"microbatches", mbs}};
+            {"step", r.step},
+            {"loss", json_number(r.loss)},
+            {"median", json_number(r.median)},
+            {"ratio", json_number(r.ratio)},
+            {"loss_mad", json_number(r.loss_mad)},
+            {"window_used", r.window_used},
+            {"non_finite", r.non_finite},
+            {"triggers", r.triggers},
+            {"grad_norm", json_number(r.grad_norm)},
+            {"grad_norm_median", json_number(r.grad_norm_median)},
+            {"grad_norm_mad", json_number(r.grad_norm_mad)},
+            {"grad_norm_ratio", json_number(r.grad_norm_ratio)},
+            {"stage_grad_norms", stages},
+            {"lr", json_number(r.lr)},
+            {"clipped", r.clipped},
+            {"sample_ids", r.sample_ids},
+            {"content_hash", hash},
+            {"microbatches", mbs}};
   j["repeat_of_step"] = r.repeat_of_step ? Json(*r.repeat_of_step) : Json(nullptr);
   return j;
+}
+
+namespace {
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// "loss 5.6200 is 1.85x the running median 3.0400", "grad norm nan (not finite)".
+std::string series_text(const char* name, double value, double ratio, double median, const char* median_name) {
+  if (!std::isfinite(value)) return std::string(name) + " " + fixed(value, 0) + " (not finite)";
+  std::string s = std::string(name) + " " + fixed(value, 4);
+  if (std::isfinite(ratio)) s += " is " + fixed(ratio, 2) + "x";
+  else s += " against";
+  return s + " " + median_name + " " + fixed(median, 4);
+}
+
+}  // namespace
+
+std::string spike_line(const SpikeRecord& r, const std::string& spikes_path) {
+  std::string triggers, detail;
+  for (const auto& t : r.triggers) {
+    if (!triggers.empty()) triggers += ", ";
+    triggers += t;
+    if (!detail.empty()) detail += ", ";
+    detail += t == "loss" ? series_text("loss", r.loss, r.ratio, r.median, "the running median")
+                          : series_text("grad norm", r.grad_norm, r.grad_norm_ratio, r.grad_norm_median, "its median");
+  }
+  std::string line = "spike at step " + std::to_string(r.step) + " (" + triggers + "): " + detail;
+  if (r.repeat_of_step) line += " (same samples as step " + std::to_string(*r.repeat_of_step) + ")";
+  return line + "; recorded in " + spikes_path;
 }
 
 void load_spike_history(const std::string& path, SpikeDetector& detector) {

@@ -1,9 +1,12 @@
-// Loss-spike detection (issue 10). A step whose loss exceeds `multiple` x the median
-// of the previous `window` finite losses is a spike; so is a non-finite loss. For
-// each spike the detector produces a record with the material to inspect: the
-// step's sample IDs, per-microbatch losses and loss-bearing tokens, grad norm, LR,
-// and a content hash of the sample IDs, so that the same samples spiking again (a
-// recomputed step after a restart, or a repeated epoch) are recognised as a repeat.
+// Spike detection (issues 10 and 26). A step is a spike when its loss or its pre-clip
+// gradient norm exceeds the median of that series' previous `window` finite values by
+// more than `mad_k` median absolute deviations and by more than the series' floor on
+// the relative jump (metrics/robust_window.h); a non-finite loss or gradient norm is
+// a spike too. For each spike the detector produces a record with the material to
+// inspect: the step's sample IDs, per-microbatch losses and loss-bearing tokens, the
+// gradient norm (global and per pipeline stage), the LR, both series' medians and
+// MADs, and a content hash of the sample IDs, so that the same samples spiking again
+// (a recomputed step after a restart, or a repeated epoch) are recognised as a repeat.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +17,18 @@
 #include <vector>
 
 #include "metrics/json.h"
+#include "metrics/robust_window.h"
 
 namespace troupe::metrics {
 
+// The defaults are those of LoggingConfig (messages/config.proto); docs/metrics.md
+// says how they were chosen.
 struct SpikeOptions {
-  int window = 50;        // losses in the running median
-  double multiple = 3.0;  // loss > multiple * median is a spike
-  int min_history = 10;   // judge no step before this many losses are in the window
+  int window = 50;                  // values of each series in the running median
+  int min_history = 10;             // judge no step before this many values are in the window
+  double mad_k = 5.0;               // above the median by more than k MADs ...
+  double loss_min_jump = 0.3;       // ... and loss > median x (1 + this)
+  double grad_norm_min_jump = 3.0;  // ... or grad norm > median x (1 + this)
 };
 
 // One microbatch of the step, as the last pipeline stage reported it.
@@ -36,20 +44,34 @@ struct MicrobatchLoss {
 struct StepDetail {
   int64_t step = 0;
   double loss = 0;  // the step's token-weighted loss
-  double grad_norm = 0;
+  double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;
+  bool clipped = false;
+  // Each pipeline stage's share of the norm before clipping, in stage order: the
+  // square root of the sum of its optimizer shards' partials (their squares add up to
+  // grad_norm's square). Empty when not known.
+  std::vector<double> stage_grad_norms;
   std::vector<MicrobatchLoss> microbatches;
 };
 
 struct SpikeRecord {
   int64_t step = 0;
   double loss = 0;
-  double median = 0;    // running median it was judged against
+  double median = 0;    // the loss window's median it was judged against
   double ratio = 0;     // loss / median (non-finite when the loss is)
+  double loss_mad = 0;  // the loss window's median absolute deviation
   int window_used = 0;  // losses the median was taken over
-  bool non_finite = false;
+  bool non_finite = false;  // the loss or the gradient norm was not finite
+  // What made it a spike, in this order: "loss", "grad_norm" (each: not finite, or
+  // above its window by the rule).
+  std::vector<std::string> triggers;
   double grad_norm = 0;
+  double grad_norm_median = 0;  // the gradient-norm window's median and MAD
+  double grad_norm_mad = 0;
+  double grad_norm_ratio = 0;  // grad_norm / grad_norm_median
   double lr = 0;
+  bool clipped = false;
+  std::vector<double> stage_grad_norms;
   std::vector<int64_t> sample_ids;  // every sample of the step, sorted ascending
   uint64_t content_hash = 0;        // sample_content_hash(sample_ids)
   // The first earlier spike with the same content hash, if any.
@@ -61,35 +83,40 @@ struct SpikeRecord {
 // of samples gives the same hash whatever the order the replicas reported them in.
 uint64_t sample_content_hash(std::vector<int64_t> sample_ids);
 
-// Median of `values` (mean of the two middle ones for an even count); 0 when empty.
-double median_of(std::vector<double> values);
-
 class SpikeDetector {
  public:
   explicit SpikeDetector(SpikeOptions options = {});
 
-  // Judges `d` against the losses seen before it, then adds its loss to the window
-  // (a non-finite loss is not added). Returns the spike record when it is one.
+  // Judges `d` against the values seen before it, then adds its loss and gradient norm
+  // to their windows (a non-finite value is not added: a spike's finite values are).
+  // Returns the spike record when it is one.
   std::optional<SpikeRecord> observe(const StepDetail& d);
 
   // Teaches the detector an earlier spike (a record read back from spikes.jsonl of a
   // resumed run), so that a repeat across restarts is recognised.
   void remember(int64_t step, uint64_t content_hash);
 
-  // The current running median (0 before any loss).
-  double median() const;
-  size_t history() const { return window_.size(); }
+  // The current running median of the losses (0 before any loss), of the gradient norms.
+  double median() const { return losses_.median(); }
+  double grad_norm_median() const { return norms_.median(); }
+  size_t history() const { return losses_.size(); }
   const SpikeOptions& options() const { return options_; }
 
  private:
   SpikeOptions options_;
-  std::deque<double> window_;
+  RobustWindow losses_, norms_;
   std::unordered_map<uint64_t, int64_t> seen_;  // content hash -> first spike step
 };
 
 // The JSON of a spike (a line of RUN_DIR/spikes.jsonl, "type": "spike"). The hash is
 // a 16-digit hex string (JSON numbers lose 64-bit precision in most readers).
 Json to_json(const SpikeRecord& r);
+
+// The console line of a spike: "spike at step 41 (loss, grad_norm): loss 5.6200 is
+// 1.85x the running median 3.0400 (12.3 MADs above), grad norm 4.21 is 5.07x its
+// median 0.83; recorded in PATH" (only the series that fired, with " (same samples as
+// step N)" for a repeat).
+std::string spike_line(const SpikeRecord& r, const std::string& spikes_path);
 
 // Loads spikes.jsonl into `detector` (remember() for each line). A missing file is
 // no history; a malformed line throws MetricsError naming the file and line.

@@ -100,7 +100,7 @@ struct RunSummary {
   double elapsed_s = 0;      // wall time from startup to the summary
   double train_time_s = 0;   // sum of step times
   int64_t restarts = 0;
-  int64_t spikes = 0;        // loss spikes recorded
+  int64_t spikes = 0;        // spikes recorded (loss or gradient norm)
   double wall_time = 0;
   std::string error;              // why the run stopped or failed ("" when it completed)
   std::string newest_checkpoint;  // the newest complete checkpoint's directory ("": none)

@@ -196,11 +196,17 @@ TEST_CASE("checkpoint lag, fault microbatch, spike detector and calendar efficie
                    "microbatch: 7 } }") == "(no error)");
   CHECK(load_error("logging { spike_window: 0 }") ==
         "t.textproto:1: logging.spike_window: must be positive, got 0");
-  CHECK(load_error("logging { spike_multiple: 1 }") ==
-        "t.textproto:1: logging.spike_multiple: must be greater than 1 (a spike exceeds the "
-        "median), got 1");
-  CHECK(load_error("logging { spike_multiple: inf }") ==
-        "t.textproto:1: logging.spike_multiple: must be a finite number, got inf");
+  CHECK(load_error("logging { spike_mad_k: -1 }") ==
+        "t.textproto:1: logging.spike_mad_k: must not be negative, got -1");
+  CHECK(load_error("logging {\n  spike_loss_min_jump: inf\n}") ==
+        "t.textproto:2: logging.spike_loss_min_jump: must be a finite number, got inf");
+  CHECK(load_error("logging { spike_grad_norm_min_jump: nan }") ==
+        "t.textproto:1: logging.spike_grad_norm_min_jump: must be a finite number, got nan");
+  CHECK(load_error("logging { spike_mad_k: 0 spike_loss_min_jump: 0 spike_grad_norm_min_jump: 0 }") ==
+        "(no error)");
+  // The old rule's field is gone: a config naming it is told so, not silently changed.
+  CHECK(load_error("logging { spike_multiple: 3 }").find("logging.spike_multiple: unknown field") !=
+        std::string::npos);
   CHECK(load_error("logging { spike_min_history: 0 }") ==
         "t.textproto:1: logging.spike_min_history: must be positive, got 0");
   CHECK(load_error("logging {\n  spike_window: 5\n  spike_min_history: 6\n}") ==

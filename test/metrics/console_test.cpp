@@ -115,5 +115,5 @@ TEST_CASE("summary block from accumulated steps") {
         "tokens: 20,480 input, 20,000 loss-bearing, 480 padding\n"
         "loss: 4.9500 -> 3.0000 (last eval 3.2500)\n"
         "throughput: 20 k tok/s over 1.00s of steps (wall 1m05s)\n"
-        "restarts: 0, loss spikes: 1\n");
+        "restarts: 0, spikes: 1\n");
 }
