@@ -112,6 +112,12 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
   st.spikes = std::make_unique<metrics::JsonlLog>(st.args.layout.spikes);
   st.records = caf::message_handler{
       [self](const metrics::StartupRecord& r) {
+        // A resumed run's spike windows start where its checkpoint left them (read
+        // before this process's startup line; once, not again after a group restart).
+        auto& s = self->state;
+        if (r.resumed_from_step && s.detector->history() == 0)
+          metrics::warm_spike_windows(metrics::read_jsonl(s.args.layout.metrics).objects, *r.resumed_from_step,
+                                      *s.detector);
         self->state.jsonl->startup(r);
         if (self->state.events && r.resumed_from_step)
           self->state.events->session_start(*r.resumed_from_step + 1, r.wall_time);

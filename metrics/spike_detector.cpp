@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "metrics/error.h"
 #include "metrics/json_records.h"
@@ -38,6 +39,11 @@ SpikeDetector::SpikeDetector(SpikeOptions options)
   check("mad_k", options_.mad_k);
   check("loss_min_jump", options_.loss_min_jump);
   check("grad_norm_min_jump", options_.grad_norm_min_jump);
+}
+
+void SpikeDetector::warm(double loss, double grad_norm) {
+  losses_.add(loss);
+  norms_.add(grad_norm);
 }
 
 void SpikeDetector::remember(int64_t step, uint64_t content_hash) { seen_.emplace(content_hash, step); }
@@ -149,6 +155,20 @@ std::string spike_line(const SpikeRecord& r, const std::string& spikes_path) {
   std::string line = "spike at step " + std::to_string(r.step) + " (" + triggers + "): " + detail;
   if (r.repeat_of_step) line += " (same samples as step " + std::to_string(*r.repeat_of_step) + ")";
   return line + "; recorded in " + spikes_path;
+}
+
+int64_t warm_spike_windows(const std::vector<Json>& metrics_lines, int64_t through_step, SpikeDetector& detector) {
+  std::map<int64_t, std::pair<double, double>> steps;  // the last line of each step number
+  for (const auto& j : metrics_lines) {
+    if (j.value("type", "") != "step") continue;
+    const StepRecord r = step_from_json(j);
+    if (r.step <= through_step) steps[r.step] = {r.loss, r.grad_norm};
+  }
+  const size_t skip = steps.size() > size_t(detector.options().window) ? steps.size() - size_t(detector.options().window) : 0;
+  size_t k = 0;
+  for (const auto& [step, v] : steps)
+    if (k++ >= skip) detector.warm(v.first, v.second);
+  return int64_t(steps.size() - skip);
 }
 
 void load_spike_history(const std::string& path, SpikeDetector& detector) {

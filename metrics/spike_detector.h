@@ -92,6 +92,10 @@ class SpikeDetector {
   // Returns the spike record when it is one.
   std::optional<SpikeRecord> observe(const StepDetail& d);
 
+  // Adds an earlier step's values to the windows without judging them (a resumed run
+  // picks up the windows where its checkpoint left them: warm_spike_windows).
+  void warm(double loss, double grad_norm);
+
   // Teaches the detector an earlier spike (a record read back from spikes.jsonl of a
   // resumed run), so that a repeat across restarts is recognised.
   void remember(int64_t step, uint64_t content_hash);
@@ -117,6 +121,13 @@ Json to_json(const SpikeRecord& r);
 // median 0.83; recorded in PATH" (only the series that fired, with " (same samples as
 // step N)" for a repeat).
 std::string spike_line(const SpikeRecord& r, const std::string& spikes_path);
+
+// Fills the windows of a resumed run's detector from the steps before its checkpoint:
+// the last line of each step number up to `through_step` in `metrics_lines` (the
+// objects of metrics.jsonl, read before this process wrote to it), the newest
+// `window` of them, oldest first. Without it a resumed run would judge nothing for
+// its first min_history steps. Returns the steps taken.
+int64_t warm_spike_windows(const std::vector<Json>& metrics_lines, int64_t through_step, SpikeDetector& detector);
 
 // Loads spikes.jsonl into `detector` (remember() for each line). A missing file is
 // no history; a malformed line throws MetricsError naming the file and line.

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "metrics/error.h"
+#include "metrics/json_records.h"
 #include "metrics/jsonl_log.h"
 #include "metrics/spike_detector.h"
 #include "test/support/scratch_dir.h"
@@ -374,4 +375,34 @@ TEST_CASE("spike records go to spikes.jsonl and teach a resumed run's detector")
   CHECK_THROWS_WITH_AS(load_spike_history(dir / "bad.jsonl", resumed),
                        (dir / "bad.jsonl" + ": object 1: content_hash \"xyz\" is not 16 hex digits").c_str(),
                        MetricsError);
+}
+
+TEST_CASE("a resumed run's windows are warmed from the steps before its checkpoint") {
+  const auto line = [](int64_t step, double loss, double norm) {
+    return Json{{"type", "step"},      {"time", 1.0},        {"step", step},           {"consumed_samples", 8 * step},
+                {"loss", json_number(loss)}, {"lr", 1e-3},   {"grad_norm", json_number(norm)}, {"clipped", false},
+                {"skipped", !std::isfinite(norm)}, {"tokens_per_s", 1.0}, {"input_tokens", 64}, {"loss_tokens", 60},
+                {"padding_tokens", 0}, {"step_time_s", 0.1}, {"restarts", 0},        {"recomputed", false}};
+  };
+  // Steps 1-4, then a restart that redid step 3 (the later line counts), then step 5,
+  // which the checkpoint of step 4 does not include; an eval line in between.
+  const std::vector<Json> lines = {line(1, 9.0, 9.0), line(2, 3.0, 1.0), line(3, 8.0, 8.0),
+                                   Json{{"type", "eval"}, {"time", 1.0}, {"step", 3}, {"loss", 3.0}},
+                                   line(4, 3.2, 1.2), line(3, 3.1, 1.1), line(5, 7.0, 7.0)};
+  SpikeDetector det({/*window=*/3, /*min_history=*/3, 5.0, 0.3, 3.0});
+  CHECK(warm_spike_windows(lines, 4, det) == 3);  // steps 2, 3 (redone), 4: step 1 is out of the window
+  CHECK(det.history() == 3);
+  CHECK(det.median() == 3.1);
+  CHECK(det.grad_norm_median() == doctest::Approx(1.1));
+  // Judged at once: the first step after the checkpoint.
+  auto d = make_detail(5, 6.0, 40);
+  d.grad_norm = 1.0;
+  auto s = det.observe(d);
+  REQUIRE(s);
+  CHECK(s->window_used == 3);
+  // A skipped step's non-finite norm stays out of the norm window.
+  SpikeDetector other({3, 1, 5.0, 0.3, 3.0});
+  CHECK(warm_spike_windows({line(1, 3.0, INFINITY)}, 1, other) == 1);
+  CHECK(other.history() == 1);
+  CHECK(other.grad_norm_median() == 0);
 }

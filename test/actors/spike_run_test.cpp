@@ -1,0 +1,123 @@
+// The planted spike of issue 26: a run trained on the fortunes corpus and resumed from
+// its checkpoint onto random printable bytes. The loss and the gradient norm jump at
+// the first step on the new data; the detector (docs/metrics.md, "Spikes", default
+// options) must fire there and at no step before it, and the record must carry what
+// the coordinator knew of that step.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "actors/runtime.h"
+#include "data/prepare.h"
+#include "data/tokenizer.h"
+#include "metrics/jsonl_log.h"
+#include "metrics/run_dir.h"
+#include "test/support/scratch_dir.h"
+#include "test/support/tiny_runtime_config.h"
+
+using namespace troupe;
+namespace fs = std::filesystem;
+
+namespace {
+
+// 400 documents of 200 random printable ASCII bytes (0x20..0x7e), blank-line separated,
+// prepared with the byte tokenizer; returns the dataset prefix.
+std::string random_bytes_dataset(const fs::path& dir) {
+  fs::create_directories(dir);
+  const auto text = dir / "random.txt";
+  {
+    std::ofstream out(text);
+    std::mt19937_64 rng(26);
+    for (int doc = 0; doc < 400; ++doc) {
+      std::string line(200, ' ');
+      for (auto& ch : line) ch = char(0x20 + rng() % 95);
+      line.front() = 'x';  // never a line of spaces alone (that would end the document)
+      out << line << "\n\n";
+    }
+  }
+  data::PrepareOptions o;
+  o.inputs = {text.string()};
+  o.output_prefix = (dir / "random-bytes").string();
+  o.format = data::InputFormat::BlankLines;
+  auto tokenizer = data::make_byte_tokenizer();
+  data::prepare_dataset(o, *tokenizer);
+  return o.output_prefix;
+}
+
+actors::RunResult run(const Config& c) {
+  actors::RunOptions o;
+  o.console = false;
+  o.timeout = std::chrono::seconds(120);
+  return actors::run_training(c, o);
+}
+
+std::vector<metrics::Json> spikes_of(const Config& c) {
+  const auto path = metrics::run_dir_layout(c.logging().run_dir()).spikes;
+  if (!fs::exists(path)) return {};
+  return metrics::read_jsonl(path).objects;
+}
+
+}  // namespace
+
+TEST_CASE("a run resumed onto random bytes spikes at the switch and not before") {
+  const auto dir = testing::fresh_temp_dir("spike-switch");
+  // The tiny model on PP2 (two stage norms in the record), 16 sequences of 32 tokens a
+  // step, 40 steps on fortunes with the default spike options.
+  Config c = testing::tiny_runtime_config(2, 1, 2);
+  c.mutable_batch()->set_micro_batch_size(2);
+  c.mutable_batch()->set_global_batch_size(16);
+  c.mutable_optimizer()->set_lr(5e-3);
+  c.mutable_optimizer()->set_min_lr(5e-4);
+  c.mutable_lr_schedule()->set_warmup_samples(32);
+  c.mutable_lr_schedule()->set_decay_samples(43 * 16);  // fixed: both parts share the schedule
+  c.mutable_training()->set_train_samples(40 * 16);
+  c.mutable_logging()->set_run_dir((dir / "run").string());
+  const auto fortunes = run(c);
+  REQUIRE_MESSAGE(fortunes.outcome.status == "completed", fortunes.outcome.error);
+  REQUIRE(fortunes.outcome.steps.size() == 40);
+  CHECK(spikes_of(c).empty());
+
+  // Three more steps from the checkpoint of step 40, on random bytes.
+  Config noise = c;
+  noise.mutable_data()->set_prefix(random_bytes_dataset(dir / "data"));
+  noise.mutable_training()->set_train_samples(43 * 16);
+  noise.mutable_checkpoint()->set_load("latest");
+  const auto resumed = run(noise);
+  REQUIRE_MESSAGE(resumed.outcome.status == "completed", resumed.outcome.error);
+  REQUIRE(resumed.outcome.steps.size() == 3);
+  const auto& at41 = resumed.outcome.steps[0];
+  REQUIRE(at41.step == 41);
+  MESSAGE("step 40: loss " << fortunes.outcome.steps.back().loss << ", grad norm "
+                           << fortunes.outcome.steps.back().grad_norm << "; step 41: loss " << at41.loss
+                           << ", grad norm " << at41.grad_norm);
+
+  const auto spikes = spikes_of(c);
+  REQUIRE(!spikes.empty());
+  const auto& s = spikes.front();
+  CHECK(s.at("step") == 41);  // the first on record, so none before it
+  CHECK(s.at("loss").get<double>() == at41.loss);
+  CHECK(s.at("window_used") == 40);
+  const auto triggers = s.at("triggers").get<std::vector<std::string>>();
+  CHECK(std::find(triggers.begin(), triggers.end(), "loss") != triggers.end());
+  // The rule's two conditions, from the record's own numbers.
+  const double median = s.at("median").get<double>(), mad = s.at("loss_mad").get<double>();
+  CHECK(at41.loss > median * 1.3);
+  CHECK(at41.loss > median + 5 * mad);
+  CHECK(s.at("grad_norm").get<double>() == at41.grad_norm);
+  CHECK(s.at("lr").get<double>() == at41.lr);
+  CHECK(s.at("clipped").get<bool>() == at41.clipped);
+  const auto stages = s.at("stage_grad_norms").get<std::vector<double>>();
+  REQUIRE(stages.size() == 2);
+  CHECK(std::sqrt(stages[0] * stages[0] + stages[1] * stages[1]) == doctest::Approx(at41.grad_norm).epsilon(1e-9));
+  CHECK(s.at("sample_ids").size() == 16);
+  auto ids = resumed.outcome.step_samples[0];
+  std::sort(ids.begin(), ids.end());
+  CHECK(s.at("sample_ids") == ids);
+  for (const auto& later : spikes) CHECK(later.at("step").get<int64_t>() >= 41);
+}
