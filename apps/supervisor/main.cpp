@@ -23,6 +23,7 @@ int commcheck_main(int argc, char** argv);  // cmd_commcheck.cpp
 int worker_main(int argc, char** argv);     // cmd_worker.cpp
 int acceptance_main(int argc, char** argv);  // cmd_acceptance.cpp
 int scaling_main(int argc, char** argv);     // cmd_scaling.cpp
+int compare_main(int argc, char** argv);     // cmd_compare.cpp
 
 namespace {
 
@@ -43,6 +44,7 @@ const Subcommand kCommands[] = {
     {"worker", "join a cluster run as a worker process (supervisor run --listen; docs/cluster.md)", worker_main},
     {"acceptance", "run the acceptance ladder on a small model of a layout; report PASS/FAIL per rung", acceptance_main},
     {"scaling", "train the same global batch at several DP sizes; tokens/s, speed-up, efficiency", scaling_main},
+    {"compare", "runs side by side at equal tokens: validation loss, cost to reach it, spikes", compare_main},
 };
 
 void print_usage(std::FILE* out) {
