@@ -213,10 +213,11 @@ void check_fields(const Config& c, Checker& k) {
       k.fail("data.split", fmt::format("\"{}\" gives the training split no weight", sp));
   }
   if (d.tokenizer() == DataConfig::GPT2) {
+    // Named where the tokenizer was chosen when the file fields were left unset.
     if (d.vocab_file().empty())
-      k.fail("data.vocab_file", "the GPT2 tokenizer needs vocab_file (GPT-2's vocab.json)");
+      k.fail("data.vocab_file", "the GPT2 tokenizer needs vocab_file (GPT-2's vocab.json)", {"data.tokenizer"});
     if (d.merges_file().empty())
-      k.fail("data.merges_file", "the GPT2 tokenizer needs merges_file (GPT-2's merges.txt)");
+      k.fail("data.merges_file", "the GPT2 tokenizer needs merges_file (GPT-2's merges.txt)", {"data.tokenizer"});
   }
 
   const auto& ck = c.checkpoint();

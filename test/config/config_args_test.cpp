@@ -73,6 +73,9 @@ TEST_CASE("errors: both inputs, a bad --set, a rule broken by an override") {
   CHECK(error_of([] { load_config(parse({"--set", "batch.global_batch_size=6"})); }) ==
         "--set batch.global_batch_size=6: batch.global_batch_size: 6 is not divisible by "
         "micro_batch_size x parallel.data = 4");
+  // A rule the override broke on another field is named at the override.
+  CHECK(error_of([] { load_config(parse({"--set", "data.tokenizer=GPT2"})); }) ==
+        "--set data.tokenizer=GPT2: data.vocab_file: the GPT2 tokenizer needs vocab_file (GPT-2's vocab.json)");
   CHECK(error_of([] { load_config(parse({"/no/such.textproto"})); }) ==
         "/no/such.textproto: cannot open the config file: No such file or directory");
 }

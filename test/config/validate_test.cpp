@@ -242,10 +242,11 @@ TEST_CASE("data: split weights, GPT-2 files") {
   CHECK(load_error("data { split: \"0,50,50\" }") ==
         "t.textproto:1: data.split: \"0,50,50\" gives the training split no weight");
   CHECK(load_error("data { split: \"100\" }") == "(no error)");
+  // Named at the line that chose the tokenizer (the missing field has no line).
   CHECK(load_error("model { vocab_size: 50257 }\ndata {\n  tokenizer: GPT2\n}") ==
-        "t.textproto:2: data.vocab_file: the GPT2 tokenizer needs vocab_file (GPT-2's vocab.json)");
+        "t.textproto:3: data.vocab_file: the GPT2 tokenizer needs vocab_file (GPT-2's vocab.json)");
   CHECK(load_error("data {\n  tokenizer: GPT2\n  vocab_file: \"v.json\"\n}") ==
-        "t.textproto:1: data.merges_file: the GPT2 tokenizer needs merges_file (GPT-2's "
+        "t.textproto:2: data.merges_file: the GPT2 tokenizer needs merges_file (GPT-2's "
         "merges.txt)");
 }
 
