@@ -4,6 +4,7 @@
 #include <random>
 #include <string>
 
+#include "messages/config.pb.h"
 #include "metrics/error.h"
 #include "metrics/json_records.h"
 #include "metrics/jsonl_log.h"
@@ -405,4 +406,14 @@ TEST_CASE("a resumed run's windows are warmed from the steps before its checkpoi
   CHECK(warm_spike_windows({line(1, 3.0, INFINITY)}, 1, other) == 1);
   CHECK(other.history() == 1);
   CHECK(other.grad_norm_median() == 0);
+}
+
+TEST_CASE("SpikeOptions' defaults are LoggingConfig's") {
+  const troupe::LoggingConfig lc;
+  const SpikeOptions o;
+  CHECK(o.window == lc.spike_window());
+  CHECK(o.min_history == lc.spike_min_history());
+  CHECK(o.mad_k == lc.spike_mad_k());
+  CHECK(o.loss_min_jump == lc.spike_loss_min_jump());
+  CHECK(o.grad_norm_min_jump == lc.spike_grad_norm_min_jump());
 }
