@@ -16,6 +16,7 @@ packages=(
   nlohmann-json3-dev              # vocab.json, JSON-lines corpora, reports
   libicu-dev                      # Unicode categories for the GPT-2 pre-tokenizer
   libssl-dev                      # HMAC-SHA256 worker authentication (cluster mode)
+  zlib1g-dev                      # PNG plots (supervisor compare --plot)
   fortunes fortunes-min           # the embedded default corpus
 )
 

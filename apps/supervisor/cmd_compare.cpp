@@ -8,6 +8,7 @@
 #include "apps/supervisor/cli_args.h"
 #include "metrics/compare.h"
 #include "metrics/error.h"
+#include "metrics/plot.h"
 #include "metrics/run_history.h"
 
 namespace troupe::cli {
@@ -16,7 +17,7 @@ namespace {
 namespace po = boost::program_options;
 
 const char* kUsage =
-    "usage: supervisor compare RUN_DIR... [--tokens input|loss] [--rows N]\n\n"
+    "usage: supervisor compare RUN_DIR... [--tokens input|loss] [--rows N] [--plot FILE.png]\n\n"
     "Reads each run's metrics.jsonl (and spikes.jsonl) and prints, aligned by consumed\n"
     "tokens: one line per run (steps, tokens, last training and validation loss,\n"
     "throughput, train and wall time, spikes, skipped and clipped updates), the\n"
@@ -29,6 +30,8 @@ const char* kUsage =
     "  --tokens input|loss  align by input tokens (samples x seq_length, the default) or\n"
     "                       by loss-bearing tokens\n"
     "  --rows N             rows of the equal-tokens table at most (default 12)\n"
+    "  --plot FILE.png      also draw the losses against tokens and against wall time\n"
+    "                       (training loss: lines, validation: dots; runs numbered 1, 2, ...)\n"
     "  -h, --help           this text\n";
 
 }  // namespace
@@ -37,11 +40,13 @@ int compare_main(int argc, char** argv) {
   std::vector<std::string> dirs;
   std::string tokens = "input";
   int rows = 12;
+  std::string plot;
   CommandLine cmd("compare");
   cmd.options.add_options()
       ("run", po::value<std::vector<std::string>>(&dirs))
       ("tokens", po::value<std::string>(&tokens))
       ("rows", po::value<int>(&rows))
+      ("plot", po::value<std::string>(&plot))
       ("help,h", "");
   cmd.positional.add("run", -1);
   if (const auto status = cmd.parse(argc, argv, kUsage)) return *status;
@@ -63,6 +68,18 @@ int compare_main(int argc, char** argv) {
   o.axis = tokens == "input" ? metrics::TokenAxis::Input : metrics::TokenAxis::LossBearing;
   o.max_rows = rows;
   std::fputs(metrics::format_comparison(metrics::compare_runs(runs, o)).c_str(), stdout);
+  if (!plot.empty()) {
+    try {
+      metrics::write_png(plot, metrics::plot_runs(runs, o.axis));
+    } catch (const metrics::MetricsError& e) {
+      std::fprintf(stderr, "supervisor compare: %s\n", e.what());
+      return 1;
+    }
+    std::printf("\nplot: %s (", plot.c_str());
+    for (size_t i = 0; i < runs.size(); ++i)
+      std::printf("%s%zu = %s, #%06x", i ? "; " : "", i + 1, runs[i].dir.c_str(), unsigned(metrics::run_color(i)));
+    std::printf(")\n");
+  }
   return 0;
 }
 

@@ -3,7 +3,8 @@
 # validation every 4, at three peak LRs. Every number the tables print for a run is
 # checked against that run's own metrics.jsonl and spikes.jsonl, read here with Python
 # (the final validation loss, the steps, tokens, clipped updates and spikes, the loss at
-# each common token count, and the first pass reaching each run's final loss).
+# each common token count, and the first pass reaching each run's final loss); --plot
+# writes a PNG (its content: test_metrics).
 # Usage: compare.sh SUPERVISOR WORKDIR
 set -uo pipefail
 supervisor=$1
@@ -23,6 +24,11 @@ done
 cat "$work/compare.out"
 
 fails=0
+"$supervisor" compare "$work/lr-1e-3" "$work/lr-1e-2" --plot "$work/plot.png" >"$work/plot.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ "$(head -c 8 "$work/plot.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] &&
+  grep -qF "plot: $work/plot.png (1 = $work/lr-1e-3, #1f77b4; 2 = $work/lr-1e-2, #d62728)" "$work/plot.out" ||
+  { echo "FAIL plot: exit $rc"; cat "$work/plot.out"; fails=$((fails + 1)); }
 "$supervisor" compare >"$work/none.out" 2>&1
 rc=$?
 [ $rc -eq 2 ] && grep -qF "supervisor compare: no RUN_DIR given" "$work/none.out" ||
