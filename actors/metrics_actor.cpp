@@ -11,6 +11,7 @@
 #include "actors/message_types.h"
 #include "actors/unix_time.h"
 #include "metrics/console.h"
+#include "metrics/error.h"
 #include "metrics/jsonl_log.h"
 #include "metrics/straggler.h"
 #include "metrics/tensorboard_writer.h"
@@ -114,10 +115,16 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
       [self](const metrics::StartupRecord& r) {
         // A resumed run's spike windows start where its checkpoint left them (read
         // before this process's startup line; once, not again after a group restart).
+        // An unreadable history costs the windows, not the run.
         auto& s = self->state;
-        if (r.resumed_from_step && s.detector->history() == 0)
-          metrics::warm_spike_windows(metrics::read_jsonl(s.args.layout.metrics).objects, *r.resumed_from_step,
-                                      *s.detector);
+        if (r.resumed_from_step && s.detector->history() == 0) {
+          try {
+            metrics::warm_spike_windows(metrics::read_jsonl(s.args.layout.metrics).objects, *r.resumed_from_step,
+                                        *s.detector);
+          } catch (const metrics::MetricsError& e) {
+            spdlog::warn("spike detection starts with empty windows: {}", e.what());
+          }
+        }
         self->state.jsonl->startup(r);
         if (self->state.events && r.resumed_from_step)
           self->state.events->session_start(*r.resumed_from_step + 1, r.wall_time);
