@@ -33,10 +33,6 @@ RobustJudgement RobustWindow::judge(double value, double k, double min_jump) con
   j.median = median_of(v);
   j.mad = mad_of(v, j.median);
   j.ratio = j.median != 0 ? value / j.median : std::numeric_limits<double>::quiet_NaN();
-  const double over = value - j.median;
-  j.deviations = j.mad > 0 ? over / j.mad
-                 : over > 0 ? std::numeric_limits<double>::infinity()
-                            : 0.0;
   j.exceeds = std::isfinite(value) && exceeds_robustly(value, j.median, j.mad, k, min_jump);
   return j;
 }

@@ -23,9 +23,8 @@ double mad_of(const std::vector<double>& values, double median);
 struct RobustJudgement {
   double median = 0;  // of the window before the value joined it
   double mad = 0;
-  double ratio = 0;       // value / median (non-finite when the median is 0 or the value is)
-  double deviations = 0;  // (value - median) / MAD (infinite when MAD is 0 and value > median)
-  bool exceeds = false;   // value > median + k x MAD and value > median x (1 + min_jump)
+  double ratio = 0;      // value / median (non-finite when the median is 0 or the value is)
+  bool exceeds = false;  // value > median + k x MAD and value > median x (1 + min_jump)
 };
 
 // The rule on its own, for a window's median and MAD (value finite).
