@@ -76,9 +76,17 @@ void check_family(const Config& c, Checker& k) {
       k.fail("model.kv_heads",
              fmt::format("{} needs model.architecture LLAMA: GPT2 attention is multi-head", m.kv_heads()),
              {"model.architecture"});
-    if (m.has_rope_theta() || m.has_rope_scaling())
-      k.fail(m.has_rope_theta() ? "model.rope_theta" : "model.rope_scaling",
-             "needs model.architecture LLAMA: GPT2 learns absolute positions", {"model.architecture"});
+    if (m.has_rope_theta() || m.has_rope_scaling()) {
+      // Name the field that was set (an origin is recorded per leaf).
+      const auto& r = m.rope_scaling();
+      const char* field = m.has_rope_theta()               ? "model.rope_theta"
+                          : r.has_factor()                 ? "model.rope_scaling.factor"
+                          : r.has_low_freq_factor()        ? "model.rope_scaling.low_freq_factor"
+                          : r.has_high_freq_factor()       ? "model.rope_scaling.high_freq_factor"
+                          : r.has_original_max_positions() ? "model.rope_scaling.original_max_positions"
+                                                           : "model.rope_scaling";
+      k.fail(field, "needs model.architecture LLAMA: GPT2 learns absolute positions", {"model.architecture"});
+    }
     return;
   }
   if (m.ffn_width() == 0)

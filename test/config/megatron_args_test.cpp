@@ -66,22 +66,20 @@ TEST_CASE("validation errors point at the flag") {
         "micro_batch_size x parallel.data = 4");
   CHECK(import_error("--seq-length 8192") ==
         "m.args:1 (--seq-length): batch.seq_length: 8192 exceeds model.max_positions = 256");
-  CHECK(import_error("--untie-embeddings-and-output-weights") ==
-        "m.args:1 (--untie-embeddings-and-output-weights): model.tied_embeddings: false is not "
-        "supported: troupe always ties the LM head to the token embedding");
+  CHECK(import_error("--swiglu --normalization RMSNorm --use-rotary-position-embeddings --disable-bias-linear\n"
+                     "--group-query-attention --num-query-groups 3") ==
+        "m.args:2 (--num-query-groups): model.kv_heads: 3 does not divide model.heads = 4");
   CHECK(import_error("--context-parallel-size 2") ==
         "m.args:1 (--context-parallel-size): parallel.context: 2 is not supported: context "
         "parallelism must be 1");
 }
 
 TEST_CASE("every unsupported flag is listed in one error") {
-  CHECK(import_error("--lr 1e-4\n--fp16\n--foo-bar 3 4\n--lr-decay-iters 100 --swiglu\n") ==
+  CHECK(import_error("--lr 1e-4\n--fp16\n--foo-bar 3 4\n--lr-decay-iters 100 --recompute-activations\n") ==
         "m.args: unsupported Megatron-LM flags: --fp16 (line 2: troupe computes in bf16 on GPU; "
         "use --bf16), --foo-bar (line 3), --lr-decay-iters (line 4: troupe counts the schedule "
-        "in samples; use --lr-decay-samples), --swiglu (line 4: troupe's MLP is GELU)");
-  CHECK(import_error("--tensor-model-parallel-size 2 --num-query-groups 8") ==
-        "m.args: unsupported Megatron-LM flag: --num-query-groups (line 1: troupe's attention is "
-        "multi-head (no grouped queries))");
+        "in samples; use --lr-decay-samples), --recompute-activations (line 4: troupe does not recompute "
+        "activations)");
 }
 
 TEST_CASE("behaviour switches are accepted; choices are checked") {
@@ -97,9 +95,12 @@ TEST_CASE("behaviour switches are accepted; choices are checked") {
         "decay constant (--weight-decay-incr-style constant)");
   CHECK(import_error("--lr-decay-style WSD") ==
         "m.args:1: --lr-decay-style: \"WSD\" is not supported: troupe decays cosine, linear or constant");
-  CHECK(import_error("--position-embedding-type rope") ==
-        "m.args:1: --position-embedding-type: \"rope\" is not supported: troupe's GPT-2 model "
-        "learns absolute position embeddings");
+  CHECK(import_error("--position-embedding-type alibi") ==
+        "m.args:1: --position-embedding-type: \"alibi\" is not supported: troupe has learned absolute (GPT2) "
+        "or rotary (LLAMA) positions");
+  CHECK(import_error("--normalization Foo") ==
+        "m.args:1: --normalization: \"Foo\" is not supported: troupe normalizes with LayerNorm (GPT2) or "
+        "RMSNorm (LLAMA)");
   CHECK(import_error("--hidden-dropout 0.1") ==
         "m.args:1: --hidden-dropout: troupe has no dropout; only 0 is accepted");
 }
@@ -134,4 +135,44 @@ TEST_CASE("malformed values and words") {
   CHECK(import_error("--bf16=yes") == "m.args:1: --bf16: takes no value (got \"yes\")");
   CHECK(import_error("--lr 1e-4 stray") == "m.args:1: expected a flag (--name), got \"stray\"");
   CHECK(import_error("--data-path \"/a b") == "m.args:1: unterminated quote");
+}
+
+TEST_CASE("a Llama fragment imports to the LLAMA family with Megatron's defaults for what it leaves out") {
+  const std::string llama =
+      "--num-layers 4 --hidden-size 128 --num-attention-heads 4\n"
+      "--normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear\n"
+      "--group-query-attention --num-query-groups 2 --rotary-base 500000 --norm-epsilon 1e-6\n"
+      "--untie-embeddings-and-output-weights --seq-length 64 --max-position-embeddings 64\n"
+      "--micro-batch-size 1 --global-batch-size 8\n";
+  auto p = parse_megatron_args(llama, "m.args");
+  validate(p.config, p.origins);
+  const auto& m = p.config.model();
+  CHECK(m.architecture() == ModelConfig::LLAMA);
+  CHECK(m.kv_heads() == 2);
+  CHECK(m.rope_theta() == 500000);
+  CHECK(m.norm_eps() == doctest::Approx(1e-6));
+  CHECK_FALSE(m.tied_embeddings());
+  CHECK(m.ffn_width() == 320);  // Megatron's SwiGLU default: 4 * 128 * 2 / 3 = 341, down to a multiple of 64
+  CHECK(p.origins.where("model.ffn_width").find("--swiglu default") != std::string::npos);
+  CHECK(p.origins.where("model.kv_heads") == "m.args:3 (--num-query-groups)");
+  // --ffn-hidden-size given: kept; --group-query-attention alone: Megatron's one group.
+  auto q = parse_megatron_args(
+      "--hidden-size 128 --num-attention-heads 4 --normalization RMSNorm --swiglu --use-rotary-position-embeddings "
+      "--disable-bias-linear --group-query-attention --ffn-hidden-size 384",
+      "m.args");
+  CHECK(q.config.model().ffn_width() == 384);
+  CHECK(q.config.model().kv_heads() == 1);
+}
+
+TEST_CASE("a mix of the two families' features is refused with what is missing") {
+  CHECK(import_error("--normalization RMSNorm --swiglu") ==
+        "m.args: the fragment sets --normalization RMSNorm, --swiglu but not --position-embedding-type rope, "
+        "--disable-bias-linear: troupe's LLAMA family is RMSNorm, SwiGLU, rotary positions and no linear biases "
+        "together");
+  CHECK(import_error("--group-query-attention --num-query-groups 2") ==
+        "m.args:1: --group-query-attention: troupe's GPT2 family is multi-head; grouped queries come with the "
+        "LLAMA features (--normalization RMSNorm, --swiglu, --position-embedding-type rope, --disable-bias-linear)");
+  CHECK(import_error("--num-query-groups 2") ==
+        "m.args:1: --num-query-groups: has no effect without --group-query-attention (Megatron-LM ignores it); "
+        "add that flag or drop this one");
 }

@@ -54,10 +54,30 @@ TEST_CASE("context parallelism must be 1") {
         "t.textproto:1: parallel.context: 2 is not supported: context parallelism must be 1");
 }
 
-TEST_CASE("tied embeddings must stay true") {
-  CHECK(load_error("model { tied_embeddings: false }") ==
-        "t.textproto:1: model.tied_embeddings: false is not supported: troupe always ties the "
-        "LM head to the token embedding");
+TEST_CASE("the model families: what LLAMA needs, and Llama knobs refused on GPT2") {
+  CHECK(load_error("model { tied_embeddings: false }") == "(no error)");
+  CHECK(load_error("model {\n  architecture: LLAMA\n}") ==
+        "t.textproto:2: model.ffn_width: must be set for LLAMA (the SwiGLU width; Llama 3 8B: 14336)");
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96 kv_heads: 3 }") ==
+        "t.textproto:1: model.kv_heads: 3 does not divide model.heads = 4");
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96 heads: 8 kv_heads: 2 }\nparallel { tensor: 8 }") ==
+        "(no error)");  // TP 8 over 2 kv heads: each rank keeps both
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96 heads: 12 width: 96 kv_heads: 6 }\n"
+                   "parallel { tensor: 4 }") ==
+        "t.textproto:1: model.kv_heads: 6 and parallel.tensor = 4: one must divide the other (split the kv "
+        "heads, or keep every kv head on every rank)");
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96 heads: 4 width: 20 }") ==
+        "t.textproto:1: model.heads: rotary positions need an even head size; width 20 / heads 4 = 5");
+  CHECK(load_error("model {\n  kv_heads: 2\n}") ==
+        "t.textproto:2: model.kv_heads: 2 needs model.architecture LLAMA: GPT2 attention is multi-head");
+  CHECK(load_error("model {\n  rope_theta: 500000\n}") ==
+        "t.textproto:2: model.rope_theta: needs model.architecture LLAMA: GPT2 learns absolute positions");
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96 rope_scaling { factor: 0.5 } }") ==
+        "t.textproto:1: model.rope_scaling.factor: must be 0 (no scaling) or at least 1, got 0.5");
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96 rope_scaling { factor: 8 low_freq_factor: 4 "
+                   "high_freq_factor: 1 } }") ==
+        "t.textproto:1: model.rope_scaling.high_freq_factor: must exceed low_freq_factor (4), got 1");
+  CHECK(load_error("model { norm_eps: -1 }") == "t.textproto:1: model.norm_eps: must be positive, got -1");
 }
 
 TEST_CASE("non-positive sizes") {
