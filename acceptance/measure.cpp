@@ -164,7 +164,8 @@ std::vector<RankMemory> measure_step_memory(const Config& c) {
     r.shard = range.end - range.begin;
     r.slots = w.model().slots();
     r.slot_bytes = w.model().slot_floats() * 4;  // fp32 activations; token ints are 4 bytes too
-    r.stage_scratch_bytes = (w.model().scratch_floats() + w.model().tp_buffer_floats()) * 4;
+    r.stage_scratch_bytes =
+        (w.model().scratch_floats() + w.model().tp_buffer_floats() + w.model().table_floats()) * 4;
     r.stage_allocations = dev.allocated_blocks();
     r.stage_peak = dev.peak_allocated_bytes();
     r.kernel_scratch = dev.scratch_bytes();

@@ -54,7 +54,8 @@ struct RankMemory {
   int64_t shard = 0;           // elements whose Adam moments this rank's shard holds
   int slots = 0;               // activation slots (1F1B: p - k + 1, GPipe: m)
   int64_t slot_bytes = 0;      // one slot: activations, token ints, mask
-  int64_t stage_scratch_bytes = 0;  // the model's backward scratch (shared by the slots)
+  // the model's backward scratch (shared by the slots), TP buffers and shared tables (rotary)
+  int64_t stage_scratch_bytes = 0;
   int64_t stage_peak = 0;      // the stage device's allocation high-water mark
   int64_t stage_allocations = 0;    // blocks the stage device holds (each rounded up to 64 bytes)
   int64_t kernel_scratch = 0;  // kernel scratch of the stage device (attention rows)

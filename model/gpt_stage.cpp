@@ -152,6 +152,8 @@ GptStage::~GptStage() = default;
 
 int GptStage::slots() const { return int(slots_.size()); }
 
+int64_t GptStage::table_floats() const { return rope_ ? rope_->table_floats() : 0; }
+
 int64_t GptStage::activation_rows(int B, int T) const { return tp_.rows(int64_t(B) * T); }
 
 void GptStage::zero_grads() { device_.fill_zero(grads(), size_t(registry_.total()) * sizeof(float)); }

@@ -185,6 +185,8 @@ class GptStage {
   // Tensor-parallel buffers besides the scratch: ones [BT] for the QKV bias pieces and,
   // with sequence parallelism, the LayerNorm gradient staging (0 without TP).
   int64_t tp_buffer_floats() const { return tp_.buffer_floats(); }
+  // Tables the blocks share: the rotary cos and sin, [max_positions, hs/2] each (0 without).
+  int64_t table_floats() const;
 
  private:
   struct Slot;

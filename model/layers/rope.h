@@ -36,6 +36,8 @@ class Rope {
  public:
   Rope(const RopeConfig& c, kernels::Device& device);
   int head_size() const { return c_.head_size; }
+  // Floats of the two device tables.
+  int64_t table_floats() const { return cos_.count() + sin_.count(); }
   // x: N rows of stride ld floats; `heads` heads of hs at its start are rotated in
   // place by positions[n] (device memory, [N]).
   void forward(float* x, const int32_t* positions, int N, int heads, int64_t ld) const;

@@ -185,6 +185,36 @@ TEST_CASE("acceptance on a TP 2 (sequence parallel) x PP 2 x DP 2 layout runs an
   CHECK(cap->status == Status::kPass);
 }
 
+TEST_CASE("every rung passes on the shipped Llama config, and with TP 2 (sequence parallel) on top") {
+  // configs/llama-tiny.textproto: grouped-query attention (4 heads, 2 kv), rotary
+  // positions, SwiGLU, untied head, DP 2 x PP 2. With TP 2 the small model keeps
+  // its kv heads split (2 of 4 heads over 2 ranks).
+  for (const int tp : {1, 2}) {
+    CAPTURE(tp);
+    Config c = config::load_config_file(std::string(TROUPE_SOURCE_DIR) + "/configs/llama-tiny.textproto");
+    c.mutable_parallel()->set_tensor(tp);
+    c.mutable_parallel()->set_sequence_parallel(tp > 1);
+    AcceptanceOptions o;
+    o.out_dir = fresh_dir("llama-tp" + std::to_string(tp)).string();
+    o.config_source = "configs/llama-tiny.textproto";
+    o.console = nullptr;
+    const Report r = run_acceptance(c, o);
+    INFO(explain(r));
+    CHECK(r.passed());
+    for (const char* name : {"boundary masks", "loss normalization", "DP parity", "PP parity", "combined"}) {
+      CAPTURE(name);
+      const Section* s = find_section(r, 1, name);
+      REQUIRE(s != nullptr);
+      CHECK(s->status == Status::kPass);
+    }
+    const Section* tp_section = find_section(r, 1, "TP parity");
+    REQUIRE(tp_section != nullptr);
+    CHECK(tp_section->status == (tp > 1 ? Status::kPass : Status::kNotApplicable));
+    CHECK(find_section(r, 2, "small model")->status == Status::kPass);
+    CHECK(find_section(r, 3, "kill a stage")->status == Status::kPass);
+  }
+}
+
 TEST_CASE("the report files exist and parse, one entry per rung") {
   const auto& run = default_run();
   const auto md = read(run.dir / "report.md");
