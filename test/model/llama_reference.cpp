@@ -74,7 +74,7 @@ ReferenceOutput llama_reference_forward(const Config& c, const model::ParameterR
                                         const std::vector<double>* input) {
   const auto& m = c.model();
   const int B = mb.batch, T = mb.seq, N = B * T;
-  const int D = m.width(), NH = m.heads(), KV = int(config::kv_heads(m)), hs = D / NH, group = NH / KV;
+  const int D = m.width(), NH = m.heads(), KV = int(config::kv_heads(m)), hs = D / NH;
   const int F = int(config::ffn_width(m)), V = m.vocab_size();
   const double eps = config::norm_eps(m);
   const double* P = params.data();
@@ -90,7 +90,7 @@ ReferenceOutput llama_reference_forward(const Config& c, const model::ParameterR
     x = *input;
   }
 
-  Vec h, q, k, v, y(size_t(N) * D), o, gate, up;
+  Vec h, q, k, v, y, o, gate, up;
   for (int l = reg.range().first_layer; l < reg.range().last_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     auto W = [&](const char* name) { return P + reg.at(p + name).offset; };
@@ -102,36 +102,7 @@ ReferenceOutput llama_reference_forward(const Config& c, const model::ParameterR
       for (int hh = 0; hh < NH; ++hh) rotate(&q[size_t(n) * NH * hs + size_t(hh) * hs], hs, mb.positions[size_t(n)], freq);
       for (int g = 0; g < KV; ++g) rotate(&k[size_t(n) * KV * hs + size_t(g) * hs], hs, mb.positions[size_t(n)], freq);
     }
-    for (int b = 0; b < B; ++b)
-      for (int hh = 0; hh < NH; ++hh)
-        for (int t = 0; t < T; ++t) {
-          const size_t qt = size_t(b * T + t);
-          const int g = hh / group;
-          Vec w(size_t(t) + 1, 0.0);
-          double mx = -1e300;
-          for (int s = 0; s <= t; ++s) {
-            if (mb.segments[size_t(b * T + s)] != mb.segments[qt]) continue;
-            double dot = 0;
-            for (int e = 0; e < hs; ++e)
-              dot += q[qt * NH * hs + size_t(hh * hs + e)] * k[size_t(b * T + s) * KV * hs + size_t(g * hs + e)];
-            w[size_t(s)] = dot / std::sqrt(double(hs));
-            mx = std::max(mx, w[size_t(s)]);
-          }
-          double z = 0;
-          for (int s = 0; s <= t; ++s) {
-            if (mb.segments[size_t(b * T + s)] != mb.segments[qt]) {
-              w[size_t(s)] = 0;
-              continue;
-            }
-            w[size_t(s)] = std::exp(w[size_t(s)] - mx);
-            z += w[size_t(s)];
-          }
-          for (int e = 0; e < hs; ++e) {
-            double acc = 0;
-            for (int s = 0; s <= t; ++s) acc += w[size_t(s)] / z * v[size_t(b * T + s) * KV * hs + size_t(g * hs + e)];
-            y[qt * D + size_t(hh * hs + e)] = acc;
-          }
-        }
+    reference_attention(y, q.data(), NH * hs, k.data(), v.data(), KV * hs, mb, NH, KV, hs);
     linear(o, y, W("self_attn.o_proj.weight"), N, D, D);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     rmsnorm(h, x, W("post_attention_layernorm.weight"), N, D, eps);
@@ -147,24 +118,8 @@ ReferenceOutput llama_reference_forward(const Config& c, const model::ParameterR
     return out;
   }
   rmsnorm(h, x, P + reg.at("model.norm.weight").offset, N, D, eps);
-  const double* head = P + reg.at(m.tied_embeddings() ? "model.embed_tokens.weight" : "lm_head.weight").offset;
-  out.logits.assign(size_t(N) * V, 0.0);
-  out.token_losses.assign(size_t(N), 0.0);
-  for (int n = 0; n < N; ++n) {
-    double mx = -1e300;
-    for (int j = 0; j < V; ++j) {
-      double s = 0;
-      for (int d = 0; d < D; ++d) s += h[size_t(n) * D + d] * head[size_t(j) * D + d];
-      out.logits[size_t(n) * V + j] = s;
-      mx = std::max(mx, s);
-    }
-    if (mb.loss_mask[size_t(n)] == 0.0f) continue;
-    double z = 0;
-    for (int j = 0; j < V; ++j) z += std::exp(out.logits[size_t(n) * V + j] - mx);
-    const double loss = mx + std::log(z) - out.logits[size_t(n) * V + mb.targets[size_t(n)]];
-    out.token_losses[size_t(n)] = loss;
-    out.loss_sum += loss;
-  }
+  reference_head_loss(out, h, P + reg.at(m.tied_embeddings() ? "model.embed_tokens.weight" : "lm_head.weight").offset,
+                      mb, N, D, V);
   return out;
 }
 

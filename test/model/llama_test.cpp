@@ -36,12 +36,7 @@ void check_gradients(const Config& c) {
   model::GptStage stage(c, model::StageRange::whole(c), dev, 1);
   jitter_parameters(stage, 0.1, 11);
   const auto mbs = packed_batches();
-  stage.zero_grads();
-  double loss_sum = 0;
-  for (const auto& mb : mbs) {
-    loss_sum += stage.forward(0, mb).loss_sum;
-    stage.backward(0);
-  }
+  const double loss_sum = accumulate_gradients(stage, mbs);
   const auto params = to_host(dev, stage.params(), stage.param_count());
   const auto grads = to_host(dev, stage.grads(), stage.param_count());
   std::vector<double> p(params.begin(), params.end());
@@ -65,13 +60,7 @@ void check_gradients(const Config& c) {
     std::vector<int64_t> elems = {real(rng), real(rng), real(rng), best};
     for (int64_t e : elems) {
       const size_t idx = size_t(t.offset + e);
-      const double saved = p[idx];
-      p[idx] = saved + kH;
-      const double up = reference_loss(c, reg, p, mbs);
-      p[idx] = saved - kH;
-      const double down = reference_loss(c, reg, p, mbs);
-      p[idx] = saved;
-      const double fd = (up - down) / (2 * kH);
+      const double fd = central_difference(c, reg, p, mbs, idx, kH);
       CAPTURE(e);
       CAPTURE(fd);
       CAPTURE(grads[idx]);

@@ -66,36 +66,7 @@ ReferenceOutput reference_forward(const Config& c, const model::ParameterRegistr
     auto W = [&](const char* name) { return P + reg.at(p + name).offset; };
     layernorm(ln, x, W("ln_1.weight"), W("ln_1.bias"), N, D, eps);
     conv1d(qkv, ln, W("attn.c_attn.weight"), W("attn.c_attn.bias"), N, D, 3 * D);
-    // causal attention within the document: s <= t, same segment
-    for (int b = 0; b < B; ++b)
-      for (int hh = 0; hh < NH; ++hh)
-        for (int t = 0; t < T; ++t) {
-          const size_t qt = size_t(b * T + t);
-          std::vector<double> w(size_t(t) + 1, 0.0);
-          double mx = -1e300;
-          for (int s = 0; s <= t; ++s) {
-            if (mb.segments[size_t(b * T + s)] != mb.segments[qt]) continue;
-            double dot = 0;
-            for (int k = 0; k < hs; ++k)
-              dot += qkv[qt * 3 * D + size_t(hh * hs + k)] * qkv[size_t(b * T + s) * 3 * D + size_t(D + hh * hs + k)];
-            w[size_t(s)] = dot / std::sqrt(double(hs));
-            mx = std::max(mx, w[size_t(s)]);
-          }
-          double z = 0;
-          for (int s = 0; s <= t; ++s) {
-            if (mb.segments[size_t(b * T + s)] != mb.segments[qt]) {
-              w[size_t(s)] = 0;
-              continue;
-            }
-            w[size_t(s)] = std::exp(w[size_t(s)] - mx);
-            z += w[size_t(s)];
-          }
-          for (int k = 0; k < hs; ++k) {
-            double acc = 0;
-            for (int s = 0; s <= t; ++s) acc += w[size_t(s)] / z * qkv[size_t(b * T + s) * 3 * D + size_t(2 * D + hh * hs + k)];
-            att[qt * D + size_t(hh * hs + k)] = acc;
-          }
-        }
+    reference_attention(att, qkv.data(), 3 * D, qkv.data() + D, qkv.data() + 2 * D, 3 * D, mb, NH, NH, hs);
     conv1d(tmp, att, W("attn.c_proj.weight"), W("attn.c_proj.bias"), N, D, D);
     for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
     layernorm(ln, x, W("ln_2.weight"), W("ln_2.bias"), N, D, eps);
@@ -110,14 +81,55 @@ ReferenceOutput reference_forward(const Config& c, const model::ParameterRegistr
     return out;
   }
   layernorm(ln, x, P + reg.at("ln_f.weight").offset, P + reg.at("ln_f.bias").offset, N, D, eps);
-  const double* wte = P + reg.at("wte.weight").offset;
+  reference_head_loss(out, ln, P + reg.head_offset(), mb, N, D, V);
+  return out;
+}
+
+void reference_attention(std::vector<double>& y, const double* q, int64_t q_stride, const double* k,
+                         const double* v, int64_t kv_stride, const data::Microbatch& mb, int NH, int KV, int hs) {
+  const int B = mb.batch, T = mb.seq, group = NH / KV;
+  y.assign(size_t(B) * T * NH * hs, 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int hh = 0; hh < NH; ++hh)
+      for (int t = 0; t < T; ++t) {
+        const size_t qt = size_t(b * T + t);
+        const int64_t qo = hh * hs, ko = (hh / group) * hs;
+        // causal within the document: s <= t, same segment
+        std::vector<double> w(size_t(t) + 1, 0.0);
+        double mx = -1e300;
+        for (int s = 0; s <= t; ++s) {
+          if (mb.segments[size_t(b * T + s)] != mb.segments[qt]) continue;
+          double dot = 0;
+          for (int e = 0; e < hs; ++e) dot += q[qt * q_stride + qo + e] * k[size_t(b * T + s) * kv_stride + ko + e];
+          w[size_t(s)] = dot / std::sqrt(double(hs));
+          mx = std::max(mx, w[size_t(s)]);
+        }
+        double z = 0;
+        for (int s = 0; s <= t; ++s) {
+          if (mb.segments[size_t(b * T + s)] != mb.segments[qt]) {
+            w[size_t(s)] = 0;
+            continue;
+          }
+          w[size_t(s)] = std::exp(w[size_t(s)] - mx);
+          z += w[size_t(s)];
+        }
+        for (int e = 0; e < hs; ++e) {
+          double acc = 0;
+          for (int s = 0; s <= t; ++s) acc += w[size_t(s)] / z * v[size_t(b * T + s) * kv_stride + ko + e];
+          y[qt * NH * hs + size_t(qo + e)] = acc;
+        }
+      }
+}
+
+void reference_head_loss(ReferenceOutput& out, const std::vector<double>& x, const double* head,
+                         const data::Microbatch& mb, int N, int D, int V) {
   out.logits.assign(size_t(N) * V, 0.0);
   out.token_losses.assign(size_t(N), 0.0);
   for (int n = 0; n < N; ++n) {
     double mx = -1e300;
     for (int j = 0; j < V; ++j) {
       double s = 0;
-      for (int d = 0; d < D; ++d) s += ln[size_t(n) * D + d] * wte[size_t(j) * D + d];
+      for (int d = 0; d < D; ++d) s += x[size_t(n) * D + d] * head[size_t(j) * D + d];
       out.logits[size_t(n) * V + j] = s;
       mx = std::max(mx, s);
     }
@@ -128,7 +140,17 @@ ReferenceOutput reference_forward(const Config& c, const model::ParameterRegistr
     out.token_losses[size_t(n)] = loss;
     out.loss_sum += loss;
   }
-  return out;
+}
+
+double central_difference(const Config& c, const model::ParameterRegistry& reg, std::vector<double>& params,
+                          const std::vector<data::Microbatch>& mbs, size_t idx, double h) {
+  const double saved = params[idx];
+  params[idx] = saved + h;
+  const double up = reference_loss(c, reg, params, mbs);
+  params[idx] = saved - h;
+  const double down = reference_loss(c, reg, params, mbs);
+  params[idx] = saved;
+  return (up - down) / (2 * h);
 }
 
 double reference_loss(const Config& c, const model::ParameterRegistry& reg, const std::vector<double>& params,

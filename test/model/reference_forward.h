@@ -35,4 +35,20 @@ double reference_loss(const Config& c, const model::ParameterRegistry& reg,
                       const std::vector<double>& params, const std::vector<data::Microbatch>& mbs,
                       const std::vector<std::vector<double>>* inputs = nullptr);
 
+// d reference_loss / d params[idx] by central differences of step h (params is
+// restored before returning).
+double central_difference(const Config& c, const model::ParameterRegistry& reg, std::vector<double>& params,
+                          const std::vector<data::Microbatch>& mbs, size_t idx, double h);
+
+// Causal attention within each token's document (mb.segments), in double: query head
+// h of q (rows of q_stride) reads kv head h / (NH / KV) of k and v (rows of
+// kv_stride); y[N, NH hs] the heads concatenated.
+void reference_attention(std::vector<double>& y, const double* q, int64_t q_stride, const double* k,
+                         const double* v, int64_t kv_stride, const data::Microbatch& mb, int NH, int KV, int hs);
+
+// The last stage's head and loss from the final norm's output x[N, D]: logits[N, V] =
+// x head[0:V]^T, per-token masked cross-entropy, and their sum (into out).
+void reference_head_loss(ReferenceOutput& out, const std::vector<double>& x, const double* head,
+                         const data::Microbatch& mb, int N, int D, int V);
+
 }  // namespace troupe::testing

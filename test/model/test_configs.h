@@ -71,6 +71,18 @@ inline void jitter_parameters(model::GptStage& stage, double noise, uint32_t see
   stage.device().copy_from_host(stage.params(), host.data(), host.size() * sizeof(float));
 }
 
+// Zeroes the gradients, then forward and backward of each microbatch in slot 0, in
+// order; returns the sum of their loss sums.
+inline double accumulate_gradients(model::GptStage& stage, const std::vector<data::Microbatch>& mbs) {
+  stage.zero_grads();
+  double loss_sum = 0;
+  for (const auto& mb : mbs) {
+    loss_sum += stage.forward(0, mb).loss_sum;
+    stage.backward(0);
+  }
+  return loss_sum;
+}
+
 inline std::vector<float> to_host(kernels::Device& dev, const float* p, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
   dev.copy_to_host(out.data(), p, out.size() * sizeof(float));
