@@ -1,4 +1,5 @@
-// Seed article 18, "Fifth": save, fail and recover. Every kind of actor is killed
+// The acceptance ladder's "Fifth" part (docs/acceptance.md, "Where the rungs come
+// from"): save, fail and recover. Every kind of actor is killed
 // at two or more phases; each run must finish with weights and optimizer state
 // bitwise identical to the same run without faults, every sample in exactly one
 // update of the final timeline, recomputation counted, and the restarts the

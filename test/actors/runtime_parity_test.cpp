@@ -1,4 +1,5 @@
-// Seed article 18, "Second": the same data, initial weights and global batch through
+// The acceptance ladder's "Second" part (docs/acceptance.md, "Where the rungs come
+// from"): the same data, initial weights and global batch through
 // every parallel layout of the actor runtime, compared with the single-device
 // compute core (optim::ReferenceTrainer) after 1 and after 3 updates.
 //
