@@ -5,6 +5,8 @@
 //     norm, gradients, Adam moments and updated weights. Bounds (fixed before any
 //     run), as ||gpu - cpu|| / ||cpu||: fp32 GEMM operands 1e-5 everywhere; bf16
 //     operands: loss 5e-3, grad norm 2e-2, gradients 3e-2, weights 1e-2;
+//   - the same for a Llama (grouped-query attention, rotary positions, SwiGLU, untied
+//     head), with the same bounds;
 //   - bitwise identical results from two runs on the GPU;
 //   - PP2 on one GPU: two stage "actors" (two CudaDevices, each with its own streams,
 //     sharing GPU 0, handing activations over with events) against the single-stage
@@ -54,11 +56,19 @@ std::vector<float> host_copy(kernels::Device& d, const float* p, int64_t n) { re
 
 double rel(double got, double ref) { return std::fabs(got - ref) / std::fabs(ref); }
 
-}  // namespace
+// gpu_config as a Llama: 4 query heads of 16 sharing 2 kv heads, SwiGLU of 128,
+// rotary positions, RMSNorm, untied head.
+Config gpu_llama_config() {
+  Config c = gpu_config();
+  auto* m = c.mutable_model();
+  m->set_architecture(ModelConfig::LLAMA);
+  m->set_kv_heads(2);
+  m->set_ffn_width(128);
+  m->set_tied_embeddings(false);
+  return c;
+}
 
-TEST_CASE("two full updates on the GPU match the CPU reference trainer") {
-  REQUIRE_GPU();
-  const Config c = gpu_config();
+void check_updates_against_cpu(const Config& c) {
   const auto mbs = packed_batches(kSeq);
   for (GemmType t : {GemmType::kF32, GemmType::kBf16}) {
     const bool bf16 = t == GemmType::kBf16;
@@ -93,6 +103,18 @@ TEST_CASE("two full updates on the GPU match the CPU reference trainer") {
     CHECK(rel_err(host_copy(gpu, run.optimizer().v(), n), host_copy(cpu, ref.optimizer().v(), n)) <=
           (bf16 ? 6e-2 : 1e-5));
   }
+}
+
+}  // namespace
+
+TEST_CASE("two full updates on the GPU match the CPU reference trainer") {
+  REQUIRE_GPU();
+  check_updates_against_cpu(gpu_config());
+}
+
+TEST_CASE("two full updates of a Llama on the GPU match the CPU reference trainer (same bounds)") {
+  REQUIRE_GPU();
+  check_updates_against_cpu(gpu_llama_config());
 }
 
 TEST_CASE("the GPU update is bitwise identical run to run") {

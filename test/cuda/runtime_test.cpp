@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "actors/runtime.h"
+#include "test/support/tiny_runtime_config.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
@@ -127,6 +128,12 @@ TEST_CASE("device.type CUDA: DP2 x PP2 through the actors on the GPU matches the
   REQUIRE_GPU();
   kernels::cuda::install_cuda_backend(gemm(GemmType::kF32));
   check_layout(gpu_layout(2, 2));
+}
+
+TEST_CASE("device.type CUDA: a Llama through DP2 x PP2 on the GPU matches the CPU reference (fp32 GEMMs)") {
+  REQUIRE_GPU();
+  kernels::cuda::install_cuda_backend(gemm(GemmType::kF32));
+  check_layout(as_llama(gpu_layout(2, 2)));
 }
 
 TEST_CASE("device.type CUDA: DP2 x PP2 on one GPU matches one GPU device running the whole model (bf16 GEMMs)") {
