@@ -24,6 +24,7 @@ int worker_main(int argc, char** argv);     // cmd_worker.cpp
 int acceptance_main(int argc, char** argv);  // cmd_acceptance.cpp
 int scaling_main(int argc, char** argv);     // cmd_scaling.cpp
 int compare_main(int argc, char** argv);     // cmd_compare.cpp
+int import_config_main(int argc, char** argv);  // cmd_import_config.cpp
 
 namespace {
 
@@ -37,6 +38,7 @@ const Subcommand kCommands[] = {
     {"run", "train a model with the actor runtime (the embedded default without CONFIG)", run_main},
     {"prepare-data", "tokenize corpus files into a Megatron indexed dataset (.bin/.idx)", prepare_data_main},
     {"plan", "print the arithmetic of a config: batch, bubble, budget, LR, memory, calendar", plan_main},
+    {"import-config", "print the model section of a Hugging Face config.json (GPT-2, Llama family)", import_config_main},
     {"inspect", "print a checkpoint's manifest and verify every shard (exit 1 on damage)", inspect_main},
     {"export", "write a checkpoint's weights as a Hugging Face GPT-2 model (safetensors)", export_main},
     {"inspect-update", "run and record one update on one device (weights, batch, grads, Adam state)", inspect_update_main},

@@ -1,0 +1,142 @@
+#include "config/hf_config.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+#include <google/protobuf/text_format.h>
+#include <nlohmann/json.hpp>
+
+#include "config/error.h"
+
+namespace troupe::config {
+namespace {
+
+using Json = nlohmann::json;
+
+class Reader {
+ public:
+  Reader(const Json& j, const std::string& source) : j_(j), source_(source) {}
+
+  ConfigError error(const std::string& key, const std::string& what) const {
+    return ConfigError(fmt::format("{}: {}: {}", source_, key, what));
+  }
+  bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  int32_t integer(const std::string& key) const {
+    if (!has(key)) throw error(key, "missing");
+    const Json& v = j_.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      throw error(key, fmt::format("expected a positive integer, got {}", v.dump()));
+    return int32_t(v.get<int64_t>());
+  }
+  double number(const std::string& key) const {
+    if (!has(key)) throw error(key, "missing");
+    const Json& v = j_.at(key);
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0))
+      throw error(key, fmt::format("expected a positive number, got {}", v.dump()));
+    return v.get<double>();
+  }
+  bool flag(const std::string& key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_.at(key).is_boolean()) throw error(key, fmt::format("expected true or false, got {}", j_.at(key).dump()));
+    return j_.at(key).get<bool>();
+  }
+  std::string text(const std::string& key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_.at(key).is_string()) throw error(key, fmt::format("expected a string, got {}", j_.at(key).dump()));
+    return j_.at(key).get<std::string>();
+  }
+  // key must be absent, null, or equal `want`.
+  void require(const std::string& key, const Json& want, const std::string& why) const {
+    if (has(key) && j_.at(key) != want) throw error(key, fmt::format("{} is not supported: {}", j_.at(key).dump(), why));
+  }
+  const Json& at(const std::string& key) const { return j_.at(key); }
+
+ private:
+  const Json& j_;
+  const std::string& source_;
+};
+
+ModelConfig gpt2(const Reader& r) {
+  ModelConfig m;
+  m.set_architecture(ModelConfig::GPT2);
+  m.set_layers(r.integer("n_layer"));
+  m.set_heads(r.integer("n_head"));
+  m.set_width(r.integer("n_embd"));
+  if (r.has("n_inner")) m.set_ffn_width(r.integer("n_inner"));
+  m.set_vocab_size(r.integer("vocab_size"));
+  m.set_max_positions(r.integer("n_positions"));
+  if (r.has("layer_norm_epsilon")) m.set_layernorm_eps(float(r.number("layer_norm_epsilon")));
+  if (r.has("initializer_range")) m.set_init_std(float(r.number("initializer_range")));
+  m.set_tied_embeddings(r.flag("tie_word_embeddings", true));
+  r.require("activation_function", "gelu_new", "troupe's GPT-2 MLP is the tanh GELU (gelu_new)");
+  return m;
+}
+
+ModelConfig llama(const Reader& r) {
+  ModelConfig m;
+  m.set_architecture(ModelConfig::LLAMA);
+  m.set_layers(r.integer("num_hidden_layers"));
+  m.set_heads(r.integer("num_attention_heads"));
+  m.set_kv_heads(r.has("num_key_value_heads") ? r.integer("num_key_value_heads") : m.heads());
+  m.set_width(r.integer("hidden_size"));
+  m.set_ffn_width(r.integer("intermediate_size"));
+  m.set_vocab_size(r.integer("vocab_size"));
+  m.set_max_positions(r.integer("max_position_embeddings"));
+  m.set_norm_eps(float(r.has("rms_norm_eps") ? r.number("rms_norm_eps") : 1e-6));
+  m.set_rope_theta(r.has("rope_theta") ? r.number("rope_theta") : 10000.0);
+  if (r.has("initializer_range")) m.set_init_std(float(r.number("initializer_range")));
+  m.set_tied_embeddings(r.flag("tie_word_embeddings", false));
+  r.require("hidden_act", "silu", "troupe's Llama MLP is SwiGLU (silu)");
+  r.require("attention_bias", false, "troupe's Llama attention has no biases");
+  r.require("mlp_bias", false, "troupe's Llama MLP has no biases");
+  r.require("sliding_window", nullptr, "troupe's attention is causal over the whole document");
+  if (r.has("head_dim") && r.at("head_dim") != Json(m.width() / m.heads()))
+    throw r.error("head_dim", fmt::format("{} is not hidden_size / num_attention_heads = {}: troupe's head size is "
+                                          "the width over the heads",
+                                          r.at("head_dim").dump(), m.width() / m.heads()));
+  if (r.has("rope_scaling")) {
+    const Json& s = r.at("rope_scaling");
+    if (!s.is_object()) throw r.error("rope_scaling", "expected an object, got " + s.dump());
+    const Reader sr(s, "rope_scaling");
+    const std::string type = sr.text("rope_type", sr.text("type", ""));
+    if (type != "llama3")
+      throw r.error("rope_scaling.rope_type",
+                    fmt::format("\"{}\" is not supported: troupe scales rotary positions as Llama 3 does (llama3)", type));
+    auto* rs = m.mutable_rope_scaling();
+    rs->set_factor(sr.number("factor"));
+    rs->set_low_freq_factor(sr.number("low_freq_factor"));
+    rs->set_high_freq_factor(sr.number("high_freq_factor"));
+    rs->set_original_max_positions(sr.integer("original_max_position_embeddings"));
+  }
+  return m;
+}
+
+}  // namespace
+
+ModelConfig model_from_hf_config(const std::string& json, const std::string& source) {
+  Json j;
+  try {
+    j = Json::parse(json);
+  } catch (const Json::parse_error& e) {
+    throw ConfigError(fmt::format("{}: not JSON: {}", source, e.what()));
+  }
+  if (!j.is_object()) throw ConfigError(source + ": expected a JSON object");
+  const Reader r(j, source);
+  const std::string type = r.text("model_type", "");
+  if (type == "gpt2") return gpt2(r);
+  if (type == "llama" || type == "mistral") return llama(r);
+  throw r.error("model_type", fmt::format("\"{}\" is not supported: troupe imports gpt2 and llama (Llama, Mistral "
+                                          "without a sliding window, SmolLM, TinyLlama)",
+                                          type));
+}
+
+std::string model_section_text(const ModelConfig& m) {
+  std::string body;
+  google::protobuf::TextFormat::Printer p;
+  p.SetInitialIndentLevel(1);
+  p.PrintToString(m, &body);
+  return "model {\n" + body + "}\n";
+}
+
+}  // namespace troupe::config

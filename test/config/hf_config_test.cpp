@@ -1,0 +1,113 @@
+// Hugging Face config.json -> the model section (config/hf_config.h): published
+// models' shapes and their parameter counts, the text round trip, and a refusal per
+// key troupe's families cannot express.
+#include <doctest/doctest.h>
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "config/derived.h"
+#include "config/error.h"
+#include "config/hf_config.h"
+#include "config/text_format.h"
+#include "config/validate.h"
+
+using namespace troupe;
+using namespace troupe::config;
+
+namespace {
+
+// TinyLlama-1.1B's config.json (as published, trimmed of keys troupe ignores).
+const char* kTinyLlama = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false, "hidden_act": "silu",
+  "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 5632, "max_position_embeddings": 2048,
+  "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 22, "num_key_value_heads": 4,
+  "rms_norm_eps": 1e-05, "rope_scaling": null, "tie_word_embeddings": false, "vocab_size": 32000})";
+
+// SmolLM-135M: tied head, 9 heads sharing 3 kv heads.
+const char* kSmolLm = R"({"model_type": "llama", "hidden_act": "silu", "hidden_size": 576, "intermediate_size": 1536,
+  "max_position_embeddings": 2048, "num_attention_heads": 9, "num_hidden_layers": 30, "num_key_value_heads": 3,
+  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": true, "vocab_size": 49152})";
+
+// Llama 3.1 8B: grouped queries and Llama 3's rotary scaling.
+const char* kLlama31 = R"({"model_type": "llama", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+  "max_position_embeddings": 131072, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": false, "vocab_size": 128256,
+  "mlp_bias": false, "head_dim": 128, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0,
+  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}})";
+
+// GPT-2 small.
+const char* kGpt2 = R"({"model_type": "gpt2", "activation_function": "gelu_new", "n_embd": 768, "n_head": 12,
+  "n_inner": null, "n_layer": 12, "n_positions": 1024, "layer_norm_epsilon": 1e-05, "vocab_size": 50257})";
+
+int64_t count(const ModelConfig& m) {
+  Config c;
+  *c.mutable_model() = m;
+  c.mutable_batch()->set_seq_length(64);
+  validate(c, Origins("t"));
+  return parameter_count(c);
+}
+
+std::string error_of(const std::string& json) {
+  try {
+    model_from_hf_config(json, "d/config.json");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("published configs give the published parameter counts") {
+  const ModelConfig tiny = model_from_hf_config(kTinyLlama, "t");
+  CHECK(tiny.architecture() == ModelConfig::LLAMA);
+  CHECK(tiny.kv_heads() == 4);
+  CHECK_FALSE(tiny.tied_embeddings());
+  CHECK(count(tiny) == 1'100'048'384);
+  const ModelConfig smol = model_from_hf_config(kSmolLm, "t");
+  CHECK(smol.tied_embeddings());
+  CHECK(count(smol) == 134'515'008);
+  const ModelConfig l31 = model_from_hf_config(kLlama31, "t");
+  CHECK(l31.rope_scaling().factor() == 8);
+  CHECK(l31.rope_scaling().original_max_positions() == 8192);
+  CHECK(l31.rope_theta() == 500000);
+  CHECK(count(l31) == 8'030'261'248);
+  const ModelConfig g = model_from_hf_config(kGpt2, "t");
+  CHECK(g.architecture() == ModelConfig::GPT2);
+  CHECK(g.ffn_width() == 0);  // n_inner null: 4 x width
+  CHECK(count(g) == 124'475'904);  // with the vocabulary padded to 50,304 rows
+}
+
+TEST_CASE("the printed section loads back to the same model") {
+  for (const char* json : {kTinyLlama, kSmolLm, kLlama31, kGpt2}) {
+    const ModelConfig m = model_from_hf_config(json, "t");
+    const std::string text = model_section_text(m) + "batch { seq_length: 64 }\n";
+    const Config c = load_config_text(text, "printed");
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(c.model(), m));
+  }
+}
+
+TEST_CASE("what troupe's families cannot express is refused by key") {
+  CHECK(error_of(R"({"model_type": "bert"})") ==
+        "d/config.json: model_type: \"bert\" is not supported: troupe imports gpt2 and llama (Llama, Mistral without "
+        "a sliding window, SmolLM, TinyLlama)");
+  CHECK(error_of(R"({"model_type": "llama", "num_hidden_layers": 2})") == "d/config.json: num_attention_heads: missing");
+  const std::string base = std::string(kTinyLlama).substr(0, std::string(kTinyLlama).size() - 1);
+  CHECK(error_of(base + R"(, "hidden_act": "gelu"})") ==
+        "d/config.json: hidden_act: \"gelu\" is not supported: troupe's Llama MLP is SwiGLU (silu)");
+  CHECK(error_of(base + R"(, "attention_bias": true})") ==
+        "d/config.json: attention_bias: true is not supported: troupe's Llama attention has no biases");
+  CHECK(error_of(base + R"(, "sliding_window": 4096})") ==
+        "d/config.json: sliding_window: 4096 is not supported: troupe's attention is causal over the whole document");
+  CHECK(error_of(base + R"(, "head_dim": 128})") ==
+        "d/config.json: head_dim: 128 is not hidden_size / num_attention_heads = 64: troupe's head size is the width "
+        "over the heads");
+  CHECK(error_of(base + R"(, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})") ==
+        "d/config.json: rope_scaling.rope_type: \"dynamic\" is not supported: troupe scales rotary positions as "
+        "Llama 3 does (llama3)");
+  CHECK(error_of(base + R"(, "num_hidden_layers": 0})") ==
+        "d/config.json: num_hidden_layers: expected a positive integer, got 0");
+  CHECK(error_of(R"({"model_type": "gpt2", "activation_function": "relu", "n_layer": 1, "n_head": 1, "n_embd": 8,
+                     "vocab_size": 10, "n_positions": 8})") ==
+        "d/config.json: activation_function: \"relu\" is not supported: troupe's GPT-2 MLP is the tanh GELU (gelu_new)");
+  CHECK(error_of("{not json").rfind("d/config.json: not JSON: ", 0) == 0);
+}
