@@ -341,6 +341,22 @@ void check_relations(const Config& c, Checker& k) {
     k.fail("batch.seq_length", fmt::format("{} exceeds model.max_positions = {}", b.seq_length(),
                                            m.max_positions()),
            {"model.max_positions"});
+  if (c.data().tokenizer() == DataConfig::NONE) {
+    if (c.data().prefix().empty())
+      k.fail("data.tokenizer", "NONE needs data.prefix: a dataset tokenized elsewhere (the embedded default corpus "
+                               "is byte-tokenized)");
+    if (c.data().eod_id() < 0 || c.data().eod_id() >= m.vocab_size())
+      k.fail(c.data().has_eod_id() ? "data.eod_id" : "data.tokenizer",
+             c.data().has_eod_id()
+                 ? fmt::format("{} is outside [0, model.vocab_size = {})", c.data().eod_id(), m.vocab_size())
+                 : std::string("NONE needs data.eod_id, the dataset's end-of-document ID"),
+             {"model.vocab_size"});
+  } else if (c.data().has_eod_id()) {
+    k.fail("data.eod_id",
+           fmt::format("only with data.tokenizer NONE; {} knows its own end-of-document ID",
+                       DataConfig::Tokenizer_Name(c.data().tokenizer())),
+           {"data.tokenizer"});
+  }
   if (c.data().tokenizer() == DataConfig::BYTES && m.vocab_size() < 257)
     k.fail("model.vocab_size",
            fmt::format("{} is too small for the BYTES tokenizer (256 bytes + EOD = 257)",

@@ -83,8 +83,11 @@ BatchSource BatchSource::open(const Config& cfg, Split split) {
   s->replicas = dp;
   s->microbatches = config::microbatches_per_replica(cfg);
   // Padding input/target IDs are never learned; EOD keeps them inside the vocabulary:
-  // 256 for the byte tokenizer, the last ID (GPT-2's <|endoftext|>) otherwise.
-  s->pad_id = cfg.data().tokenizer() == DataConfig::BYTES ? 256 : int32_t(vocab - 1);
+  // 256 for the byte tokenizer, data.eod_id for a dataset tokenized elsewhere, the last
+  // ID (GPT-2's <|endoftext|>) otherwise.
+  s->pad_id = cfg.data().tokenizer() == DataConfig::BYTES  ? 256
+              : cfg.data().tokenizer() == DataConfig::NONE ? cfg.data().eod_id()
+                                                           : int32_t(vocab - 1);
   if (s->pad_id >= vocab) s->pad_id = int32_t(vocab - 1);
   return BatchSource(std::move(s));
 }

@@ -80,6 +80,19 @@ TEST_CASE("the model families: what LLAMA needs, and Llama knobs refused on GPT2
   CHECK(load_error("model { norm_eps: -1 }") == "t.textproto:1: model.norm_eps: must be positive, got -1");
 }
 
+TEST_CASE("data.tokenizer NONE: a dataset tokenized elsewhere names its end-of-document ID") {
+  CHECK(load_error("data {\n  tokenizer: NONE\n}") ==
+        "t.textproto:2: data.tokenizer: NONE needs data.prefix: a dataset tokenized elsewhere (the embedded default "
+        "corpus is byte-tokenized)");
+  CHECK(load_error("data {\n  tokenizer: NONE\n  prefix: \"x\"\n}") ==
+        "t.textproto:2: data.tokenizer: NONE needs data.eod_id, the dataset's end-of-document ID");
+  CHECK(load_error("data { tokenizer: NONE prefix: \"x\"\n  eod_id: 257 }") ==
+        "t.textproto:2: data.eod_id: 257 is outside [0, model.vocab_size = 257)");
+  CHECK(load_error("data { tokenizer: NONE prefix: \"x\" eod_id: 0 }") == "(no error)");
+  CHECK(load_error("data {\n  eod_id: 3\n}") ==
+        "t.textproto:2: data.eod_id: only with data.tokenizer NONE; BYTES knows its own end-of-document ID");
+}
+
 TEST_CASE("non-positive sizes") {
   CHECK(load_error("model { layers: 0 }") == "t.textproto:1: model.layers: must be positive, got 0");
   CHECK(load_error("model { heads: -2 }") == "t.textproto:1: model.heads: must be positive, got -2");

@@ -428,3 +428,29 @@ TEST_CASE("empty data.prefix opens the embedded default under TROUPE_DATA_DIR") 
   CHECK(BatchSource::open(cfg).index_from_cache());
   if (old) ::setenv("TROUPE_DATA_DIR", saved.c_str(), 1); else ::unsetenv("TROUPE_DATA_DIR");
 }
+
+TEST_CASE("a dataset tokenized elsewhere (tokenizer NONE) pads with its own end-of-document ID") {
+  // Documents padded to the window end (pad_to_boundary): padding positions take the
+  // pad ID, BYTES' 256 or NONE's data.eod_id (here 7), and carry no loss either way.
+  ScratchDir dir;
+  write_dataset(dir / "c", make_docs());
+  Config bytes = small_config(dir / "c", 16, 2, 2, 8);
+  bytes.mutable_data()->set_pad_to_boundary(true);
+  Config none = bytes;
+  none.mutable_data()->set_tokenizer(DataConfig::NONE);
+  none.mutable_data()->set_eod_id(7);
+  const BatchSource a = BatchSource::open(bytes), b = BatchSource::open(none);
+  const Microbatch ma = a.microbatch(0, 0, 0), mb = b.microbatch(0, 0, 0);
+  REQUIRE(ma.padding_tokens > 0);
+  CHECK(mb.padding_tokens == ma.padding_tokens);
+  int padded = 0;
+  for (size_t i = 0; i < ma.tokens.size(); ++i) {
+    if (ma.tokens[i] == mb.tokens[i]) continue;  // real tokens agree
+    CHECK(ma.tokens[i] == 256);
+    CHECK(mb.tokens[i] == 7);
+    CHECK(mb.loss_mask[i] == 0.0f);
+    ++padded;
+  }
+  CHECK(padded > 0);
+  CHECK(ma.loss_mask == mb.loss_mask);
+}
