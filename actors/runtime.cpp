@@ -153,9 +153,14 @@ void print_startup(const Config& c, const std::string& source) {
   const auto& m = c.model();
   const auto& o = c.optimizer();
   spdlog::info("troupe: training {}", source.empty() ? "the embedded default config" : source);
-  spdlog::info("model: {} layers, {} heads, width {}, ffn {}, vocab {} (padded {}), {} positions, {} parameters",
-               m.layers(), m.heads(), m.width(), config::ffn_width(m), m.vocab_size(), config::padded_vocab(c),
-               m.max_positions(), config::parameter_count(c));
+  const std::string family =
+      config::is_llama(m) ? fmt::format("LLAMA ({} kv heads, rotary theta {:g}{}, RMSNorm, SwiGLU)", config::kv_heads(m),
+                                        m.rope_theta(), m.has_rope_scaling() ? " scaled" : "")
+                          : std::string("GPT2 (learned positions, LayerNorm, GELU)");
+  spdlog::info("model: {}, {} layers, {} heads, width {}, ffn {}, vocab {} (padded {}), {} positions, {} head, {} "
+               "parameters",
+               family, m.layers(), m.heads(), m.width(), config::ffn_width(m), m.vocab_size(), config::padded_vocab(c),
+               m.max_positions(), m.tied_embeddings() ? "tied" : "untied", config::parameter_count(c));
   spdlog::info("batch: {} sequences x {} tokens per update ({} tokens), micro batch {}, {} microbatches per replica",
                c.batch().global_batch_size(), c.batch().seq_length(), config::tokens_per_update(c),
                c.batch().micro_batch_size(), config::microbatches_per_replica(c));
