@@ -5,19 +5,27 @@
 //   step_bench                      every case below, each in its own process
 //   step_bench --case NAME --threads N [--steps S]   one case (prints one line)
 //
-// Cases: tiny (2 layers, 4 heads, width 64, vocab 256, seq 64, batch 8), small (4, 4,
-// 256, vocab 4096, seq 128, batch 8), gpt2-124m (12, 12, 768, vocab 50257, seq 64,
-// batch 4); 1 and 2 threads.
+// GPT-2 cases (model.architecture GPT2): tiny (2 layers, 4 heads, width 64, vocab 256,
+// seq 64, batch 8), small (4, 4, 256, vocab 4096, seq 128, batch 8), gpt2-124m (12, 12,
+// 768, vocab 50257, seq 64, batch 4). Llama cases (LLAMA: RMSNorm, rotary, grouped-query
+// attention, SwiGLU, untied head, no biases): llama-small (small's L, D, V, T, B; 4
+// heads of 64 sharing 2 kv heads, SwiGLU of F = 688, about 8D/3 rounded to 16),
+// llama-124m (gpt2-124m's L, D, V, T, B; 12 heads of 64 sharing 4 kv heads, F = 2048).
+// 1 and 2 threads.
 //
-// Model FLOPs per step (multiply-add = 2 FLOPs; embedding lookups, norms and
+// Model FLOPs per step (multiply-add = 2 FLOPs; embedding lookups, norms, rotary and
 // elementwise work not counted):
 //   B*T * (6 * N_mm + 6 * L * D * (T + 1))
-//   N_mm = L * 12 D^2 + D * V  (the four block matrices and the tied LM head over V
-//   real rows); 6 = 2 (forward) + 4 (backward: input and weight gradients); the
-//   attention term is QK^T and AV over the causal average of (T + 1) / 2 keys, times 3.
+//   GPT-2: N_mm = L * 12 D^2 + D * V  (the four block matrices and the tied LM head over
+//   V real rows).
+//   Llama: N_mm = L * (2 D^2 + 2 D * KV * hs + 3 D F) + D * V  (q and o: D^2 each; k and
+//   v: D * KV * hs each; gate, up and down: D * F each; the untied head over V real rows).
+//   6 = 2 (forward) + 4 (backward: input and weight gradients); the attention term is
+//   QK^T and AV over the causal average of (T + 1) / 2 keys, times 3 (the same for both:
+//   the query heads span D, whatever KV).
 // sgemm reference: cblas_sgemm with OpenBLAS itself running N threads, timed right
 // before every step (so both see the same machine load) on two shapes: the case's MLP
-// up-projection (M = B*T, N = 4D, K = D) and 1024^3; the reference rate of a step is
+// up-projection (M = B*T, N = F, K = D; F = 4D for GPT-2) and 1024^3; the reference rate of a step is
 // the faster of the two. Reported: median step, median reference, and the median of
 // the per-step ratios (model GFLOP/s / reference GFLOP/s). OpenBLAS's idle workers
 // spin for about 2^28 cycles after a call and would steal a core from the step that
@@ -30,6 +38,8 @@
 //
 //   step_bench --repeat R   runs the whole matrix R times (cases interleaved) and ends
 //                           with the per-case medians over the R runs
+//   step_bench --cases small,llama-small --threads 2 --repeat 3
+//                           the same over the named cases and one thread count
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -55,12 +65,18 @@ namespace {
 struct Case {
   const char* name;
   int layers, heads, width, vocab, seq, batch, steps;
+  bool llama = false;
+  int kv_heads = 0, ffn = 0;  // LLAMA only (GPT-2: heads, 4 width)
+  int ffn_width() const { return llama ? ffn : 4 * width; }
+  int kv() const { return llama ? kv_heads : heads; }
 };
 
 const Case kCases[] = {
     {"tiny", 2, 4, 64, 256, 64, 8, 60},
     {"small", 4, 4, 256, 4096, 128, 8, 20},
     {"gpt2-124m", 12, 12, 768, 50257, 64, 4, 7},
+    {"llama-small", 4, 4, 256, 4096, 128, 8, 20, true, 2, 688},
+    {"llama-124m", 12, 12, 768, 50257, 64, 4, 7, true, 4, 2048},
 };
 
 double now() {
@@ -87,6 +103,12 @@ Config make_config(const Case& k) {
   m->set_width(k.width);
   m->set_vocab_size(k.vocab);
   m->set_max_positions(std::max(k.seq, 64));
+  if (k.llama) {
+    m->set_architecture(ModelConfig::LLAMA);
+    m->set_kv_heads(k.kv_heads);
+    m->set_ffn_width(k.ffn);
+    m->set_tied_embeddings(false);
+  }
   c.mutable_batch()->set_micro_batch_size(k.batch);
   c.mutable_batch()->set_global_batch_size(k.batch);
   c.mutable_batch()->set_seq_length(k.seq);
@@ -148,7 +170,7 @@ struct SgemmProbe {
 int run_case(const Case& k, int threads, int steps) {
   const Config c = make_config(k);
   const int64_t BT = int64_t(k.batch) * k.seq, D = k.width, L = k.layers;
-  SgemmProbe shape_probe(int(BT), int(4 * D), int(D)), square_probe(1024, 1024, 1024);
+  SgemmProbe shape_probe(int(BT), k.ffn_width(), int(D)), square_probe(1024, 1024, 1024);
   const double probes_mb = double(shape_probe.A.size() + shape_probe.B.size() + shape_probe.C.size() +
                                   square_probe.A.size() + square_probe.B.size() + square_probe.C.size()) * 4 / (1 << 20);
   shape_probe.gflops(threads);  // OpenBLAS's own buffers are part of the base, not the state
@@ -176,7 +198,9 @@ int run_case(const Case& k, int threads, int steps) {
   };
   double t[4];
   for (int i = 0; i < 2; ++i) one_step(t);  // warm-up: first touch, scratch growth
-  const double n_mm = double(L) * 12 * D * D + double(D) * k.vocab;
+  const double hs = double(D) / k.heads, F = k.ffn_width();
+  const double n_mm = k.llama ? double(L) * (2.0 * D * D + 2.0 * D * k.kv() * hs + 3.0 * D * F) + double(D) * k.vocab
+                              : double(L) * 12 * D * D + double(D) * k.vocab;
   const double flops = double(BT) * (6 * n_mm + 6.0 * L * D * (k.seq + 1));
   std::vector<double> step, fwd, bwd, ref, ratio;
   for (int i = 0; i < steps; ++i) {
@@ -193,14 +217,14 @@ int run_case(const Case& k, int threads, int steps) {
   const int64_t n = m.param_count();
   const double counted = (4.0 * n + double(m.slot_floats()) + double(m.scratch_floats())) * 4 / (1 << 20);
   const double peak = rss_mb() - probes_mb;
-  std::printf("%-10s %2d  %9.0f  %8.4f  %8.4f  %5.1f%% %5.1f%% %5.1f%%  %7.1f  %7.1f  %5.2f  %8.1f  %8.1f  %6.1f  %5.2f\n",
+  std::printf("%-11s %2d  %9.0f  %8.4f  %8.4f  %5.1f%% %5.1f%% %5.1f%%  %7.1f  %7.1f  %5.2f  %8.1f  %8.1f  %6.1f  %5.2f\n",
               k.name, threads, double(BT) / t_step, t_step, t_best, 100 * t_fwd / t_step, 100 * t_bwd / t_step,
               100 * (t_step - t_fwd - t_bwd) / t_step, gflops, sgemm, median(ratio), counted, peak, base, peak / counted);
   return 0;
 }
 
 void header() {
-  std::printf("%-10s %2s  %9s  %8s  %8s  %6s %6s %6s  %7s  %7s  %5s  %8s  %8s  %6s  %5s\n", "case", "th", "tokens/s",
+  std::printf("%-11s %2s  %9s  %8s  %8s  %6s %6s %6s  %7s  %7s  %5s  %8s  %8s  %6s  %5s\n", "case", "th", "tokens/s",
               "step s", "best s", "fwd", "bwd", "opt", "GFLOP/s", "sgemm", "ratio", "state MB", "peak MB", "base",
               "peak/state");
 }
@@ -214,34 +238,64 @@ int main(int argc, char** argv) {
     std::perror("step_bench: re-executing with OPENBLAS_THREAD_TIMEOUT=4");
     return 1;
   }
-  std::string name;
-  int threads = 1, steps = 0, repeat = 1;
+  std::string name, only;
+  int threads = 0, steps = 0, repeat = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--case" && i + 1 < argc) name = argv[++i];
+    else if (a == "--cases" && i + 1 < argc) only = argv[++i];
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
     else if (a == "--header") { header(); return 0; }
     else {
-      std::fprintf(stderr, "usage: step_bench [--repeat R] | --case tiny|small|gpt2-124m --threads N [--steps S]\n");
+      std::fprintf(stderr,
+                   "usage: step_bench [--repeat R] [--cases A,B,...] [--threads N] | --case NAME [--threads N] [--steps S]\n"
+                   "cases: tiny small gpt2-124m llama-small llama-124m\n");
       return 2;
     }
   }
-  if (!name.empty()) {
+  auto known = [](const std::string& n) -> const Case* {
     for (const auto& k : kCases)
-      if (name == k.name) return run_case(k, threads, steps > 0 ? steps : k.steps);
-    std::fprintf(stderr, "step_bench: unknown case '%s' (tiny, small, gpt2-124m)\n", name.c_str());
-    return 2;
+      if (n == k.name) return &k;
+    std::fprintf(stderr, "step_bench: unknown case '%s' (tiny, small, gpt2-124m, llama-small, llama-124m)\n", n.c_str());
+    return nullptr;
+  };
+  if (!name.empty()) {
+    const Case* k = known(name);
+    return k ? run_case(*k, threads > 0 ? threads : 1, steps > 0 ? steps : k->steps) : 2;
   }
+  std::vector<const Case*> cases;
+  if (only.empty()) {
+    for (const auto& k : kCases) cases.push_back(&k);
+  } else {
+    for (size_t b = 0; b <= only.size();) {
+      const size_t e = std::min(only.find(',', b), only.size());
+      const Case* k = known(only.substr(b, e - b));
+      if (!k) return 2;
+      cases.push_back(k);
+      b = e + 1;
+    }
+  }
+  const std::vector<int> counts = threads > 0 ? std::vector<int>{threads} : std::vector<int>{1, 2};
   header();
   std::fflush(stdout);
   // Each case in its own process (a clean peak RSS); lines are collected for the medians.
-  std::vector<std::vector<std::string>> lines(std::size(kCases) * 2);
+  // popen runs the line through /bin/sh, where /proc/self/exe would name the shell: the
+  // child is started by this binary's resolved path.
+  char self[4096];
+  const ssize_t self_len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (self_len <= 0) {
+    std::perror("step_bench: readlink /proc/self/exe");
+    return 1;
+  }
+  self[self_len] = 0;
+  std::vector<std::vector<std::string>> lines(cases.size() * counts.size());
   for (int rep = 0; rep < repeat; ++rep)
-    for (size_t ci = 0; ci < std::size(kCases); ++ci)
-      for (int t : {1, 2}) {
-        const std::string cmd = "/proc/self/exe --case " + std::string(kCases[ci].name) + " --threads " + std::to_string(t);
+    for (size_t ci = 0; ci < cases.size(); ++ci)
+      for (size_t ti = 0; ti < counts.size(); ++ti) {
+        const std::string cmd = "'" + std::string(self) + "' --case " + std::string(cases[ci]->name) + " --threads " +
+                                std::to_string(counts[ti]) + (steps > 0 ? " --steps " + std::to_string(steps) : "");
         FILE* p = popen(cmd.c_str(), "r");
         if (!p) return 1;
         char buf[512];
@@ -250,7 +304,7 @@ int main(int argc, char** argv) {
         if (pclose(p) != 0) return 1;
         std::fputs(line.c_str(), stdout);
         std::fflush(stdout);
-        lines[ci * 2 + size_t(t - 1)].push_back(line);
+        lines[ci * counts.size() + ti].push_back(line);
       }
   if (repeat > 1) {
     std::printf("\nmedians over %d runs:\n", repeat);
@@ -267,10 +321,10 @@ int main(int argc, char** argv) {
           for (int c = 0; c < 13; ++c) cols[size_t(c)].push_back(v[c]);
       }
       if (cols[0].empty()) continue;
-      std::printf("%-10s %2d  %9.0f  %8.4f  %8.4f  %5.1f%% %5.1f%% %5.1f%%  %7.1f  %7.1f  %5.2f  %8.1f  %8.1f  %6.1f  %5.2f\n",
-                  kCases[i / 2].name, int(i % 2) + 1, median(cols[0]), median(cols[1]), median(cols[2]), median(cols[3]),
-                  median(cols[4]), median(cols[5]), median(cols[6]), median(cols[7]), median(cols[8]), median(cols[9]),
-                  median(cols[10]), median(cols[11]), median(cols[12]));
+      std::printf("%-11s %2d  %9.0f  %8.4f  %8.4f  %5.1f%% %5.1f%% %5.1f%%  %7.1f  %7.1f  %5.2f  %8.1f  %8.1f  %6.1f  %5.2f\n",
+                  cases[i / counts.size()]->name, counts[i % counts.size()], median(cols[0]), median(cols[1]),
+                  median(cols[2]), median(cols[3]), median(cols[4]), median(cols[5]), median(cols[6]), median(cols[7]),
+                  median(cols[8]), median(cols[9]), median(cols[10]), median(cols[11]), median(cols[12]));
     }
   }
   return 0;
