@@ -6,7 +6,9 @@
 Each round runs troupe's `build/bench/step_bench --case CASE --threads N` (one process)
 and then the same step in plain PyTorch (another process), alternating, so both see the
 same machine load; the end prints the per-round numbers, the medians and the ratio
-(troupe tokens/s over PyTorch tokens/s) of each round and their median.
+(troupe tokens/s over PyTorch tokens/s) of the medians, the median of the per-round
+ratios, and the median of the per-round ratios of the best steps (the least disturbed
+by other load on a shared machine).
 
 The PyTorch model (written here, nothing imported from troupe): token embedding, L blocks
 of RMSNorm -> q, k, v projections (no bias) -> rotary (rotate-half pairing) on q and k
@@ -178,7 +180,7 @@ def main():
             return 1
         m = re.search(r"torch (\S+) step_s (\S+) best_s (\S+) mm_gflops (\S+)", out.stdout)
         version, t_torch, best_torch, mm = m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4))
-        rows.append((t_troupe, t_torch, ratio))
+        rows.append((t_troupe, t_torch, ratio, best_troupe, best_torch))
         print(f"round {r + 1}: troupe {t_troupe:.4f} s/step (best {best_troupe:.4f}; {B * T / t_troupe:,.0f} tokens/s;"
               f" OpenBLAS sgemm {sgemm:.0f} GFLOP/s, share {ratio:.2f})"
               f" | torch {version} {t_torch:.4f} s/step (best {best_torch:.4f}; {B * T / t_torch:,.0f} tokens/s;"
@@ -188,7 +190,8 @@ def main():
     print(f"{a.case}, {a.threads} threads, {a.rounds} rounds (gqa {a.gqa}): median troupe {mt:.4f} s/step "
           f"({B * T / mt:,.0f} tokens/s), median torch {mp:.4f} s/step ({B * T / mp:,.0f} tokens/s), "
           f"troupe/torch speed: ratio of medians {mp / mt:.2f}, median of per-round ratios "
-          f"{statistics.median(r[1] / r[0] for r in rows):.2f}")
+          f"{statistics.median(r[1] / r[0] for r in rows):.2f}, median of per-round best-step ratios "
+          f"{statistics.median(r[4] / r[3] for r in rows):.2f} (above 1: troupe faster)")
     return 0
 
 
