@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Independent PyTorch reference for one troupe update (issue 3, seed article 18).
+"""Independent PyTorch reference for one troupe update (docs/compute.md, "One inspectable update").
 
-It implements the GPT-2 model, the loss contract, global-norm clipping, the LR
-schedule and AdamW from the written rules (DESIGN.md section 4), in float64, with
+It implements the GPT-2 and Llama models (Llama: RMSNorm, rotary positions
+restarting at each document, grouped-query attention, SwiGLU, tied or untied head;
+without Llama 3's rotary scaling), the loss contract, global-norm clipping, the LR
+schedule and AdamW from the written rules (docs/numerics.md), in float64, with
 nothing shared with the C++ code. Two modes:
 
   make-fixture OUTDIR
@@ -102,8 +104,32 @@ def padded_vocab(c):
     return (c["vocab_size"] + m - 1) // m * m
 
 
+def is_llama(c):
+    return c.get("architecture", "GPT2") == "LLAMA"
+
+
+def llama_param_shapes(c):
+    """Hugging Face Llama names and shapes (nn.Linear weights [out, in]), embeddings unpadded."""
+    D, V, L, F_ = c["width"], c["vocab_size"], c["layers"], c["ffn_width"]
+    KVs = c["kv_heads"] * (D // c["heads"])
+    shapes = [("model.embed_tokens.weight", (V, D))]
+    for i in range(L):
+        p = f"model.layers.{i}."
+        shapes += [(p + "input_layernorm.weight", (D,)), (p + "self_attn.q_proj.weight", (D, D)),
+                   (p + "self_attn.k_proj.weight", (KVs, D)), (p + "self_attn.v_proj.weight", (KVs, D)),
+                   (p + "self_attn.o_proj.weight", (D, D)), (p + "post_attention_layernorm.weight", (D,)),
+                   (p + "mlp.gate_proj.weight", (F_, D)), (p + "mlp.up_proj.weight", (F_, D)),
+                   (p + "mlp.down_proj.weight", (D, F_))]
+    shapes += [("model.norm.weight", (D,))]
+    if not c["tied_embeddings"]:
+        shapes += [("lm_head.weight", (V, D))]
+    return shapes
+
+
 def param_shapes(c):
     """Hugging Face GPT-2 names and shapes (Conv1D weights [in, out]), wte unpadded."""
+    if is_llama(c):
+        return llama_param_shapes(c)
     D, V, P, L = c["width"], c["vocab_size"], c["max_positions"], c["layers"]
     F4 = 4 * D
     shapes = [("wte.weight", (V, D)), ("wpe.weight", (P, D))]
@@ -119,8 +145,56 @@ def param_shapes(c):
     return shapes
 
 
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def rotate(x, pos, theta):
+    """Rotary positions, Hugging Face's rotate-half pairing: x [S, H, T, hs], pos [S, T]."""
+    hs = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    ang = pos[:, None, :, None].double() * inv  # [S, 1, T, hs/2]
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
+    half = torch.cat([-x[..., hs // 2:], x[..., :hs // 2]], -1)
+    return x * cos + half * sin
+
+
+def llama_loss_sum_and_tokens(P, b, c):
+    """The Llama forward (RMSNorm, rotary positions restarting at each document,
+    grouped-query attention, SwiGLU, head tied or not) and its masked loss sum."""
+    D, H, L, V, KV = c["width"], c["heads"], c["layers"], c["vocab_size"], c["kv_heads"]
+    hs, eps, theta = D // H, c["norm_eps"], c["rope_theta"]
+    tok, pos, seg, tgt, mask = b["tokens"], b["positions"], b["segments"], b["targets"], b["loss_mask"]
+    S, T = tok.shape
+    x = P["model.embed_tokens.weight"][tok]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    allowed = causal[None] & (seg[:, :, None] == seg[:, None, :])
+    for i in range(L):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, P[p + "input_layernorm.weight"], eps)
+        q = (h @ P[p + "self_attn.q_proj.weight"].T).view(S, T, H, hs).transpose(1, 2)
+        k = (h @ P[p + "self_attn.k_proj.weight"].T).view(S, T, KV, hs).transpose(1, 2)
+        v = (h @ P[p + "self_attn.v_proj.weight"].T).view(S, T, KV, hs).transpose(1, 2)
+        q, k = rotate(q, pos, theta), rotate(k, pos, theta)
+        k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
+        att = att.masked_fill(~allowed[:, None], float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(S, T, D)
+        x = x + y @ P[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
+        g = F.silu(h @ P[p + "mlp.gate_proj.weight"].T) * (h @ P[p + "mlp.up_proj.weight"].T)
+        x = x + g @ P[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, P["model.norm.weight"], eps)
+    head = P["model.embed_tokens.weight"] if c["tied_embeddings"] else P["lm_head.weight"]
+    logits = x @ head[:V].T
+    ce = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), reduction="none")
+    return (ce * mask.reshape(-1)).sum(), int(mask.sum().item())
+
+
 def loss_sum_and_tokens(P, b, c):
     """Sum of per-token cross-entropy over loss-bearing positions, and their count."""
+    if is_llama(c):
+        return llama_loss_sum_and_tokens(P, b, c)
     D, H, L, V = c["width"], c["heads"], c["layers"], c["vocab_size"]
     hs = D // H
     eps = c["layernorm_eps"]
