@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <optional>
 #include <random>
 #include <type_traits>
@@ -108,7 +109,16 @@ void event(Self* self, const std::string& type, int64_t step, metrics::Json fiel
 }
 
 void check_fault(Self* self, int64_t step, Fault::Phase phase) {
-  engine::check_fault(self->state.args.faults.get(), self->state.path, step, phase);
+  engine::FaultPlan* plan = self->state.args.faults.get();
+  if (plan && plan->targets(self->state.path)) {
+    auto is_stop = [](const Fault& f) { return f.kind() == Fault::REQUEST_STOP; };
+    if (plan->take(self->state.path, step, phase, is_stop)) {
+      spdlog::warn("{}: injected stop request at step {} during {} (as SIGTERM)", self->state.path, step,
+                   engine::phase_name(phase));
+      request_stop(SIGTERM);
+    }
+  }
+  engine::check_fault(plan, self->state.path, step, phase);
 }
 
 // The newest complete checkpoint on disk, for the summary ("" when there is none).

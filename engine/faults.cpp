@@ -177,6 +177,8 @@ void check_fault_plan(const Config& c, const std::vector<std::string>& actor_pat
     if (data_fault && kind != "writer")
       throw std::invalid_argument(fmt::format("{}: {} applies to checkpoint writers only", where,
                                               Fault::Kind_Name(f.kind())));
+    if (f.kind() == Fault::REQUEST_STOP && kind != "coordinator")
+      throw std::invalid_argument(fmt::format("{}: REQUEST_STOP applies to the coordinator only", where));
     if (f.kind() == Fault::NAN_GRADIENT && (kind != "stage" || f.phase() != Fault::BACKWARD))
       throw std::invalid_argument(fmt::format("{}: NAN_GRADIENT applies to stages in phase backward", where));
     if (process_kind(f.kind())) {
