@@ -27,6 +27,7 @@
 #include "engine/topology.h"
 #include "metrics/run_dir.h"
 #include "model/param_registry.h"
+#include "sched/schedule_verifier.h"
 
 
 namespace troupe::actors {
@@ -187,6 +188,9 @@ void print_startup(const Config& c, const std::string& source) {
 RunResult run_training(const Config& c, const RunOptions& options) {
   engine::check_runtime_device(c);
   engine::check_host_capacity(c);
+  // The pipeline's op lists checked as a message system (order, FIFO channels, no
+  // deadlock, bounds): a violation refuses the start with the first offending op.
+  sched::verified_pipeline_schedule(c);
   // Data first: preparing the default corpus or building a sample index happens
   // here, once, not inside an actor.
   data::BatchSource::open(c, data::Split::Train);

@@ -16,6 +16,7 @@
 #include "engine/stage_worker.h"
 #include "engine/state_snapshot.h"
 #include "sched/pipeline_schedule.h"
+#include "sched/schedule_verifier.h"
 
 namespace troupe::actors {
 namespace {
@@ -365,9 +366,9 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
     engine::restore_stage(*st.args.resume, st.worker->model());
     st.last_finished_step = st.args.resume->step();
   }
-  st.train_ops = sched::build_pipeline_schedule(c.parallel().schedule(), c.parallel().pipeline(),
-                                                int32_t(config::microbatches_per_replica(c)))
-                     .ops[size_t(st.args.rank.pp)];
+  // The same verified lists run_training checked before starting the actors
+  // (sched/schedule_verifier.h): this stage walks exactly its own.
+  st.train_ops = sched::verified_pipeline_schedule(c).ops[size_t(st.args.rank.pp)];
   for (const auto& op : st.train_ops)
     if (op.kind == sched::OpKind::Forward) st.last_train_forward = op.microbatch;
   return {

@@ -10,10 +10,12 @@
 
 #include "apps/supervisor/cli_args.h"
 #include "apps/supervisor/config_args.h"
+#include "config/derived.h"
 #include "config/error.h"
 #include "config/validate.h"
 #include "sched/planner.h"
 #include "sched/planner_report.h"
+#include "sched/schedule_verifier.h"
 
 namespace troupe::cli {
 namespace {
@@ -100,6 +102,12 @@ int plan_main(int argc, char** argv) {
   std::printf("Plan for %s%s\n\n%s", loaded.describe().c_str(),
               gpus.empty() ? "" : (" on " + gpus + " GPUs").c_str(),
               sched::render_plan(loaded.config, in).c_str());
+  // The op lists a run would execute, checked as `supervisor run` checks them before
+  // starting (docs/runtime.md "The schedule verifier").
+  const auto& par = loaded.config.parallel();
+  const auto schedule = sched::build_pipeline_schedule(par.schedule(), par.pipeline(),
+                                                       int32_t(config::microbatches_per_replica(loaded.config)));
+  std::printf("\n%s\n", sched::schedule_verdict_line(schedule, par.schedule()).c_str());
   return 0;
 }
 
