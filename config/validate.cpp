@@ -97,7 +97,7 @@ void check_family(const Config& c, Checker& k) {
                        m.width() / m.heads()),
            {"model.width"});
   const int64_t kv = kv_heads(m);
-  if (kv > m.heads() || m.heads() % kv != 0) {
+  if (m.heads() % kv != 0) {  // also catches kv > heads
     k.fail("model.kv_heads", fmt::format("{} does not divide model.heads = {}", kv, m.heads()), {"model.heads"});
     return;
   }

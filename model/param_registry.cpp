@@ -1,7 +1,6 @@
 #include "model/param_registry.h"
 
 #include <cmath>
-#include <functional>
 #include <stdexcept>
 
 #include "config/derived.h"
@@ -30,29 +29,35 @@ ParameterRegistry::ParameterRegistry(const Config& c, StageRange range, TensorSl
   must_divide("the MLP width (model.ffn_width)", config::ffn_width(m));
   must_divide("the padded vocabulary", config::padded_vocab(c));
   tied_ = m.tied_embeddings();
-  if (config::is_llama(m))
+  vocab_rows_ = config::padded_vocab(c) / T;
+  vocab_begin_ = t * vocab_rows_;
+  const bool llama = config::is_llama(m);
+  embedding_name_ = llama ? "model.embed_tokens.weight" : "wte.weight";
+  if (llama)
     add_llama(c);
   else
     add_gpt2(c);
 }
 
+int64_t ParameterRegistry::add_vocab_table(const Config& c, const std::string& name) {
+  const auto& m = c.model();
+  const int64_t D = m.width(), Vp = config::padded_vocab(c);
+  return add_slice(name, {Vp, D}, {vocab_begin_, 0}, {vocab_rows_, D}, DecayGroup::kDecay, InitKind::kNormal,
+                   m.init_std(), m.vocab_size());
+}
+
 void ParameterRegistry::add_gpt2(const Config& c) {
   const auto& m = c.model();
-  const int64_t D = m.width(), F = config::ffn_width(m), Vp = config::padded_vocab(c);
+  const int64_t D = m.width(), F = config::ffn_width(m);
   const int T = slice_.size, t = slice_.rank;
-  const int64_t Dt = D / T, Ft = F / T, Vpt = Vp / T;
-  vocab_begin_ = t * Vpt;
-  vocab_rows_ = Vpt;
+  const int64_t Dt = D / T, Ft = F / T;
   const float std = m.init_std();
   const float proj_std = std / std::sqrt(2.0f * float(m.layers()));
   const auto W = DecayGroup::kDecay, NW = DecayGroup::kNoDecay;
   const auto N = InitKind::kNormal, Z = InitKind::kZeros, O = InitKind::kOnes;
-  // Vocabulary-parallel rows of wte (the whole table when T = 1).
-  auto add_wte = [&] { return add_slice("wte.weight", {Vp, D}, {t * Vpt, 0}, {Vpt, D}, W, N, std, m.vocab_size()); };
-  embedding_name_ = "wte.weight";
 
   if (range_.has_embedding()) {
-    wte_ = add_wte();
+    wte_ = add_vocab_table(c, embedding_name_);
     wpe_ = add("wpe.weight", {m.max_positions(), D}, W, N, std);
   }
   for (int l = range_.first_layer; l < range_.last_layer; ++l) {
@@ -85,32 +90,26 @@ void ParameterRegistry::add_gpt2(const Config& c) {
   if (range_.has_head(c)) {
     lnf_w_ = add("ln_f.weight", {D}, NW, O, 0);
     lnf_b_ = add("ln_f.bias", {D}, NW, Z, 0);
-    add_head(c, "lm_head.weight", add_wte);
+    add_head(c);
   }
 }
 
 void ParameterRegistry::add_llama(const Config& c) {
   const auto& m = c.model();
-  const int64_t D = m.width(), F = config::ffn_width(m), Vp = config::padded_vocab(c);
+  const int64_t D = m.width(), F = config::ffn_width(m);
   const int64_t NH = m.heads(), KV = config::kv_heads(m), hs = D / NH;
   const int T = slice_.size, t = slice_.rank;
-  const int64_t Dt = D / T, Ft = F / T, Vpt = Vp / T;
-  vocab_begin_ = t * Vpt;
-  vocab_rows_ = Vpt;
+  const int64_t Dt = D / T, Ft = F / T;
   const float std = m.init_std();
   const float proj_std = std / std::sqrt(2.0f * float(m.layers()));
   const auto W = DecayGroup::kDecay, NW = DecayGroup::kNoDecay;
   const auto N = InitKind::kNormal, O = InitKind::kOnes;
-  auto add_embed = [&] {
-    return add_slice("model.embed_tokens.weight", {Vp, D}, {t * Vpt, 0}, {Vpt, D}, W, N, std, m.vocab_size());
-  };
-  embedding_name_ = "model.embed_tokens.weight";
   // k and v: split by kv heads when they divide over the group, else whole on every
   // rank (each rank reads the kv head of its query heads; model/layers/attention.h).
   const bool kv_split = KV % T == 0;
   const int64_t KVt = kv_split ? KV / T : KV;
 
-  if (range_.has_embedding()) wte_ = add_embed();
+  if (range_.has_embedding()) wte_ = add_vocab_table(c, embedding_name_);
   for (int l = range_.first_layer; l < range_.last_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     // Linear weights in nn.Linear's layout [out, in]: column-parallel ones split rows
@@ -139,21 +138,17 @@ void ParameterRegistry::add_llama(const Config& c) {
   }
   if (range_.has_head(c)) {
     lnf_w_ = add("model.norm.weight", {D}, NW, O, 0);
-    add_head(c, "lm_head.weight", add_embed);
+    add_head(c);
   }
 }
 
-void ParameterRegistry::add_head(const Config& c, const std::string& untied_name,
-                                 const std::function<int64_t()>& add_embedding) {
-  const auto& m = c.model();
+void ParameterRegistry::add_head(const Config& c) {
   if (!tied_) {
-    const int64_t D = m.width(), Vp = config::padded_vocab(c), Vpt = Vp / slice_.size;
-    head_ = add_slice(untied_name, {Vp, D}, {slice_.rank * Vpt, 0}, {Vpt, D}, DecayGroup::kDecay, InitKind::kNormal,
-                      m.init_std(), m.vocab_size());
+    head_ = add_vocab_table(c, "lm_head.weight");
     return;
   }
   if (!range_.has_embedding()) {
-    wte_ = add_embedding();
+    wte_ = add_vocab_table(c, embedding_name_);
     tensors_.back().counts_in_norm = false;  // the first stage's copy is the one counted
   }
   head_ = wte_;

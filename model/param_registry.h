@@ -67,7 +67,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -171,9 +170,13 @@ class ParameterRegistry {
  private:
   void add_gpt2(const Config& c);
   void add_llama(const Config& c);
+  // A vocabulary-parallel [padded_vocab, D] table: this rank's rows [vocab_begin,
+  // vocab_begin + vocab_rows), padding rows past vocab_size (the token embedding, an
+  // untied head). Returns its offset.
+  int64_t add_vocab_table(const Config& c, const std::string& name);
   // The head on the last stage: lm_head.weight (untied) or, tied, the token embedding
-  // (its own copy made by add_embedding when the stage is not also the first).
-  void add_head(const Config& c, const std::string& untied_name, const std::function<int64_t()>& add_embedding);
+  // (its own copy when the stage is not also the first).
+  void add_head(const Config& c);
   // A whole tensor (replicated across tensor-parallel ranks when T > 1).
   int64_t add(std::string name, std::vector<int64_t> shape, DecayGroup g, InitKind init,
               float std);
