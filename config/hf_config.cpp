@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 #include <google/protobuf/text_format.h>
@@ -14,13 +15,18 @@ namespace {
 
 using Json = nlohmann::json;
 
+// The keys of one JSON object; errors name the file and the key, with `prefix` for a
+// nested object ("rope_scaling.").
 class Reader {
  public:
-  Reader(const Json& j, const std::string& source) : j_(j), source_(source) {}
+  Reader(const Json& j, std::string source, std::string prefix = "")
+      : j_(j), source_(std::move(source)), prefix_(std::move(prefix)) {}
 
   ConfigError error(const std::string& key, const std::string& what) const {
-    return ConfigError(fmt::format("{}: {}: {}", source_, key, what));
+    return ConfigError(fmt::format("{}: {}{}: {}", source_, prefix_, key, what));
   }
+  // The reader of the object at `key`.
+  Reader nested(const std::string& key) const { return Reader(j_.at(key), source_, prefix_ + key + "."); }
   bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
   int32_t integer(const std::string& key) const {
     if (!has(key)) throw error(key, "missing");
@@ -54,7 +60,7 @@ class Reader {
 
  private:
   const Json& j_;
-  const std::string& source_;
+  std::string source_, prefix_;
 };
 
 ModelConfig gpt2(const Reader& r) {
@@ -98,11 +104,11 @@ ModelConfig llama(const Reader& r) {
   if (r.has("rope_scaling")) {
     const Json& s = r.at("rope_scaling");
     if (!s.is_object()) throw r.error("rope_scaling", "expected an object, got " + s.dump());
-    const Reader sr(s, "rope_scaling");
+    const Reader sr = r.nested("rope_scaling");
     const std::string type = sr.text("rope_type", sr.text("type", ""));
     if (type != "llama3")
-      throw r.error("rope_scaling.rope_type",
-                    fmt::format("\"{}\" is not supported: troupe scales rotary positions as Llama 3 does (llama3)", type));
+      throw sr.error("rope_type",
+                     fmt::format("\"{}\" is not supported: troupe scales rotary positions as Llama 3 does (llama3)", type));
     auto* rs = m.mutable_rope_scaling();
     rs->set_factor(sr.number("factor"));
     rs->set_low_freq_factor(sr.number("low_freq_factor"));

@@ -104,6 +104,8 @@ TEST_CASE("what troupe's families cannot express is refused by key") {
   CHECK(error_of(base + R"(, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})") ==
         "d/config.json: rope_scaling.rope_type: \"dynamic\" is not supported: troupe scales rotary positions as "
         "Llama 3 does (llama3)");
+  CHECK(error_of(base + R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})") ==
+        "d/config.json: rope_scaling.low_freq_factor: missing");
   CHECK(error_of(base + R"(, "num_hidden_layers": 0})") ==
         "d/config.json: num_hidden_layers: expected a positive integer, got 0");
   CHECK(error_of(R"({"model_type": "gpt2", "activation_function": "relu", "n_layer": 1, "n_head": 1, "n_embd": 8,
