@@ -149,7 +149,7 @@ int RunResult::exit_code() const {
   return 1;
 }
 
-void print_startup(const Config& c, const std::string& source) {
+void print_startup(const Config& c, const std::string& source, const std::string& dropout_origin) {
   const auto topo = engine::Topology::of(c);
   const auto& m = c.model();
   const auto& o = c.optimizer();
@@ -162,6 +162,9 @@ void print_startup(const Config& c, const std::string& source) {
                "parameters",
                family, m.layers(), m.heads(), m.width(), config::ffn_width(m), m.vocab_size(), config::padded_vocab(c),
                m.max_positions(), m.tied_embeddings() ? "tied" : "untied", config::parameter_count(c));
+  if (m.hidden_dropout() > 0 || m.attention_dropout() > 0 || !dropout_origin.empty())
+    spdlog::info("dropout: hidden {:g}, attention {:g} (training only; counter-based masks){}", m.hidden_dropout(),
+                 m.attention_dropout(), dropout_origin.empty() ? "" : ", from " + dropout_origin);
   spdlog::info("batch: {} sequences x {} tokens per update ({} tokens), micro batch {}, {} microbatches per replica",
                c.batch().global_batch_size(), c.batch().seq_length(), config::tokens_per_update(c),
                c.batch().micro_batch_size(), config::microbatches_per_replica(c));
@@ -206,7 +209,7 @@ RunResult run_training(const Config& c, const RunOptions& options) {
                                               c.data().split()));
   }
   const auto run_dir = metrics::prepare_run_dir(c.logging().run_dir(), options.config_text);
-  if (options.console) print_startup(c, options.config_source);
+  if (options.console) print_startup(c, options.config_source, options.dropout_origin);
 
   const auto topo = engine::Topology::of(c);
   engine::check_fault_plan(c, engine::all_paths(topo));

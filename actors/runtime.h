@@ -25,6 +25,9 @@ struct RunOptions {
   bool console = true;          // startup block, step lines and summary on stdout
   bool collect_state = false;   // copy weights and Adam moments out at the end
   std::string config_source;    // for the startup block ("" = embedded default)
+  // Where model.hidden_dropout and attention_dropout were set (config::Origins; the
+  // startup block names it, e.g. Megatron-LM's default on an imported fragment).
+  std::string dropout_origin;
   std::string config_text;      // copied into the run directory
   // Upper bound on the whole run; past it the run is stopped and reported failed.
   std::chrono::seconds timeout{std::chrono::hours(24 * 365)};
@@ -53,6 +56,6 @@ RunResult run_training(const Config& config, const RunOptions& options = {});
 
 // Prints the startup block: config summary, optimizer settings, parameter groups
 // by name and count, topology with every actor path.
-void print_startup(const Config& config, const std::string& source);
+void print_startup(const Config& config, const std::string& source, const std::string& dropout_origin = "");
 
 }  // namespace troupe::actors

@@ -51,10 +51,10 @@ std::string hf_gpt2_config_json(const Config& config) {
   j["activation_function"] = "gelu_new";
   j["tie_word_embeddings"] = true;
   j["initializer_range"] = shortest(m.init_std());
-  // troupe trains without dropout.
-  j["attn_pdrop"] = 0.0;
-  j["embd_pdrop"] = 0.0;
-  j["resid_pdrop"] = 0.0;
+  // The run's dropout: one hidden rate for the embedding and the residual branches.
+  j["attn_pdrop"] = shortest(m.attention_dropout());
+  j["embd_pdrop"] = shortest(m.hidden_dropout());
+  j["resid_pdrop"] = shortest(m.hidden_dropout());
   j["summary_first_dropout"] = 0.0;
   // Both tokenizers put end-of-document last: bytes 256 of 257, GPT-2 50256 of 50257.
   j["bos_token_id"] = m.vocab_size() - 1;

@@ -20,7 +20,7 @@ std::vector<std::pair<std::string, Shape>> gpt2_parameter_shapes(const Config& c
 
 // config.json for `config`: GPT2Config fields (n_layer, n_head, n_embd, vocab_size
 // unpadded, n_positions, n_inner, layer_norm_epsilon, activation_function
-// "gelu_new", tie_word_embeddings, dropouts 0 as troupe trains without dropout, ...).
+// "gelu_new", tie_word_embeddings, attn_pdrop, embd_pdrop and resid_pdrop from the model's dropout, ...).
 std::string hf_gpt2_config_json(const Config& config);
 
 struct HfExportOptions {

@@ -76,6 +76,16 @@ ModelConfig gpt2(const Reader& r) {
   if (r.has("initializer_range")) m.set_init_std(float(r.number("initializer_range")));
   m.set_tied_embeddings(r.flag("tie_word_embeddings", true));
   r.require("activation_function", "gelu_new", "troupe's GPT-2 MLP is the tanh GELU (gelu_new)");
+  // Dropout (GPT2Config's defaults are 0.1): troupe has one hidden rate for the
+  // embedding and the residual branches, so embd_pdrop and resid_pdrop must agree.
+  const double resid = r.has("resid_pdrop") ? r.number("resid_pdrop") : 0.1;
+  const double embd = r.has("embd_pdrop") ? r.number("embd_pdrop") : 0.1;
+  if (embd != resid)
+    throw r.error("embd_pdrop", fmt::format("{:g} differs from resid_pdrop {:g}: troupe applies one hidden dropout "
+                                            "(model.hidden_dropout) to the embedding and the residual branches",
+                                            embd, resid));
+  m.set_hidden_dropout(float(resid));
+  m.set_attention_dropout(float(r.has("attn_pdrop") ? r.number("attn_pdrop") : 0.1));
   return m;
 }
 
@@ -93,6 +103,8 @@ ModelConfig llama(const Reader& r) {
   m.set_rope_theta(r.has("rope_theta") ? r.number("rope_theta") : 10000.0);
   if (r.has("initializer_range")) m.set_init_std(float(r.number("initializer_range")));
   m.set_tied_embeddings(r.flag("tie_word_embeddings", false));
+  // LlamaConfig has attention dropout only (default 0) and no hidden dropout.
+  m.set_attention_dropout(float(r.has("attention_dropout") ? r.number("attention_dropout") : 0.0));
   r.require("hidden_act", "silu", "troupe's Llama MLP is SwiGLU (silu)");
   r.require("attention_bias", false, "troupe's Llama attention has no biases");
   r.require("mlp_bias", false, "troupe's Llama MLP has no biases");

@@ -236,12 +236,12 @@ const std::map<std::string, Flag>& flags() {
       {"norm-epsilon", number_flag("model.norm_eps", [](Config& c, double v) {
          c.mutable_model()->set_norm_eps(float(v));
        })},
-      {"attention-dropout", {true, [](const Context& c) {
-         if (c.number() != 0.0) throw c.error("troupe has no dropout; only 0 is accepted");
-       }}},
-      {"hidden-dropout", {true, [](const Context& c) {
-         if (c.number() != 0.0) throw c.error("troupe has no dropout; only 0 is accepted");
-       }}},
+      {"attention-dropout", number_flag("model.attention_dropout", [](Config& c, double v) {
+         c.mutable_model()->set_attention_dropout(float(v));
+       })},
+      {"hidden-dropout", number_flag("model.hidden_dropout", [](Config& c, double v) {
+         c.mutable_model()->set_hidden_dropout(float(v));
+       })},
       // Data, checkpoints, logging.
       {"data-path", string_flag("data.prefix", [](Config& c, const std::string& v) { c.mutable_data()->set_prefix(v); })},
       {"split", string_flag("data.split", [](Config& c, const std::string& v) { c.mutable_data()->set_split(v); })},
@@ -344,6 +344,26 @@ void settle_family(const std::vector<Occurrence>& occurrences, ParsedConfig& out
   }
 }
 
+// Megatron-LM trains with dropout unless told otherwise (--hidden-dropout and
+// --attention-dropout default to 0.1), so a fragment that leaves them out means 0.1,
+// not troupe's own default of 0; the origin says where the value came from.
+void settle_dropout(const std::vector<Occurrence>& occurrences, ParsedConfig& out, const std::string& source) {
+  auto present = [&](const char* name) {
+    for (const auto& o : occurrences)
+      if (o.name == name) return true;
+    return false;
+  };
+  auto& m = *out.config.mutable_model();
+  if (!present("hidden-dropout")) {
+    m.set_hidden_dropout(0.1f);
+    out.origins.set("model.hidden_dropout", source + " (Megatron-LM's default --hidden-dropout 0.1)");
+  }
+  if (!present("attention-dropout")) {
+    m.set_attention_dropout(0.1f);
+    out.origins.set("model.attention_dropout", source + " (Megatron-LM's default --attention-dropout 0.1)");
+  }
+}
+
 }  // namespace
 
 ParsedConfig parse_megatron_args(std::string_view text, const std::string& source_name) {
@@ -395,6 +415,7 @@ ParsedConfig parse_megatron_args(std::string_view text, const std::string& sourc
   for (const auto& occ : occurrences)
     flags().at(occ.name).apply(Context{out.config, out.origins, source_name, occ});
   settle_family(occurrences, out, source_name);
+  settle_dropout(occurrences, out, source_name);
   return out;
 }
 

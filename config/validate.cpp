@@ -133,6 +133,9 @@ void check_fields(const Config& c, Checker& k) {
     k.finite("model.norm_eps", m.norm_eps());
     k.positive("model.norm_eps", m.norm_eps());
   }
+  for (const auto& [field, p] : {std::pair<const char*, float>{"model.hidden_dropout", m.hidden_dropout()},
+                                 {"model.attention_dropout", m.attention_dropout()}})
+    if (!(p >= 0.0f && p < 1.0f)) k.fail(field, fmt::format("must lie in [0, 1), got {}", p));
   k.non_negative("model.kv_heads", m.kv_heads());
   k.finite("model.rope_theta", m.rope_theta());
   k.positive("model.rope_theta", m.rope_theta());

@@ -24,6 +24,12 @@ struct Microbatch {
   std::vector<float> loss_mask;
 
   std::vector<int64_t> sample_ids;  // [B] global sample IDs, in row order
+  // A training microbatch's place in the run's sample order: row r is slot
+  // first_slot + r, i.e. the (first_slot + r)-th sample the run consumes (counting
+  // from its start, whatever the layout). Dropout masks are keyed by it
+  // (kernels/dropout.h). -1: not a training microbatch (evaluation, rows chosen by
+  // ID): no dropout.
+  int64_t first_slot = -1;
 
   int64_t loss_tokens = 0;     // sum of loss_mask
   int64_t padding_tokens = 0;  // padding positions among the B*T inputs

@@ -173,6 +173,7 @@ Microbatch BatchSource::microbatch(int64_t consumed_samples, int dp, int mb) con
   std::vector<int64_t> ids(size_t(s.micro_batch));
   for (int64_t r = 0; r < s.micro_batch; ++r) ids[size_t(r)] = sample_at(first + r);
   Microbatch out = samples(ids);
+  out.first_slot = first;
   out.global_loss_tokens = global_counts(consumed_samples).loss_tokens;
   return out;
 }

@@ -80,13 +80,18 @@ void Device::swiglu_backward(float*, float*, const float*, const float*, const f
   throw std::logic_error(describe() + " does not implement swiglu_backward (needed for SwiGLU MLPs)");
 }
 
-void Device::gqa_attention_forward(float*, float*, const float*, const int32_t*, int, int, int, int, int) {
+void Device::gqa_attention_forward(float*, float*, const float*, const int32_t*, int, int, int, int, int,
+                                   const DropoutMask&) {
   throw std::logic_error(describe() + " does not implement gqa_attention_forward (needed for grouped-query attention)");
 }
 
 void Device::gqa_attention_backward(float*, const float*, const float*, const float*, const int32_t*, int, int, int,
-                                    int, int) {
+                                    int, int, const DropoutMask&) {
   throw std::logic_error(describe() + " does not implement gqa_attention_backward (needed for grouped-query attention)");
+}
+
+void Device::dropout(float*, const float*, const float*, int64_t, int64_t, int, int, const DropoutMask&) {
+  throw std::logic_error(describe() + " does not implement dropout (needed for model.hidden_dropout)");
 }
 
 }  // namespace troupe::kernels

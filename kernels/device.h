@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kernels/buffer.h"
+#include "kernels/dropout.h"
 
 namespace troupe::kernels {
 
@@ -132,12 +133,25 @@ class Device {
   //                   token t attends to s in [doc_start[t], t].
   //   out[B, T, C]: attention output, heads concatenated
   //   att[B, NH, T, T]: softmax probabilities saved for backward (row t: zero outside [doc_start, t])
+  //   drop: attention dropout (kernels/dropout.h): out = dropout(att) V, head h's mask
+  //         keyed by global head drop.first_col + h; att keeps the undropped values.
+  //         drop.on() false: no dropout.
   virtual void attention_forward(float* out, float* att, const float* qkv,
-                                 const int32_t* doc_start, int B, int T, int C, int NH) = 0;
-  // dqkv[B, T, 3C] = gradient of the attention w.r.t. qkv (overwritten) from dout[B, T, C].
+                                 const int32_t* doc_start, int B, int T, int C, int NH,
+                                 const DropoutMask& drop) = 0;
+  // dqkv[B, T, 3C] = gradient of the attention w.r.t. qkv (overwritten) from dout[B, T, C];
+  // drop: the forward's mask (drawn again).
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
                                   const float* att, const int32_t* doc_start, int B, int T,
-                                  int C, int NH) = 0;
+                                  int C, int NH, const DropoutMask& drop) = 0;
+
+  // Hidden dropout over token rows (kernels/dropout.h): out[rows, cols] = add + in
+  // masked and scaled, where local row r is row g = first_row + r of the microbatch's
+  // [B*T] tokens (sample slot drop.first_slot + g / T, position g % T) and local column
+  // c is column drop.first_col + c. add may be null (nothing added); out may alias in
+  // or add. drop.on() must hold.
+  virtual void dropout(float* out, const float* in, const float* add, int64_t first_row, int64_t rows, int cols,
+                       int T, const DropoutMask& drop);
 
   // Elementwise tanh-GELU over n values: out = gelu(inp); dinp = dout * gelu'(inp)
   // (dinp may alias dout).
@@ -234,12 +248,14 @@ class Device {
   //   doc_start[B*T] as in attention_forward
   //   out[B, T, NH hs]: heads concatenated
   //   att[B, NH, T, T]: softmax probabilities saved for backward (zero outside the mask)
+  //   drop: attention dropout as in attention_forward (first_col: the global index of query head 0)
   virtual void gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B, int T,
-                                     int NH, int KV, int hs);
+                                     int NH, int KV, int hs, const DropoutMask& drop);
   // dqkv[B, T, (NH + 2 KV) hs] (overwritten) from dout[B, T, NH hs]; a kv head's dk and
   // dv sum its query heads' contributions in head order.
   virtual void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                                      const int32_t* doc_start, int B, int T, int NH, int KV, int hs);
+                                      const int32_t* doc_start, int B, int T, int NH, int KV, int hs,
+                                      const DropoutMask& drop);
 
   // ---- optimizer --------------------------------------------------------------
   // One decoupled AdamW step on n elements (docs/numerics.md, "AdamW"):

@@ -27,6 +27,13 @@ Architecture architecture(const Config& c, const ParameterRegistry& registry) {
   Architecture a;
   a.head = {D, vocab};
   a.loss = {vocab};
+  a.seed = c.training().seed();
+  // Dropout probabilities; block_config adds each layer's keys.
+  const layers::DropoutConfig embedding_dropout{
+      m.hidden_dropout(), kernels::dropout_key(a.seed, 0, kernels::DropoutSite::kEmbedding)};
+  a.block.attention.probs_dropout.p = m.attention_dropout();
+  a.block.attention.output_dropout.p = m.hidden_dropout();
+  a.block.mlp.output_dropout.p = m.hidden_dropout();
   if (config::is_llama(m)) {
     const auto& r = m.rope_scaling();
     a.rope = layers::RopeConfig{D / m.heads(),
@@ -36,21 +43,40 @@ Architecture architecture(const Config& c, const ParameterRegistry& registry) {
                                 r.low_freq_factor(),
                                 r.high_freq_factor(),
                                 r.original_max_positions()};
-    a.embedding = {D, layers::Positions::kNone, vocab};
+    a.embedding = {D, layers::Positions::kNone, vocab, embedding_dropout};
     const layers::NormConfig norm{layers::NormKind::kRmsNorm, D, config::norm_eps(m)};
     a.block.norm = norm;
-    a.block.attention = {layers::AttentionKind::kGroupedQuery, D, m.heads(), int(config::kv_heads(m)), nullptr};
-    a.block.mlp = {layers::MlpKind::kSwiGlu, D, int(config::ffn_width(m))};
+    a.block.attention.kind = layers::AttentionKind::kGroupedQuery;
+    a.block.attention.width = D;
+    a.block.attention.heads = m.heads();
+    a.block.attention.kv_heads = int(config::kv_heads(m));
+    a.block.mlp.kind = layers::MlpKind::kSwiGlu;
+    a.block.mlp.width = D;
+    a.block.mlp.ffn_width = int(config::ffn_width(m));
     a.final_norm = norm;
     return a;
   }
-  a.embedding = {D, layers::Positions::kLearned, vocab};
+  a.embedding = {D, layers::Positions::kLearned, vocab, embedding_dropout};
   const layers::NormConfig norm{layers::NormKind::kLayerNorm, D, config::norm_eps(m)};
   a.block.norm = norm;
-  a.block.attention = {layers::AttentionKind::kMultiHead, D, m.heads(), m.heads(), nullptr};
-  a.block.mlp = {layers::MlpKind::kGelu, D, int(config::ffn_width(m))};
+  a.block.attention.kind = layers::AttentionKind::kMultiHead;
+  a.block.attention.width = D;
+  a.block.attention.heads = m.heads();
+  a.block.attention.kv_heads = m.heads();
+  a.block.mlp.kind = layers::MlpKind::kGelu;
+  a.block.mlp.width = D;
+  a.block.mlp.ffn_width = int(config::ffn_width(m));
   a.final_norm = norm;
   return a;
+}
+
+BlockConfig block_config(const Architecture& a, int layer) {
+  using kernels::DropoutSite;
+  BlockConfig b = a.block;
+  b.attention.probs_dropout.key = kernels::dropout_key(a.seed, layer, DropoutSite::kAttentionProbs);
+  b.attention.output_dropout.key = kernels::dropout_key(a.seed, layer, DropoutSite::kAttentionOutput);
+  b.mlp.output_dropout.key = kernels::dropout_key(a.seed, layer, DropoutSite::kMlpOutput);
+  return b;
 }
 
 layers::EmbeddingWeights embedding_weights(const ParameterRegistry& r, float* params, float* grads) {

@@ -30,14 +30,21 @@ struct Architecture {
   // Rotary tables the stage builds (LLAMA) and hands to block.attention.rope; nullopt: none.
   std::optional<layers::RopeConfig> rope;
   layers::EmbeddingConfig embedding;
+  // Every block's layers; their dropout keys are per layer (block_config).
   BlockConfig block;
   layers::NormConfig final_norm;
   layers::HeadConfig head;
   layers::LossConfig loss;
+  // The run's seed (training.seed), which keys the dropout masks.
+  uint64_t seed = 0;
 };
 
 // The layer configs of the model `c` for the tensor-parallel slice `registry` holds.
 Architecture architecture(const Config& c, const ParameterRegistry& registry);
+
+// Block `layer`'s config (global index): a.block with the dropout keys of that layer
+// (kernels::dropout_key of the run's seed, the layer and the site).
+BlockConfig block_config(const Architecture& a, int layer);
 
 // Weights of the stage's tensors (params, grads: its two flat buffers).
 layers::EmbeddingWeights embedding_weights(const ParameterRegistry& r, float* params, float* grads);

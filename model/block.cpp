@@ -43,7 +43,7 @@ void Block::forward(float* saved, float* out, const float* x, const layers::Sequ
   norm_1_->forward(s.norm_1, s.norm_1_out + mine, x, rows);
   attention_->forward(s.attention, s.h, s.norm_1_out, x, seq, ws);
   norm_2_->forward(s.norm_2, s.norm_2_out + mine, s.h, rows);
-  mlp_->forward(s.mlp, out, s.norm_2_out, s.h, N, ws);
+  mlp_->forward(s.mlp, out, s.norm_2_out, s.h, seq, ws);
 }
 
 void Block::backward(float* saved, float* dres, const float* x, const layers::Sequence& seq,
@@ -52,7 +52,7 @@ void Block::backward(float* saved, float* dres, const float* x, const layers::Se
   const int N = seq.tokens(), rows = int(tp_.rows(N));
   float* dres_mine = dres + tp_.first_row(N) * D_;
   // d h = d out + (d mlp(norm_2(h)) / d h): the norm's backward adds into dres.
-  const float* dnorm_2 = mlp_->backward(s.mlp, dres, s.norm_2_out, N, ws);
+  const float* dnorm_2 = mlp_->backward(s.mlp, dres, s.norm_2_out, seq, ws);
   norm_2_->backward(s.norm_2, dres_mine, dnorm_2, s.h, rows);
   // d x = d h + (d attention(norm_1(x)) / d x).
   const float* dnorm_1 = attention_->backward(s.attention, dres, s.norm_1_out, seq, ws);

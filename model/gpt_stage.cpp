@@ -23,6 +23,7 @@ struct GptStage::Slot {
   Buffer ints;  // tokens | positions | targets | doc_start, each [B*T] at capacity
   Buffer mask;  // loss_mask [B*T]
   int B = 0, T = 0;
+  int64_t first_slot = -1;  // the microbatch's (dropout masks; -1: none)
   bool forwarded = false;
   int64_t loss_tokens = 0;  // of this microbatch (last stage)
   int64_t global_loss_tokens = 0;
@@ -86,14 +87,13 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
   float* G = grads_.f32();
   if (is_first())
     embedding_ = std::make_unique<layers::Embedding>(arch.embedding, embedding_weights(registry_, P, G), tp_);
-  BlockConfig block = arch.block;
-  if (arch.rope && range.layers() > 0) {
-    rope_ = std::make_unique<layers::Rope>(*arch.rope, device_);
-    block.attention.rope = rope_.get();
-  }
+  if (arch.rope && range.layers() > 0) rope_ = std::make_unique<layers::Rope>(*arch.rope, device_);
   blocks_.reserve(size_t(range.layers()));
-  for (int l = range.first_layer; l < range.last_layer; ++l)
+  for (int l = range.first_layer; l < range.last_layer; ++l) {
+    BlockConfig block = block_config(arch, l);
+    block.attention.rope = rope_.get();
     blocks_.push_back(std::make_unique<Block>(block, block_weights(registry_, l, P, G), tp_, cap));
+  }
   if (last_) {
     final_norm_ = layers::make_norm(arch.final_norm, final_norm_weights(registry_, P, G), device_, BTr);
     head_ = std::make_unique<layers::Head>(arch.head, head_weight(registry_, P, G), tp_);
@@ -138,7 +138,9 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
   // counted on every stage so that the figure does not depend on the cut.
   int64_t width = 3 * int64_t(tp_.size());
   for (const auto& b : blocks_) width = std::max(width, b->scratch_width());
-  scratch_floats_ = BT * D * 2 + BT * width;
+  // dres [BT, D] | small [BT, D] | big [BT, width] | masked [BT, D] (hidden dropout only)
+  masked_ = c.model().hidden_dropout() > 0;
+  scratch_floats_ = BT * D * (masked_ ? 3 : 2) + BT * width;
   scratch_ = device_.allocate(scratch_floats_, DType::kF32);
   const std::vector<layers::TpContext::Span> partial = partial_grads();
   int64_t staged = 1;
@@ -187,7 +189,9 @@ float* GptStage::block_saved(Slot& s, int l) const { return s.acts.f32() + s.lay
 layers::Workspace GptStage::workspace() {
   const int64_t cap = int64_t(shape_.micro_batch) * shape_.seq;
   // scratch_ starts with dres [cap, D], the residual gradient the stage itself keeps.
-  return {scratch_.f32() + cap * D_, scratch_.f32() + 2 * cap * D_};
+  float* big = scratch_.f32() + 2 * cap * D_;
+  float* masked = masked_ ? scratch_.f32() + scratch_floats_ - cap * D_ : nullptr;
+  return {scratch_.f32() + cap * D_, big, masked};
 }
 
 // Checks the microbatch against the stage and copies what the kernels read into the
@@ -275,6 +279,7 @@ void GptStage::load_microbatch(Slot& s, const data::Microbatch& mb) {
   for (int k = 0; k < 4; ++k) device_.copy_from_host(dst + k * cap, host_ints_.data() + k * n, n * sizeof(int32_t));
   s.B = B;
   s.T = T;
+  s.first_slot = mb.first_slot;
 }
 
 std::vector<layers::TpContext::Span> GptStage::partial_grads() const {
@@ -323,12 +328,12 @@ int64_t GptStage::issue_forward(int slot, const data::Microbatch& mb, const floa
   float* acts = s.acts.f32();
   const layers::Workspace ws = workspace();
 
+  const layers::Sequence seq{doc_start, positions, B, T, s.first_slot};
   if (is_first())
-    embedding_->forward(residual(s, 0), tokens, positions, BT, ws.small);
+    embedding_->forward(residual(s, 0), tokens, seq, ws.small);
   else
     device_.copy(residual(s, 0), input, size_t(Nr) * size_t(D) * sizeof(float));
 
-  const layers::Sequence seq{doc_start, positions, B, T};
   for (int l = 0; l < range().layers(); ++l)
     blocks_[size_t(l)]->forward(block_saved(s, l), residual(s, l + 1), residual(s, l), seq, ws);
 
@@ -372,7 +377,7 @@ void GptStage::backward(int slot, const float* grad_output, const std::function<
     device_.copy(dres_mine, grad_output, size_t(Nr) * size_t(D) * sizeof(float));
   }
 
-  const layers::Sequence seq{doc_start, positions, B, T};
+  const layers::Sequence seq{doc_start, positions, B, T, s.first_slot};
   for (int l = range().layers() - 1; l >= 0; --l) {
     blocks_[size_t(l)]->backward(block_saved(s, l), dres, residual(s, l), seq, ws);
     const BlockOffsets& o = registry_.block(range().first_layer + l);
@@ -380,7 +385,7 @@ void GptStage::backward(int slot, const float* grad_output, const std::function<
   }
 
   if (is_first())
-    embedding_->backward(dres, tokens, positions, BT);
+    embedding_->backward(dres, tokens, seq);
   else
     device_.copy(acts + s.dinput, dres_mine, size_t(Nr) * size_t(D) * sizeof(float));
   s.forwarded = false;

@@ -225,6 +225,7 @@ class GptStage {
   std::vector<int32_t> host_ints_;
   std::vector<float> host_losses_;
   int64_t slot_floats_ = 0, scratch_floats_ = 0;
+  bool masked_ = false;  // the workspace has the hidden-dropout buffer (model.hidden_dropout > 0)
 };
 
 }  // namespace troupe::model

@@ -72,8 +72,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Microbatch& x) {
   using wire::raw;
   return f(caf::meta::type_name("troupe::data::Microbatch"), x.batch, x.seq, raw(x.tokens), raw(x.targets),
-           raw(x.positions), raw(x.segments), raw(x.loss_mask), raw(x.sample_ids), x.loss_tokens, x.padding_tokens,
-           x.global_loss_tokens);
+           raw(x.positions), raw(x.segments), raw(x.loss_mask), raw(x.sample_ids), x.first_slot, x.loss_tokens,
+           x.padding_tokens, x.global_loss_tokens);
 }
 
 template <class Inspector>

@@ -155,6 +155,9 @@ int run_main(int argc, char** argv) {
   }
   run.console = !cmd.has("quiet");
   run.config_source = loaded.describe();
+  if (loaded.origins.has("model.hidden_dropout") || loaded.origins.has("model.attention_dropout"))
+    run.dropout_origin = loaded.origins.where(loaded.origins.has("model.hidden_dropout") ? "model.hidden_dropout"
+                                                                                           : "model.attention_dropout");
   google::protobuf::TextFormat::PrintToString(loaded.config, &run.config_text);
   const auto result = actors::run_training(loaded.config, run);
   if (result.failure) {

@@ -113,13 +113,17 @@ void CpuDevice::linear_backward(float* dinp, float* dweight, float* dbias, const
   cpu::linear_backward(pool_, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, C, OC);
 }
 void CpuDevice::attention_forward(float* out, float* att, const float* qkv,
-                                  const int32_t* doc_start, int B, int T, int C, int NH) {
-  cpu::attention_forward(pool_, scratch_, out, att, qkv, doc_start, B, T, C, NH);
+                                  const int32_t* doc_start, int B, int T, int C, int NH, const DropoutMask& drop) {
+  cpu::attention_forward(pool_, scratch_, out, att, qkv, doc_start, B, T, C, NH, drop);
 }
 void CpuDevice::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                    const float* att, const int32_t* doc_start, int B, int T, int C,
-                                   int NH) {
-  cpu::attention_backward(pool_, scratch_, dqkv, dout, qkv, att, doc_start, B, T, C, NH);
+                                   int NH, const DropoutMask& drop) {
+  cpu::attention_backward(pool_, scratch_, dqkv, dout, qkv, att, doc_start, B, T, C, NH, drop);
+}
+void CpuDevice::dropout(float* out, const float* in, const float* add, int64_t first_row, int64_t rows, int cols,
+                        int T, const DropoutMask& drop) {
+  cpu::dropout(pool_, out, in, add, first_row, rows, cols, T, drop);
 }
 void CpuDevice::rope_forward(float* x, const int32_t* positions, const float* cos, const float* sin, int N,
                              int heads, int hs, int64_t ld) {
@@ -137,12 +141,13 @@ void CpuDevice::swiglu_backward(float* dgate, float* dup, const float* dout, con
   cpu::swiglu_backward(pool_, dgate, dup, dout, gate, up, n);
 }
 void CpuDevice::gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B,
-                                      int T, int NH, int KV, int hs) {
-  cpu::gqa_attention_forward(pool_, scratch_, out, att, qkv, doc_start, B, T, NH, KV, hs);
+                                      int T, int NH, int KV, int hs, const DropoutMask& drop) {
+  cpu::gqa_attention_forward(pool_, scratch_, out, att, qkv, doc_start, B, T, NH, KV, hs, drop);
 }
 void CpuDevice::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                                       const int32_t* doc_start, int B, int T, int NH, int KV, int hs) {
-  cpu::gqa_attention_backward(pool_, scratch_, dqkv, dout, qkv, att, doc_start, B, T, NH, KV, hs);
+                                       const int32_t* doc_start, int B, int T, int NH, int KV, int hs,
+                                       const DropoutMask& drop) {
+  cpu::gqa_attention_backward(pool_, scratch_, dqkv, dout, qkv, att, doc_start, B, T, NH, KV, hs, drop);
 }
 void CpuDevice::gelu_forward(float* out, const float* inp, int64_t n) { cpu::gelu_forward(pool_, out, inp, n); }
 void CpuDevice::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {

@@ -11,6 +11,8 @@
 //     dQ_h = scale dS K_kv;  dK_kv += scale dS^T Q_h;  dV_kv += P_h^T dO_h
 //   (the first head of the group overwrites dK and dV, the others add with beta = 1),
 //   so a kv head's gradients sum its query heads in head order whatever the thread count.
+// Attention dropout as in attention.cpp: att keeps the undropped probabilities, the
+// P V product and dV use the dropped ones, and dP is masked before the softmax backward.
 // With KV = NH this is attention.cpp's computation call for call.
 #include <cmath>
 #include <cstring>
@@ -46,7 +48,7 @@ void check_heads(const char* what, int NH, int KV) {
 }  // namespace
 
 void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att, const float* qkv,
-                           const int32_t* doc_start, int B, int T, int NH, int KV, int hs) {
+                           const int32_t* doc_start, int B, int T, int NH, int KV, int hs, const DropoutMask& drop) {
   check_heads("gqa_attention_forward", NH, KV);
   const GqaDims d(B, T, NH, KV, hs);
   for_each_head(pool, scratch, B, NH, size_t(T) * T, [&](int b, int h, int p) {
@@ -61,16 +63,28 @@ void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float
       std::memset(arow, 0, sizeof(float) * size_t(T));
       softmax_row(arow + s0, S + int64_t(t) * T + s0, t - s0 + 1, d.scale);
     }
-    sgemm(false, false, T, hs, T, 1.0f, a, T, row + d.v(kv), d.ld, 0.0f, out + int64_t(b) * T * d.C + d.q(h), d.C);
+    const float* P = a;
+    if (drop.on()) {  // att keeps the undropped probabilities; S is spent
+      const uint64_t key = head_key(drop.key, drop.first_col + h);
+      for (int t = 0; t < T; ++t)
+        dropout_attention_row(S + int64_t(t) * T, a + int64_t(t) * T, doc_start[int64_t(b) * T + t], t, T, drop, key,
+                              drop.first_slot + b);
+      P = S;
+    }
+    sgemm(false, false, T, hs, T, 1.0f, P, T, row + d.v(kv), d.ld, 0.0f, out + int64_t(b) * T * d.C + d.q(h), d.C);
   });
 }
 
 void gqa_attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const float* dout, const float* qkv,
-                            const float* att, const int32_t* doc_start, int B, int T, int NH, int KV, int hs) {
+                            const float* att, const int32_t* doc_start, int B, int T, int NH, int KV, int hs,
+                            const DropoutMask& drop) {
   check_heads("gqa_attention_backward", NH, KV);
   const GqaDims d(B, T, NH, KV, hs);
-  for_each_head(pool, scratch, B, KV, size_t(T) * T, [&](int b, int kv, int p) {
+  // With attention dropout the scratch holds dS and the dropped probabilities (as in
+  // attention.cpp's backward).
+  for_each_head(pool, scratch, B, KV, size_t(drop.on() ? 2 : 1) * T * T, [&](int b, int kv, int p) {
     float* dS = scratch.per_thread[size_t(p)].data();
+    float* dropped = dS + int64_t(T) * T;
     const float* row = qkv + int64_t(b) * T * d.ld;
     float* drow = dqkv + int64_t(b) * T * d.ld;
     const float* k = row + d.k(kv);
@@ -80,17 +94,23 @@ void gqa_attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, con
       const float* dO = dout + int64_t(b) * T * d.C + d.q(h);
       const float* P = att + (int64_t(b) * NH + h) * T * T;
       const float beta = g == 0 ? 0.0f : 1.0f;
+      const uint64_t key = drop.on() ? head_key(drop.key, drop.first_col + h) : 0;
       sgemm(false, true, T, T, hs, 1.0f, dO, d.C, v, d.ld, 0.0f, dS, T);
       for (int t = 0; t < T; ++t) {
         const int s0 = doc_start[int64_t(b) * T + t];
         float* r = dS + int64_t(t) * T;
+        if (drop.on()) {
+          dropout_attention_row(r, r, s0, t, T, drop, key, drop.first_slot + b);
+          dropout_attention_row(dropped + int64_t(t) * T, P + int64_t(t) * T, s0, t, T, drop, key,
+                                drop.first_slot + b);
+        }
         softmax_row_backward(r + s0, P + int64_t(t) * T + s0, r + s0, t - s0 + 1);
         if (s0 > 0) std::memset(r, 0, sizeof(float) * size_t(s0));
         if (t + 1 < T) std::memset(r + t + 1, 0, sizeof(float) * size_t(T - t - 1));
       }
       sgemm(false, false, T, hs, T, d.scale, dS, T, k, d.ld, 0.0f, drow + d.q(h), d.ld);
       sgemm(true, false, T, hs, T, d.scale, dS, T, row + d.q(h), d.ld, beta, drow + d.k(kv), d.ld);
-      sgemm(true, false, T, hs, T, 1.0f, P, T, dO, d.C, beta, drow + d.v(kv), d.ld);
+      sgemm(true, false, T, hs, T, 1.0f, drop.on() ? dropped : P, T, dO, d.C, beta, drow + d.v(kv), d.ld);
     }
   });
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/device.h"
+#include "kernels/dropout.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace troupe::kernels::cpu {
@@ -65,18 +66,28 @@ void softmax_row(float* p, const float* s, int n, float scale);
 void softmax_row_backward(float* ds, const float* p, const float* dp, int n);
 
 void attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att,
-                       const float* qkv, const int32_t* doc_start, int B, int T, int C, int NH);
+                       const float* qkv, const int32_t* doc_start, int B, int T, int C, int NH,
+                       const DropoutMask& drop);
 void attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const float* dout,
                         const float* qkv, const float* att, const int32_t* doc_start, int B,
-                        int T, int C, int NH);
+                        int T, int C, int NH, const DropoutMask& drop);
 
 // Grouped-query attention (cpu/gqa_attention.cpp): qkv[B, T, (NH + 2 KV) hs] -> out[B, T,
 // NH hs], att[B, NH, T, T]; query head h reads kv head h / (NH / KV). Forward split over
 // (b, query head), backward over (b, kv head) with the group's heads added in order.
 void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att, const float* qkv,
-                           const int32_t* doc_start, int B, int T, int NH, int KV, int hs);
+                           const int32_t* doc_start, int B, int T, int NH, int KV, int hs, const DropoutMask& drop);
 void gqa_attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const float* dout, const float* qkv,
-                            const float* att, const int32_t* doc_start, int B, int T, int NH, int KV, int hs);
+                            const float* att, const int32_t* doc_start, int B, int T, int NH, int KV, int hs,
+                            const DropoutMask& drop);
+
+// Dropout (cpu/dropout.cpp; kernels/dropout.h). dropout: Device::dropout.
+// dropout_attention_row: dst[0, T) = src masked and scaled on [s0, t] (the row of query t
+// of head key `key`, sample slot `slot`), 0 elsewhere; dst may equal src.
+void dropout(ThreadPool& pool, float* out, const float* in, const float* add, int64_t first_row, int64_t rows,
+             int cols, int T, const DropoutMask& m);
+void dropout_attention_row(float* dst, const float* src, int s0, int t, int T, const DropoutMask& m, uint64_t key,
+                           int64_t slot);
 
 // Rotary position embedding in place (cpu/rope.cpp): `heads` heads of hs per row of x[N,
 // ld]; cos, sin [max_positions, hs/2]; backward rotates by the negative angle.

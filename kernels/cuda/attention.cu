@@ -6,6 +6,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/dropout.h"
 
 namespace troupe::kernels::cuda::launch {
 namespace {
@@ -46,13 +47,22 @@ __global__ void from_heads(float* dst, int64_t ld, const float* src, int B, int 
 
 constexpr int kRowsPerBlock = 8;
 
-__global__ void softmax_fwd(float* att, __nv_bfloat16* p_low, const int32_t* doc_start, int B, int NH, int T,
-                            float scale) {
+// Whether element j of score row (b, h, t) survives attention dropout (always when off).
+__device__ __forceinline__ float keep_scale(const DropoutMask& drop, uint64_t key, int64_t b, int t, int j) {
+  if (!drop.on()) return 1.0f;
+  return dropout_keep(drop, key, drop.first_slot + b, t, j) ? drop.scale : 0.0f;
+}
+
+template <class Op>
+__global__ void softmax_fwd(float* att, Op* p_gemm, const int32_t* doc_start, int B, int NH, int T, float scale,
+                            DropoutMask drop) {
   const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (r >= int64_t(B) * NH * T) return;
   const int t = int(r % T);
   const int64_t b = r / (int64_t(T) * NH);
+  const int h = int((r / T) % NH);
+  const uint64_t key = drop.on() ? head_key(drop.key, drop.first_col + h) : 0;
   const int s0 = doc_start[b * T + t];
   float* p = att + r * T;
   float m = -INFINITY;
@@ -61,34 +71,39 @@ __global__ void softmax_fwd(float* att, __nv_bfloat16* p_low, const int32_t* doc
   float sum = 0.0f;
   for (int j = s0 + lane; j <= t; j += kWarp) sum += expf((p[j] - m) * scale);
   const float inv = 1.0f / warp_sum(sum);
-  __nv_bfloat16* q = p_low ? p_low + r * T : nullptr;
+  Op* q = p_gemm ? p_gemm + r * T : nullptr;
   for (int j = lane; j < T; j += kWarp) {
-    const float v = (j >= s0 && j <= t) ? expf((p[j] - m) * scale) * inv : 0.0f;
+    const bool in = j >= s0 && j <= t;
+    const float v = in ? expf((p[j] - m) * scale) * inv : 0.0f;
     p[j] = v;
-    if (q) q[j] = __float2bfloat16_rn(v);
+    if (q) store(q + j, in ? v * keep_scale(drop, key, b, t, j) : 0.0f);
   }
 }
 
-template <class Out>
-__global__ void softmax_bwd(Out* ds, __nv_bfloat16* p_low, const float* att, const float* dp,
-                            const int32_t* doc_start, int B, int NH, int T) {
+template <class Out, class Op>
+__global__ void softmax_bwd(Out* ds, Op* p_gemm, const float* att, const float* dp, const int32_t* doc_start, int B,
+                            int NH, int T, DropoutMask drop) {
   const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (r >= int64_t(B) * NH * T) return;
   const int t = int(r % T);
   const int64_t b = r / (int64_t(T) * NH);
+  const int h = int((r / T) % NH);
+  const uint64_t key = drop.on() ? head_key(drop.key, drop.first_col + h) : 0;
   const int s0 = doc_start[b * T + t];
   const float* p = att + r * T;
   const float* d = dp + r * T;
   float dot = 0.0f;
-  for (int j = s0 + lane; j <= t; j += kWarp) dot += p[j] * d[j];
+  for (int j = s0 + lane; j <= t; j += kWarp) dot += p[j] * (d[j] * keep_scale(drop, key, b, t, j));
   dot = warp_sum(dot);
   Out* o = ds + r * T;
-  __nv_bfloat16* q = p_low ? p_low + r * T : nullptr;
+  Op* q = p_gemm ? p_gemm + r * T : nullptr;
   for (int j = lane; j < T; j += kWarp) {
     const float pj = p[j];
-    store(o + j, (j >= s0 && j <= t) ? pj * (d[j] - dot) : 0.0f);
-    if (q) q[j] = __float2bfloat16_rn(pj);
+    const bool in = j >= s0 && j <= t;
+    const float ks = in ? keep_scale(drop, key, b, t, j) : 0.0f;
+    store(o + j, in ? pj * (d[j] * ks - dot) : 0.0f);
+    if (q) store(q + j, drop.on() ? pj * ks : pj);
   }
 }
 
@@ -132,22 +147,28 @@ void heads_to_rows(float* dst, int64_t ld, const float* src, int B, int T, int C
   TROUPE_CUDA_LAUNCHED();
 }
 
-void attention_softmax_forward(float* att, __nv_bfloat16* p_low, const int32_t* doc_start, int B, int NH, int T,
-                               float scale, cudaStream_t s) {
+void attention_softmax_forward(float* att, void* p_gemm, GemmType t, const int32_t* doc_start, int B, int NH, int T,
+                               float scale, const DropoutMask& drop, cudaStream_t s) {
   if (int64_t(B) * NH * T <= 0) return;
-  softmax_fwd<<<row_blocks(B, NH, T), kRowsPerBlock * kWarp, 0, s>>>(att, p_low, doc_start, B, NH, T, scale);
+  if (t == GemmType::kBf16)
+    softmax_fwd<<<row_blocks(B, NH, T), kRowsPerBlock * kWarp, 0, s>>>(att, static_cast<__nv_bfloat16*>(p_gemm),
+                                                                       doc_start, B, NH, T, scale, drop);
+  else
+    softmax_fwd<<<row_blocks(B, NH, T), kRowsPerBlock * kWarp, 0, s>>>(att, static_cast<float*>(p_gemm), doc_start,
+                                                                       B, NH, T, scale, drop);
   TROUPE_CUDA_LAUNCHED();
 }
 
-void attention_softmax_backward(void* ds, GemmType t, __nv_bfloat16* p_low, const float* att, const float* dp,
-                                const int32_t* doc_start, int B, int NH, int T, cudaStream_t s) {
+void attention_softmax_backward(void* ds, GemmType t, void* p_gemm, const float* att, const float* dp,
+                                const int32_t* doc_start, int B, int NH, int T, const DropoutMask& drop,
+                                cudaStream_t s) {
   if (int64_t(B) * NH * T <= 0) return;
   if (t == GemmType::kBf16)
-    softmax_bwd<<<row_blocks(B, NH, T), kRowsPerBlock * kWarp, 0, s>>>(static_cast<__nv_bfloat16*>(ds), p_low, att,
-                                                                       dp, doc_start, B, NH, T);
+    softmax_bwd<<<row_blocks(B, NH, T), kRowsPerBlock * kWarp, 0, s>>>(
+        static_cast<__nv_bfloat16*>(ds), static_cast<__nv_bfloat16*>(p_gemm), att, dp, doc_start, B, NH, T, drop);
   else
-    softmax_bwd<<<row_blocks(B, NH, T), kRowsPerBlock * kWarp, 0, s>>>(static_cast<float*>(ds), p_low, att, dp,
-                                                                       doc_start, B, NH, T);
+    softmax_bwd<<<row_blocks(B, NH, T), kRowsPerBlock * kWarp, 0, s>>>(
+        static_cast<float*>(ds), static_cast<float*>(p_gemm), att, dp, doc_start, B, NH, T, drop);
   TROUPE_CUDA_LAUNCHED();
 }
 

@@ -5,6 +5,9 @@
 //             O = P V (P = att, as bf16 when the GEMMs are bf16);  out[B, T, C] <- O
 //   backward: dP = dO V^T (fp32);  dS = P (dP - rowsum(P dP)) on the mask;
 //             dQ = scale dS K;  dK = scale dS^T Q;  dV = P^T dO;  dqkv <- dQ | dK | dV
+// Attention dropout (kernels/dropout.h) lives in the softmax kernels: the P V and
+// P^T dO operands are the dropped probabilities and dP is masked first; att keeps
+// the undropped ones.
 // Masked pairs cost GEMM flops (the whole T x T block is multiplied) but keep every
 // product one large strided-batched cuBLAS call, as the CPU device does per head.
 #include <cmath>
@@ -14,7 +17,7 @@
 namespace troupe::kernels::cuda {
 
 void CudaDevice::attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B, int T,
-                                   int C, int NH) {
+                                   int C, int NH, const DropoutMask& drop) {
   make_current();
   const GemmType t = options_.gemm;
   const size_t es = gemm_type_size(t);
@@ -30,18 +33,18 @@ void CudaDevice::attention_forward(float* out, float* att, const float* qkv, con
   launch::qkv_to_heads(q, k, v, t, qkv, B, T, C, NH, compute_);
   // att[bh] (raw scores) = q[bh] [T, hs] * k[bh]^T
   gemm_rm(false, true, T, T, hs, 1.0f, q, hs, Ths, k, hs, Ths, 0.0f, att, T, TT, B * NH);
-  __nv_bfloat16* p_low = nullptr;
-  if (t == GemmType::kBf16)
-    p_low = static_cast<__nv_bfloat16*>(scratch(kAttnBig1, size_t(B) * NH * TT * sizeof(__nv_bfloat16)));
-  launch::attention_softmax_forward(att, p_low, doc_start, B, NH, T, scale, compute_);
-  const void* P = p_low ? static_cast<const void*>(p_low) : static_cast<const void*>(att);
+  // The P V operand: bf16 probabilities, or dropped ones (fp32 too), in kAttnBig1; att itself otherwise.
+  void* p_gemm = nullptr;
+  if (t == GemmType::kBf16 || drop.on()) p_gemm = scratch(kAttnBig1, size_t(B) * NH * TT * es);
+  launch::attention_softmax_forward(att, p_gemm, t, doc_start, B, NH, T, scale, drop, compute_);
+  const void* P = p_gemm ? static_cast<const void*>(p_gemm) : static_cast<const void*>(att);
   // o[bh] [T, hs] = P[bh] [T, T] * v[bh] [T, hs]
   gemm_rm(false, false, T, hs, T, 1.0f, P, T, TT, v, hs, Ths, 0.0f, o, hs, Ths, B * NH);
   launch::heads_to_rows(out, C, o, B, T, C, NH, compute_);
 }
 
 void CudaDevice::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                                    const int32_t* doc_start, int B, int T, int C, int NH) {
+                                    const int32_t* doc_start, int B, int T, int C, int NH, const DropoutMask& drop) {
   make_current();
   const GemmType t = options_.gemm;
   const size_t es = gemm_type_size(t);
@@ -63,10 +66,10 @@ void CudaDevice::attention_backward(float* dqkv, const float* dout, const float*
   // dP[bh] [T, T] = dO[bh] [T, hs] * v[bh]^T
   gemm_rm(false, true, T, T, hs, 1.0f, dO, hs, Ths, v, hs, Ths, 0.0f, dP, T, TT, B * NH);
   void* dS = scratch(kAttnBig3, size_t(BHTT) * es);
-  __nv_bfloat16* p_low = nullptr;
-  if (t == GemmType::kBf16) p_low = static_cast<__nv_bfloat16*>(scratch(kAttnBig1, size_t(BHTT) * sizeof(__nv_bfloat16)));
-  launch::attention_softmax_backward(dS, t, p_low, att, dP, doc_start, B, NH, T, compute_);
-  const void* P = p_low ? static_cast<const void*>(p_low) : static_cast<const void*>(att);
+  void* p_gemm = nullptr;  // the P^T dO operand, as in forward
+  if (t == GemmType::kBf16 || drop.on()) p_gemm = scratch(kAttnBig1, size_t(BHTT) * es);
+  launch::attention_softmax_backward(dS, t, p_gemm, att, dP, doc_start, B, NH, T, drop, compute_);
+  const void* P = p_gemm ? static_cast<const void*>(p_gemm) : static_cast<const void*>(att);
   // dq[bh] = scale * dS [T, T] * k [T, hs];  dk[bh] = scale * dS^T * q;  dv[bh] = P^T * dO
   gemm_rm(false, false, T, hs, T, scale, dS, T, TT, k, hs, Ths, 0.0f, dq, hs, Ths, B * NH);
   gemm_rm(true, false, T, hs, T, scale, dS, T, TT, q, hs, Ths, 0.0f, dk, hs, Ths, B * NH);

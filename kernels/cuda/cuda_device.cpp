@@ -404,6 +404,12 @@ void CudaDevice::scale(float* x, int64_t n, float s) {
   launch::scale(x, n, s, compute_);
 }
 
+void CudaDevice::dropout(float* out, const float* in, const float* add, int64_t first_row, int64_t rows, int cols,
+                         int T, const DropoutMask& drop) {
+  make_current();
+  launch::dropout(out, in, add, first_row, rows, cols, T, drop, compute_);
+}
+
 // ---- loss -------------------------------------------------------------------------
 
 void CudaDevice::crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,

@@ -167,18 +167,21 @@ class CudaDevice final : public Device {
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                        int64_t n) override;
   void gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B, int T, int NH,
-                             int KV, int hs) override;
+                             int KV, int hs, const DropoutMask& drop) override;
   void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                              const int32_t* doc_start, int B, int T, int NH, int KV, int hs) override;
+                              const int32_t* doc_start, int B, int T, int NH, int KV, int hs,
+                              const DropoutMask& drop) override;
+  void dropout(float* out, const float* in, const float* add, int64_t first_row, int64_t rows, int cols, int T,
+               const DropoutMask& drop) override;
   void linear_forward(float* out, float* gelu_out, const float* inp, const float* weight,
                       const float* bias, const float* residual, int N, int C, int OC) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, const float* gelu_pre, int N,
                        int C, int OC) override;
   void attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start,
-                         int B, int T, int C, int NH) override;
+                         int B, int T, int C, int NH, const DropoutMask& drop) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                          const int32_t* doc_start, int B, int T, int C, int NH) override;
+                          const int32_t* doc_start, int B, int T, int C, int NH, const DropoutMask& drop) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void add(float* out, const float* a, const float* b, int64_t n) override;

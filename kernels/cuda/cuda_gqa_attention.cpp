@@ -30,7 +30,7 @@ void check_heads(const char* what, int NH, int KV) {
 }  // namespace
 
 void CudaDevice::gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B,
-                                       int T, int NH, int KV, int hs) {
+                                       int T, int NH, int KV, int hs, const DropoutMask& drop) {
   check_heads("gqa_attention_forward", NH, KV);
   make_current();
   const GemmType t = options_.gemm;
@@ -51,18 +51,18 @@ void CudaDevice::gqa_attention_forward(float* out, float* att, const float* qkv,
   launch::columns_to_heads(v, t, qkv + C + int64_t(KV) * hs, ld, B, T, KV, hs, compute_);
   // att[b, kv group] [G T, T] (raw scores) = q[b, kv group] [G T, hs] * k[b, kv]^T
   gemm_rm(false, true, G * T, T, hs, 1.0f, q, hs, G * Ths, k, hs, Ths, 0.0f, att, T, G * TT, B * KV);
-  __nv_bfloat16* p_low = nullptr;
-  if (t == GemmType::kBf16)
-    p_low = static_cast<__nv_bfloat16*>(scratch(kAttnBig1, size_t(B) * NH * TT * sizeof(__nv_bfloat16)));
-  launch::attention_softmax_forward(att, p_low, doc_start, B, NH, T, scale, compute_);
-  const void* P = p_low ? static_cast<const void*>(p_low) : static_cast<const void*>(att);
+  void* p_gemm = nullptr;  // the P V operand (bf16, or dropped), as in attention_forward
+  if (t == GemmType::kBf16 || drop.on()) p_gemm = scratch(kAttnBig1, size_t(B) * NH * TT * es);
+  launch::attention_softmax_forward(att, p_gemm, t, doc_start, B, NH, T, scale, drop, compute_);
+  const void* P = p_gemm ? static_cast<const void*>(p_gemm) : static_cast<const void*>(att);
   // o[b, kv group] [G T, hs] = P [G T, T] * v[b, kv] [T, hs]
   gemm_rm(false, false, G * T, hs, T, 1.0f, P, T, G * TT, v, hs, Ths, 0.0f, o, hs, G * Ths, B * KV);
   launch::heads_to_columns(out, C, o, B, T, NH, hs, compute_);
 }
 
 void CudaDevice::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                                        const int32_t* doc_start, int B, int T, int NH, int KV, int hs) {
+                                        const int32_t* doc_start, int B, int T, int NH, int KV, int hs,
+                                        const DropoutMask& drop) {
   check_heads("gqa_attention_backward", NH, KV);
   make_current();
   const GemmType t = options_.gemm;
@@ -91,11 +91,10 @@ void CudaDevice::gqa_attention_backward(float* dqkv, const float* dout, const fl
   // dP[b, kv group] [G T, T] = dO [G T, hs] * v[b, kv]^T
   gemm_rm(false, true, G * T, T, hs, 1.0f, dO, hs, G * Ths, v, hs, Ths, 0.0f, dP, T, G * TT, B * KV);
   void* dS = scratch(kAttnBig3, size_t(BHTT) * es);
-  __nv_bfloat16* p_low = nullptr;
-  if (t == GemmType::kBf16)
-    p_low = static_cast<__nv_bfloat16*>(scratch(kAttnBig1, size_t(BHTT) * sizeof(__nv_bfloat16)));
-  launch::attention_softmax_backward(dS, t, p_low, att, dP, doc_start, B, NH, T, compute_);
-  const void* P = p_low ? static_cast<const void*>(p_low) : static_cast<const void*>(att);
+  void* p_gemm = nullptr;  // the P^T dO operand, as in forward
+  if (t == GemmType::kBf16 || drop.on()) p_gemm = scratch(kAttnBig1, size_t(BHTT) * es);
+  launch::attention_softmax_backward(dS, t, p_gemm, att, dP, doc_start, B, NH, T, drop, compute_);
+  const void* P = p_gemm ? static_cast<const void*>(p_gemm) : static_cast<const void*>(att);
   // dq [G T, hs] = scale dS [G T, T] * k [T, hs]
   gemm_rm(false, false, G * T, hs, T, scale, dS, T, G * TT, k, hs, Ths, 0.0f, dq, hs, G * Ths, B * KV);
   // dk [T, hs] = scale dS^T [T, G T] * q [G T, hs];  dv [T, hs] = P^T [T, G T] * dO [G T, hs]

@@ -1,9 +1,10 @@
-// Elementwise kernels: GELU forward/backward, add, scale, and the bias + residual
-// prologue of linear_forward. Grid-stride loops; each element is computed by one
+// Elementwise kernels: GELU forward/backward, add, scale, hidden dropout, and the bias +
+// residual prologue of linear_forward. Grid-stride loops; each element is computed by one
 // thread the same way wherever it sits, so results do not depend on the launch shape.
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/dropout.h"
 
 namespace troupe::kernels::cuda::launch {
 namespace {
@@ -25,6 +26,18 @@ __global__ void add_k(float* out, const float* a, const float* b, int64_t n) {
 }
 __global__ void scale_k(float* x, int64_t n, float f) {
   TROUPE_GRID_STRIDE(i, n) x[i] *= f;
+}
+// Element (r, c) of [rows, cols]: row g = first_row + r of the microbatch's tokens.
+__global__ void dropout_k(float* out, const float* in, const float* add, int64_t first_row, int64_t rows, int cols,
+                          int T, DropoutMask drop) {
+  TROUPE_GRID_STRIDE(i, rows * cols) {
+    const int64_t g = first_row + i / cols;
+    const int c = int(i % cols);
+    const float kept = dropout_keep(drop, drop.key, drop.first_slot + g / T, int(g % T), drop.first_col + c)
+                           ? in[i] * drop.scale
+                           : 0.0f;
+    out[i] = add ? add[i] + kept : kept;
+  }
 }
 __global__ void bias_residual(float* out, const float* bias, const float* residual, int64_t N, int OC) {
   TROUPE_GRID_STRIDE(i, N * OC) {
@@ -54,6 +67,13 @@ void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t s) 
 void scale(float* x, int64_t n, float f, cudaStream_t s) {
   if (n <= 0) return;
   scale_k<<<grid_for(n, kThreads, kMaxBlocks), kThreads, 0, s>>>(x, n, f);
+  TROUPE_CUDA_LAUNCHED();
+}
+void dropout(float* out, const float* in, const float* add, int64_t first_row, int64_t rows, int cols, int T,
+             const DropoutMask& drop, cudaStream_t s) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return;
+  dropout_k<<<grid_for(n, kThreads, kMaxBlocks), kThreads, 0, s>>>(out, in, add, first_row, rows, cols, T, drop);
   TROUPE_CUDA_LAUNCHED();
 }
 void bias_residual_init(float* out, const float* bias, const float* residual, int N, int OC, cudaStream_t s) {

@@ -36,6 +36,9 @@ void gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t s);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, cudaStream_t s);
 void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t s);
 void scale(float* x, int64_t n, float f, cudaStream_t s);
+// Device::dropout's contract (kernels/dropout.h).
+void dropout(float* out, const float* in, const float* add, int64_t first_row, int64_t rows, int cols, int T,
+             const DropoutMask& drop, cudaStream_t s);
 // out[N, OC] = (residual ? residual : 0) + (bias ? bias[c] : 0); out may alias residual.
 void bias_residual_init(float* out, const float* bias, const float* residual, int N, int OC,
                         cudaStream_t s);
@@ -109,15 +112,18 @@ void rows_to_heads(void* dst, GemmType t, const float* src, int B, int T, int C,
 void heads_to_rows(float* dst, int64_t ld, const float* src, int B, int T, int C, int NH,
                    cudaStream_t s);
 // In place on att[B, NH, T, T] holding raw scores Q K^T: row t becomes
-// softmax(scale * s[doc_start .. t]) there and 0 elsewhere. When p_low is given it
-// also receives the probabilities as bf16 (the operand of P V).
-void attention_softmax_forward(float* att, __nv_bfloat16* p_low, const int32_t* doc_start,
-                               int B, int NH, int T, float scale, cudaStream_t s);
-// ds[B, NH, T, T] (type t) = p * (dp - sum_j p_j dp_j) on [doc_start, t], 0 elsewhere,
-// from att (fp32 probabilities) and dp (fp32). When p_low is given it also receives
-// att as bf16 (the operand of P^T dO).
-void attention_softmax_backward(void* ds, GemmType t, __nv_bfloat16* p_low, const float* att,
-                                const float* dp, const int32_t* doc_start, int B, int NH, int T,
+// softmax(scale * s[doc_start .. t]) there and 0 elsewhere. When p_gemm is given it
+// also receives the operand of P V as type t: the probabilities, dropped by `drop`
+// when drop.on() (kernels/dropout.h; head h of row (b, h, t) is global head
+// drop.first_col + h). p_gemm may be null only for fp32 without dropout (att is the operand).
+void attention_softmax_forward(float* att, void* p_gemm, GemmType t, const int32_t* doc_start, int B, int NH, int T,
+                               float scale, const DropoutMask& drop, cudaStream_t s);
+// ds[B, NH, T, T] (type t) = p * (dp' - sum_j p_j dp'_j) on [doc_start, t], 0 elsewhere,
+// from att (fp32 probabilities) and dp (fp32), dp' = dp masked and scaled by `drop`
+// (dp itself without dropout). When p_gemm is given it also receives the operand of
+// P^T dO as type t (the dropped probabilities with dropout); null only as in forward.
+void attention_softmax_backward(void* ds, GemmType t, void* p_gemm, const float* att, const float* dp,
+                                const int32_t* doc_start, int B, int NH, int T, const DropoutMask& drop,
                                 cudaStream_t s);
 
 // ---- gqa_attention.cu -----------------------------------------------------------

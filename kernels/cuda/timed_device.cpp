@@ -83,13 +83,18 @@ void TimedDevice::swiglu_backward(float* dgate, float* dup, const float* dout, c
   timed("elementwise", [&] { inner_.swiglu_backward(dgate, dup, dout, gate, up, n); });
 }
 void TimedDevice::gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B,
-                                        int T, int NH, int KV, int hs) {
-  timed("attention forward", [&] { inner_.gqa_attention_forward(out, att, qkv, doc_start, B, T, NH, KV, hs); });
+                                        int T, int NH, int KV, int hs, const DropoutMask& drop) {
+  timed("attention forward", [&] { inner_.gqa_attention_forward(out, att, qkv, doc_start, B, T, NH, KV, hs, drop); });
 }
 void TimedDevice::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                                         const int32_t* doc_start, int B, int T, int NH, int KV, int hs) {
+                                         const int32_t* doc_start, int B, int T, int NH, int KV, int hs,
+                                         const DropoutMask& drop) {
   timed("attention backward",
-        [&] { inner_.gqa_attention_backward(dqkv, dout, qkv, att, doc_start, B, T, NH, KV, hs); });
+        [&] { inner_.gqa_attention_backward(dqkv, dout, qkv, att, doc_start, B, T, NH, KV, hs, drop); });
+}
+void TimedDevice::dropout(float* out, const float* in, const float* add, int64_t first_row, int64_t rows, int cols,
+                          int T, const DropoutMask& drop) {
+  timed("elementwise", [&] { inner_.dropout(out, in, add, first_row, rows, cols, T, drop); });
 }
 void TimedDevice::linear_forward(float* out, float* gelu_out, const float* inp, const float* weight, const float* bias,
                                  const float* residual, int N, int C, int OC) {
@@ -100,12 +105,12 @@ void TimedDevice::linear_backward(float* dinp, float* dweight, float* dbias, con
   timed("linear backward", [&] { inner_.linear_backward(dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, C, OC); });
 }
 void TimedDevice::attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B, int T,
-                                    int C, int NH) {
-  timed("attention forward", [&] { inner_.attention_forward(out, att, qkv, doc_start, B, T, C, NH); });
+                                    int C, int NH, const DropoutMask& drop) {
+  timed("attention forward", [&] { inner_.attention_forward(out, att, qkv, doc_start, B, T, C, NH, drop); });
 }
 void TimedDevice::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                                     const int32_t* doc_start, int B, int T, int C, int NH) {
-  timed("attention backward", [&] { inner_.attention_backward(dqkv, dout, qkv, att, doc_start, B, T, C, NH); });
+                                     const int32_t* doc_start, int B, int T, int C, int NH, const DropoutMask& drop) {
+  timed("attention backward", [&] { inner_.attention_backward(dqkv, dout, qkv, att, doc_start, B, T, C, NH, drop); });
 }
 void TimedDevice::gelu_forward(float* out, const float* inp, int64_t n) {
   timed("elementwise", [&] { inner_.gelu_forward(out, inp, n); });

@@ -20,7 +20,14 @@ std::unique_ptr<Attention> make_attention(const AttentionConfig& c, AttentionWei
 }
 
 MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, AttentionWeights w, TpContext& tp, Capacity cap)
-    : w_(w), tp_(tp), cap_(cap), D_(c.width), Dt_(c.width / tp.size()), NHt_(c.heads / tp.size()) {
+    : w_(w),
+      tp_(tp),
+      cap_(cap),
+      probs_dropout_(c.probs_dropout),
+      output_dropout_(c.output_dropout),
+      D_(c.width),
+      Dt_(c.width / tp.size()),
+      NHt_(c.heads / tp.size()) {
   if (c.heads < 1 || c.width % c.heads != 0 || c.heads % tp.size() != 0)
     throw std::invalid_argument("MultiHeadAttention: width " + std::to_string(c.width) + " and heads " +
                                 std::to_string(c.heads) + " do not split over " + std::to_string(tp.size()) +
@@ -46,9 +53,13 @@ void MultiHeadAttention::forward(float* saved, float* out, float* x, const float
                                  const Workspace& ws) {
   const Saved s = carve(saved);
   const int N = seq.tokens();
+  const kernels::DropoutMask out_mask = dropout_mask(output_dropout_, seq, 0);
   column_parallel_qkv_forward(tp_, s.qkv, x, w_.qkv_w, w_.qkv_b, N, D_, Dt_);
-  tp_.device().attention_forward(s.y, s.att, s.qkv, seq.doc_start, seq.B, seq.T, Dt_, NHt_);
-  row_parallel_forward(tp_, out, s.y, w_.proj_w, w_.proj_b, residual, N, Dt_, D_, ws.small);
+  tp_.device().attention_forward(s.y, s.att, s.qkv, seq.doc_start, seq.B, seq.T, Dt_, NHt_,
+                                 dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_));
+  row_parallel_forward(tp_, out, s.y, w_.proj_w, w_.proj_b, out_mask.on() ? nullptr : residual, N, Dt_, D_,
+                       ws.small);
+  if (out_mask.on()) dropout_add_residual(tp_, out_mask, seq, out, residual, D_);
 }
 
 float* MultiHeadAttention::backward(float* saved, float* dout, const float* x, const Sequence& seq,
@@ -57,8 +68,10 @@ float* MultiHeadAttention::backward(float* saved, float* dout, const float* x, c
   const int N = seq.tokens();
   float* dy = ws.small;   // [N, Dt]
   float* dqkv = ws.big;   // [N, 3Dt]
-  row_parallel_backward(tp_, dy, dout, s.y, w_.proj_w, w_.proj_b, nullptr, N, Dt_, D_);
-  tp_.device().attention_backward(dqkv, dy, s.qkv, s.att, seq.doc_start, seq.B, seq.T, Dt_, NHt_);
+  float* dproj = dropout_backward_rows(tp_, dropout_mask(output_dropout_, seq, 0), seq, dout, ws.masked, D_);
+  row_parallel_backward(tp_, dy, dproj, s.y, w_.proj_w, w_.proj_b, nullptr, N, Dt_, D_);
+  tp_.device().attention_backward(dqkv, dy, s.qkv, s.att, seq.doc_start, seq.B, seq.T, Dt_, NHt_,
+                                  dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_));
   return column_parallel_qkv_backward(tp_, ws.small, dqkv, x, w_.qkv_w, w_.qkv_b, N, D_, Dt_);
 }
 

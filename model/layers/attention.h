@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/layers/dropout.h"
 #include "model/layers/layer.h"
 #include "model/layers/tp_context.h"
 
@@ -27,6 +28,9 @@ struct AttentionConfig {
   int kv_heads = 0;  // KV (kGroupedQuery); NH % KV == 0
   // The rotary tables (kGroupedQuery; shared by the stage's layers, outlives them).
   const Rope* rope = nullptr;
+  // attention_dropout on the probabilities; hidden_dropout on the output projection
+  // before the residual add (layers/dropout.h).
+  DropoutConfig probs_dropout, output_dropout;
 };
 
 // kMultiHead: qkv_w/qkv_b c_attn, this rank's q, k, v pieces [D, Dt] each and bias
@@ -46,8 +50,8 @@ class Attention {
   virtual int64_t saved_floats() const = 0;
   // Floats per token the backward needs in Workspace::big.
   virtual int64_t scratch_width() const = 0;
-  // out[Nr, D] = residual[Nr, D] + attention(x), x[N, D] the normed input with this
-  // rank's rows filled (completed in place under SP and kept for backward).
+  // out[Nr, D] = residual[Nr, D] + dropout(attention(x)), x[N, D] the normed input with
+  // this rank's rows filled (completed in place under SP and kept for backward).
   virtual void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
                        const Workspace& ws) = 0;
   // dout[N, D] with this rank's rows filled (completed in place under SP); x as given
@@ -65,8 +69,8 @@ std::unique_ptr<Attention> make_attention(const AttentionConfig& c, AttentionWei
 // GPT-2's: NHt = NH / TP heads here, Dt = D / TP.
 //   qkv[N, 3Dt] = x W_qkv + b          (q | k | v, head h at [h hs, (h+1) hs) of each)
 //   att[B, NHt, T, T] = softmax(q k^T / sqrt(hs)), causal within the document
-//   y[N, Dt] = att v                   (heads concatenated)
-//   out[Nr, D] = residual + y W_proj + b_proj   (summed over the group)
+//   y[N, Dt] = dropout(att) v          (heads concatenated)
+//   out[Nr, D] = residual + dropout(y W_proj + b_proj)   (summed over the group)
 // saved: qkv [cap, 3Dt] | att [cap.batch, NHt, cap.seq, cap.seq] | y [cap, Dt].
 class MultiHeadAttention final : public Attention {
  public:
@@ -86,6 +90,7 @@ class MultiHeadAttention final : public Attention {
   AttentionWeights w_;
   TpContext& tp_;
   Capacity cap_;
+  DropoutConfig probs_dropout_, output_dropout_;
   int D_, Dt_, NHt_;
 };
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "model/layers/dropout.h"
 #include "model/layers/layer.h"
 #include "model/layers/tp_context.h"
 
@@ -19,6 +20,7 @@ struct EmbeddingConfig {
   int width = 0;  // D
   Positions positions = Positions::kLearned;
   VocabShard vocab;
+  DropoutConfig dropout;  // hidden_dropout on the output (layers/dropout.h)
 };
 
 // wte: this rank's rows [vocab.rows, D]; wpe: [max_positions, D] (replicated), absent
@@ -30,13 +32,15 @@ struct EmbeddingWeights {
 class Embedding {
  public:
   Embedding(const EmbeddingConfig& c, EmbeddingWeights w, TpContext& tp);
-  // out[Nr, D] = wte[tokens[n]] + wpe[positions[n]] for this rank's rows n.
-  // tokens, positions [N] (device memory); partial [N, D]: scratch (TP > 1 with SP).
-  void forward(float* out, const int32_t* tokens, const int32_t* positions, int N, float* partial);
-  // dout[N, D] with this rank's rows filled (completed in place under SP).
+  // out[Nr, D] = dropout(wte[tokens[n]] + wpe[positions[n]]) for this rank's rows n.
+  // tokens [N] (device memory), positions seq.positions, N = seq.tokens();
+  // partial [N, D]: scratch (TP > 1 with SP).
+  void forward(float* out, const int32_t* tokens, const Sequence& seq, float* partial);
+  // dout[N, D] with this rank's rows filled (masked in place by the dropout, then
+  // completed in place under SP).
   // d wte[tokens[n] - begin] += dout[n] for this rank's tokens, in token order;
   // d wpe[positions[n]] += dout[n].
-  void backward(float* dout, const int32_t* tokens, const int32_t* positions, int N);
+  void backward(float* dout, const int32_t* tokens, const Sequence& seq);
 
  private:
   EmbeddingConfig c_;

@@ -15,7 +15,13 @@ Weight rows_from(Weight w, int64_t offset) { return {w.value + offset, w.grad + 
 
 GroupedQueryAttention::GroupedQueryAttention(const AttentionConfig& c, AttentionWeights w, TpContext& tp,
                                              Capacity cap)
-    : w_(w), tp_(tp), cap_(cap), rope_(*c.rope), D_(c.width) {
+    : w_(w),
+      tp_(tp),
+      cap_(cap),
+      rope_(*c.rope),
+      probs_dropout_(c.probs_dropout),
+      output_dropout_(c.output_dropout),
+      D_(c.width) {
   const int TP = tp.size(), NH = c.heads, KV = c.kv_heads;
   if (NH < 1 || KV < 1 || c.width % NH != 0 || NH % KV != 0 || NH % TP != 0 || (KV % TP != 0 && TP % KV != 0))
     throw std::invalid_argument("GroupedQueryAttention: width " + std::to_string(c.width) + ", heads " +
@@ -64,8 +70,11 @@ void GroupedQueryAttention::forward(float* saved, float* out, float* x, const fl
   linear_nt_forward(dev, s.qkv + Dt, W, x, k_, N, D_, KVs);
   linear_nt_forward(dev, s.qkv + Dt + KVs, W, x, v_, N, D_, KVs);
   rope_.forward(s.qkv, seq.positions, N, NHt_ + KVl_, W);  // q and k heads are adjacent
-  dev.gqa_attention_forward(s.y, s.att, s.qkv, seq.doc_start, seq.B, seq.T, NHt_, KVl_, hs_);
-  row_parallel_nt_forward(tp_, out, s.y, w_.proj_w, residual, N, Dt, D_, ws.small);
+  dev.gqa_attention_forward(s.y, s.att, s.qkv, seq.doc_start, seq.B, seq.T, NHt_, KVl_, hs_,
+                            dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_));
+  const kernels::DropoutMask out_mask = dropout_mask(output_dropout_, seq, 0);
+  row_parallel_nt_forward(tp_, out, s.y, w_.proj_w, out_mask.on() ? nullptr : residual, N, Dt, D_, ws.small);
+  if (out_mask.on()) dropout_add_residual(tp_, out_mask, seq, out, residual, D_);
 }
 
 float* GroupedQueryAttention::backward(float* saved, float* dout, const float* x, const Sequence& seq,
@@ -76,8 +85,10 @@ float* GroupedQueryAttention::backward(float* saved, float* dout, const float* x
   kernels::Device& dev = tp_.device();
   float* dy = ws.small;  // [N, Dt]
   float* dqkv = ws.big;  // [N, W]
-  row_parallel_nt_backward(tp_, dy, dout, s.y, w_.proj_w, N, Dt, D_);
-  dev.gqa_attention_backward(dqkv, dy, s.qkv, s.att, seq.doc_start, seq.B, seq.T, NHt_, KVl_, hs_);
+  float* dproj = dropout_backward_rows(tp_, dropout_mask(output_dropout_, seq, 0), seq, dout, ws.masked, D_);
+  row_parallel_nt_backward(tp_, dy, dproj, s.y, w_.proj_w, N, Dt, D_);
+  dev.gqa_attention_backward(dqkv, dy, s.qkv, s.att, seq.doc_start, seq.B, seq.T, NHt_, KVl_, hs_,
+                             dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_));
   rope_.backward(dqkv, seq.positions, N, NHt_ + KVl_, W);
   float* dx = ws.small;  // [N, D]; dy is spent
   linear_nt_backward(dev, dx, false, dqkv, W, x, w_.q_w, N, D_, Dt);

@@ -8,9 +8,9 @@
 // the group sums k_proj's and v_proj's gradients (partial_grads).
 //   qkv[N, (NHt + 2 KVl) hs] = x [Wq_t | Wk_l | Wv_l]^T     (q | k | v per token)
 //   q, k rotated by the tokens' positions (rope.h), in place
-//   y[N, Dt] = softmax(q k^T / sqrt(hs)) v, causal within the document, query head h
-//              reading kv head h / (NHt / KVl)
-//   out[Nr, D] = residual + y Wo_t^T   (row-parallel, summed over the group)
+//   y[N, Dt] = dropout(softmax(q k^T / sqrt(hs))) v, causal within the document, query
+//              head h reading kv head h / (NHt / KVl)
+//   out[Nr, D] = residual + dropout(y Wo_t^T)   (row-parallel, summed over the group)
 // saved: qkv (rotated) [cap, (NHt + 2 KVl) hs] | att [cap.batch, NHt, cap.seq, cap.seq] |
 //        y [cap, Dt].
 #pragma once
@@ -43,6 +43,7 @@ class GroupedQueryAttention final : public Attention {
   TpContext& tp_;
   Capacity cap_;
   const Rope& rope_;
+  DropoutConfig probs_dropout_, output_dropout_;
   int D_, hs_, NHt_, KVl_;
   bool kv_replicated_;
   int64_t kv_floats_;  // elements of the whole k_proj (and v_proj) when replicated

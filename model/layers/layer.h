@@ -32,11 +32,15 @@ struct Weight {
 // index within its row of the first token of the token's document (attention is
 // causal within it); positions, the token's position in its document (0 at each
 // document start and at each sample start; learned or rotary positions read it).
+// first_slot: the sample slot of row 0 in the run's order (data::Microbatch::
+// first_slot), which keys the dropout masks (layers/dropout.h); -1: no dropout
+// (evaluation).
 struct Sequence {
   const int32_t* doc_start = nullptr;
   const int32_t* positions = nullptr;
   int B = 0;  // rows
   int T = 0;  // positions per row
+  int64_t first_slot = -1;
   int tokens() const { return B * T; }
 };
 
@@ -48,10 +52,13 @@ struct Capacity {
 };
 
 // Backward (and a few forward) scratch shared by every slot and layer of a stage,
-// valid for one call: small [N, D], big [N, scratch width] (the widest layer's need).
+// valid for one call: small [N, D], big [N, scratch width] (the widest layer's need),
+// masked [N, D] (the hidden-dropout backward's masked gradient; null when the model
+// has no hidden dropout).
 struct Workspace {
   float* small = nullptr;
   float* big = nullptr;
+  float* masked = nullptr;
 };
 
 // The rows of the token embedding (and so the logit columns of a head tied or not)

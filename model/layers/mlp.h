@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include "model/layers/dropout.h"
 #include "model/layers/layer.h"
 #include "model/layers/tp_context.h"
 
@@ -19,6 +20,7 @@ struct MlpConfig {
   MlpKind kind = MlpKind::kGelu;
   int width = 0;      // D
   int ffn_width = 0;  // F over the whole group
+  DropoutConfig output_dropout;  // hidden_dropout before the residual add (layers/dropout.h)
 };
 
 // kGelu: fc c_fc, this rank's columns [D, Ft] and bias [Ft]; proj c_proj, rows [Ft,
@@ -36,30 +38,34 @@ class Mlp {
   virtual int64_t saved_floats() const = 0;
   // Floats per token the backward needs in Workspace::big.
   virtual int64_t scratch_width() const = 0;
-  // out[Nr, D] = residual[Nr, D] + mlp(x), x[N, D] with this rank's rows filled
-  // (completed in place under SP and kept for backward). out may not alias residual.
-  virtual void forward(float* saved, float* out, float* x, const float* residual, int N, const Workspace& ws) = 0;
+  // out[Nr, D] = residual[Nr, D] + dropout(mlp(x)), x[N, D] with this rank's rows
+  // filled (completed in place under SP and kept for backward); N = seq.tokens(). out
+  // may not alias residual.
+  virtual void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
+                       const Workspace& ws) = 0;
   // dout[N, D] with this rank's rows filled (completed in place under SP). Returns
   // this rank's rows [Nr, D] of d mlp / d x (in ws.small), the residual's share not included.
-  virtual float* backward(float* saved, float* dout, const float* x, int N, const Workspace& ws) = 0;
+  virtual float* backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) = 0;
 };
 
 std::unique_ptr<Mlp> make_mlp(const MlpConfig& c, MlpWeights w, TpContext& tp, Capacity cap);
 
-//   h[N, Ft] = x W_fc + b_fc;  g = gelu(h);  out[Nr, D] = residual + g W_proj + b_proj
+//   h[N, Ft] = x W_fc + b_fc;  g = gelu(h);  out[Nr, D] = residual + dropout(g W_proj + b_proj)
 // saved: h [cap, Ft] | g [cap, Ft].
 class GeluMlp final : public Mlp {
  public:
   GeluMlp(const MlpConfig& c, MlpWeights w, TpContext& tp, Capacity cap);
   int64_t saved_floats() const override { return 2 * cap_.tokens() * Ft_; }
   int64_t scratch_width() const override { return Ft_; }
-  void forward(float* saved, float* out, float* x, const float* residual, int N, const Workspace& ws) override;
-  float* backward(float* saved, float* dout, const float* x, int N, const Workspace& ws) override;
+  void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
+               const Workspace& ws) override;
+  float* backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) override;
 
  private:
   MlpWeights w_;
   TpContext& tp_;
   Capacity cap_;
+  DropoutConfig output_dropout_;
   int D_, Ft_;
 };
 

@@ -51,7 +51,7 @@ void row_parallel_forward(TpContext& tp, float* out, const float* x, Weight w, W
   }
   dev.linear_forward(partial, nullptr, x, w.value, owner ? b.value : nullptr, nullptr, N, K, D);
   tp.reduce_to_rows(partial, out, N, D);
-  dev.add(out, out, residual, tp.rows(N) * D);
+  if (residual) dev.add(out, out, residual, tp.rows(N) * D);
 }
 
 void row_parallel_backward(TpContext& tp, float* dx, float* dout, const float* x, Weight w, Weight b,
@@ -77,7 +77,7 @@ void row_parallel_nt_forward(TpContext& tp, float* out, const float* x, Weight w
   const int64_t rows = tp.rows(N);
   if (tp.size() == 1 || !tp.sequence()) {
     // out = residual (added by one rank) + x w^T, summed over the group.
-    if (tp.owner())
+    if (tp.owner() && residual)
       dev.copy(out, residual, size_t(rows) * size_t(D) * sizeof(float));
     else
       dev.fill_zero(out, size_t(rows) * size_t(D) * sizeof(float));
@@ -87,7 +87,7 @@ void row_parallel_nt_forward(TpContext& tp, float* out, const float* x, Weight w
   }
   dev.gemm(false, true, N, D, K, 1.0f, x, K, w.value, K, 0.0f, partial, D);
   tp.reduce_to_rows(partial, out, N, D);
-  dev.add(out, out, residual, rows * D);
+  if (residual) dev.add(out, out, residual, rows * D);
 }
 
 void row_parallel_nt_backward(TpContext& tp, float* dx, float* dout, const float* x, Weight w, int N, int K, int D) {

@@ -39,7 +39,8 @@ void column_parallel_qkv_forward(TpContext& tp, float* qkv, float* x, Weight w, 
 float* column_parallel_qkv_backward(TpContext& tp, float* dx, const float* dqkv, const float* x, Weight w,
                                     Weight b, int N, int K, int OCp);
 
-// out[Nr, D] = residual[Nr, D] + b[D] + sum over ranks of x[N, K] w[K, D].
+// out[Nr, D] = residual[Nr, D] + b[D] + sum over ranks of x[N, K] w[K, D]; residual
+// may be null (nothing added: a dropout site adds it after, layers/dropout.h).
 // partial: [N, D] scratch (used under SP only). out may alias residual only without SP.
 void row_parallel_forward(TpContext& tp, float* out, const float* x, Weight w, Weight b, const float* residual,
                           int N, int K, int D, float* partial);
@@ -61,8 +62,9 @@ void linear_nt_forward(kernels::Device& dev, float* out, int64_t ldo, const floa
 void linear_nt_backward(kernels::Device& dev, float* dx, bool accumulate, const float* dout, int64_t lddout,
                         const float* x, Weight w, int N, int K, int OC);
 
-// out[Nr, D] = residual[Nr, D] + sum over ranks of x[N, K] w[D, K]^T.
-// partial: [N, D] scratch (used under SP only). out may not alias residual.
+// out[Nr, D] = residual[Nr, D] + sum over ranks of x[N, K] w[D, K]^T; residual may be
+// null (nothing added). partial: [N, D] scratch (used under SP only). out may not
+// alias residual.
 void row_parallel_nt_forward(TpContext& tp, float* out, const float* x, Weight w, const float* residual, int N,
                              int K, int D, float* partial);
 // dout[N, D] with this rank's rows filled (all-gathered in place first under SP).

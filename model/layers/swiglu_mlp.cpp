@@ -8,13 +8,15 @@
 namespace troupe::model::layers {
 
 SwiGluMlp::SwiGluMlp(const MlpConfig& c, MlpWeights w, TpContext& tp, Capacity cap)
-    : w_(w), tp_(tp), cap_(cap), D_(c.width), Ft_(c.ffn_width / tp.size()) {
+    : w_(w), tp_(tp), cap_(cap), output_dropout_(c.output_dropout), D_(c.width), Ft_(c.ffn_width / tp.size()) {
   if (c.ffn_width % tp.size() != 0)
     throw std::invalid_argument("SwiGluMlp: ffn width " + std::to_string(c.ffn_width) + " does not split over " +
                                 std::to_string(tp.size()) + " tensor-parallel ranks");
 }
 
-void SwiGluMlp::forward(float* saved, float* out, float* x, const float* residual, int N, const Workspace& ws) {
+void SwiGluMlp::forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
+                        const Workspace& ws) {
+  const int N = seq.tokens();
   const int64_t slot = cap_.tokens() * Ft_;
   float* gate = saved;
   float* up = saved + slot;
@@ -24,17 +26,21 @@ void SwiGluMlp::forward(float* saved, float* out, float* x, const float* residua
   linear_nt_forward(dev, gate, Ft_, x, w_.fc_w, N, D_, Ft_);
   linear_nt_forward(dev, up, Ft_, x, w_.up_w, N, D_, Ft_);
   dev.swiglu_forward(h, gate, up, int64_t(N) * Ft_);
-  row_parallel_nt_forward(tp_, out, h, w_.proj_w, residual, N, Ft_, D_, ws.small);
+  const kernels::DropoutMask out_mask = dropout_mask(output_dropout_, seq, 0);
+  row_parallel_nt_forward(tp_, out, h, w_.proj_w, out_mask.on() ? nullptr : residual, N, Ft_, D_, ws.small);
+  if (out_mask.on()) dropout_add_residual(tp_, out_mask, seq, out, residual, D_);
 }
 
-float* SwiGluMlp::backward(float* saved, float* dout, const float* x, int N, const Workspace& ws) {
+float* SwiGluMlp::backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) {
+  const int N = seq.tokens();
   const int64_t slot = cap_.tokens() * Ft_;
   float* gate = saved;
   float* up = saved + slot;
   const float* h = saved + 2 * slot;
   kernels::Device& dev = tp_.device();
   float* dh = ws.big;  // [N, Ft]
-  row_parallel_nt_backward(tp_, dh, dout, h, w_.proj_w, N, Ft_, D_);
+  float* dproj = dropout_backward_rows(tp_, dropout_mask(output_dropout_, seq, 0), seq, dout, ws.masked, D_);
+  row_parallel_nt_backward(tp_, dh, dproj, h, w_.proj_w, N, Ft_, D_);
   dev.swiglu_backward(gate, up, dh, gate, up, int64_t(N) * Ft_);  // gate, up <- dgate, dup
   float* dx = ws.small;  // [N, D]
   linear_nt_backward(dev, dx, false, gate, Ft_, x, w_.fc_w, N, D_, Ft_);

@@ -15,13 +15,15 @@ class SwiGluMlp final : public Mlp {
   SwiGluMlp(const MlpConfig& c, MlpWeights w, TpContext& tp, Capacity cap);
   int64_t saved_floats() const override { return 3 * cap_.tokens() * Ft_; }
   int64_t scratch_width() const override { return Ft_; }
-  void forward(float* saved, float* out, float* x, const float* residual, int N, const Workspace& ws) override;
-  float* backward(float* saved, float* dout, const float* x, int N, const Workspace& ws) override;
+  void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
+               const Workspace& ws) override;
+  float* backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) override;
 
  private:
   MlpWeights w_;
   TpContext& tp_;
   Capacity cap_;
+  DropoutConfig output_dropout_;
   int D_, Ft_;
 };
 

@@ -99,12 +99,17 @@ class LateCompletionDevice final : public kernels::Device {
     inner_.swiglu_backward(dgate, dup, dout, gate, up, n);
   }
   void gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B, int T, int NH,
-                             int KV, int hs) override {
-    inner_.gqa_attention_forward(out, att, qkv, doc_start, B, T, NH, KV, hs);
+                             int KV, int hs, const kernels::DropoutMask& drop) override {
+    inner_.gqa_attention_forward(out, att, qkv, doc_start, B, T, NH, KV, hs, drop);
   }
   void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                              const int32_t* doc_start, int B, int T, int NH, int KV, int hs) override {
-    inner_.gqa_attention_backward(dqkv, dout, qkv, att, doc_start, B, T, NH, KV, hs);
+                              const int32_t* doc_start, int B, int T, int NH, int KV, int hs,
+                              const kernels::DropoutMask& drop) override {
+    inner_.gqa_attention_backward(dqkv, dout, qkv, att, doc_start, B, T, NH, KV, hs, drop);
+  }
+  void dropout(float* out, const float* in, const float* add, int64_t first_row, int64_t rows, int cols, int T,
+               const kernels::DropoutMask& drop) override {
+    inner_.dropout(out, in, add, first_row, rows, cols, T, drop);
   }
   void linear_forward(float* out, float* gelu_out, const float* inp, const float* weight, const float* bias,
                       const float* residual, int N, int C, int OC) override {
@@ -115,12 +120,13 @@ class LateCompletionDevice final : public kernels::Device {
     inner_.linear_backward(dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, C, OC);
   }
   void attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B, int T, int C,
-                         int NH) override {
-    inner_.attention_forward(out, att, qkv, doc_start, B, T, C, NH);
+                         int NH, const kernels::DropoutMask& drop) override {
+    inner_.attention_forward(out, att, qkv, doc_start, B, T, C, NH, drop);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                          const int32_t* doc_start, int B, int T, int C, int NH) override {
-    inner_.attention_backward(dqkv, dout, qkv, att, doc_start, B, T, C, NH);
+                          const int32_t* doc_start, int B, int T, int C, int NH,
+                          const kernels::DropoutMask& drop) override {
+    inner_.attention_backward(dqkv, dout, qkv, att, doc_start, B, T, C, NH, drop);
   }
   void gelu_forward(float* out, const float* inp, int64_t n) override { inner_.gelu_forward(out, inp, n); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override {

@@ -267,13 +267,21 @@ TEST_CASE("a damaged newest checkpoint is reported and the previous complete one
   CHECK(outcome.checkpoint->step() == 6);  // the newest is intact again
 }
 
-TEST_CASE("a Llama recovers bitwise after a stage is killed") {
+TEST_CASE("a Llama with dropout recovers bitwise after a stage is killed") {
   // The same DP2 x PP2 run as a Llama (grouped-query attention, rotary positions,
-  // SwiGLU, untied head): a stage killed in its backward at step 4 restarts the group
-  // from step 2's checkpoint, and the run ends bitwise equal to its fault-free twin.
-  const auto clean_llama = run(testing::as_llama(base("llama-clean")));
+  // SwiGLU, untied head) with hidden and attention dropout 0.1: a stage killed in its
+  // backward at step 4 restarts the group from step 2's checkpoint, redraws the masks of
+  // the steps it repeats from their sample slots, and ends bitwise equal to its
+  // fault-free twin.
+  auto llama = [](Config c) {
+    c = testing::as_llama(std::move(c));
+    c.mutable_model()->set_hidden_dropout(0.1f);
+    c.mutable_model()->set_attention_dropout(0.1f);
+    return c;
+  };
+  const auto clean_llama = run(llama(base("llama-clean")));
   REQUIRE_MESSAGE(clean_llama.outcome.status == "completed", clean_llama.outcome.error);
-  Config c = testing::as_llama(base("llama-kill"));
+  Config c = llama(base("llama-kill"));
   *c.mutable_faults()->add_fault() = fault("stage/dp1/pp1/tp0", 4, Fault::BACKWARD);
   const auto r = run(c);
   REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);

@@ -62,6 +62,21 @@ TEST_CASE("a Llama (grouped-query, rotary, SwiGLU, untied head) matches the sing
     check_layout(c);
   }
   SUBCASE("DP2 x PP2") { check_layout(as_llama(tiny(2, 2))); }
+  SUBCASE("DP2 x PP2 with hidden and attention dropout 0.1") {
+    // The masks follow the sample slot and the global layer, so every layout draws
+    // the reference's masks; the tolerances stay those of the undropped runs.
+    Config c = as_llama(tiny(2, 2));
+    c.mutable_model()->set_hidden_dropout(0.1f);
+    c.mutable_model()->set_attention_dropout(0.1f);
+    check_layout(c);
+  }
+}
+
+TEST_CASE("GPT-2 with hidden and attention dropout: DP2 x PP2 matches the single-device run") {
+  Config c = tiny(2, 2);
+  c.mutable_model()->set_hidden_dropout(0.1f);
+  c.mutable_model()->set_attention_dropout(0.1f);
+  check_layout(c);
 }
 
 TEST_CASE("the distributed optimizer matches unsharded AdamW") {

@@ -101,8 +101,20 @@ TEST_CASE("behaviour switches are accepted; choices are checked") {
   CHECK(import_error("--normalization Foo") ==
         "m.args:1: --normalization: \"Foo\" is not supported: troupe normalizes with LayerNorm (GPT2) or "
         "RMSNorm (LLAMA)");
-  CHECK(import_error("--hidden-dropout 0.1") ==
-        "m.args:1: --hidden-dropout: troupe has no dropout; only 0 is accepted");
+  CHECK(import_error("--hidden-dropout 1.5") ==
+        "m.args:1 (--hidden-dropout): model.hidden_dropout: must lie in [0, 1), got 1.5");
+}
+
+TEST_CASE("dropout: Megatron-LM's 0.1 defaults when the fragment leaves it out, its values when it sets them") {
+  const auto unset = parse_megatron_args("--num-layers 2", "m.args");
+  CHECK(unset.config.model().hidden_dropout() == 0.1f);
+  CHECK(unset.config.model().attention_dropout() == 0.1f);
+  CHECK(unset.origins.where("model.hidden_dropout") == "m.args (Megatron-LM's default --hidden-dropout 0.1)");
+  CHECK(unset.origins.where("model.attention_dropout") == "m.args (Megatron-LM's default --attention-dropout 0.1)");
+  const auto set = parse_megatron_args("--num-layers 2\n--hidden-dropout 0 --attention-dropout 0.05", "m.args");
+  CHECK(set.config.model().hidden_dropout() == 0.0f);
+  CHECK(set.config.model().attention_dropout() == 0.05f);
+  CHECK(set.origins.where("model.hidden_dropout") == "m.args:2 (--hidden-dropout)");
 }
 
 TEST_CASE("decay style, tokenizer and data flags") {

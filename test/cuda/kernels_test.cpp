@@ -16,6 +16,7 @@
 #include <future>
 
 #include "kernels/cpu/cpu_device.h"
+#include "kernels/dropout.h"
 #include "kernels/cuda/cuda_check.h"
 #include "test/cuda/cuda_test_util.h"
 
@@ -306,7 +307,7 @@ TEST_CASE("linear forward (bias, residual, aliasing, fused GELU) and backward (G
   }
 }
 
-TEST_CASE("attention with a per-document causal mask, forward and backward") {
+TEST_CASE("attention with a per-document causal mask, forward and backward, with and without dropout") {
   REQUIRE_GPU();
   const int B = 2, T = 40, C = 64, NH = 4;
   // Row 0: documents [0, 10), [10, 27), [27, 40); row 1: one document.
@@ -316,16 +317,20 @@ TEST_CASE("attention with a per-document causal mask, forward and backward") {
     doc_start[size_t(T + t)] = 0;
   }
   CpuDevice cpu(2);
-  for (GemmType t : {GemmType::kF32, GemmType::kBf16}) {
+  for (GemmType t : {GemmType::kF32, GemmType::kBf16})
+  for (const float p : {0.0f, 0.2f}) {
     CAPTURE(name(t));
+    CAPTURE(p);
+    // The mask of a rank whose first head is global head 2 (the draws are the CPU's).
+    const auto drop = troupe::kernels::make_dropout_mask(p, 0xd20ull, 17, 2);
     CudaDevice gpu(opts(t));
     const auto qkv = randn(size_t(B) * T * 3 * C, 1);
     const size_t natt = size_t(B) * NH * T * T;
     std::vector<float> out(size_t(B) * T * C), att(natt);
-    cpu.attention_forward(out.data(), att.data(), qkv.data(), doc_start.data(), B, T, C, NH);
+    cpu.attention_forward(out.data(), att.data(), qkv.data(), doc_start.data(), B, T, C, NH, drop);
     auto gq = upload(gpu, qkv), gd = upload(gpu, doc_start);
     auto go = poisoned(gpu, out.size()), ga = poisoned(gpu, natt);
-    gpu.attention_forward(go.f32(), ga.f32(), gq.f32(), gd.i32(), B, T, C, NH);
+    gpu.attention_forward(go.f32(), ga.f32(), gq.f32(), gd.i32(), B, T, C, NH, drop);
     const auto gatt = download(gpu, ga.f32(), natt);
     CHECK(rel_err(download(gpu, go.f32(), out.size()), out) <= gemm_bound(t));
     CHECK(rel_err(gatt, att) <= gemm_bound(t));
@@ -341,10 +346,10 @@ TEST_CASE("attention with a per-document causal mask, forward and backward") {
 
     const auto dout = randn(out.size(), 2);
     std::vector<float> dqkv(qkv.size());
-    cpu.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), doc_start.data(), B, T, C, NH);
+    cpu.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), doc_start.data(), B, T, C, NH, drop);
     auto gdo = upload(gpu, dout);
     auto gdq = poisoned(gpu, qkv.size());
-    gpu.attention_backward(gdq.f32(), gdo.f32(), gq.f32(), ga.f32(), gd.i32(), B, T, C, NH);
+    gpu.attention_backward(gdq.f32(), gdo.f32(), gq.f32(), ga.f32(), gd.i32(), B, T, C, NH, drop);
     CHECK(rel_err(download(gpu, gdq.f32(), dqkv.size()), dqkv) <= (t == GemmType::kBf16 ? 1.5e-2 : 1e-5));
   }
 }
@@ -429,7 +434,7 @@ TEST_CASE("swiglu forward and backward, in place") {
   CHECK(rel_err(download(gpu, gu.f32(), n), dup) <= 1e-5);
 }
 
-TEST_CASE("grouped-query attention (KV = 1, 2, 4 of NH = 4) with a per-document causal mask") {
+TEST_CASE("grouped-query attention (KV = 1, 2, 4 of NH = 4) with a per-document causal mask, with and without dropout") {
   REQUIRE_GPU();
   const int B = 2, T = 37, NH = 4;
   // Row 0: documents [0, 10), [10, 27), [27, 37); row 1: one document.
@@ -441,19 +446,22 @@ TEST_CASE("grouped-query attention (KV = 1, 2, 4 of NH = 4) with a per-document 
   CpuDevice cpu(2);
   for (GemmType t : {GemmType::kF32, GemmType::kBf16}) {
     CudaDevice gpu(opts(t));
+    for (const float p : {0.0f, 0.2f})
     for (int hs : {8, 16})
       for (int KV : {1, 2, 4}) {
         CAPTURE(name(t));
         CAPTURE(hs);
         CAPTURE(KV);
+        CAPTURE(p);
+        const auto drop = troupe::kernels::make_dropout_mask(p, 0x9a0ull, 3, 0);
         const int64_t ld = int64_t(NH + 2 * KV) * hs, C = int64_t(NH) * hs;
         const auto qkv = randn(size_t(B) * T * ld, 1);
         const size_t natt = size_t(B) * NH * T * T;
         std::vector<float> out(size_t(B * T * C)), att(natt);
-        cpu.gqa_attention_forward(out.data(), att.data(), qkv.data(), doc_start.data(), B, T, NH, KV, hs);
+        cpu.gqa_attention_forward(out.data(), att.data(), qkv.data(), doc_start.data(), B, T, NH, KV, hs, drop);
         auto gq = upload(gpu, qkv), gd = upload(gpu, doc_start);
         auto go = poisoned(gpu, out.size()), ga = poisoned(gpu, natt);
-        gpu.gqa_attention_forward(go.f32(), ga.f32(), gq.f32(), gd.i32(), B, T, NH, KV, hs);
+        gpu.gqa_attention_forward(go.f32(), ga.f32(), gq.f32(), gd.i32(), B, T, NH, KV, hs, drop);
         const auto gatt = download(gpu, ga.f32(), natt);
         CHECK(rel_err(download(gpu, go.f32(), out.size()), out) <= gemm_bound(t));
         CHECK(rel_err(gatt, att) <= gemm_bound(t));
@@ -464,16 +472,36 @@ TEST_CASE("grouped-query attention (KV = 1, 2, 4 of NH = 4) with a per-document 
         const auto dout = randn(out.size(), 2);
         std::vector<float> dqkv(qkv.size());
         cpu.gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), doc_start.data(), B, T, NH, KV,
-                                   hs);
+                                   hs, drop);
         auto gdo = upload(gpu, dout);
         auto gdq = poisoned(gpu, qkv.size());
-        gpu.gqa_attention_backward(gdq.f32(), gdo.f32(), gq.f32(), ga.f32(), gd.i32(), B, T, NH, KV, hs);
+        gpu.gqa_attention_backward(gdq.f32(), gdo.f32(), gq.f32(), ga.f32(), gd.i32(), B, T, NH, KV, hs, drop);
         const auto got = download(gpu, gdq.f32(), dqkv.size());
         CHECK(rel_err(got, dqkv) <= (t == GemmType::kBf16 ? 1.5e-2 : 1e-5));
         // Twice gives the same bits (no atomics in the group sums).
-        gpu.gqa_attention_backward(gdq.f32(), gdo.f32(), gq.f32(), ga.f32(), gd.i32(), B, T, NH, KV, hs);
+        gpu.gqa_attention_backward(gdq.f32(), gdo.f32(), gq.f32(), ga.f32(), gd.i32(), B, T, NH, KV, hs, drop);
         CHECK(bitwise_equal(download(gpu, gdq.f32(), dqkv.size()), got) == got.size());
       }
+  }
+}
+
+TEST_CASE("hidden dropout: the same bits as the CPU device, with and without an added residual, on a row block") {
+  REQUIRE_GPU();
+  const int T = 24, cols = 70;
+  const int64_t rows = 2 * T, first = 5;  // a block of rows as sequence parallelism hands out
+  CpuDevice cpu(2);
+  CudaDevice gpu;
+  const auto drop = troupe::kernels::make_dropout_mask(
+      0.1f, troupe::kernels::dropout_key(3, 1, troupe::kernels::DropoutSite::kMlpOutput), 40, 0);
+  const auto x = randn(size_t(rows) * cols, 5), add = randn(x.size(), 6);
+  for (const bool with_add : {false, true}) {
+    CAPTURE(with_add);
+    std::vector<float> want(x.size());
+    cpu.dropout(want.data(), x.data(), with_add ? add.data() : nullptr, first, rows, cols, T, drop);
+    auto gx = upload(gpu, x), ga = upload(gpu, add);
+    auto gy = poisoned(gpu, x.size());
+    gpu.dropout(gy.f32(), gx.f32(), with_add ? ga.f32() : nullptr, first, rows, cols, T, drop);
+    CHECK(bitwise_equal(download(gpu, gy.f32(), x.size()), want) == want.size());
   }
 }
 

@@ -169,7 +169,7 @@ TEST_CASE("attention keeps each token inside its document") {
     start[size_t(T + t)] = 0;
   }
   std::vector<float> out(size_t(B) * T * C), att(size_t(B) * NH * T * T);
-  dev.attention_forward(out.data(), att.data(), qkv.data(), start.data(), B, T, C, NH);
+  dev.attention_forward(out.data(), att.data(), qkv.data(), start.data(), B, T, C, NH, {});
   std::vector<double> ref(out.size());
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
@@ -196,11 +196,11 @@ TEST_CASE("attention keeps each token inside its document") {
   // finite-difference probe of one q, k and v element agrees.
   const auto dout = randn(out.size(), 15);
   std::vector<float> dqkv(qkv.size());
-  dev.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), start.data(), B, T, C, NH);
+  dev.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), start.data(), B, T, C, NH, {});
   auto objective = [&](const std::vector<float>& q) {
     std::vector<float> o(out.size()), a(att.size());
     CpuDevice d1(1);
-    d1.attention_forward(o.data(), a.data(), q.data(), start.data(), B, T, C, NH);
+    d1.attention_forward(o.data(), a.data(), q.data(), start.data(), B, T, C, NH, {});
     double s = 0;
     for (size_t i = 0; i < o.size(); ++i) s += double(o[i]) * dout[i];
     return s;
@@ -309,8 +309,8 @@ TEST_CASE("every kernel but gemm gives the same bits for 1 and 3 threads") {
     dev.layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
     dev.layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
     std::vector<float> ao(size_t(N) * C), att(size_t(B) * NH * T * T), dqkv(qkv.size());
-    dev.attention_forward(ao.data(), att.data(), qkv.data(), start.data(), B, T, C, NH);
-    dev.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), start.data(), B, T, C, NH);
+    dev.attention_forward(ao.data(), att.data(), qkv.data(), start.data(), B, T, C, NH, {});
+    dev.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), start.data(), B, T, C, NH, {});
     std::vector<float> bias(C);
     troupe::kernels::cpu::bias_backward(dev.pool(), bias.data(), dout.data(), N, C);
     std::vector<float> all;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_device.h"
+#include "kernels/dropout.h"
 #include "test/support/randn.h"
 
 using troupe::kernels::cpu::CpuDevice;
@@ -103,9 +104,18 @@ struct Gqa {
   size_t o(int b, int t, int h, int i) const { return size_t((int64_t(b) * T + t) * C() + h * hs + i); }
 };
 
-// Double-precision forward: out, att (probabilities, 0 outside the mask).
+// The attention-dropout factor of element (b, h, t, s): scale or 0 from
+// kernels::dropout_keep, 1 without a mask (the reference draws element by element).
+double keep_factor(const troupe::kernels::DropoutMask* drop, int b, int h, int t, int s) {
+  if (!drop || !drop->on()) return 1.0;
+  const uint64_t key = troupe::kernels::head_key(drop->key, drop->first_col + h);
+  return troupe::kernels::dropout_keep(*drop, key, drop->first_slot + b, t, s) ? double(drop->scale) : 0.0;
+}
+
+// Double-precision forward: out, att (probabilities, 0 outside the mask; undropped).
 void gqa_forward_ref(const Gqa& g, const std::vector<double>& qkv, const std::vector<int32_t>& start,
-                     std::vector<double>& out, std::vector<double>& att) {
+                     std::vector<double>& out, std::vector<double>& att,
+                     const troupe::kernels::DropoutMask* drop = nullptr) {
   out.assign(size_t(g.B) * g.T * g.C(), 0.0);
   att.assign(size_t(g.B) * g.NH * g.T * g.T, 0.0);
   const double scale = 1 / std::sqrt(double(g.hs));
@@ -126,7 +136,7 @@ void gqa_forward_ref(const Gqa& g, const std::vector<double>& qkv, const std::ve
         for (int s = s0; s <= t; ++s) p[s] /= z;
         for (int i = 0; i < g.hs; ++i) {
           double acc = 0;
-          for (int s = s0; s <= t; ++s) acc += p[s] * qkv[g.v(b, s, kv, i)];
+          for (int s = s0; s <= t; ++s) acc += p[s] * keep_factor(drop, b, h, t, s) * qkv[g.v(b, s, kv, i)];
           out[g.o(b, t, h, i)] = acc;
         }
       }
@@ -134,8 +144,10 @@ void gqa_forward_ref(const Gqa& g, const std::vector<double>& qkv, const std::ve
 }
 
 // Double-precision backward from the reference probabilities: dqkv.
+// With a dropout mask M (factor m): dP = m dO V^T, dV = (m P)^T dO.
 std::vector<double> gqa_backward_ref(const Gqa& g, const std::vector<double>& qkv, const std::vector<double>& att,
-                                     const std::vector<float>& dout, const std::vector<int32_t>& start) {
+                                     const std::vector<float>& dout, const std::vector<int32_t>& start,
+                                     const troupe::kernels::DropoutMask* drop = nullptr) {
   std::vector<double> d(qkv.size(), 0.0);
   const double scale = 1 / std::sqrt(double(g.hs));
   for (int b = 0; b < g.B; ++b)
@@ -148,6 +160,7 @@ std::vector<double> gqa_backward_ref(const Gqa& g, const std::vector<double>& qk
         double dot = 0;
         for (int s = s0; s <= t; ++s) {
           for (int i = 0; i < g.hs; ++i) dp[size_t(s)] += double(dout[g.o(b, t, h, i)]) * qkv[g.v(b, s, kv, i)];
+          dp[size_t(s)] *= keep_factor(drop, b, h, t, s);
           dot += p[s] * dp[size_t(s)];
         }
         for (int s = s0; s <= t; ++s) {
@@ -155,7 +168,7 @@ std::vector<double> gqa_backward_ref(const Gqa& g, const std::vector<double>& qk
           for (int i = 0; i < g.hs; ++i) {
             d[g.q(b, t, h, i)] += ds * qkv[g.k(b, s, kv, i)];
             d[g.k(b, s, kv, i)] += ds * qkv[g.q(b, t, h, i)];
-            d[g.v(b, s, kv, i)] += p[s] * dout[g.o(b, t, h, i)];
+            d[g.v(b, s, kv, i)] += p[s] * keep_factor(drop, b, h, t, s) * dout[g.o(b, t, h, i)];
           }
         }
       }
@@ -273,7 +286,7 @@ TEST_CASE("grouped-query attention matches the double loops for KV = 1, 2, 4 of 
       CpuDevice dev(2);
       const auto qkv = randn(size_t(B) * T * g.ld(), 76);
       std::vector<float> out(size_t(B) * T * g.C()), att(size_t(B) * NH * T * T, -1.0f);
-      dev.gqa_attention_forward(out.data(), att.data(), qkv.data(), start.data(), B, T, NH, KV, hs);
+      dev.gqa_attention_forward(out.data(), att.data(), qkv.data(), start.data(), B, T, NH, KV, hs, {});
       const std::vector<double> qd(qkv.begin(), qkv.end());
       std::vector<double> rout, ratt;
       gqa_forward_ref(g, qd, start, rout, ratt);
@@ -285,7 +298,7 @@ TEST_CASE("grouped-query attention matches the double loops for KV = 1, 2, 4 of 
 
       const auto dout = randn(out.size(), 77);
       std::vector<float> dqkv(qkv.size(), NAN);  // overwritten, every element
-      dev.gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), start.data(), B, T, NH, KV, hs);
+      dev.gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), start.data(), B, T, NH, KV, hs, {});
       const auto rd = gqa_backward_ref(g, qd, ratt, dout, start);
       CHECK(max_abs_diff(dqkv, rd) < kGqaGradTol);
 
@@ -314,10 +327,10 @@ TEST_CASE("grouped-query attention with KV = NH is multi-head attention") {
   const auto qkv = randn(size_t(B) * T * 3 * C, 78), dout = randn(size_t(B) * T * C, 79);
   std::vector<float> o1(dout.size()), o2(dout.size()), a1(size_t(B) * NH * T * T), a2(a1.size());
   std::vector<float> d1(qkv.size()), d2(qkv.size());
-  dev.attention_forward(o1.data(), a1.data(), qkv.data(), start.data(), B, T, C, NH);
-  dev.attention_backward(d1.data(), dout.data(), qkv.data(), a1.data(), start.data(), B, T, C, NH);
-  dev.gqa_attention_forward(o2.data(), a2.data(), qkv.data(), start.data(), B, T, NH, NH, hs);
-  dev.gqa_attention_backward(d2.data(), dout.data(), qkv.data(), a2.data(), start.data(), B, T, NH, NH, hs);
+  dev.attention_forward(o1.data(), a1.data(), qkv.data(), start.data(), B, T, C, NH, {});
+  dev.attention_backward(d1.data(), dout.data(), qkv.data(), a1.data(), start.data(), B, T, C, NH, {});
+  dev.gqa_attention_forward(o2.data(), a2.data(), qkv.data(), start.data(), B, T, NH, NH, hs, {});
+  dev.gqa_attention_backward(d2.data(), dout.data(), qkv.data(), a2.data(), start.data(), B, T, NH, NH, hs, {});
   CHECK(max_abs_diff(o2, std::vector<double>(o1.begin(), o1.end())) < kVsMhaTol);
   CHECK(max_abs_diff(a2, std::vector<double>(a1.begin(), a1.end())) < kVsMhaTol);
   CHECK(max_abs_diff(d2, std::vector<double>(d1.begin(), d1.end())) < kVsMhaTol);
@@ -336,8 +349,8 @@ TEST_CASE("the Llama kernels give the same bits for 1 and 3 threads") {
     // RoPE on the q and k heads of qkv in place, then attention over the result.
     dev.rope_forward(qkv.data(), pos.data(), tab.cos.data(), tab.sin.data(), B * T, NH + KV, hs, g.ld());
     std::vector<float> out(dout.size()), att(size_t(B) * NH * T * T), dqkv(qkv.size());
-    dev.gqa_attention_forward(out.data(), att.data(), qkv.data(), start.data(), B, T, NH, KV, hs);
-    dev.gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), start.data(), B, T, NH, KV, hs);
+    dev.gqa_attention_forward(out.data(), att.data(), qkv.data(), start.data(), B, T, NH, KV, hs, {});
+    dev.gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), start.data(), B, T, NH, KV, hs, {});
     dev.rope_backward(dqkv.data(), pos.data(), tab.cos.data(), tab.sin.data(), B * T, NH + KV, hs, g.ld());
     const int64_t n = 20000 + 5;  // several elementwise chunks and a tail
     const auto gate = randn(size_t(n), 82, 3.0f), up = randn(size_t(n), 83), d = randn(size_t(n), 84);
@@ -356,8 +369,72 @@ TEST_CASE("the Llama kernels give the same bits for 1 and 3 threads") {
 
 TEST_CASE("grouped-query attention refuses heads that do not group; rope refuses an odd head size") {
   CpuDevice dev(1);
-  CHECK_THROWS_AS(dev.gqa_attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 4, 3, 8), std::invalid_argument);
-  CHECK_THROWS_AS(dev.gqa_attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 6, 0, 8),
+  CHECK_THROWS_AS(dev.gqa_attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 4, 3, 8, {}), std::invalid_argument);
+  CHECK_THROWS_AS(dev.gqa_attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 6, 0, 8, {}),
                   std::invalid_argument);
   CHECK_THROWS_AS(dev.rope_forward(nullptr, nullptr, nullptr, nullptr, 1, 1, 7, 7), std::invalid_argument);
+}
+
+TEST_CASE("attention dropout: grouped-query and multi-head kernels match the double loops with the same mask") {
+  // The bounds of the undropped kernels above (a kept probability is scaled by 1/(1-p)
+  // = 1.25, so products stay of the same size).
+  const int B = 2, T = 13, NH = 4, hs = 8;
+  const auto start = doc_starts_two_rows(T);
+  const auto drop = troupe::kernels::make_dropout_mask(0.2f, 0x5eedull, 40, 2);  // heads 2.. of a wider model
+  for (int KV : {1, 2, 4}) {
+    CAPTURE(KV);
+    const Gqa g{B, T, NH, KV, hs};
+    CpuDevice dev(2);
+    const auto qkv = randn(size_t(B) * T * g.ld(), 80);
+    std::vector<float> out(size_t(B) * T * g.C()), att(size_t(B) * NH * T * T);
+    dev.gqa_attention_forward(out.data(), att.data(), qkv.data(), start.data(), B, T, NH, KV, hs, drop);
+    const std::vector<double> qd(qkv.begin(), qkv.end());
+    std::vector<double> rout, ratt, plain;
+    gqa_forward_ref(g, qd, start, rout, ratt, &drop);
+    CHECK(max_abs_diff(out, rout) < kGqaOutTol);
+    CHECK(max_abs_diff(att, ratt) < kGqaAttTol);  // att keeps the undropped probabilities
+    gqa_forward_ref(g, qd, start, plain, ratt);
+    CHECK(max_abs_diff(out, plain) > 100 * kGqaOutTol);  // the mask changed the output
+
+    const auto dout = randn(out.size(), 81);
+    std::vector<float> dqkv(qkv.size(), NAN);
+    dev.gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), start.data(), B, T, NH, KV, hs, drop);
+    const auto rd = gqa_backward_ref(g, qd, ratt, dout, start, &drop);
+    CHECK(max_abs_diff(dqkv, rd) < kGqaGradTol);
+    // The masked double backward against central differences of the masked forward.
+    auto objective = [&](const std::vector<double>& v) {
+      std::vector<double> o, a;
+      gqa_forward_ref(g, v, start, o, a, &drop);
+      double sum = 0;
+      for (size_t i = 0; i < o.size(); ++i) sum += o[i] * dout[i];
+      return sum;
+    };
+    for (size_t idx : {g.q(0, 6, NH - 1, 1), g.k(0, 5, 0, 3), g.v(0, 10, 0, 2), g.v(1, 2, KV - 1, hs - 1)}) {
+      auto p = qd, m = qd;
+      p[idx] += kFdStep, m[idx] -= kFdStep;
+      CAPTURE(idx);
+      CHECK(std::fabs((objective(p) - objective(m)) / (2 * kFdStep) - rd[idx]) < kFdTol);
+    }
+    // The same bits for 1 and 3 threads.
+    CpuDevice one(1), three(3);
+    std::vector<float> o1(out.size()), o3(out.size()), a1(att.size()), a3(att.size()), d1(qkv.size()), d3(qkv.size());
+    one.gqa_attention_forward(o1.data(), a1.data(), qkv.data(), start.data(), B, T, NH, KV, hs, drop);
+    three.gqa_attention_forward(o3.data(), a3.data(), qkv.data(), start.data(), B, T, NH, KV, hs, drop);
+    one.gqa_attention_backward(d1.data(), dout.data(), qkv.data(), a1.data(), start.data(), B, T, NH, KV, hs, drop);
+    three.gqa_attention_backward(d3.data(), dout.data(), qkv.data(), a3.data(), start.data(), B, T, NH, KV, hs, drop);
+    CHECK(same_bits(o1, o3));
+    CHECK(same_bits(d1, d3));
+  }
+  // Multi-head attention (attention.cpp) with the mask is GQA with KV = NH.
+  const int C = NH * hs;
+  CpuDevice dev(3);
+  const auto qkv = randn(size_t(B) * T * 3 * C, 82), dout = randn(size_t(B) * T * C, 83);
+  std::vector<float> o1(dout.size()), o2(dout.size()), a1(size_t(B) * NH * T * T), a2(a1.size());
+  std::vector<float> d1(qkv.size()), d2(qkv.size());
+  dev.attention_forward(o1.data(), a1.data(), qkv.data(), start.data(), B, T, C, NH, drop);
+  dev.attention_backward(d1.data(), dout.data(), qkv.data(), a1.data(), start.data(), B, T, C, NH, drop);
+  dev.gqa_attention_forward(o2.data(), a2.data(), qkv.data(), start.data(), B, T, NH, NH, hs, drop);
+  dev.gqa_attention_backward(d2.data(), dout.data(), qkv.data(), a2.data(), start.data(), B, T, NH, NH, hs, drop);
+  CHECK(max_abs_diff(o2, std::vector<double>(o1.begin(), o1.end())) < kVsMhaTol);
+  CHECK(max_abs_diff(d2, std::vector<double>(d1.begin(), d1.end())) < kVsMhaTol);
 }

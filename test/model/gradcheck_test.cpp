@@ -46,16 +46,25 @@ std::vector<int64_t> pick(const model::ParamTensor& t, const std::vector<float>&
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("finite differences match every parameter gradient of the whole model") {
+// With dropout the microbatches are training ones (first_slot set), and the reference
+// drops the same elements (reference_forward.h), so the masks are part of the function
+// whose gradient is checked.
+void check_whole_model(bool dropout) {
   Config c = tiny_config();
   c.mutable_model()->set_init_std(0.3f);  // large enough that every nonlinearity is exercised
+  if (dropout) {
+    c.mutable_model()->set_hidden_dropout(0.2f);
+    c.mutable_model()->set_attention_dropout(0.2f);
+  }
   kernels::cpu::CpuDevice dev(2);
   model::GptStage stage(c, model::StageRange::whole(c), dev, 1);
   jitter_parameters(stage, 0.1, 11);
-  const auto mbs = packed_batches();
+  auto mbs = packed_batches();
   REQUIRE(mbs[0].padding_tokens > 0);
+  if (dropout) {
+    mbs[0].first_slot = 0;
+    mbs[1].first_slot = mbs[0].batch;
+  }
 
   const double loss_sum = accumulate_gradients(stage, mbs);
   const auto params = to_host(dev, stage.params(), stage.param_count());
@@ -104,6 +113,14 @@ TEST_CASE("finite differences match every parameter gradient of the whole model"
   // Vocabulary padding rows get exactly zero gradient (never predicted, never input).
   const auto& wte = reg.at("wte.weight");
   for (int64_t i = wte.valid_rows * wte.shape[1]; i < wte.numel; ++i) REQUIRE(grads[size_t(wte.offset + i)] == 0.0f);
+}
+
+}  // namespace
+
+TEST_CASE("finite differences match every parameter gradient of the whole model") { check_whole_model(false); }
+
+TEST_CASE("finite differences match every parameter gradient with hidden and attention dropout") {
+  check_whole_model(true);
 }
 
 TEST_CASE("finite differences match the input gradient of a later pipeline stage") {

@@ -277,11 +277,12 @@ TEST_CASE("GELU MLP against a double reference") {
   const Workspace ws{b.zeros(int64_t(N) * D), b.zeros(int64_t(N) * mlp->scratch_width())};
   float* xd = b.up(x);
   float* out = b.zeros(int64_t(N) * D);
-  mlp->forward(saved, out, xd, b.up(res), N, ws);
+  const Sequence seq{nullptr, nullptr, 1, N};
+  mlp->forward(saved, out, xd, b.up(res), seq, ws);
   const std::vector<Vec> args{to_double(x), to_double(w1), to_double(b1), to_double(w2), to_double(b2)};
   check_close(b.down(out, size_t(N) * D), ref(args), 2e-5, "out");
 
-  const float* dx = mlp->backward(saved, b.up(r), xd, N, ws);
+  const float* dx = mlp->backward(saved, b.up(r), xd, seq, ws);
   const auto g = numeric_grads(ref, args, to_double(r));
   check_grad(b.down(dx, size_t(N) * D), g[0], "dx");
   check_grad(b.down(w.fc_w.grad, w1.size()), g[1], "d W_fc");
@@ -303,7 +304,8 @@ TEST_CASE("embedding with learned positions and without") {
     const int32_t* tok = b.ints(tokens);
     const int32_t* pos = b.ints(positions);
     float* out = b.zeros(int64_t(N) * D);
-    emb.forward(out, tok, pos, N, nullptr);
+    const Sequence seq{nullptr, pos, 1, N};
+    emb.forward(out, tok, seq, nullptr);
     Vec want(size_t(N) * D), dwte(wte.size(), 0.0), dwpe(wpe.size(), 0.0);
     const auto dout = randn(size_t(N) * D, 32);
     for (int n = 0; n < N; ++n)
@@ -315,7 +317,7 @@ TEST_CASE("embedding with learned positions and without") {
         dwpe[p] += dout[i];
       }
     check_close(b.down(out, want.size()), want, 1e-6, "out");
-    emb.backward(b.up(dout), tok, pos, N);
+    emb.backward(b.up(dout), tok, seq);
     check_close(b.down(w.wte.grad, wte.size()), dwte, 1e-5, "d wte");
     if (learned) check_close(b.down(w.wpe.grad, wpe.size()), dwpe, 1e-5, "d wpe");
   }

@@ -86,6 +86,7 @@ ReferenceOutput llama_reference_forward(const Config& c, const model::ParameterR
     const double* E = P + reg.at("model.embed_tokens.weight").offset;
     for (int n = 0; n < N; ++n)
       for (int d = 0; d < D; ++d) x[size_t(n) * D + d] = E[size_t(mb.tokens[size_t(n)]) * D + d];
+    reference_hidden_dropout(x, c, mb, 0, kernels::DropoutSite::kEmbedding, D);
   } else {
     x = *input;
   }
@@ -102,14 +103,16 @@ ReferenceOutput llama_reference_forward(const Config& c, const model::ParameterR
       for (int hh = 0; hh < NH; ++hh) rotate(&q[size_t(n) * NH * hs + size_t(hh) * hs], hs, mb.positions[size_t(n)], freq);
       for (int g = 0; g < KV; ++g) rotate(&k[size_t(n) * KV * hs + size_t(g) * hs], hs, mb.positions[size_t(n)], freq);
     }
-    reference_attention(y, q.data(), NH * hs, k.data(), v.data(), KV * hs, mb, NH, KV, hs);
+    reference_attention(y, q.data(), NH * hs, k.data(), v.data(), KV * hs, mb, NH, KV, hs, &c, l);
     linear(o, y, W("self_attn.o_proj.weight"), N, D, D);
+    reference_hidden_dropout(o, c, mb, l, kernels::DropoutSite::kAttentionOutput, D);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     rmsnorm(h, x, W("post_attention_layernorm.weight"), N, D, eps);
     linear(gate, h, W("mlp.gate_proj.weight"), N, D, F);
     linear(up, h, W("mlp.up_proj.weight"), N, D, F);
     for (size_t i = 0; i < gate.size(); ++i) gate[i] = silu(gate[i]) * up[i];
     linear(o, gate, W("mlp.down_proj.weight"), N, F, D);
+    reference_hidden_dropout(o, c, mb, l, kernels::DropoutSite::kMlpOutput, D);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
   }
 

@@ -31,11 +31,15 @@ namespace {
 constexpr double kH = 1e-4;
 constexpr double kRel = 1e-3, kAbsOfMax = 1e-4, kLossRel = 1e-5;
 
+// With the config's dropout on, the microbatches are training ones (first_slot set) and
+// the reference drops the same elements.
 void check_gradients(const Config& c) {
   kernels::cpu::CpuDevice dev(2);
   model::GptStage stage(c, model::StageRange::whole(c), dev, 1);
   jitter_parameters(stage, 0.1, 11);
-  const auto mbs = packed_batches();
+  auto mbs = packed_batches();
+  mbs[0].first_slot = 0;
+  mbs[1].first_slot = mbs[0].batch;
   const double loss_sum = accumulate_gradients(stage, mbs);
   const auto params = to_host(dev, stage.params(), stage.param_count());
   const auto grads = to_host(dev, stage.grads(), stage.param_count());
@@ -185,3 +189,56 @@ TEST_CASE("Llama stages [0,1) [1,2) chained by hand equal the whole model bitwis
   }
 }
 
+
+TEST_CASE("finite differences match every gradient of a grouped-query Llama with hidden and attention dropout") {
+  Config c = tiny_llama_config();
+  c.mutable_model()->set_hidden_dropout(0.2f);
+  c.mutable_model()->set_attention_dropout(0.2f);
+  check_gradients(c);
+}
+
+TEST_CASE("with dropout, Llama stages chained by hand equal the whole model bitwise; evaluation has no dropout") {
+  // The masks are keyed by the global layer index and the sample slot, so a stage cut
+  // draws what the whole model draws; a microbatch that is not a training one
+  // (first_slot -1, as evaluation's) runs exactly as without dropout.
+  Config c = tiny_llama_config();
+  c.mutable_model()->set_hidden_dropout(0.1f);
+  c.mutable_model()->set_attention_dropout(0.1f);
+  kernels::cpu::CpuDevice dev(2);
+  model::GptStage whole(c, model::StageRange::whole(c), dev, 1);
+  model::GptStage first(c, model::StageRange{0, 1}, dev, 1);
+  model::GptStage last(c, model::StageRange{1, 2}, dev, 1);
+  auto mb = packed_batches()[0];
+  mb.first_slot = 10;
+  const double loss = whole.forward(0, mb).loss_sum;
+  whole.backward(0);
+  first.forward(0, mb);
+  const double cut = last.forward(0, mb, first.output(0)).loss_sum;
+  last.backward(0);
+  first.backward(0, last.input_grad(0));
+  CHECK(loss == cut);
+  const auto wg = to_host(dev, whole.grads(), whole.param_count());
+  for (model::GptStage* s : {&first, &last}) {
+    const auto g = to_host(dev, s->grads(), s->param_count());
+    for (const auto& t : s->registry().tensors()) {
+      CAPTURE(t.name);
+      const auto& w = whole.registry().at(t.name);
+      CHECK(std::equal(g.begin() + t.offset, g.begin() + t.offset + t.numel, wg.begin() + w.offset));
+    }
+  }
+
+  // Evaluation: the same weights without dropout give the same bits.
+  Config plain = c;
+  plain.mutable_model()->set_hidden_dropout(0);
+  plain.mutable_model()->set_attention_dropout(0);
+  model::GptStage undropped(plain, model::StageRange::whole(plain), dev, 1);
+  auto eval = mb;
+  eval.first_slot = -1;
+  const double eval_loss = whole.forward(0, eval).loss_sum;
+  CHECK(eval_loss == undropped.forward(0, eval).loss_sum);
+  CHECK(eval_loss != loss);  // the training forward did drop
+  // Another slot draws another mask.
+  auto later = mb;
+  later.first_slot = 11;
+  CHECK(whole.forward(0, later).loss_sum != loss);
+}

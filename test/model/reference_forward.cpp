@@ -38,6 +38,20 @@ double gelu(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) 
 
 }  // namespace
 
+double hidden_dropout_factor(const Config& c, const data::Microbatch& mb, int layer, kernels::DropoutSite site, int n,
+                             int col) {
+  const float p = c.model().hidden_dropout();
+  if (!(p > 0) || mb.first_slot < 0) return 1.0;
+  const auto m = kernels::make_dropout_mask(p, kernels::dropout_key(c.training().seed(), layer, site), mb.first_slot, 0);
+  return kernels::dropout_keep(m, m.key, mb.first_slot + n / mb.seq, n % mb.seq, col) ? double(m.scale) : 0.0;
+}
+
+void reference_hidden_dropout(std::vector<double>& x, const Config& c, const data::Microbatch& mb, int layer,
+                              kernels::DropoutSite site, int D) {
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] *= hidden_dropout_factor(c, mb, layer, site, int(i / size_t(D)), int(i % size_t(D)));
+}
+
 ReferenceOutput reference_forward(const Config& c, const model::ParameterRegistry& reg,
                                   const std::vector<double>& params, const data::Microbatch& mb,
                                   const std::vector<double>* input) {
@@ -56,6 +70,7 @@ ReferenceOutput reference_forward(const Config& c, const model::ParameterRegistr
     for (int n = 0; n < N; ++n)
       for (int d = 0; d < D; ++d)
         x[size_t(n) * D + d] = wte[size_t(mb.tokens[size_t(n)]) * D + d] + wpe[size_t(mb.positions[size_t(n)]) * D + d];
+    reference_hidden_dropout(x, c, mb, 0, kernels::DropoutSite::kEmbedding, D);
   } else {
     x = *input;
   }
@@ -66,13 +81,15 @@ ReferenceOutput reference_forward(const Config& c, const model::ParameterRegistr
     auto W = [&](const char* name) { return P + reg.at(p + name).offset; };
     layernorm(ln, x, W("ln_1.weight"), W("ln_1.bias"), N, D, eps);
     conv1d(qkv, ln, W("attn.c_attn.weight"), W("attn.c_attn.bias"), N, D, 3 * D);
-    reference_attention(att, qkv.data(), 3 * D, qkv.data() + D, qkv.data() + 2 * D, 3 * D, mb, NH, NH, hs);
+    reference_attention(att, qkv.data(), 3 * D, qkv.data() + D, qkv.data() + 2 * D, 3 * D, mb, NH, NH, hs, &c, l);
     conv1d(tmp, att, W("attn.c_proj.weight"), W("attn.c_proj.bias"), N, D, D);
+    reference_hidden_dropout(tmp, c, mb, l, kernels::DropoutSite::kAttentionOutput, D);
     for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
     layernorm(ln, x, W("ln_2.weight"), W("ln_2.bias"), N, D, eps);
     conv1d(h, ln, W("mlp.c_fc.weight"), W("mlp.c_fc.bias"), N, D, F);
     for (double& v : h) v = gelu(v);
     conv1d(tmp, h, W("mlp.c_proj.weight"), W("mlp.c_proj.bias"), N, F, D);
+    reference_hidden_dropout(tmp, c, mb, l, kernels::DropoutSite::kMlpOutput, D);
     for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
   }
 
@@ -86,9 +103,21 @@ ReferenceOutput reference_forward(const Config& c, const model::ParameterRegistr
 }
 
 void reference_attention(std::vector<double>& y, const double* q, int64_t q_stride, const double* k,
-                         const double* v, int64_t kv_stride, const data::Microbatch& mb, int NH, int KV, int hs) {
+                         const double* v, int64_t kv_stride, const data::Microbatch& mb, int NH, int KV, int hs,
+                         const Config* c, int layer) {
   const int B = mb.batch, T = mb.seq, group = NH / KV;
   y.assign(size_t(B) * T * NH * hs, 0.0);
+  kernels::DropoutMask drop;
+  if (c && mb.first_slot >= 0)
+    drop = kernels::make_dropout_mask(c->model().attention_dropout(),
+                                      kernels::dropout_key(c->training().seed(), layer,
+                                                           kernels::DropoutSite::kAttentionProbs),
+                                      mb.first_slot, 0);
+  auto keep = [&](int b, int hh, int t, int s) {
+    if (!drop.on()) return 1.0;
+    return kernels::dropout_keep(drop, kernels::head_key(drop.key, hh), drop.first_slot + b, t, s) ? double(drop.scale)
+                                                                                                    : 0.0;
+  };
   for (int b = 0; b < B; ++b)
     for (int hh = 0; hh < NH; ++hh)
       for (int t = 0; t < T; ++t) {
@@ -115,7 +144,8 @@ void reference_attention(std::vector<double>& y, const double* q, int64_t q_stri
         }
         for (int e = 0; e < hs; ++e) {
           double acc = 0;
-          for (int s = 0; s <= t; ++s) acc += w[size_t(s)] / z * v[size_t(b * T + s) * kv_stride + ko + e];
+          for (int s = 0; s <= t; ++s)
+            acc += w[size_t(s)] / z * keep(b, hh, t, s) * v[size_t(b * T + s) * kv_stride + ko + e];
           y[qt * NH * hs + size_t(qo + e)] = acc;
         }
       }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "kernels/dropout.h"
 #include "messages/config.pb.h"
 #include "model/param_registry.h"
 
@@ -40,11 +41,22 @@ double reference_loss(const Config& c, const model::ParameterRegistry& reg,
 double central_difference(const Config& c, const model::ParameterRegistry& reg, std::vector<double>& params,
                           const std::vector<data::Microbatch>& mbs, size_t idx, double h);
 
+// Dropout as the spec places it (docs/compute.md, "Dropout"), element by element with
+// kernels::dropout_keep: the factor (1 / (1 - p) or 0) of hidden site `site` of layer
+// `layer` at row n of mb and column col, and multiplies x[N, D] by it in place. 1 when
+// the config has no hidden dropout or mb is not a training microbatch.
+double hidden_dropout_factor(const Config& c, const data::Microbatch& mb, int layer, kernels::DropoutSite site, int n,
+                             int col);
+void reference_hidden_dropout(std::vector<double>& x, const Config& c, const data::Microbatch& mb, int layer,
+                              kernels::DropoutSite site, int D);
+
 // Causal attention within each token's document (mb.segments), in double: query head
 // h of q (rows of q_stride) reads kv head h / (NH / KV) of k and v (rows of
-// kv_stride); y[N, NH hs] the heads concatenated.
+// kv_stride); y[N, NH hs] the heads concatenated. With `c` and `layer`, the
+// probabilities are dropped by the config's attention_dropout (training microbatches).
 void reference_attention(std::vector<double>& y, const double* q, int64_t q_stride, const double* k,
-                         const double* v, int64_t kv_stride, const data::Microbatch& mb, int NH, int KV, int hs);
+                         const double* v, int64_t kv_stride, const data::Microbatch& mb, int NH, int KV, int hs,
+                         const Config* c = nullptr, int layer = 0);
 
 // The last stage's head and loss from the final norm's output x[N, D]: logits[N, V] =
 // x head[0:V]^T, per-token masked cross-entropy, and their sum (into out).

@@ -61,6 +61,20 @@ TEST_CASE("a Llama matches the single-device run: TP2 (kv heads split and replic
   SUBCASE("TP2 x PP2 x DP2, sequence parallel") { check_layout(as_llama(tiny(2, true, 2, 2), 2)); }
 }
 
+TEST_CASE("with hidden and attention dropout 0.1, TP layouts draw the single device's masks") {
+  // Masks are keyed by global head and column and by the token's row in the whole
+  // microbatch, so a rank's heads and its sequence-parallel rows draw what one device
+  // draws. Tolerances: those of the undropped runs.
+  auto dropout = [](Config c) {
+    c.mutable_model()->set_hidden_dropout(0.1f);
+    c.mutable_model()->set_attention_dropout(0.1f);
+    return c;
+  };
+  SUBCASE("Llama TP2, one kv head replicated") { check_layout(dropout(as_llama(tiny(2, false, 1, 1), 1))); }
+  SUBCASE("Llama TP2 x PP2 x DP2, sequence parallel") { check_layout(dropout(as_llama(tiny(2, true, 2, 2), 2))); }
+  SUBCASE("GPT-2 TP2, sequence parallel") { check_layout(dropout(tiny(2, true, 1, 1))); }
+}
+
 TEST_CASE("two TP2 x PP2 runs with sequence parallelism are bitwise identical") {
   const Config c = with_steps(tiny(2, true, 2, 1), 3);
   check_bitwise(run(c), run(c));
