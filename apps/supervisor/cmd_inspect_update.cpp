@@ -176,6 +176,7 @@ int inspect_update_main(int argc, char** argv) {
                  {"kv_heads", config::kv_heads(mc)}, {"ffn_width", config::ffn_width(mc)},
                  {"tied_embeddings", mc.tied_embeddings()}, {"rope_theta", mc.rope_theta()},
                  {"norm_eps", config::norm_eps(mc)},
+                 {"hidden_dropout", mc.hidden_dropout()}, {"attention_dropout", mc.attention_dropout()},
                  {"layers", mc.layers()}, {"heads", mc.heads()}, {"width", mc.width()},
                  {"vocab_size", mc.vocab_size()}, {"padded_vocab", config::padded_vocab(cfg)},
                  {"vocab_pad_multiple", mc.vocab_pad_multiple() * cfg.parallel().tensor()},
