@@ -236,6 +236,24 @@ const std::map<std::string, Flag>& flags() {
       {"norm-epsilon", number_flag("model.norm_eps", [](Config& c, double v) {
          c.mutable_model()->set_norm_eps(float(v));
        })},
+      // Activation recomputation (docs/compute.md, "Recomputation").
+      {"recompute-activations", {false, [](const Context& c) {  // Megatron's shorthand for selective
+         c.cfg.mutable_model()->set_recompute(ModelConfig::SELECTIVE);
+         c.mark("model.recompute");
+       }}},
+      {"recompute-granularity", {true, [](const Context& c) {
+         const size_t k = c.choice({"selective", "full"}, "Megatron-LM recomputes selective or full");
+         c.cfg.mutable_model()->set_recompute(k == 0 ? ModelConfig::SELECTIVE : ModelConfig::FULL);
+         c.mark("model.recompute");
+       }}},
+      {"recompute-method", {true, [](const Context& c) {
+         const size_t k = c.choice({"uniform", "block"}, "Megatron-LM recomputes by the uniform or the block method");
+         c.cfg.mutable_model()->set_recompute_method(k == 0 ? ModelConfig::UNIFORM : ModelConfig::BLOCK);
+         c.mark("model.recompute_method");
+       }}},
+      {"recompute-num-layers", int32_flag("model.recompute_num_layers", [](Config& c, int32_t v) {
+         c.mutable_model()->set_recompute_num_layers(v);
+       })},
       {"attention-dropout", number_flag("model.attention_dropout", [](Config& c, double v) {
          c.mutable_model()->set_attention_dropout(float(v));
        })},
@@ -276,7 +294,6 @@ const std::map<std::string, const char*>& reasons() {
       {"lr-warmup-iters", "troupe counts the schedule in samples; use --lr-warmup-samples"},
       {"lr-warmup-fraction", "troupe counts the schedule in samples; use --lr-warmup-samples"},
       {"rampup-batch-size", "troupe keeps the global batch fixed"},
-      {"recompute-activations", "troupe does not recompute activations"},
       {"num-layers-per-virtual-pipeline-stage", "troupe's pipeline is not interleaved"},
   };
   return table;

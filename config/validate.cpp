@@ -109,6 +109,28 @@ void check_family(const Config& c, Checker& k) {
            {"parallel.tensor"});
 }
 
+// Recomputation's layer count against the layers of a pipeline stage (Megatron's rules).
+void check_recompute(const Config& c, Checker& k) {
+  const auto& m = c.model();
+  if (m.recompute() != ModelConfig::FULL) return;
+  const int per_stage = m.layers() / c.parallel().pipeline();
+  const int n = m.recompute_num_layers();
+  if (m.recompute_method() == ModelConfig::BLOCK) {
+    if (n < 1 || n > per_stage)
+      k.fail("model.recompute_num_layers",
+             fmt::format("{} is outside [1, {}], the layers of a pipeline stage (model.layers / parallel.pipeline; "
+                         "BLOCK recomputes that many of each stage's layers)",
+                         n, per_stage),
+             {"model.recompute_method"});
+  } else if (n < 1 || per_stage % n != 0) {
+    k.fail("model.recompute_num_layers",
+           fmt::format("{} does not divide the {} layers of a pipeline stage (UNIFORM recomputes them in chunks of "
+                       "that many)",
+                       n, per_stage),
+           {"model.recompute_method"});
+  }
+}
+
 // Field-by-field rules: each looks at one field only.
 void check_fields(const Config& c, Checker& k) {
   const auto& m = c.model();
@@ -311,6 +333,7 @@ void check_relations(const Config& c, Checker& k) {
            fmt::format("{} is not divisible by parallel.tensor = {}", m.heads(), p.tensor()),
            {"parallel.tensor"});
   check_family(c, k);
+  check_recompute(c, k);
   const int64_t ffn = ffn_width(m);
   if (ffn % p.tensor() != 0)
     k.fail("model.ffn_width",

@@ -34,6 +34,9 @@ Architecture architecture(const Config& c, const ParameterRegistry& registry) {
   a.block.attention.probs_dropout.p = m.attention_dropout();
   a.block.attention.output_dropout.p = m.hidden_dropout();
   a.block.mlp.output_dropout.p = m.hidden_dropout();
+  const bool selective = m.recompute() == ModelConfig::SELECTIVE;
+  a.block.attention.selective_recompute = selective;
+  a.block.mlp.selective_recompute = selective;
   if (config::is_llama(m)) {
     const auto& r = m.rope_scaling();
     a.rope = layers::RopeConfig{D / m.heads(),

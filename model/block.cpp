@@ -21,6 +21,8 @@ int64_t Block::saved_floats() const {
 
 int64_t Block::scratch_width() const { return std::max(attention_->scratch_width(), mlp_->scratch_width()); }
 
+int64_t Block::recompute_floats() const { return std::max(attention_->recompute_floats(), mlp_->recompute_floats()); }
+
 Block::Saved Block::carve(float* saved) const {
   const int64_t n = cap_.tokens(), rows = tp_.rows(n);
   layers::Carver c(saved);

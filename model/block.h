@@ -40,6 +40,8 @@ class Block {
   int64_t saved_floats() const;
   // Floats per token the block's backward needs in Workspace::big.
   int64_t scratch_width() const;
+  // Floats of Workspace::recompute its layers need (selective recomputation; else 0).
+  int64_t recompute_floats() const;
   // out[Nr, D] = block(x[Nr, D]); N = B*T tokens. out may not alias x.
   void forward(float* saved, float* out, const float* x, const layers::Sequence& seq, const layers::Workspace& ws);
   // dres[N, D]: rows [first_row, first_row + Nr) hold d loss / d out on entry and

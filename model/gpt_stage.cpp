@@ -102,6 +102,15 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
 
   const int64_t L = range.layers();
   const int64_t layer_stride = L > 0 ? blocks_.front()->saved_floats() : 0;
+  // Full recomputation (model.recompute FULL): UNIFORM replays every layer, BLOCK the
+  // first recompute_num_layers of the stage; the others keep their saved activations.
+  const auto& m = c.model();
+  int64_t stored = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    const bool replay = m.recompute() == ModelConfig::FULL &&
+                        (m.recompute_method() == ModelConfig::UNIFORM || l < m.recompute_num_layers());
+    stored_at_.push_back(replay ? -1 : stored++);
+  }
   slots_.resize(size_t(slots));
   for (auto& s : slots_) {
     int64_t off = 0;
@@ -109,7 +118,7 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
     off += (L + 1) * BTr * D;
     s.layers = off;
     s.layer_stride = layer_stride;
-    off += L * layer_stride;
+    off += stored * layer_stride;
     if (last_) {
       s.lnf = off;
       off += BT * D;
@@ -138,9 +147,20 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
   // counted on every stage so that the figure does not depend on the cut.
   int64_t width = 3 * int64_t(tp_.size());
   for (const auto& b : blocks_) width = std::max(width, b->scratch_width());
-  // dres [BT, D] | small [BT, D] | big [BT, width] | masked [BT, D] (hidden dropout only)
-  masked_ = c.model().hidden_dropout() > 0;
-  scratch_floats_ = BT * D * (masked_ ? 3 : 2) + BT * width;
+  // dres [BT, D] | small [BT, D] | big [BT, width], then what dropout and recomputation add.
+  int64_t recompute = 0;
+  for (const auto& b : blocks_) recompute = std::max(recompute, b->recompute_floats());
+  scratch_floats_ = BT * D * 2 + BT * width;
+  auto add = [&](int64_t& offset, int64_t floats) {
+    offset = scratch_floats_;
+    scratch_floats_ += floats;
+  };
+  if (m.hidden_dropout() > 0) add(masked_off_, BT * D);
+  if (recompute > 0) add(recompute_off_, recompute);
+  if (stored < L) {
+    add(replay_saved_off_, layer_stride);
+    add(replay_out_off_, BTr * D);
+  }
   scratch_ = device_.allocate(scratch_floats_, DType::kF32);
   const std::vector<layers::TpContext::Span> partial = partial_grads();
   int64_t staged = 1;
@@ -184,14 +204,18 @@ float* GptStage::residual(Slot& s, int l) const {
   return s.acts.f32() + s.residual + int64_t(l) * capR * D_;
 }
 
-float* GptStage::block_saved(Slot& s, int l) const { return s.acts.f32() + s.layers + int64_t(l) * s.layer_stride; }
+float* GptStage::block_saved(Slot& s, int l) const {
+  const int64_t at = stored_at_[size_t(l)];
+  if (at < 0) return const_cast<float*>(scratch_.f32()) + replay_saved_off_;  // replayed in backward
+  return s.acts.f32() + s.layers + at * s.layer_stride;
+}
 
 layers::Workspace GptStage::workspace() {
   const int64_t cap = int64_t(shape_.micro_batch) * shape_.seq;
   // scratch_ starts with dres [cap, D], the residual gradient the stage itself keeps.
-  float* big = scratch_.f32() + 2 * cap * D_;
-  float* masked = masked_ ? scratch_.f32() + scratch_floats_ - cap * D_ : nullptr;
-  return {scratch_.f32() + cap * D_, big, masked};
+  float* base = scratch_.f32();
+  auto at = [&](int64_t offset) { return offset < 0 ? nullptr : base + offset; };
+  return {base + cap * D_, base + 2 * cap * D_, at(masked_off_), at(recompute_off_)};
 }
 
 // Checks the microbatch against the stage and copies what the kernels read into the
@@ -379,6 +403,11 @@ void GptStage::backward(int slot, const float* grad_output, const std::function<
 
   const layers::Sequence seq{doc_start, positions, B, T, s.first_slot};
   for (int l = range().layers() - 1; l >= 0; --l) {
+    // Full recomputation: the block's forward again from its kept input (the same
+    // kernels on the same inputs, the same dropout masks: the same bits), into the
+    // replay buffers, then its backward from there.
+    if (stored_at_[size_t(l)] < 0)
+      blocks_[size_t(l)]->forward(block_saved(s, l), scratch_.f32() + replay_out_off_, residual(s, l), seq, ws);
     blocks_[size_t(l)]->backward(block_saved(s, l), dres, residual(s, l), seq, ws);
     const BlockOffsets& o = registry_.block(range().first_layer + l);
     if (block_done) block_done({o.begin, o.end});

@@ -219,13 +219,18 @@ class GptStage {
   std::unique_ptr<layers::Loss> loss_;
   std::vector<Slot> slots_;
   // dres [BT, D] | small [BT, D] | big [BT, max(3Dt, Ft, 3T)] (Workspace; big also
-  // holds the gathered cross-entropy partials).
+  // holds the gathered cross-entropy partials) | masked [BT, D] (hidden dropout) |
+  // recompute (selective recomputation) | one block's saved floats and its output
+  // [BTr, D] (full recomputation: where a recomputed block replays its forward).
   kernels::Buffer scratch_;
+  // Per local layer: its place among the layers whose saved activations live in the
+  // slot, or -1 when full recomputation replays it in backward (model.recompute).
+  std::vector<int64_t> stored_at_;
+  int64_t masked_off_ = -1, recompute_off_ = -1, replay_saved_off_ = -1, replay_out_off_ = -1;
   // Host staging, sized once: microbatch IDs on the way in, per-token losses out.
   std::vector<int32_t> host_ints_;
   std::vector<float> host_losses_;
   int64_t slot_floats_ = 0, scratch_floats_ = 0;
-  bool masked_ = false;  // the workspace has the hidden-dropout buffer (model.hidden_dropout > 0)
 };
 
 }  // namespace troupe::model

@@ -25,6 +25,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, AttentionWeight
       cap_(cap),
       probs_dropout_(c.probs_dropout),
       output_dropout_(c.output_dropout),
+      selective_(c.selective_recompute),
       D_(c.width),
       Dt_(c.width / tp.size()),
       NHt_(c.heads / tp.size()) {
@@ -36,7 +37,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& c, AttentionWeight
 
 int64_t MultiHeadAttention::saved_floats() const {
   const int64_t n = cap_.tokens();
-  return n * 3 * Dt_ + int64_t(cap_.batch) * NHt_ * cap_.seq * cap_.seq + n * Dt_;
+  return n * 3 * Dt_ + (selective_ ? 0 : att_floats()) + n * Dt_;
 }
 
 MultiHeadAttention::Saved MultiHeadAttention::carve(float* saved) const {
@@ -44,7 +45,7 @@ MultiHeadAttention::Saved MultiHeadAttention::carve(float* saved) const {
   Carver c(saved);
   Saved s;
   s.qkv = c.take(n * 3 * Dt_);
-  s.att = c.take(int64_t(cap_.batch) * NHt_ * cap_.seq * cap_.seq);
+  s.att = selective_ ? nullptr : c.take(att_floats());
   s.y = c.take(n * Dt_);
   return s;
 }
@@ -55,8 +56,8 @@ void MultiHeadAttention::forward(float* saved, float* out, float* x, const float
   const int N = seq.tokens();
   const kernels::DropoutMask out_mask = dropout_mask(output_dropout_, seq, 0);
   column_parallel_qkv_forward(tp_, s.qkv, x, w_.qkv_w, w_.qkv_b, N, D_, Dt_);
-  tp_.device().attention_forward(s.y, s.att, s.qkv, seq.doc_start, seq.B, seq.T, Dt_, NHt_,
-                                 dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_));
+  tp_.device().attention_forward(s.y, selective_ ? ws.recompute : s.att, s.qkv, seq.doc_start, seq.B, seq.T, Dt_,
+                                 NHt_, dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_));
   row_parallel_forward(tp_, out, s.y, w_.proj_w, w_.proj_b, out_mask.on() ? nullptr : residual, N, Dt_, D_,
                        ws.small);
   if (out_mask.on()) dropout_add_residual(tp_, out_mask, seq, out, residual, D_);
@@ -68,10 +69,15 @@ float* MultiHeadAttention::backward(float* saved, float* dout, const float* x, c
   const int N = seq.tokens();
   float* dy = ws.small;   // [N, Dt]
   float* dqkv = ws.big;   // [N, 3Dt]
+  const kernels::DropoutMask probs = dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_);
+  float* att = s.att;
+  if (selective_) {  // att again (and y, rewritten with the same bits)
+    att = ws.recompute;
+    tp_.device().attention_forward(s.y, att, s.qkv, seq.doc_start, seq.B, seq.T, Dt_, NHt_, probs);
+  }
   float* dproj = dropout_backward_rows(tp_, dropout_mask(output_dropout_, seq, 0), seq, dout, ws.masked, D_);
   row_parallel_backward(tp_, dy, dproj, s.y, w_.proj_w, w_.proj_b, nullptr, N, Dt_, D_);
-  tp_.device().attention_backward(dqkv, dy, s.qkv, s.att, seq.doc_start, seq.B, seq.T, Dt_, NHt_,
-                                  dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_));
+  tp_.device().attention_backward(dqkv, dy, s.qkv, att, seq.doc_start, seq.B, seq.T, Dt_, NHt_, probs);
   return column_parallel_qkv_backward(tp_, ws.small, dqkv, x, w_.qkv_w, w_.qkv_b, N, D_, Dt_);
 }
 

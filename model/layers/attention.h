@@ -31,6 +31,10 @@ struct AttentionConfig {
   // attention_dropout on the probabilities; hidden_dropout on the output projection
   // before the residual add (layers/dropout.h).
   DropoutConfig probs_dropout, output_dropout;
+  // Selective recomputation: the probabilities att are not kept in the slot but live in
+  // Workspace::recompute during forward and are recomputed from the saved qkv in
+  // backward (the same kernel on the same inputs: the same bits).
+  bool selective_recompute = false;
 };
 
 // kMultiHead: qkv_w/qkv_b c_attn, this rank's q, k, v pieces [D, Dt] each and bias
@@ -50,6 +54,8 @@ class Attention {
   virtual int64_t saved_floats() const = 0;
   // Floats per token the backward needs in Workspace::big.
   virtual int64_t scratch_width() const = 0;
+  // Floats of Workspace::recompute it needs (selective recomputation; 0 otherwise).
+  virtual int64_t recompute_floats() const { return 0; }
   // out[Nr, D] = residual[Nr, D] + dropout(attention(x)), x[N, D] the normed input with
   // this rank's rows filled (completed in place under SP and kept for backward).
   virtual void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
@@ -71,12 +77,14 @@ std::unique_ptr<Attention> make_attention(const AttentionConfig& c, AttentionWei
 //   att[B, NHt, T, T] = softmax(q k^T / sqrt(hs)), causal within the document
 //   y[N, Dt] = dropout(att) v          (heads concatenated)
 //   out[Nr, D] = residual + dropout(y W_proj + b_proj)   (summed over the group)
-// saved: qkv [cap, 3Dt] | att [cap.batch, NHt, cap.seq, cap.seq] | y [cap, Dt].
+// saved: qkv [cap, 3Dt] | att [cap.batch, NHt, cap.seq, cap.seq] (not under selective
+// recomputation: in Workspace::recompute) | y [cap, Dt].
 class MultiHeadAttention final : public Attention {
  public:
   MultiHeadAttention(const AttentionConfig& c, AttentionWeights w, TpContext& tp, Capacity cap);
   int64_t saved_floats() const override;
   int64_t scratch_width() const override { return 3 * int64_t(Dt_); }
+  int64_t recompute_floats() const override { return selective_ ? att_floats() : 0; }
   void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
                const Workspace& ws) override;
   float* backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) override;
@@ -86,11 +94,13 @@ class MultiHeadAttention final : public Attention {
     float *qkv, *att, *y;
   };
   Saved carve(float* saved) const;
+  int64_t att_floats() const { return int64_t(cap_.batch) * NHt_ * cap_.seq * cap_.seq; }
 
   AttentionWeights w_;
   TpContext& tp_;
   Capacity cap_;
   DropoutConfig probs_dropout_, output_dropout_;
+  bool selective_;
   int D_, Dt_, NHt_;
 };
 

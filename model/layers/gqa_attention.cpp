@@ -21,6 +21,7 @@ GroupedQueryAttention::GroupedQueryAttention(const AttentionConfig& c, Attention
       rope_(*c.rope),
       probs_dropout_(c.probs_dropout),
       output_dropout_(c.output_dropout),
+      selective_(c.selective_recompute),
       D_(c.width) {
   const int TP = tp.size(), NH = c.heads, KV = c.kv_heads;
   if (NH < 1 || KV < 1 || c.width % NH != 0 || NH % KV != 0 || NH % TP != 0 || (KV % TP != 0 && TP % KV != 0))
@@ -46,7 +47,7 @@ GroupedQueryAttention::GroupedQueryAttention(const AttentionConfig& c, Attention
 
 int64_t GroupedQueryAttention::saved_floats() const {
   const int64_t n = cap_.tokens();
-  return n * qkv_width() + int64_t(cap_.batch) * NHt_ * cap_.seq * cap_.seq + n * NHt_ * hs_;
+  return n * qkv_width() + (selective_ ? 0 : att_floats()) + n * NHt_ * hs_;
 }
 
 GroupedQueryAttention::Saved GroupedQueryAttention::carve(float* saved) const {
@@ -54,7 +55,7 @@ GroupedQueryAttention::Saved GroupedQueryAttention::carve(float* saved) const {
   Carver c(saved);
   Saved s;
   s.qkv = c.take(n * qkv_width());
-  s.att = c.take(int64_t(cap_.batch) * NHt_ * cap_.seq * cap_.seq);
+  s.att = selective_ ? nullptr : c.take(att_floats());
   s.y = c.take(n * NHt_ * hs_);
   return s;
 }
@@ -70,8 +71,8 @@ void GroupedQueryAttention::forward(float* saved, float* out, float* x, const fl
   linear_nt_forward(dev, s.qkv + Dt, W, x, k_, N, D_, KVs);
   linear_nt_forward(dev, s.qkv + Dt + KVs, W, x, v_, N, D_, KVs);
   rope_.forward(s.qkv, seq.positions, N, NHt_ + KVl_, W);  // q and k heads are adjacent
-  dev.gqa_attention_forward(s.y, s.att, s.qkv, seq.doc_start, seq.B, seq.T, NHt_, KVl_, hs_,
-                            dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_));
+  dev.gqa_attention_forward(s.y, selective_ ? ws.recompute : s.att, s.qkv, seq.doc_start, seq.B, seq.T, NHt_, KVl_,
+                            hs_, dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_));
   const kernels::DropoutMask out_mask = dropout_mask(output_dropout_, seq, 0);
   row_parallel_nt_forward(tp_, out, s.y, w_.proj_w, out_mask.on() ? nullptr : residual, N, Dt, D_, ws.small);
   if (out_mask.on()) dropout_add_residual(tp_, out_mask, seq, out, residual, D_);
@@ -85,10 +86,15 @@ float* GroupedQueryAttention::backward(float* saved, float* dout, const float* x
   kernels::Device& dev = tp_.device();
   float* dy = ws.small;  // [N, Dt]
   float* dqkv = ws.big;  // [N, W]
+  const kernels::DropoutMask probs = dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_);
+  float* att = s.att;
+  if (selective_) {  // att again from the saved (rotated) qkv; y rewritten with the same bits
+    att = ws.recompute;
+    dev.gqa_attention_forward(s.y, att, s.qkv, seq.doc_start, seq.B, seq.T, NHt_, KVl_, hs_, probs);
+  }
   float* dproj = dropout_backward_rows(tp_, dropout_mask(output_dropout_, seq, 0), seq, dout, ws.masked, D_);
   row_parallel_nt_backward(tp_, dy, dproj, s.y, w_.proj_w, N, Dt, D_);
-  dev.gqa_attention_backward(dqkv, dy, s.qkv, s.att, seq.doc_start, seq.B, seq.T, NHt_, KVl_, hs_,
-                             dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_));
+  dev.gqa_attention_backward(dqkv, dy, s.qkv, att, seq.doc_start, seq.B, seq.T, NHt_, KVl_, hs_, probs);
   rope_.backward(dqkv, seq.positions, N, NHt_ + KVl_, W);
   float* dx = ws.small;  // [N, D]; dy is spent
   linear_nt_backward(dev, dx, false, dqkv, W, x, w_.q_w, N, D_, Dt);

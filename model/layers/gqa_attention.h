@@ -11,8 +11,8 @@
 //   y[N, Dt] = dropout(softmax(q k^T / sqrt(hs))) v, causal within the document, query
 //              head h reading kv head h / (NHt / KVl)
 //   out[Nr, D] = residual + dropout(y Wo_t^T)   (row-parallel, summed over the group)
-// saved: qkv (rotated) [cap, (NHt + 2 KVl) hs] | att [cap.batch, NHt, cap.seq, cap.seq] |
-//        y [cap, Dt].
+// saved: qkv (rotated) [cap, (NHt + 2 KVl) hs] | att [cap.batch, NHt, cap.seq, cap.seq]
+//        (not under selective recomputation: in Workspace::recompute) | y [cap, Dt].
 #pragma once
 
 #include "model/layers/attention.h"
@@ -25,6 +25,7 @@ class GroupedQueryAttention final : public Attention {
   GroupedQueryAttention(const AttentionConfig& c, AttentionWeights w, TpContext& tp, Capacity cap);
   int64_t saved_floats() const override;
   int64_t scratch_width() const override { return qkv_width(); }
+  int64_t recompute_floats() const override { return selective_ ? att_floats() : 0; }
   void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
                const Workspace& ws) override;
   float* backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) override;
@@ -36,6 +37,7 @@ class GroupedQueryAttention final : public Attention {
   };
   Saved carve(float* saved) const;
   int64_t qkv_width() const { return int64_t(NHt_ + 2 * KVl_) * hs_; }
+  int64_t att_floats() const { return int64_t(cap_.batch) * NHt_ * cap_.seq * cap_.seq; }
 
   AttentionWeights w_;
   // The kv rows this rank multiplies: its own slice, or kv head g of the whole tensors.
@@ -44,6 +46,7 @@ class GroupedQueryAttention final : public Attention {
   Capacity cap_;
   const Rope& rope_;
   DropoutConfig probs_dropout_, output_dropout_;
+  bool selective_;
   int D_, hs_, NHt_, KVl_;
   bool kv_replicated_;
   int64_t kv_floats_;  // elements of the whole k_proj (and v_proj) when replicated

@@ -54,11 +54,14 @@ struct Capacity {
 // Backward (and a few forward) scratch shared by every slot and layer of a stage,
 // valid for one call: small [N, D], big [N, scratch width] (the widest layer's need),
 // masked [N, D] (the hidden-dropout backward's masked gradient; null when the model
-// has no hidden dropout).
+// has no hidden dropout), recompute (what selectively recomputing layers hold instead
+// of their slot: the largest recompute_floats() of the stage's layers; null without
+// selective recomputation).
 struct Workspace {
   float* small = nullptr;
   float* big = nullptr;
   float* masked = nullptr;
+  float* recompute = nullptr;
 };
 
 // The rows of the token embedding (and so the logit columns of a head tied or not)

@@ -21,6 +21,10 @@ struct MlpConfig {
   int width = 0;      // D
   int ffn_width = 0;  // F over the whole group
   DropoutConfig output_dropout;  // hidden_dropout before the residual add (layers/dropout.h)
+  // Selective recomputation: the activation's output (GELU's g, SwiGLU's h) is not kept
+  // in the slot but lives in Workspace::recompute and is recomputed in backward from
+  // the saved pre-activations.
+  bool selective_recompute = false;
 };
 
 // kGelu: fc c_fc, this rank's columns [D, Ft] and bias [Ft]; proj c_proj, rows [Ft,
@@ -38,6 +42,8 @@ class Mlp {
   virtual int64_t saved_floats() const = 0;
   // Floats per token the backward needs in Workspace::big.
   virtual int64_t scratch_width() const = 0;
+  // Floats of Workspace::recompute it needs (selective recomputation; 0 otherwise).
+  virtual int64_t recompute_floats() const { return 0; }
   // out[Nr, D] = residual[Nr, D] + dropout(mlp(x)), x[N, D] with this rank's rows
   // filled (completed in place under SP and kept for backward); N = seq.tokens(). out
   // may not alias residual.
@@ -51,12 +57,14 @@ class Mlp {
 std::unique_ptr<Mlp> make_mlp(const MlpConfig& c, MlpWeights w, TpContext& tp, Capacity cap);
 
 //   h[N, Ft] = x W_fc + b_fc;  g = gelu(h);  out[Nr, D] = residual + dropout(g W_proj + b_proj)
-// saved: h [cap, Ft] | g [cap, Ft].
+// saved: h [cap, Ft] | g [cap, Ft] (not under selective recomputation: in
+// Workspace::recompute, recomputed as gelu(h)).
 class GeluMlp final : public Mlp {
  public:
   GeluMlp(const MlpConfig& c, MlpWeights w, TpContext& tp, Capacity cap);
-  int64_t saved_floats() const override { return 2 * cap_.tokens() * Ft_; }
+  int64_t saved_floats() const override { return (selective_ ? 1 : 2) * cap_.tokens() * Ft_; }
   int64_t scratch_width() const override { return Ft_; }
+  int64_t recompute_floats() const override { return selective_ ? cap_.tokens() * Ft_ : 0; }
   void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
                const Workspace& ws) override;
   float* backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) override;
@@ -66,6 +74,7 @@ class GeluMlp final : public Mlp {
   TpContext& tp_;
   Capacity cap_;
   DropoutConfig output_dropout_;
+  bool selective_;
   int D_, Ft_;
 };
 

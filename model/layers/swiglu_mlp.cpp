@@ -8,7 +8,13 @@
 namespace troupe::model::layers {
 
 SwiGluMlp::SwiGluMlp(const MlpConfig& c, MlpWeights w, TpContext& tp, Capacity cap)
-    : w_(w), tp_(tp), cap_(cap), output_dropout_(c.output_dropout), D_(c.width), Ft_(c.ffn_width / tp.size()) {
+    : w_(w),
+      tp_(tp),
+      cap_(cap),
+      output_dropout_(c.output_dropout),
+      selective_(c.selective_recompute),
+      D_(c.width),
+      Ft_(c.ffn_width / tp.size()) {
   if (c.ffn_width % tp.size() != 0)
     throw std::invalid_argument("SwiGluMlp: ffn width " + std::to_string(c.ffn_width) + " does not split over " +
                                 std::to_string(tp.size()) + " tensor-parallel ranks");
@@ -20,7 +26,7 @@ void SwiGluMlp::forward(float* saved, float* out, float* x, const float* residua
   const int64_t slot = cap_.tokens() * Ft_;
   float* gate = saved;
   float* up = saved + slot;
-  float* h = saved + 2 * slot;
+  float* h = selective_ ? ws.recompute : saved + 2 * slot;
   kernels::Device& dev = tp_.device();
   tp_.gather_sequence(x, N, D_);
   linear_nt_forward(dev, gate, Ft_, x, w_.fc_w, N, D_, Ft_);
@@ -38,6 +44,10 @@ float* SwiGluMlp::backward(float* saved, float* dout, const float* x, const Sequ
   float* up = saved + slot;
   const float* h = saved + 2 * slot;
   kernels::Device& dev = tp_.device();
+  if (selective_) {  // h = silu(gate) up again, before the backward turns gate and up into gradients
+    dev.swiglu_forward(ws.recompute, gate, up, int64_t(N) * Ft_);
+    h = ws.recompute;
+  }
   float* dh = ws.big;  // [N, Ft]
   float* dproj = dropout_backward_rows(tp_, dropout_mask(output_dropout_, seq, 0), seq, dout, ws.masked, D_);
   row_parallel_nt_backward(tp_, dh, dproj, h, w_.proj_w, N, Ft_, D_);

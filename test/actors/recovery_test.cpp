@@ -267,16 +267,17 @@ TEST_CASE("a damaged newest checkpoint is reported and the previous complete one
   CHECK(outcome.checkpoint->step() == 6);  // the newest is intact again
 }
 
-TEST_CASE("a Llama with dropout recovers bitwise after a stage is killed") {
+TEST_CASE("a Llama with dropout and full recomputation recovers bitwise after a stage is killed") {
   // The same DP2 x PP2 run as a Llama (grouped-query attention, rotary positions,
-  // SwiGLU, untied head) with hidden and attention dropout 0.1: a stage killed in its
-  // backward at step 4 restarts the group from step 2's checkpoint, redraws the masks of
-  // the steps it repeats from their sample slots, and ends bitwise equal to its
-  // fault-free twin.
+  // SwiGLU, untied head) with hidden and attention dropout 0.1 and full recomputation
+  // (every layer replayed in its backward): a stage killed in its backward at step 4
+  // restarts the group from step 2's checkpoint, redraws the masks of the steps it
+  // repeats from their sample slots, and ends bitwise equal to its fault-free twin.
   auto llama = [](Config c) {
     c = testing::as_llama(std::move(c));
     c.mutable_model()->set_hidden_dropout(0.1f);
     c.mutable_model()->set_attention_dropout(0.1f);
+    c.mutable_model()->set_recompute(ModelConfig::FULL);
     return c;
   };
   const auto clean_llama = run(llama(base("llama-clean")));

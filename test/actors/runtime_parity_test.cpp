@@ -132,3 +132,19 @@ TEST_CASE("two runs of the same config give bitwise identical losses and weights
   const Config c = with_steps(tiny(2, 2), 3);
   check_bitwise(run(c), run(c));
 }
+
+TEST_CASE("recomputation in the actor runtime gives the bits of none: a Llama with dropout, DP2 x PP2") {
+  Config c = with_steps(as_llama(tiny(2, 2)), 3);
+  c.mutable_model()->set_hidden_dropout(0.1f);
+  c.mutable_model()->set_attention_dropout(0.1f);
+  const auto none = run(c);
+  SUBCASE("selective") {
+    c.mutable_model()->set_recompute(ModelConfig::SELECTIVE);
+    check_bitwise(run(c), none);
+  }
+  SUBCASE("full, block of 1 layer per stage") {
+    c.mutable_model()->set_recompute(ModelConfig::FULL);
+    c.mutable_model()->set_recompute_method(ModelConfig::BLOCK);
+    check_bitwise(run(c), none);
+  }
+}

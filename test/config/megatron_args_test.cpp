@@ -75,11 +75,25 @@ TEST_CASE("validation errors point at the flag") {
 }
 
 TEST_CASE("every unsupported flag is listed in one error") {
-  CHECK(import_error("--lr 1e-4\n--fp16\n--foo-bar 3 4\n--lr-decay-iters 100 --recompute-activations\n") ==
+  CHECK(import_error("--lr 1e-4\n--fp16\n--foo-bar 3 4\n--lr-decay-iters 100 --rampup-batch-size 1 2 3\n") ==
         "m.args: unsupported Megatron-LM flags: --fp16 (line 2: troupe computes in bf16 on GPU; "
         "use --bf16), --foo-bar (line 3), --lr-decay-iters (line 4: troupe counts the schedule "
-        "in samples; use --lr-decay-samples), --recompute-activations (line 4: troupe does not recompute "
-        "activations)");
+        "in samples; use --lr-decay-samples), --rampup-batch-size (line 4: troupe keeps the global batch fixed)");
+}
+
+TEST_CASE("recomputation flags import to model.recompute, recompute_method and recompute_num_layers") {
+  const auto sel = parse_megatron_args("--recompute-activations", "m.args");
+  CHECK(sel.config.model().recompute() == ModelConfig::SELECTIVE);
+  CHECK(sel.origins.where("model.recompute") == "m.args:1 (--recompute-activations)");
+  const auto full = parse_megatron_args(
+      "--num-layers 4 --recompute-granularity full\n--recompute-method block --recompute-num-layers 1", "m.args");
+  CHECK(full.config.model().recompute() == ModelConfig::FULL);
+  CHECK(full.config.model().recompute_method() == ModelConfig::BLOCK);
+  CHECK(full.config.model().recompute_num_layers() == 1);
+  CHECK(parse_megatron_args("--recompute-granularity selective", "m.args").config.model().recompute() ==
+        ModelConfig::SELECTIVE);
+  CHECK(import_error("--recompute-granularity partial") ==
+        "m.args:1: --recompute-granularity: \"partial\" is not supported: Megatron-LM recomputes selective or full");
 }
 
 TEST_CASE("behaviour switches are accepted; choices are checked") {
