@@ -1,5 +1,7 @@
-// The built-in tokenizer of the embedded default: each byte is its own ID.
+// The built-in tokenizer of the embedded default: each byte is its own ID; and
+// make_tokenizer, the choice by name.
 #include "data/error.h"
+#include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 
 namespace troupe::data {
@@ -22,16 +24,24 @@ class ByteTokenizer final : public Tokenizer {
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& vocab_json,
-                                          const std::string& merges_txt) {
-  if (name == "bytes") return make_byte_tokenizer();
-  if (name == "gpt2") {
-    if (vocab_json.empty() || merges_txt.empty()) {
+std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
+  if (spec.name == "bytes") return make_byte_tokenizer();
+  if (spec.name == "gpt2") {
+    if (spec.vocab_json.empty() || spec.merges_txt.empty()) {
       throw DataError("tokenizer gpt2 needs a vocab.json and a merges.txt (--vocab, --merges)");
     }
-    return make_gpt2_tokenizer(vocab_json, merges_txt);
+    return make_gpt2_tokenizer(spec.vocab_json, spec.merges_txt);
   }
-  throw DataError("unknown tokenizer '" + name + "' (expected bytes or gpt2)");
+  if (spec.name == "hf") {
+    if (spec.tokenizer_json.empty()) throw DataError("tokenizer hf needs a tokenizer.json (--tokenizer-file)");
+    return make_hf_tokenizer(spec.tokenizer_json, spec.eod_id);
+  }
+  throw DataError("unknown tokenizer '" + spec.name + "' (expected bytes, gpt2 or hf)");
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& vocab_json,
+                                          const std::string& merges_txt) {
+  return make_tokenizer(TokenizerSpec{name, vocab_json, merges_txt, "", std::nullopt});
 }
 
 }  // namespace troupe::data

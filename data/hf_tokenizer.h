@@ -1,0 +1,47 @@
+// Hugging Face tokenizer.json files of byte-level BPE models (GPT-2, Llama 3, Qwen2,
+// SmolLM): encoding that matches HF tokenizers' Tokenizer.encode(text,
+// add_special_tokens=False) ID for ID (docs/data.md, "HF_JSON").
+//
+// Supported: model type BPE (vocab; merges as "a b" strings or [a, b] pairs;
+// ignore_merges; no dropout, no byte_fallback, no subword prefix or suffix), every
+// byte's stand-in in the vocabulary; normalizer null or NFC; pre_tokenizer ByteLevel
+// (use_regex: GPT-2's pattern; add_prefix_space), or a Sequence of Split (a "Regex"
+// or "String" pattern, behavior Isolated, not inverted; data/hf_regex.h) and Digits
+// steps ending in ByteLevel; added tokens (special or not, matched literally in the
+// text, longest first at the leftmost position, before pre-tokenization: those with
+// normalized false in the raw text, the others after normalization).
+// The post-processor (a BOS a template adds) is not applied: a document is its text's
+// IDs, and prepare-data appends EOD.
+// Refused, naming the kind and the file: other model types (Unigram, WordPiece,
+// WordLevel), other normalizers and pre-tokenizers, added tokens with single_word,
+// lstrip or rstrip.
+//
+// End of document: data.eod_id / --eod-id when given; else the first of
+// kEodTokenNames that is a special added token (or, failing that, a vocabulary
+// entry); else the file is refused for want of one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "data/tokenizer.h"
+
+namespace troupe::data {
+
+inline constexpr const char* kEodTokenNames[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
+
+class HfTokenizer : public Tokenizer {
+ public:
+  // The path it was read from, and the content of its EOD token.
+  virtual const std::string& path() const = 0;
+  virtual const std::string& eod_token() const = 0;
+};
+
+// Reads and checks `path`; throws DataError naming the file (and the byte offset of a
+// JSON error, the field of a refused setting). `eod_id` overrides the EOD rule; it must
+// be an ID of the file.
+std::unique_ptr<HfTokenizer> make_hf_tokenizer(const std::string& path, std::optional<int32_t> eod_id = {});
+
+}  // namespace troupe::data

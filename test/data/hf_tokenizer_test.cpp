@@ -1,0 +1,274 @@
+// Hugging Face tokenizer.json (data/hf_tokenizer.h) against reference IDs from HF
+// tokenizers: four small files of the kinds troupe reads (GPT-2's ByteLevel regex,
+// Llama 3's and Qwen2's Split + ByteLevel, SmolLM's Digits + ByteLevel), built and
+// encoded by tools/data_hf_tokenizer_reference.py; real files when
+// TROUPE_HF_TOKENIZER_FILES names a folder of NAME.tokenizer.json + NAME.expected.json.
+// Also the pre-tokenizer regex engine (data/hf_regex.h) and what is refused.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "data/error.h"
+#include "data/hf_regex.h"
+#include "data/hf_tokenizer.h"
+#include "test/data/helpers.h"
+
+using namespace troupe::data;
+using namespace troupe::data::testing;
+
+namespace {
+
+const std::string kHfFixtures = std::string(TROUPE_SOURCE_DIR) + "/test/data/fixtures/hf/";
+const char* kKinds[] = {"gpt2_style", "llama3_style", "qwen2_style", "smollm_style"};
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+const nlohmann::json& expected() {
+  static const nlohmann::json doc = read_json(kHfFixtures + "expected.json");
+  return doc;
+}
+
+std::vector<int32_t> encode(Tokenizer& t, std::string_view s) {
+  std::vector<int32_t> ids;
+  t.encode(s, ids);
+  return ids;
+}
+
+const std::string kLlama3 =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+std::vector<std::string> split(const std::string& pattern, std::string_view text) {
+  const PreTokenizerRegex re(pattern, "test");
+  DecodedText scratch;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  re.split_isolated(text, scratch, ranges);
+  std::vector<std::string> out;
+  for (const auto& [b, e] : ranges) out.emplace_back(text.substr(b, e - b));
+  return out;
+}
+
+std::string regex_error(const std::string& pattern) {
+  try {
+    PreTokenizerRegex(pattern, "f.json: pre_tokenizer");
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    make_hf_tokenizer(path);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// The GPT-2-style fixture with one change made to its JSON.
+std::string variant(const ScratchDir& d, const std::string& name,
+                    const std::function<void(nlohmann::json&)>& change) {
+  nlohmann::json j = read_json(kHfFixtures + "gpt2_style.tokenizer.json");
+  change(j);
+  write_text(d / name, j.dump());
+  return d / name;
+}
+
+}  // namespace
+
+TEST_CASE("pre-tokenizer regex: Llama 3's pattern, alternative by alternative") {
+  CHECK(split(kLlama3, "Hello world") == std::vector<std::string>{"Hello", " world"});
+  // Case-insensitive contractions, and the apostrophe run as punctuation otherwise.
+  CHECK(split(kLlama3, "IT'S we'LL") == std::vector<std::string>{"IT", "'S", " we", "'LL"});
+  CHECK(split(kLlama3, "a'x") == std::vector<std::string>{"a", "'x"});
+  // [^\r\n\p{L}\p{N}]?\p{L}+ takes one leading non-letter; digits go in threes.
+  CHECK(split(kLlama3, "(word 1234567") == std::vector<std::string>{"(word", " ", "123", "456", "7"});
+  // Whitespace before a non-space is left for it; a newline run keeps its spaces.
+  CHECK(split(kLlama3, "a   b") == std::vector<std::string>{"a", "  ", " b"});
+  CHECK(split(kLlama3, "x  \n\n  y") == std::vector<std::string>{"x", "  \n\n", " ", " y"});
+  CHECK(split(kLlama3, "end  ") == std::vector<std::string>{"end", "  "});
+  CHECK(split(kLlama3, "a!!\n\nb") == std::vector<std::string>{"a", "!!\n\n", "b"});
+  // Unicode classes: letters with combining marks split; CJK letters; invalid bytes
+  // are characters of no class.
+  CHECK(split(kLlama3, "e\xcc\x81t\xe4\xb8\xad") == std::vector<std::string>{"e", "\xcc\x81t\xe4\xb8\xad"});
+  CHECK(split(kLlama3, "ab\xff\xfe" "c") == std::vector<std::string>{"ab", "\xff\xfe", "c"});
+  CHECK(split(kLlama3, "").empty());
+  // A stretch no alternative matches is a piece of its own (Split, Isolated).
+  CHECK(split("[0-9]+", "ab12cd3") == std::vector<std::string>{"ab", "12", "cd", "3"});
+  CHECK(split("a(?=b)", "aabab") == std::vector<std::string>{"a", "a", "b", "a", "b"});
+  CHECK(split("x(?:yz)?", "xxyzx") == std::vector<std::string>{"x", "xyz", "x"});
+  CHECK(split(R"(\p{Lu}\p{Ll}+|\x{1F600}|\u00e9)", "AbcdE\xf0\x9f\x98\x80\xc3\xa9" "E") ==
+        std::vector<std::string>{"Abcd", "E", "\xf0\x9f\x98\x80", "\xc3\xa9", "E"});
+}
+
+TEST_CASE("pre-tokenizer regex: a megabyte-long run matches without deep recursion") {
+  const std::string run(1 << 20, 'a');
+  CHECK(split(kLlama3, run + " " + run) == std::vector<std::string>{run, " " + run});
+  const std::string spaces(1 << 20, ' ');
+  CHECK(split(kLlama3, spaces + "x") == std::vector<std::string>{spaces.substr(1), " x"});
+}
+
+TEST_CASE("pre-tokenizer regex: unsupported constructs are refused, named with their offset") {
+  CHECK(regex_error("a+?") ==
+        "f.json: pre_tokenizer: regex \"a+?\": a lazy quantifier at offset 2 (troupe's pre-tokenizer regex engine "
+        "supports alternation, groups, (?i:...), lookahead, classes with \\s \\p{..}, and greedy quantifiers; "
+        "data/hf_regex.h)");
+  CHECK(regex_error("a++").find("a possessive quantifier at offset 2") != std::string::npos);
+  CHECK(regex_error("(?<=a)b").find("a lookbehind at offset 0") != std::string::npos);
+  CHECK(regex_error("\\d+").find("the escape \\d at offset 0") != std::string::npos);
+  CHECK(regex_error("\\p{Greek}").find("the unknown or unsupported property \\p{Greek} at offset 0") !=
+        std::string::npos);
+  CHECK(regex_error("(ab)+").find("a repeated group (only single characters repeat") != std::string::npos);
+  CHECK(regex_error("^a").find("the anchor ^ at offset 0") != std::string::npos);
+  CHECK(regex_error("(a").find("an unclosed group at offset 0") != std::string::npos);
+  CHECK(regex_error("a)").find("an unmatched ) at offset 1") != std::string::npos);
+  CHECK(regex_error("[a-").find("an unterminated character class at offset 0") != std::string::npos);
+  CHECK(regex_error("a{3,1}").find("a malformed {m,n} quantifier at offset 1") != std::string::npos);
+}
+
+TEST_CASE("HF tokenizer.json: the four fixture kinds match HF tokenizers ID for ID") {
+  const auto& doc = expected();
+  REQUIRE(doc["cases"].size() >= 300);
+  for (const char* kind : kKinds) {
+    INFO("file: " << kind);
+    auto tok = make_hf_tokenizer(kHfFixtures + kind + ".tokenizer.json");
+    const auto& info = doc["files"][kind];
+    CHECK(tok->name() == "hf");
+    CHECK(tok->vocab_size() == info["vocab_size"].get<int64_t>());
+    CHECK(tok->eod() == info["eod_id"].get<int32_t>());
+    CHECK(tok->eod_token() == info["eod_token"].get<std::string>());
+    int mismatches = 0;
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass goes through the piece cache
+      for (const auto& c : doc["cases"]) {
+        const std::string text = c["text"];
+        const auto want = c["ids"][kind].get<std::vector<int32_t>>();
+        const auto got = encode(*tok, text);
+        if (got != want) {
+          ++mismatches;
+          INFO("text: \"" << text << "\"");
+          CHECK(got == want);
+        }
+      }
+    }
+    CHECK(mismatches == 0);
+  }
+}
+
+TEST_CASE("HF tokenizer.json: real files (TROUPE_HF_TOKENIZER_FILES)") {
+  const char* dir = std::getenv("TROUPE_HF_TOKENIZER_FILES");
+  if (dir == nullptr || !std::filesystem::is_directory(dir)) {
+    MESSAGE("TROUPE_HF_TOKENIZER_FILES not set: real tokenizer.json files (GPT-2's, Llama 3's) not checked; "
+            "tools/data_hf_tokenizer_reference.py expected writes their NAME.expected.json");
+    return;
+  }
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string path = entry.path().string();
+    const std::string suffix = ".tokenizer.json";
+    if (path.size() < suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string expected_path = path.substr(0, path.size() - suffix.size()) + ".expected.json";
+    if (!std::filesystem::exists(expected_path)) continue;
+    ++files;
+    INFO("file: " << path);
+    const auto doc = read_json(expected_path);
+    auto tok = make_hf_tokenizer(path);
+    CHECK(tok->vocab_size() == doc["vocab_size"].get<int64_t>());
+    for (const auto& c : doc["cases"]) {
+      const std::string text = c["text"];
+      INFO("text: \"" << text << "\"");
+      CHECK(encode(*tok, text) == c["ids"].get<std::vector<int32_t>>());
+    }
+  }
+  CHECK(files > 0);
+}
+
+TEST_CASE("HF tokenizer.json: the end-of-document token and its override") {
+  auto llama = make_hf_tokenizer(kHfFixtures + "llama3_style.tokenizer.json");
+  CHECK(llama->eod_token() == "<|end_of_text|>");  // not <|begin_of_text|>, the other special
+  auto bos = make_hf_tokenizer(kHfFixtures + "llama3_style.tokenizer.json", 0);
+  CHECK(bos->eod() == 0);
+  CHECK(bos->eod_token() == "<|begin_of_text|>");
+  CHECK_THROWS_WITH_AS(make_hf_tokenizer(kHfFixtures + "llama3_style.tokenizer.json", 901),
+                       (kHfFixtures + "llama3_style.tokenizer.json: the end-of-document ID 901 is outside the "
+                                      "vocabulary [0, 901)").c_str(),
+                       DataError);
+  ScratchDir d;
+  const std::string none = variant(d, "none.json", [](nlohmann::json& j) {
+    j["added_tokens"] = nlohmann::json::array();
+    j["model"]["vocab"].erase("<|endoftext|>");
+  });
+  CHECK(load_error(none) == none + ": no end-of-document token: none of <|endoftext|>, <|end_of_text|>, </s>, <eos> "
+                                   "is in the file; name its ID with data.eod_id (prepare-data --eod-id)");
+}
+
+TEST_CASE("HF tokenizer.json: files of other kinds are refused, naming the kind and the file") {
+  ScratchDir d;
+  const std::string unigram = variant(d, "unigram.json", [](nlohmann::json& j) {
+    j["model"] = {{"type", "Unigram"}, {"unk_id", 0}, {"vocab", {{"<unk>", 0.0}}}};
+  });
+  CHECK(load_error(unigram) == unigram + ": model type Unigram (a SentencePiece unigram model) is not supported: "
+                                         "troupe reads byte-level BPE tokenizer.json files (model type BPE)");
+  const std::string wordpiece = variant(d, "wp.json", [](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; });
+  CHECK(load_error(wordpiece).find(wordpiece + ": model type WordPiece (a BERT-style model) is not supported") == 0);
+  const std::string meta = variant(d, "meta.json", [](nlohmann::json& j) {
+    j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xe2\x96\x81"}};
+  });
+  CHECK(load_error(meta) == meta + ": pre_tokenizer: pre-tokenizer Metaspace is not supported (troupe reads "
+                                   "byte-level BPE files: ByteLevel, alone or after Split and Digits)");
+  const std::string nfkc = variant(d, "nfkc.json", [](nlohmann::json& j) { j["normalizer"] = {{"type", "NFKC"}}; });
+  CHECK(load_error(nfkc).find(nfkc + ": normalizer NFKC is not supported") == 0);
+  const std::string fallback = variant(d, "fb.json", [](nlohmann::json& j) { j["model"]["byte_fallback"] = true; });
+  CHECK(load_error(fallback).find(fallback + ": model.byte_fallback is true") == 0);
+  const std::string no_byte = variant(d, "nobyte.json", [](nlohmann::json& j) { j["model"]["vocab"].erase("!"); });
+  CHECK(load_error(no_byte).find(no_byte + ": model.vocab has no entry for byte 33 (\"!\")") == 0);
+  const std::string lstrip = variant(d, "lstrip.json", [](nlohmann::json& j) { j["added_tokens"][0]["lstrip"] = true; });
+  CHECK(load_error(lstrip) == lstrip + ": added_tokens[0] \"<|endoftext|>\" sets lstrip, which troupe does not support");
+  const std::string regex = variant(d, "regex.json", [](nlohmann::json& j) {
+    j["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers",
+                           {{{"type", "Split"}, {"pattern", {{"Regex", "a*?"}}}, {"behavior", "Isolated"}, {"invert", false}},
+                            {{"type", "ByteLevel"}, {"use_regex", false}}}}};
+  });
+  CHECK(load_error(regex).find(regex + ": pre_tokenizer.pretokenizers[0]: regex \"a*?\": a lazy quantifier at offset 2") == 0);
+  const std::string merged = variant(d, "merged.json", [](nlohmann::json& j) {
+    j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"}};
+  });
+  CHECK(load_error(merged) == merged + ": pre_tokenizer: Split behavior \"MergedWithPrevious\" is not supported "
+                                       "(troupe splits Isolated only)");
+  const std::string bad_merge = variant(d, "badmerge.json", [](nlohmann::json& j) { j["model"]["merges"][3] = "zzq x"; });
+  CHECK(load_error(bad_merge) == bad_merge + ": model.merges[3]: \"zzq\" is not in model.vocab");
+}
+
+TEST_CASE("HF tokenizer.json: bad JSON names the file and the byte offset; a FIFO is refused") {
+  ScratchDir d;
+  write_text(d / "bad.json", "{\"model\": {\"type\": \"BPE\",,}}");
+  CHECK(load_error(d / "bad.json").find(d / "bad.json" + ": invalid JSON at byte 26: ") == 0);
+  CHECK(load_error(d / "missing.json") ==
+        d / "missing.json" + ": cannot open the Hugging Face tokenizer (tokenizer.json): No such file or directory");
+  make_fifo(d / "fifo.json");
+  CHECK(load_error(d / "fifo.json") ==
+        d / "fifo.json" + ": Hugging Face tokenizer (tokenizer.json) is a FIFO, not a regular file");
+  write_text(d / "array.json", "[1, 2]");
+  CHECK(load_error(d / "array.json") == d / "array.json" + ": not a tokenizer.json (expected a JSON object)");
+}
+
+TEST_CASE("HF tokenizer.json: a long run of letters and one of spaces encode (no deep recursion)") {
+  auto tok = make_hf_tokenizer(kHfFixtures + "llama3_style.tokenizer.json");
+  std::string run;
+  uint32_t x = 1;
+  for (int i = 0; i < 300000; ++i) {
+    x = x * 1664525u + 1013904223u;
+    run += "etaoinshrdlu"[(x >> 24) % 12];
+  }
+  const auto ids = encode(*tok, run + std::string(100000, ' ') + "x");
+  CHECK(ids.size() > 300000 / 8);
+  CHECK(ids.size() < 300000);
+}

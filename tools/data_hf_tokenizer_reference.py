@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Reference IDs for troupe's Hugging Face tokenizer.json reader (data/hf_tokenizer.h),
+from Hugging Face `tokenizers`. Sets up its own virtual environment
+(build/hf-tokenizers-venv, `pip install tokenizers`) when `tokenizers` is not
+importable; exits 77 (skipped) with the reason when that fails.
+
+Commands:
+  fixtures [--out test/data/fixtures/hf]
+      Trains four tiny byte-level BPE tokenizers (a few hundred merges, on docs/*.md)
+      the way real files are built, one per kind troupe reads:
+        gpt2_style   ByteLevel(use_regex) pre-tokenizer, <|endoftext|>, a non-special
+                     added token; merges as [a, b] pairs
+        llama3_style Split(Llama 3's regex, Isolated) + ByteLevel(use_regex false),
+                     ignore_merges, <|begin_of_text|> / <|end_of_text|> and a BOS
+                     template post-processor; merges as "a b" strings, as Llama 3's
+        qwen2_style  NFC normalizer, Split(Qwen2's regex: single digits) + ByteLevel,
+                     <|endoftext|>, <|im_start|>, <|im_end|>, a normalized added token
+        smollm_style Digits(individual) + ByteLevel(use_regex), <|endoftext|>
+      and writes OUT/NAME.tokenizer.json and OUT/expected.json: for each of a few
+      hundred strings the IDs of Tokenizer.encode(text, add_special_tokens=False).
+  check [--fixtures DIR]
+      Recomputes expected.json's IDs from the committed files with the installed
+      tokenizers and reports any difference (the live cross-check).
+  expected --tokenizer FILE --out FILE.expected.json
+      The same IDs for a real tokenizer.json (GPT-2's, Llama 3's): put both files in a
+      folder and point TROUPE_HF_TOKENIZER_FILES at it; test_data checks every
+      NAME.tokenizer.json there against NAME.expected.json.
+  gpt2-json --vocab encoder.json --merges vocab.bpe --out gpt2.tokenizer.json
+      GPT-2's tokenizer.json (as Hugging Face's gpt2 repository has it) from GPT-2's
+      own vocab.json and merges.txt (tools/data_gpt2_reference.py says where to get them).
+  compare-export DIR
+      For each DIR/*/ holding tokenizer.json and troupe_ids.json ({"cases": [{"text",
+      "ids"}]}), as test_data's export test writes them: checks that
+      tokenizers.Tokenizer.from_file encodes each text to troupe's IDs, and, when
+      transformers is importable, that AutoTokenizer.from_pretrained(DIR/x) loads and
+      agrees too.
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV = os.path.join(ROOT, "build", "hf-tokenizers-venv")
+
+
+def ensure_tokenizers():
+    try:
+        import tokenizers  # noqa: F401
+        return
+    except ImportError:
+        pass
+    if os.environ.get("TROUPE_HF_VENV_ACTIVE"):
+        print("SKIP: tokenizers is not importable even in " + VENV, file=sys.stderr)
+        sys.exit(77)
+    py = os.path.join(VENV, "bin", "python")
+    try:
+        if not os.path.exists(py):
+            subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", "tokenizers"], check=True)
+    except (subprocess.CalledProcessError, OSError) as e:
+        print("SKIP: cannot set up " + VENV + " with tokenizers: " + str(e), file=sys.stderr)
+        sys.exit(77)
+    env = dict(os.environ, TROUPE_HF_VENV_ACTIVE="1")
+    os.execve(py, [py] + sys.argv, env)
+
+
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+               r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def test_strings():
+    """A few hundred strings: the GPT-2 test's, then contractions, Unicode, whitespace
+    runs, code, emoji, digit runs, long runs, special tokens inside text, and seeded
+    random mixtures of all of them."""
+    with open(os.path.join(ROOT, "test", "data", "fixtures", "gpt2_expected.json")) as f:
+        texts = [c["text"] for c in json.load(f)["cases"]]
+    texts += [
+        "I'M YOU'LL SHE'D WE'VE THEY'RE IT'S DON'T", "She'S He'Ll We'Ve", "'S 'T 'RE 'VE 'M 'LL 'D",
+        "it\u2019s curly", "rock'n'roll o'clock y'all", "''s '''", "a's b't c're", "x'\u017f long s",
+        "caf\u00e9 vs cafe\u0301 (NFC changes the second)", "A\u030angstr\u00f6m \u00c5ngstr\u00f6m",
+        "\u1e9b\u0323 and \u1e69", "\ufb01le ligature", "Z\u0324\u0308 combining below and above",
+        "\u4e2d\u6587\u5b57\u7b26\u6d4b\u8bd5\uff0c\u6807\u70b9\u3002", "\u6f22\u5b57\u3068\u304b\u306a\u3068\u30ab\u30ca",
+        "\ud55c\uad6d\uc5b4 \ud14d\uc2a4\ud2b8", "\u0e20\u0e32\u0e29\u0e32\u0e44\u0e17\u0e22", "\u05e2\u05d1\u05e8\u05d9\u05ea \u0627\u0644\u0639\u0631\u0628\u064a\u0629",
+        "\u0939\u093f\u0928\u094d\u0926\u0940 \u0926\u0947\u0935\u0928\u093e\u0917\u0930\u0940", "\u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac",
+        "\U0001F469\u200D\U0001F4BB \U0001F468\u200D\U0001F469\u200D\U0001F467\u200D\U0001F466 family",
+        "\U0001F1E9\U0001F1EA\U0001F1EF\U0001F1F5 flags", "\u2764\ufe0f\U0001F525\U0001F680!!", "\U0001F44B\U0001F3FF\U0001F44B\U0001F3FB",
+        "a b", "a  b", "a   b", "a    b", "a\tb", "a\t\tb", "a \tb", "a\t b", "a\n b", "a \nb", "a \n b",
+        "\n\n\n", "\r\n\r\n", " \n ", "  \n\n  x", "x \t\n y", "\t\t\tindented", "trailing\t", "trailing \n",
+        "\u00a0\u00a0nbsp", "\u3000\u3000ideographic", "\u2028\u2029separators", "\x0b\x0cvt ff", "\x85next line",
+        "1", "12", "123", "1234", "12345", "123456", "1234567", "12345678901234567890",
+        "3.14159265358979", "1,234,567.89", "0x1F 0b1010 1e-9", "2024-01-31T12:34:56Z",
+        "\u0661\u0662\u0663\u0664\u0665 arabic-indic", "\u2460\u2461\u2462 circled", "\uff11\uff12\uff13 fullwidth",
+        "\u00bd \u00bc \u2153 fractions", "x\u00b2 + y\u00b3 = z\u2074", "\u2167 \u216b roman",
+        "int main() { return 0; }\n", "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}\n",
+        "def f(x, *args, **kw):\n    \"\"\"Doc.\"\"\"\n    return [y**2 for y in args if y]\n",
+        "{\"key\": [1, 2.5, null, true], \"s\": \"a\\\"b\"}", "$ ls -la | grep -v '^d' && echo $?\n",
+        "<div class=\"x\">&amp;&lt;</div>", "SELECT * FROM t WHERE a >= 10 -- comment",
+        "x=>x*2; a?.b ?? c; i++ --j", "#include <vector>\nstd::vector<int> v{1,2,3};",
+        "a" * 300, " " * 200, "!" * 150, "ab" * 200, "\n" * 64, "\t" * 40, "9" * 100,
+        "\u4e2d" * 120, "\U0001F600" * 50, "x " * 150, "word" * 80 + " end",
+        "<|endoftext|>", "hello<|endoftext|>world", "a <|endoftext|> b", "<|endoftext|><|endoftext|>",
+        "<|endoftext|", "<|endoftext|>>", "<<|endoftext|>", "<|end_of_text|>", "<|begin_of_text|>x<|end_of_text|>",
+        "text <|end_of_text|>\n<|begin_of_text|> more", "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+        "<tool>call</tool>", "xx<tool>yy", "troupe troupes Troupe", "\u00c5 and A\u030a and \u212b",
+        "", " ", "  ", "\t", "\r", "'", "''", "<", "<|", "|>",
+    ]
+    rng = random.Random(23)
+    pools = [
+        ["Hello", "world", "the", "tokenizer", "BPE", "merge", "caf\u00e9", "na\u00efve", "\u00fcber", "\u041f\u0440\u0438\u0432\u0435\u0442",
+         "\u65e5\u672c", "\u4e2d\u6587", "\ud55c\uad6d", "e\u0301", "A\u030a", "\U0001F600", "\U0001F44D\U0001F3FD", "\u2764\ufe0f"],
+        [" ", "  ", "   ", "\t", "\n", "\r\n", " \n", "\n\n", "\u00a0", "\u3000"],
+        ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "'x", "'"],
+        ["0", "7", "42", "123", "2024", "31415926", "\u0663", "\u00b2"],
+        [".", ",", "!", "?", "...", "--", "(", ")", "{", "}", "[", "]", "<", ">", "=", "==", "->", "::", "#", "@", "$", "%", "&", "*", "/", "\\", "\"", "|"],
+        ["<|endoftext|>", "<|end_of_text|>", "<|begin_of_text|>", "<|im_start|>", "<|im_end|>", "<tool>", "troupe"],
+    ]
+    weights = [8, 5, 2, 2, 3, 1]
+    for _ in range(160):
+        n = rng.randint(1, 24)
+        parts = [rng.choice(rng.choices(pools, weights)[0]) for _ in range(n)]
+        texts.append("".join(parts))
+    seen, out = set(), []
+    for t in texts:
+        if t not in seen:
+            seen.add(t)
+            out.append(t)
+    return out
+
+
+def training_text():
+    lines = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
+        with open(path, encoding="utf-8") as f:
+            lines += f.read().splitlines()
+    return lines + test_strings()
+
+
+def build_fixtures(out_dir):
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    corpus = training_text()
+
+    def train(model, specials, vocab_size):
+        tok = Tokenizer(model)
+        return tok, trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=specials,
+                                        initial_alphabet=alphabet, show_progress=False)
+
+    made = {}
+    # GPT-2: ByteLevel with GPT-2's regex; <|endoftext|> special; a plain added token.
+    tok, tr = train(models.BPE(), ["<|endoftext|>"], 800)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, tr)
+    tok.add_tokens([AddedToken("troupe", normalized=True, special=False)])
+    made["gpt2_style"] = json.loads(tok.to_str())
+
+    # Llama 3: Split + ByteLevel(use_regex false), ignore_merges, BOS template.
+    tok, tr = train(models.BPE(ignore_merges=True), ["<|begin_of_text|>", "<|end_of_text|>"], 900)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, tr)
+    tok.add_tokens([AddedToken("<tool>", normalized=False, special=False)])
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A $B",
+                                                       special_tokens=[("<|begin_of_text|>", bos)])
+    j = json.loads(tok.to_str())
+    j["model"]["ignore_merges"] = True
+    j["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]
+    made["llama3_style"] = j
+
+    # Qwen2: NFC, single-digit regex, chat specials, a normalized added token.
+    tok, tr = train(models.BPE(), ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], 850)
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, tr)
+    tok.add_tokens([AddedToken("\u00c5", normalized=True, special=False)])
+    made["qwen2_style"] = json.loads(tok.to_str())
+
+    # SmolLM: individual digits, then ByteLevel with GPT-2's regex and a prefix space.
+    tok, tr = train(models.BPE(), ["<|endoftext|>", "<|im_start|>"], 700)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, tr)
+    made["smollm_style"] = json.loads(tok.to_str())
+
+    os.makedirs(out_dir, exist_ok=True)
+    texts = test_strings()
+    expected = {"generator": "tools/data_hf_tokenizer_reference.py fixtures",
+                "tokenizers_version": __import__("tokenizers").__version__,
+                "files": {}, "cases": [{"text": t, "ids": {}} for t in texts]}
+    for name, j in made.items():
+        path = os.path.join(out_dir, name + ".tokenizer.json")
+        text = json.dumps(j, ensure_ascii=False, indent=1) + "\n"
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        tok = Tokenizer.from_file(path)  # what is committed is what is checked
+        eod = {"gpt2_style": "<|endoftext|>", "llama3_style": "<|end_of_text|>",
+               "qwen2_style": "<|endoftext|>", "smollm_style": "<|endoftext|>"}[name]
+        expected["files"][name] = {"vocab_size": tok.get_vocab_size(with_added_tokens=True),
+                                   "eod_token": eod, "eod_id": tok.token_to_id(eod),
+                                   "merges": len(j["model"]["merges"])}
+        for c in expected["cases"]:
+            c["ids"][name] = tok.encode(c["text"], add_special_tokens=False).ids
+    with open(os.path.join(out_dir, "expected.json"), "w", encoding="utf-8") as f:
+        json.dump(expected, f, ensure_ascii=False, indent=0)
+        f.write("\n")
+    print("wrote %d files and %d cases to %s" % (len(made), len(texts), out_dir))
+
+
+def check_fixtures(fixtures):
+    from tokenizers import Tokenizer
+    with open(os.path.join(fixtures, "expected.json"), encoding="utf-8") as f:
+        expected = json.load(f)
+    bad = 0
+    for name in expected["files"]:
+        tok = Tokenizer.from_file(os.path.join(fixtures, name + ".tokenizer.json"))
+        for c in expected["cases"]:
+            got = tok.encode(c["text"], add_special_tokens=False).ids
+            if got != c["ids"][name]:
+                bad += 1
+                print("DIFF %s %r: tokenizers %s, expected.json %s" % (name, c["text"], got, c["ids"][name]))
+    n = len(expected["cases"]) * len(expected["files"])
+    print("%d passed, %d failed (tokenizers %s vs expected.json from %s)" % (
+        n - bad, bad, __import__("tokenizers").__version__, expected["tokenizers_version"]))
+    return 1 if bad else 0
+
+
+def write_expected(tokenizer, out):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer)
+    cases = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in test_strings()]
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump({"tokenizer": os.path.basename(tokenizer), "tokenizers_version": __import__("tokenizers").__version__,
+                   "vocab_size": tok.get_vocab_size(with_added_tokens=True), "cases": cases}, f, ensure_ascii=False)
+    print("wrote %d cases to %s" % (len(cases), out))
+
+
+def gpt2_json(vocab, merges, out):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    tok = Tokenizer(models.BPE.from_file(vocab, merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.add_special_tokens([AddedToken("<|endoftext|>", normalized=True, special=True)])
+    tok.save(out)
+    print("wrote " + out)
+
+
+def compare_export(root):
+    from tokenizers import Tokenizer
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        AutoTokenizer = None
+        print("transformers not importable: AutoTokenizer load not checked")
+    bad = total = 0
+    for d in sorted(glob.glob(os.path.join(root, "*", ""))):
+        if not os.path.exists(os.path.join(d, "troupe_ids.json")):
+            continue
+        with open(os.path.join(d, "troupe_ids.json"), encoding="utf-8") as f:
+            cases = json.load(f)["cases"]
+        tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        auto = AutoTokenizer.from_pretrained(d) if AutoTokenizer else None
+        for c in cases:
+            total += 1
+            got = tok.encode(c["text"], add_special_tokens=False).ids
+            auto_ids = auto(c["text"], add_special_tokens=False)["input_ids"] if auto else got
+            if got != c["ids"] or auto_ids != c["ids"]:
+                bad += 1
+                print("DIFF %s %r: tokenizers %s, AutoTokenizer %s, troupe %s" % (d, c["text"], got, auto_ids, c["ids"]))
+    print("%d passed, %d failed (exported tokenizers in %s)" % (total - bad, bad, root))
+    return 1 if bad or total == 0 else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("fixtures")
+    p.add_argument("--out", default=os.path.join(ROOT, "test", "data", "fixtures", "hf"))
+    p = sub.add_parser("check")
+    p.add_argument("--fixtures", default=os.path.join(ROOT, "test", "data", "fixtures", "hf"))
+    p = sub.add_parser("expected")
+    p.add_argument("--tokenizer", required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("gpt2-json")
+    p.add_argument("--vocab", required=True)
+    p.add_argument("--merges", required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("compare-export")
+    p.add_argument("dir")
+    a = ap.parse_args()
+    ensure_tokenizers()
+    if a.cmd == "fixtures":
+        build_fixtures(a.out)
+    elif a.cmd == "check":
+        sys.exit(check_fixtures(a.fixtures))
+    elif a.cmd == "expected":
+        write_expected(a.tokenizer, a.out)
+    elif a.cmd == "gpt2-json":
+        gpt2_json(a.vocab, a.merges, a.out)
+    else:
+        sys.exit(compare_export(a.dir))
+
+
+if __name__ == "__main__":
+    main()
