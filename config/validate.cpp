@@ -252,6 +252,13 @@ void check_fields(const Config& c, Checker& k) {
     if (d.merges_file().empty())
       k.fail("data.merges_file", "the GPT2 tokenizer needs merges_file (GPT-2's merges.txt)", {"data.tokenizer"});
   }
+  if (d.tokenizer() == DataConfig::HF_JSON && d.tokenizer_file().empty())
+    k.fail("data.tokenizer_file", "the HF_JSON tokenizer needs tokenizer_file (a Hugging Face tokenizer.json)",
+           {"data.tokenizer"});
+  if (d.tokenizer() != DataConfig::HF_JSON && !d.tokenizer_file().empty())
+    k.fail("data.tokenizer_file", fmt::format("only with data.tokenizer HF_JSON, not {}",
+                                              DataConfig::Tokenizer_Name(d.tokenizer())),
+           {"data.tokenizer"});
 
   const auto& ck = c.checkpoint();
   k.non_negative("checkpoint.interval_steps", ck.interval_steps());
@@ -377,9 +384,16 @@ void check_relations(const Config& c, Checker& k) {
                  ? fmt::format("{} is outside [0, model.vocab_size = {})", c.data().eod_id(), m.vocab_size())
                  : std::string("NONE needs data.eod_id, the dataset's end-of-document ID"),
              {"model.vocab_size"});
+  } else if (c.data().tokenizer() == DataConfig::HF_JSON && c.data().has_eod_id()) {
+    // The file's vocabulary is checked against model.vocab_size when it is read
+    // (data/batch_source.cpp); here only what the config alone says.
+    if (c.data().eod_id() < 0 || c.data().eod_id() >= m.vocab_size())
+      k.fail("data.eod_id",
+             fmt::format("{} is outside [0, model.vocab_size = {})", c.data().eod_id(), m.vocab_size()),
+             {"model.vocab_size"});
   } else if (c.data().has_eod_id()) {
     k.fail("data.eod_id",
-           fmt::format("only with data.tokenizer NONE; {} knows its own end-of-document ID",
+           fmt::format("only with data.tokenizer NONE or HF_JSON; {} knows its own end-of-document ID",
                        DataConfig::Tokenizer_Name(c.data().tokenizer())),
            {"data.tokenizer"});
   }

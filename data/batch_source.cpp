@@ -1,10 +1,12 @@
 #include "data/batch_source.h"
 
+#include <optional>
 #include <stdexcept>
 
 #include "config/derived.h"
 #include "data/default_corpus.h"
 #include "data/error.h"
+#include "data/hf_tokenizer.h"
 #include "data/indexed_dataset.h"
 #include "data/packing.h"
 #include "data/random.h"
@@ -61,6 +63,14 @@ BatchSource BatchSource::open(const Config& cfg, Split split) {
   const SampleIndex& x = s->index;
 
   const int64_t vocab = cfg.model().vocab_size();
+  std::optional<HfTokenizerSummary> hf;
+  if (cfg.data().tokenizer() == DataConfig::HF_JSON) {
+    const auto& d = cfg.data();
+    hf = read_hf_tokenizer_summary(d.tokenizer_file(), d.has_eod_id() ? std::optional<int32_t>(d.eod_id()) : std::nullopt);
+    if (hf->vocab_size > vocab)
+      throw DataError("data.tokenizer_file " + d.tokenizer_file() + " has a vocabulary of " +
+                      std::to_string(hf->vocab_size) + " IDs, more than model.vocab_size " + std::to_string(vocab));
+  }
   if (x.min_token_negative) {
     throw DataError(s->data.bin_path() + ": negative token ID at byte offset " +
                     std::to_string(x.negative_token_bin_offset));
@@ -83,10 +93,11 @@ BatchSource BatchSource::open(const Config& cfg, Split split) {
   s->replicas = dp;
   s->microbatches = config::microbatches_per_replica(cfg);
   // Padding input/target IDs are never learned; EOD keeps them inside the vocabulary:
-  // 256 for the byte tokenizer, data.eod_id for a dataset tokenized elsewhere, the last
-  // ID (GPT-2's <|endoftext|>) otherwise.
+  // 256 for the byte tokenizer, data.eod_id for a dataset tokenized elsewhere, the
+  // file's EOD for a tokenizer.json, the last ID (GPT-2's <|endoftext|>) otherwise.
   s->pad_id = cfg.data().tokenizer() == DataConfig::BYTES  ? 256
               : cfg.data().tokenizer() == DataConfig::NONE ? cfg.data().eod_id()
+              : hf                                         ? hf->eod
                                                            : int32_t(vocab - 1);
   if (s->pad_id >= vocab) s->pad_id = int32_t(vocab - 1);
   return BatchSource(std::move(s));

@@ -73,7 +73,9 @@ struct PreStep {
 
 class HfJsonTokenizer final : public HfTokenizer {
  public:
-  HfJsonTokenizer(const std::string& path, std::optional<int32_t> eod_id) : path_(path) {
+  // `merges` false: everything but the merges (what vocab_size() and eod() need; the
+  // merges are most of the reading time of a large file). Such a tokenizer cannot encode.
+  HfJsonTokenizer(const std::string& path, std::optional<int32_t> eod_id, bool merges = true) : path_(path) {
     const std::string text = read_input_file(path, "Hugging Face tokenizer (tokenizer.json)", kMaxFileBytes);
     Json j;
     try {
@@ -82,7 +84,7 @@ class HfJsonTokenizer final : public HfTokenizer {
       fail("invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
     }
     if (!j.is_object()) fail("not a tokenizer.json (expected a JSON object)");
-    read_model(field(j, "model", Json::value_t::object));
+    read_model(field(j, "model", Json::value_t::object), merges);
     read_normalizer(j.contains("normalizer") ? j["normalizer"] : Json());
     read_pre_tokenizer(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : Json());
     read_added_tokens(j.contains("added_tokens") ? j["added_tokens"] : Json::array());
@@ -188,7 +190,7 @@ class HfJsonTokenizer final : public HfTokenizer {
     }
   }
 
-  void read_model(const Json& m) {
+  void read_model(const Json& m, bool read_merges) {
     const auto type = m.find("type");
     if (type == m.end() || !type->is_string()) fail("model.type is missing: not a BPE tokenizer.json");
     const std::string t = type->get<std::string>();
@@ -226,6 +228,7 @@ class HfJsonTokenizer final : public HfTokenizer {
     bpe_ = std::make_unique<ByteLevelBpe>(byte_id);
 
     const Json& merges = field(m, "merges", Json::value_t::array);
+    if (!read_merges) return;
     for (size_t i = 0; i < merges.size(); ++i) {
       const Json& e = merges[i];
       std::string a, b;
@@ -404,6 +407,11 @@ class HfJsonTokenizer final : public HfTokenizer {
 
 std::unique_ptr<HfTokenizer> make_hf_tokenizer(const std::string& path, std::optional<int32_t> eod_id) {
   return std::make_unique<HfJsonTokenizer>(path, eod_id);
+}
+
+HfTokenizerSummary read_hf_tokenizer_summary(const std::string& path, std::optional<int32_t> eod_id) {
+  const HfJsonTokenizer t(path, eod_id, false);
+  return {t.vocab_size(), t.eod(), t.eod_token()};
 }
 
 }  // namespace troupe::data

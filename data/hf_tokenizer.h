@@ -44,4 +44,13 @@ class HfTokenizer : public Tokenizer {
 // be an ID of the file.
 std::unique_ptr<HfTokenizer> make_hf_tokenizer(const std::string& path, std::optional<int32_t> eod_id = {});
 
+// What a run needs of the file without encoding (its vocabulary against
+// model.vocab_size, its EOD for padding): the same checks but the merges'.
+struct HfTokenizerSummary {
+  int64_t vocab_size = 0;
+  int32_t eod = -1;
+  std::string eod_token;
+};
+HfTokenizerSummary read_hf_tokenizer_summary(const std::string& path, std::optional<int32_t> eod_id = {});
+
 }  // namespace troupe::data

@@ -31,7 +31,8 @@ bool has_relative_paths(const Config& c) {
   const bool default_data = c.data().prefix().empty() && !(data_dir && *data_dir && data_dir[0] == '/');
   return relative(c.logging().run_dir()) || relative(c.checkpoint().dir()) ||
          (c.checkpoint().load() != "latest" && relative(c.checkpoint().load())) || relative(c.data().prefix()) ||
-         relative(c.data().vocab_file()) || relative(c.data().merges_file()) || default_data;
+         relative(c.data().vocab_file()) || relative(c.data().merges_file()) || relative(c.data().tokenizer_file()) ||
+         default_data;
 }
 
 }  // namespace

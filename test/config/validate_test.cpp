@@ -90,7 +90,21 @@ TEST_CASE("data.tokenizer NONE: a dataset tokenized elsewhere names its end-of-d
         "t.textproto:2: data.eod_id: 257 is outside [0, model.vocab_size = 257)");
   CHECK(load_error("data { tokenizer: NONE prefix: \"x\" eod_id: 0 }") == "(no error)");
   CHECK(load_error("data {\n  eod_id: 3\n}") ==
-        "t.textproto:2: data.eod_id: only with data.tokenizer NONE; BYTES knows its own end-of-document ID");
+        "t.textproto:2: data.eod_id: only with data.tokenizer NONE or HF_JSON; BYTES knows its own end-of-document "
+        "ID");
+}
+
+TEST_CASE("data.tokenizer HF_JSON: a tokenizer.json, and eod_id as an override inside the vocabulary") {
+  CHECK(load_error("data {\n  tokenizer: HF_JSON\n}") ==
+        "t.textproto:2: data.tokenizer_file: the HF_JSON tokenizer needs tokenizer_file (a Hugging Face "
+        "tokenizer.json)");
+  CHECK(load_error("data { tokenizer: HF_JSON tokenizer_file: \"t.json\" prefix: \"x\" }") == "(no error)");
+  CHECK(load_error("data { tokenizer: HF_JSON tokenizer_file: \"t.json\" prefix: \"x\"\n  eod_id: 300 }") ==
+        "t.textproto:2: data.eod_id: 300 is outside [0, model.vocab_size = 257)");
+  CHECK(load_error("data { tokenizer: HF_JSON tokenizer_file: \"t.json\" prefix: \"x\" eod_id: 3 }") ==
+        "(no error)");
+  CHECK(load_error("data {\n  tokenizer_file: \"t.json\"\n}") ==
+        "t.textproto:2: data.tokenizer_file: only with data.tokenizer HF_JSON, not BYTES");
 }
 
 TEST_CASE("non-positive sizes") {

@@ -454,3 +454,41 @@ TEST_CASE("a dataset tokenized elsewhere (tokenizer NONE) pads with its own end-
   CHECK(padded > 0);
   CHECK(ma.loss_mask == mb.loss_mask);
 }
+
+TEST_CASE("a tokenizer.json run (HF_JSON) pads with the file's EOD and needs model.vocab_size to hold the file") {
+  // The Llama-3-style fixture: 901 IDs, EOD <|end_of_text|> = 1.
+  ScratchDir dir;
+  write_dataset(dir / "c", make_docs(), 901);
+  Config bytes = small_config(dir / "c", 16, 2, 2, 8);
+  bytes.mutable_data()->set_pad_to_boundary(true);
+  bytes.mutable_model()->set_vocab_size(904);
+  Config hf = bytes;
+  hf.mutable_data()->set_tokenizer(DataConfig::HF_JSON);
+  const std::string file = std::string(TROUPE_SOURCE_DIR) + "/test/data/fixtures/hf/llama3_style.tokenizer.json";
+  hf.mutable_data()->set_tokenizer_file(file);
+  const BatchSource a = BatchSource::open(bytes), b = BatchSource::open(hf);
+  const Microbatch ma = a.microbatch(0, 0, 0), mb = b.microbatch(0, 0, 0);
+  REQUIRE(ma.padding_tokens > 0);
+  int padded = 0;
+  for (size_t i = 0; i < ma.tokens.size(); ++i) {
+    if (ma.tokens[i] == mb.tokens[i]) continue;
+    CHECK(ma.tokens[i] == 256);
+    CHECK(mb.tokens[i] == 1);
+    ++padded;
+  }
+  CHECK(padded > 0);
+  Config eod = hf;  // data.eod_id overrides the file's choice
+  eod.mutable_data()->set_eod_id(0);
+  const Microbatch me = BatchSource::open(eod).microbatch(0, 0, 0);
+  for (size_t i = 0; i < ma.tokens.size(); ++i)
+    if (ma.tokens[i] != mb.tokens[i]) CHECK(me.tokens[i] == 0);
+
+  Config small = hf;
+  small.mutable_model()->set_vocab_size(900);
+  CHECK(error_of(small) == "data.tokenizer_file " + file +
+                               " has a vocabulary of 901 IDs, more than model.vocab_size 900");
+  Config missing = hf;
+  missing.mutable_data()->set_tokenizer_file(dir / "none.json");
+  CHECK(error_of(missing) == dir / "none.json" +
+                                 ": cannot open the Hugging Face tokenizer (tokenizer.json): No such file or directory");
+}
