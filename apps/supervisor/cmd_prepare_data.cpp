@@ -20,8 +20,9 @@ namespace troupe::cli {
 int prepare_data_main(int argc, char** argv) {
   namespace po = boost::program_options;
   std::vector<std::string> inputs;
-  std::string output, tokenizer, vocab, merges, format;
+  std::string output, tokenizer, vocab, merges, tokenizer_file, format;
   uint64_t shuffle_seed = 0;
+  int32_t eod_id = -1;
   CommandLine cmd("prepare-data",
       "usage: supervisor prepare-data --input PATH... --output PREFIX [options]\n\n"
       "Tokenizes documents, appends EOD to each, and writes PREFIX.bin + PREFIX.idx in\n"
@@ -35,9 +36,13 @@ int prepare_data_main(int argc, char** argv) {
       ("input,i", po::value(&inputs)->multitoken()->required(),
        "input files, or directories (their regular files, sorted; not symlinks)")
       ("output,o", po::value(&output)->required(), "output prefix (PREFIX.bin, PREFIX.idx)")
-      ("tokenizer,t", po::value(&tokenizer)->default_value("bytes"), "bytes | gpt2")
+      ("tokenizer,t", po::value(&tokenizer)->default_value("bytes"),
+       "bytes | gpt2 | hf (a Hugging Face tokenizer.json of a byte-level BPE model)")
       ("vocab", po::value(&vocab), "GPT-2 vocab.json (tokenizer gpt2)")
       ("merges", po::value(&merges), "GPT-2 merges.txt (tokenizer gpt2)")
+      ("tokenizer-file", po::value(&tokenizer_file), "tokenizer.json (tokenizer hf)")
+      ("eod-id", po::value(&eod_id),
+       "end-of-document ID (tokenizer hf; default: the file's <|endoftext|>, <|end_of_text|>, </s> or <eos>)")
       ("format,f", po::value(&format)->default_value("auto"),
        "auto | text (one document per file) | blank-lines | jsonl (\"text\" field) | "
        "fortune ('%' lines); auto skips files that are not text (a NUL byte, or over 1% "
@@ -70,7 +75,9 @@ int prepare_data_main(int argc, char** argv) {
       std::fflush(stderr);
     };
   }
-  auto tok = data::make_tokenizer(tokenizer, vocab, merges);
+  data::TokenizerSpec spec{tokenizer, vocab, merges, tokenizer_file, std::nullopt};
+  if (cmd.has("eod-id")) spec.eod_id = eod_id;
+  auto tok = data::make_tokenizer(spec);
   const data::PrepareSummary s = data::prepare_dataset(o, *tok);
   if (tty && o.progress && s.seconds >= 1) std::fprintf(stderr, "\n");
   const std::string not_text =

@@ -2,6 +2,7 @@
 // embedded default corpus.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <thread>
 
@@ -291,4 +292,34 @@ TEST_CASE("default corpus from Debian's fortunes, when installed") {
     CHECK(s.back() == 256);
     for (size_t k = 0; k + 1 < s.size(); ++k) CHECK(s[k] < 256);
   }
+}
+
+TEST_CASE("prepare-data with a tokenizer.json (tokenizer hf): each document is the file's IDs, then its EOD") {
+  ScratchDir d;
+  write_text(d / "c.jsonl",
+             "{\"text\": \"Hello world, it's me.\"}\n{\"text\": \"x<|end_of_text|>y 12345\"}\n"
+             "{\"text\": \"caf\\u00e9 \\u65e5\\u672c \\ud83d\\ude00\"}\n");
+  PrepareOptions o;
+  o.inputs = {d / "c.jsonl"};
+  o.output_prefix = d / "hf";
+  const std::string file = std::string(TROUPE_SOURCE_DIR) + "/test/data/fixtures/hf/llama3_style.tokenizer.json";
+  auto tok = make_tokenizer(TokenizerSpec{"hf", "", "", file, std::nullopt});
+  const PrepareSummary s = prepare_dataset(o, *tok);
+  CHECK(s.documents == 3);
+  CHECK(s.dtype == "uint16");  // 901 IDs
+  const IndexedDataset ds = IndexedDataset::open(d / "hf");
+  REQUIRE(ds.sequences() == 3);
+  const std::vector<std::string> docs = docs_of(d / "c.jsonl", InputFormat::Jsonl);
+  for (int64_t i = 0; i < 3; ++i) {
+    std::vector<int32_t> want;
+    tok->encode(docs[size_t(i)], want);
+    want.push_back(1);  // <|end_of_text|>
+    CHECK(ds.sequence(i) == want);
+  }
+  // The special token inside the text is one ID (HF's behaviour), not its characters.
+  const auto second = ds.sequence(1);
+  CHECK(std::count(second.begin(), second.end(), 1) == 2);
+
+  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerSpec{"hf", "", "", "", std::nullopt}),
+                       "tokenizer hf needs a tokenizer.json (--tokenizer-file)", DataError);
 }
