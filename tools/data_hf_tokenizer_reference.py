@@ -274,6 +274,9 @@ def compare_export(root):
         with open(os.path.join(d, "troupe_ids.json"), encoding="utf-8") as f:
             cases = json.load(f)["cases"]
         tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        with open(os.path.join(d, "tokenizer_config.json"), encoding="utf-8") as f:
+            # AutoTokenizer reads this flag itself; a bare Tokenizer is told.
+            tok.encode_special_tokens = bool(json.load(f).get("split_special_tokens", False))
         auto = AutoTokenizer.from_pretrained(d) if AutoTokenizer else None
         for c in cases:
             total += 1

@@ -7,7 +7,9 @@
 
 #include "apps/supervisor/cli_args.h"
 #include "ckpt/hf_export.h"
+#include "ckpt/manifest.h"
 #include "ckpt/reader.h"
+#include "data/hf_tokenizer_files.h"
 
 namespace troupe::cli {
 namespace {
@@ -20,7 +22,9 @@ const char* kUsage =
     "GPT2LMHeadModel.from_pretrained(DIR) loads. CKPT_DIR is a checkpoint directory or a\n"
     "checkpoint root (the newest complete checkpoint is used; damaged newer ones are\n"
     "reported and skipped). The token embedding is cut to vocab_size rows (the padding\n"
-    "rows are dropped); the LM head is tied to it. Every shard is verified first.\n\n"
+    "rows are dropped); the LM head is tied to it. Every shard is verified first.\n"
+    "The run's tokenizer goes beside it: tokenizer.json and tokenizer_config.json (and\n"
+    "GPT-2's vocab.json and merges.txt), read from the paths its config names.\n\n"
     "options:\n"
     "  --out DIR             output directory (created)\n"
     "  --transformer-prefix  name tensors \"transformer.wte.weight\" (GPT2LMHeadModel's\n"
@@ -48,11 +52,17 @@ int export_main(int argc, char** argv) {
   for (const auto& line : report) std::fprintf(stderr, "supervisor export: %s\n", line.c_str());
   ckpt::HfExportOptions o;
   o.transformer_prefix = cmd.has("transformer-prefix");
+  // Read before anything is written: a missing tokenizer file leaves no half export.
+  const data::TokenizerExport tokenizer =
+      data::hf_tokenizer_export(ckpt::manifest_config(checkpoint.manifest(), checkpoint.dir()));
   const auto result = ckpt::export_hf_gpt2(checkpoint, out, o);
+  const std::vector<std::string> tokenizer_paths = data::write_tokenizer_export(tokenizer, out);
   std::printf("exported %s (step %lld): %d tensors, %lld parameters\n  %s\n  %s\n",
               checkpoint.dir().c_str(), static_cast<long long>(checkpoint.step()), result.tensors,
               static_cast<long long>(result.parameters), result.safetensors_path.c_str(),
               result.config_path.c_str());
+  for (const auto& path : tokenizer_paths) std::printf("  %s\n", path.c_str());
+  for (const auto& line : tokenizer.notes) std::printf("%s\n", line.c_str());
   return 0;
 }
 
