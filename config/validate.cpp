@@ -384,10 +384,11 @@ void check_relations(const Config& c, Checker& k) {
                  ? fmt::format("{} is outside [0, model.vocab_size = {})", c.data().eod_id(), m.vocab_size())
                  : std::string("NONE needs data.eod_id, the dataset's end-of-document ID"),
              {"model.vocab_size"});
-  } else if (c.data().tokenizer() == DataConfig::HF_JSON && c.data().has_eod_id()) {
+  } else if (c.data().tokenizer() == DataConfig::HF_JSON) {
     // The file's vocabulary is checked against model.vocab_size when it is read
-    // (data/batch_source.cpp); here only what the config alone says.
-    if (c.data().eod_id() < 0 || c.data().eod_id() >= m.vocab_size())
+    // (data/batch_source.cpp); here only what the config alone says. -1, the default,
+    // is no override (a checkpoint's copy of the config spells it out).
+    if (c.data().eod_id() != -1 && (c.data().eod_id() < 0 || c.data().eod_id() >= m.vocab_size()))
       k.fail("data.eod_id",
              fmt::format("{} is outside [0, model.vocab_size = {})", c.data().eod_id(), m.vocab_size()),
              {"model.vocab_size"});

@@ -66,7 +66,7 @@ BatchSource BatchSource::open(const Config& cfg, Split split) {
   std::optional<HfTokenizerSummary> hf;
   if (cfg.data().tokenizer() == DataConfig::HF_JSON) {
     const auto& d = cfg.data();
-    hf = read_hf_tokenizer_summary(d.tokenizer_file(), d.has_eod_id() ? std::optional<int32_t>(d.eod_id()) : std::nullopt);
+    hf = read_hf_tokenizer_summary(d.tokenizer_file(), d.eod_id() >= 0 ? std::optional<int32_t>(d.eod_id()) : std::nullopt);
     if (hf->vocab_size > vocab)
       throw DataError("data.tokenizer_file " + d.tokenizer_file() + " has a vocabulary of " +
                       std::to_string(hf->vocab_size) + " IDs, more than model.vocab_size " + std::to_string(vocab));

@@ -120,7 +120,7 @@ TokenizerExport gpt2_export(const Config& config) {
 
 TokenizerExport hf_json_export(const Config& config) {
   const auto& d = config.data();
-  const auto tok = make_hf_tokenizer(d.tokenizer_file(), d.has_eod_id() ? std::optional<int32_t>(d.eod_id()) : std::nullopt);
+  const auto tok = make_hf_tokenizer(d.tokenizer_file(), d.eod_id() >= 0 ? std::optional<int32_t>(d.eod_id()) : std::nullopt);
   TokenizerExport e;
   e.files.emplace_back("tokenizer.json", read_input_file(d.tokenizer_file(), "Hugging Face tokenizer (tokenizer.json)", kMaxFileBytes));
   e.files.emplace_back("tokenizer_config.json", tokenizer_config(tok->eod_token(), config.model().max_positions(), false));

@@ -128,6 +128,9 @@ TEST_CASE("exported tokenizer files encode as the run's tokenizer (bytes, GPT-2,
   CHECK(!hf_config.contains("split_special_tokens"));
   auto hf_tok = make_hf_tokenizer(llama);
   check_export(h, *hf_tok, dir, "hf_json");
+  hf.mutable_data()->set_eod_id(-1);  // spelt out, as in a checkpoint's copy of the config: no override
+  CHECK(nlohmann::json::parse(file_of(hf_tokenizer_export(hf), "tokenizer_config.json"))["eos_token"] ==
+        "<|end_of_text|>");
   hf.mutable_data()->set_eod_id(0);  // the override names the EOS too
   CHECK(nlohmann::json::parse(file_of(hf_tokenizer_export(hf), "tokenizer_config.json"))["eos_token"] ==
         "<|begin_of_text|>");
