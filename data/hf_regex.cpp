@@ -73,6 +73,16 @@ struct Node {
   bool negative = false;  // Look
 };
 
+// Real patterns are under 200 bytes and nest groups 2 deep. The matcher recurses once
+// per instruction along a path, so the pattern's length bounds its stack depth.
+constexpr size_t kMaxPatternBytes = 4096;
+constexpr int kMaxGroupDepth = 32;
+
+// The pattern as an error shows it: whole up to 200 bytes, else its start.
+std::string shown(std::string_view p) {
+  return p.size() <= 200 ? std::string(p) : std::string(p.substr(0, 200)) + "...";
+}
+
 struct Parser {
   std::string_view p;
   const std::string& where;
@@ -80,12 +90,14 @@ struct Parser {
   std::vector<CharTest>& tests;
 
   [[noreturn]] void fail(const std::string& what, size_t at) const {
-    throw DataError(where + ": regex \"" + std::string(p) + "\": " + what + " at offset " + std::to_string(at) +
+    throw DataError(where + ": regex \"" + shown(p) + "\": " + what + " at offset " + std::to_string(at) +
                     " (troupe's pre-tokenizer regex engine supports alternation, groups, (?i:...), "
                     "lookahead, classes with \\s \\p{..}, and greedy quantifiers; data/hf_regex.h)");
   }
   bool at_end() const { return i >= p.size(); }
   char peek() const { return at_end() ? '\0' : p[i]; }
+
+  int depth = 0;  // of groups, bounded: the parser, the compiler and the matcher recurse on it
 
   Node parse_alt(bool icase) {
     const size_t start = i;
@@ -306,7 +318,9 @@ struct Parser {
           fail("the group construct (" + std::string(rest.substr(0, 3)), at);
         }
       }
+      if (++depth > kMaxGroupDepth) fail("groups nested more than " + std::to_string(kMaxGroupDepth) + " deep", at);
       Node inner = parse_alt(inner_icase);
+      --depth;
       if (peek() != ')') fail("an unclosed group", at);
       ++i;
       if (!is_look) return inner;
@@ -365,7 +379,7 @@ struct PreTokenizerRegex::Program {
   }
 
   [[noreturn]] void fail(const std::string& what, size_t at) const {
-    throw DataError(where + ": regex \"" + pattern + "\": " + what + " at offset " + std::to_string(at) +
+    throw DataError(where + ": regex \"" + shown(pattern) + "\": " + what + " at offset " + std::to_string(at) +
                     " (troupe's pre-tokenizer regex engine repeats single characters and makes groups "
                     "optional with ?; data/hf_regex.h)");
   }
@@ -456,6 +470,9 @@ PreTokenizerRegex::PreTokenizerRegex(std::string_view pattern, const std::string
   p_->where = where;
   p_->pattern = std::string(pattern);
   Parser parser{pattern, where, 0, p_->tests};
+  if (pattern.size() > kMaxPatternBytes)
+    parser.fail("a pattern of " + std::to_string(pattern.size()) + " bytes, more than " +
+                std::to_string(kMaxPatternBytes), 0);
   const Node root = parser.parse_alt(false);
   if (!parser.at_end()) parser.fail("an unmatched )", parser.i);
   for (CharTest& t : p_->tests) t.finish();

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -271,4 +273,100 @@ TEST_CASE("HF tokenizer.json: a long run of letters and one of spaces encode (no
   const auto ids = encode(*tok, run + std::string(100000, ' ') + "x");
   CHECK(ids.size() > 300000 / 8);
   CHECK(ids.size() < 300000);
+}
+
+TEST_CASE("pre-tokenizer regex: random patterns compile or are refused with one DataError; a compiled one splits "
+          "random text into non-empty pieces that concatenate back to it") {
+  std::mt19937 rng(11);
+  const std::vector<std::string> atoms = {"a", "b", "'", "\\s", "\\S", "\\p{L}", "\\p{N}", "[^\\s\\p{L}]", "[a-c]",
+                                          ".", "(", ")", "(?:", "(?i:", "(?!", "(?=", "|", "?", "*", "+", "{1,3}",
+                                          "{2}", "\\r", "\\n", " ", "[", "]", "\\", "^", "{", "x", "\\x{4e2d}"};
+  const std::vector<std::string> chars = {"a", "b", "A", "'", " ", "  ", "\t", "\n", "1", "23", "\xc3\xa9", "\xe4\xb8\xad",
+                                          "\xf0\x9f\x98\x80", "!", "\xff", "x"};
+  int compiled = 0, refused = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::string pattern;
+    for (int k = 1 + int(rng() % 12); k > 0; --k) pattern += atoms[rng() % atoms.size()];
+    std::optional<PreTokenizerRegex> re;
+    try {
+      re.emplace(pattern, "random");
+    } catch (const DataError& e) {
+      ++refused;
+      CHECK(std::string(e.what()).rfind("random: regex \"", 0) == 0);
+      continue;
+    }
+    ++compiled;
+    for (int t = 0; t < 4; ++t) {
+      std::string text;
+      for (int k = int(rng() % 20); k > 0; --k) text += chars[rng() % chars.size()];
+      DecodedText scratch;
+      std::vector<std::pair<size_t, size_t>> ranges;
+      re->split_isolated(text, scratch, ranges);
+      std::string joined;
+      for (const auto& [b, e] : ranges) {
+        CHECK(e > b);
+        joined += text.substr(b, e - b);
+      }
+      INFO("pattern " << pattern << " text " << text);
+      CHECK(joined == text);
+    }
+  }
+  MESSAGE("random patterns: " << compiled << " compiled, " << refused << " refused");
+  CHECK(compiled > 200);
+  CHECK(refused > 200);
+  CHECK(regex_error(std::string(5000, 'a')).find("a pattern of 5000 bytes, more than 4096 at offset 0") !=
+        std::string::npos);
+  CHECK(regex_error(std::string(40, '(') + "a" + std::string(40, ')')).find("groups nested more than 32 deep") !=
+        std::string::npos);
+}
+
+TEST_CASE("HF tokenizer.json: damaged files load or are refused with one DataError naming the file") {
+  ScratchDir d;
+  const std::string original = read_text(kHfFixtures + "gpt2_style.tokenizer.json");
+  const nlohmann::json parsed = nlohmann::json::parse(original);
+  std::mt19937 rng(5);
+  const std::vector<nlohmann::json> values = {nullptr, 0, -1, 3, 2147483648LL, "x", "", true,
+                                              nlohmann::json::array(), nlohmann::json::object(),
+                                              nlohmann::json::array({"a", "b"}), {{"type", "BPE"}}};
+  const std::vector<nlohmann::json::json_pointer> paths = {
+      "/model"_json_pointer, "/model/type"_json_pointer, "/model/vocab"_json_pointer, "/model/vocab/a"_json_pointer,
+      "/model/merges"_json_pointer, "/model/merges/0"_json_pointer, "/model/ignore_merges"_json_pointer,
+      "/model/byte_fallback"_json_pointer, "/model/dropout"_json_pointer, "/pre_tokenizer"_json_pointer,
+      "/pre_tokenizer/type"_json_pointer, "/pre_tokenizer/use_regex"_json_pointer, "/normalizer"_json_pointer,
+      "/added_tokens"_json_pointer, "/added_tokens/0"_json_pointer, "/added_tokens/0/id"_json_pointer,
+      "/added_tokens/0/content"_json_pointer, "/added_tokens/1/normalized"_json_pointer};
+  int loaded = 0, refused = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string text;
+    if (i % 3 == 0) {  // bytes: cut, flipped or dropped
+      text = original;
+      const size_t at = rng() % text.size();
+      if (rng() % 2) text.resize(at);
+      else text[at] = char(rng() % 256);
+    } else {  // structure: one to three fields given another value
+      nlohmann::json j = parsed;
+      for (int k = 1 + int(rng() % 3); k > 0; --k) {
+        try {
+          j[paths[rng() % paths.size()]] = values[rng() % values.size()];
+        } catch (const nlohmann::json::exception&) {  // the parent is no longer a container
+        }
+      }
+      text = j.dump();
+    }
+    std::string name = std::to_string(i);
+    name += ".json";  // (not "t" + ...: GCC 12 warns -Wrestrict on that falsely)
+    const std::string path = d / name;
+    write_text(path, text);
+    try {
+      auto tok = make_hf_tokenizer(path);
+      ++loaded;
+      const auto ids = encode(*tok, "Hello, world! <|endoftext|> 123 \xe4\xb8\xad");
+      for (const int32_t id : ids) CHECK((id >= 0 && id < tok->vocab_size()));
+    } catch (const DataError& e) {
+      ++refused;
+      CHECK(std::string(e.what()).rfind(path + ": ", 0) == 0);
+    }
+  }
+  MESSAGE("damaged tokenizer.json: " << loaded << " loaded, " << refused << " refused");
+  CHECK(refused > 100);
 }
