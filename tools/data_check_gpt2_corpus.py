@@ -7,13 +7,16 @@ separate documents; whitespace-only documents skipped), encodes each document wi
 the reference and compares it, plus EOD, with the stored sequence.
 
 Usage: tools/data_check_gpt2_corpus.py --prefix P --vocab V --merges M FILE...
+The same for a Hugging Face tokenizer.json (prepare-data --tokenizer hf
+--tokenizer-file F): --tokenizer-json F --eod ID instead of --vocab/--merges, encoding
+with Tokenizer.encode(d, add_special_tokens=False).
 """
 import argparse
 import struct
 import sys
 from array import array
 
-from tokenizers import ByteLevelBPETokenizer
+from tokenizers import ByteLevelBPETokenizer, Tokenizer
 
 
 def read_dataset(prefix):
@@ -47,18 +50,27 @@ def fortune_docs(path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--prefix", required=True)
-    ap.add_argument("--vocab", required=True)
-    ap.add_argument("--merges", required=True)
+    ap.add_argument("--vocab")
+    ap.add_argument("--merges")
+    ap.add_argument("--tokenizer-json")
+    ap.add_argument("--eod", type=int, default=50256)
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
-    tok = ByteLevelBPETokenizer(a.vocab, a.merges, add_prefix_space=False)
+    if a.tokenizer_json:
+        hf = Tokenizer.from_file(a.tokenizer_json)
+        encode = lambda d: hf.encode(d, add_special_tokens=False).ids  # noqa: E731
+    elif a.vocab and a.merges:
+        bpe = ByteLevelBPETokenizer(a.vocab, a.merges, add_prefix_space=False)
+        encode = lambda d: bpe.encode(d).ids  # noqa: E731
+    else:
+        sys.exit("give --vocab and --merges, or --tokenizer-json")
     stored = read_dataset(a.prefix)
     docs = [d for f in sorted(a.files) for d in fortune_docs(f)]
     if len(docs) != len(stored):
         sys.exit(f"document count differs: reference {len(docs)}, stored {len(stored)}")
     bad = 0
     for i, (d, s) in enumerate(zip(docs, stored)):
-        want = tok.encode(d).ids + [50256]
+        want = encode(d) + [a.eod]
         if want != s:
             bad += 1
             if bad <= 5:
