@@ -67,6 +67,8 @@ struct CharTest {
 struct Node {
   enum Kind { Empty, Char, Seq, Alt, Repeat, Look } kind = Empty;
   size_t offset = 0;  // in the pattern, for errors
+  Node() = default;
+  Node(Kind k, size_t at) : kind(k), offset(at) {}
   int test = -1;      // Char: index into the tests
   std::vector<Node> kids;
   int min = 1, max = 1;  // Repeat; max -1: unbounded
@@ -359,6 +361,7 @@ struct Parser {
 struct PreTokenizerRegex::Program {
   enum Op { Char, Star, Split, Look, Accept };
   struct Inst {
+    explicit Inst(Op o) : op(o) {}
     Op op = Accept;
     int test = -1;
     int min = 0, max = 0;  // Star; max -1: unbounded

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
 #include <map>
+#include <mutex>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -64,7 +66,7 @@ class LiteralMatcher {
 };
 
 struct PreStep {
-  enum Kind { SplitRegex, Digits, ByteLevel } kind;
+  enum Kind { SplitRegex, Digits, ByteLevel } kind = ByteLevel;
   std::unique_ptr<PreTokenizerRegex> regex;
   bool individual_digits = false;
   bool add_prefix_space = false;
@@ -279,7 +281,7 @@ class HfJsonTokenizer final : public HfTokenizer {
 
   void add_step(const Json& s, const std::string& where) {
     const std::string type = s.is_object() && s.contains("type") && s["type"].is_string() ? s["type"].get<std::string>() : "";
-    PreStep step{PreStep::ByteLevel};
+    PreStep step;
     if (type == "ByteLevel") {
       step.add_prefix_space = s.contains("add_prefix_space") && s["add_prefix_space"] == true;
       step.use_regex = !s.contains("use_regex") || s["use_regex"] != false;
@@ -410,8 +412,35 @@ std::unique_ptr<HfTokenizer> make_hf_tokenizer(const std::string& path, std::opt
 }
 
 HfTokenizerSummary read_hf_tokenizer_summary(const std::string& path, std::optional<int32_t> eod_id) {
-  const HfJsonTokenizer t(path, eod_id, false);
-  return {t.vocab_size(), t.eod(), t.eod_token()};
+  // A run opens its data several times (the start-up check, the coordinator, each
+  // loader) and parsing Llama 3's 9 MB takes most of a second: the answer is kept per
+  // file while its size and modification time stay the same.
+  struct Key {
+    std::string path;
+    std::optional<int32_t> eod_id;
+    uintmax_t size;
+    std::filesystem::file_time_type mtime;
+    bool operator==(const Key&) const = default;
+  };
+  static std::mutex mutex;
+  static std::vector<std::pair<Key, HfTokenizerSummary>> cache;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  const auto mtime = ec ? std::filesystem::file_time_type() : std::filesystem::last_write_time(path, ec);
+  const Key key{path, eod_id, ec ? 0 : size, mtime};
+  if (!ec) {
+    const std::lock_guard lock(mutex);
+    for (const auto& [k, summary] : cache)
+      if (k == key) return summary;
+  }
+  const HfJsonTokenizer t(path, eod_id, false);  // a file that cannot be stat-ed fails here, named
+  HfTokenizerSummary summary{t.vocab_size(), t.eod(), t.eod_token()};
+  if (!ec) {
+    const std::lock_guard lock(mutex);
+    if (cache.size() >= 16) cache.erase(cache.begin());
+    cache.emplace_back(key, summary);
+  }
+  return summary;
 }
 
 }  // namespace troupe::data

@@ -45,7 +45,8 @@ class HfTokenizer : public Tokenizer {
 std::unique_ptr<HfTokenizer> make_hf_tokenizer(const std::string& path, std::optional<int32_t> eod_id = {});
 
 // What a run needs of the file without encoding (its vocabulary against
-// model.vocab_size, its EOD for padding): the same checks but the merges'.
+// model.vocab_size, its EOD for padding): the same checks but the merges'. Kept for
+// the process while the file's size and modification time stay the same.
 struct HfTokenizerSummary {
   int64_t vocab_size = 0;
   int32_t eod = -1;
