@@ -6,7 +6,7 @@ importable; exits 77 (skipped) with the reason when that fails.
 
 Commands:
   fixtures [--out test/data/fixtures/hf]
-      Trains four tiny byte-level BPE tokenizers (a few hundred merges, on docs/*.md)
+      Trains five tiny byte-level BPE tokenizers (a few hundred merges, on docs/*.md of commit CORPUS_COMMIT)
       the way real files are built, one per kind troupe reads:
         gpt2_style   ByteLevel(use_regex) pre-tokenizer, <|endoftext|>, a non-special
                      added token; merges as [a, b] pairs
@@ -16,6 +16,8 @@ Commands:
         qwen2_style  NFC normalizer, Split(Qwen2's regex: single digits) + ByteLevel,
                      <|endoftext|>, <|im_start|>, <|im_end|>, a normalized added token
         smollm_style Digits(individual) + ByteLevel(use_regex), <|endoftext|>
+        misc_style   Split(String ", ") + Digits(runs) + ByteLevel(add_prefix_space,
+                     no regex), added tokens where one is a prefix of another
       and writes OUT/NAME.tokenizer.json and OUT/expected.json: for each of a few
       hundred strings the IDs of Tokenizer.encode(text, add_special_tokens=False).
   check [--fixtures DIR]
@@ -133,11 +135,18 @@ def test_strings():
     return out
 
 
+# The training text is docs/*.md as of this commit, so that rerunning `fixtures` after
+# the docs change rebuilds the same files.
+CORPUS_COMMIT = "56e2a52"
+
+
 def training_text():
+    names = subprocess.run(["git", "-C", ROOT, "ls-tree", "--name-only", CORPUS_COMMIT, "docs/"],
+                           check=True, capture_output=True, text=True).stdout.split()
     lines = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
-        with open(path, encoding="utf-8") as f:
-            lines += f.read().splitlines()
+    for name in sorted(n for n in names if n.endswith(".md")):
+        lines += subprocess.run(["git", "-C", ROOT, "show", CORPUS_COMMIT + ":" + name],
+                                check=True, capture_output=True, text=True).stdout.splitlines()
     return lines + test_strings()
 
 
@@ -197,6 +206,17 @@ def build_fixtures(out_dir):
     tok.train_from_iterator(corpus, tr)
     made["smollm_style"] = json.loads(tok.to_str())
 
+    # The rest of what troupe reads: a String Split, runs of digits, ByteLevel without
+    # its regex but with a prefix space, added tokens sharing a prefix (longest wins).
+    tok, tr = train(models.BPE(), ["<|endoftext|>", "<|end|>", "<|end|><|end|>"], 600)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(", ", behavior="isolated", invert=False),
+        pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, tr)
+    made["misc_style"] = json.loads(tok.to_str())
+
     os.makedirs(out_dir, exist_ok=True)
     texts = test_strings()
     expected = {"generator": "tools/data_hf_tokenizer_reference.py fixtures",
@@ -209,7 +229,7 @@ def build_fixtures(out_dir):
             f.write(text)
         tok = Tokenizer.from_file(path)  # what is committed is what is checked
         eod = {"gpt2_style": "<|endoftext|>", "llama3_style": "<|end_of_text|>",
-               "qwen2_style": "<|endoftext|>", "smollm_style": "<|endoftext|>"}[name]
+               "qwen2_style": "<|endoftext|>", "smollm_style": "<|endoftext|>", "misc_style": "<|endoftext|>"}[name]
         expected["files"][name] = {"vocab_size": tok.get_vocab_size(with_added_tokens=True),
                                    "eod_token": eod, "eod_id": tok.token_to_id(eod),
                                    "merges": len(j["model"]["merges"])}

@@ -1,6 +1,7 @@
 // Hugging Face tokenizer.json (data/hf_tokenizer.h) against reference IDs from HF
-// tokenizers: four small files of the kinds troupe reads (GPT-2's ByteLevel regex,
-// Llama 3's and Qwen2's Split + ByteLevel, SmolLM's Digits + ByteLevel), built and
+// tokenizers: five small files of the kinds troupe reads (GPT-2's ByteLevel regex,
+// Llama 3's and Qwen2's Split + ByteLevel, SmolLM's Digits + ByteLevel, and a String
+// Split + digit runs + ByteLevel with a prefix space), built and
 // encoded by tools/data_hf_tokenizer_reference.py; real files when
 // TROUPE_HF_TOKENIZER_FILES names a folder of NAME.tokenizer.json + NAME.expected.json.
 // Also the pre-tokenizer regex engine (data/hf_regex.h) and what is refused.
@@ -26,7 +27,7 @@ using namespace troupe::data::testing;
 namespace {
 
 const std::string kHfFixtures = std::string(TROUPE_SOURCE_DIR) + "/test/data/fixtures/hf/";
-const char* kKinds[] = {"gpt2_style", "llama3_style", "qwen2_style", "smollm_style"};
+const char* kKinds[] = {"gpt2_style", "llama3_style", "qwen2_style", "smollm_style", "misc_style"};
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
@@ -136,7 +137,7 @@ TEST_CASE("pre-tokenizer regex: unsupported constructs are refused, named with t
   CHECK(regex_error("a{3,1}").find("a malformed {m,n} quantifier at offset 1") != std::string::npos);
 }
 
-TEST_CASE("HF tokenizer.json: the four fixture kinds match HF tokenizers ID for ID") {
+TEST_CASE("HF tokenizer.json: the five fixture kinds match HF tokenizers ID for ID") {
   const auto& doc = expected();
   REQUIRE(doc["cases"].size() >= 300);
   for (const char* kind : kKinds) {
