@@ -264,10 +264,18 @@ const std::map<std::string, Flag>& flags() {
       {"data-path", string_flag("data.prefix", [](Config& c, const std::string& v) { c.mutable_data()->set_prefix(v); })},
       {"split", string_flag("data.split", [](Config& c, const std::string& v) { c.mutable_data()->set_split(v); })},
       {"tokenizer-type", {true, [](const Context& c) {
-         c.choice({"GPT2BPETokenizer"}, "troupe reads GPT2BPETokenizer vocabularies (or bytes, from a textproto)");
-         c.cfg.mutable_data()->set_tokenizer(DataConfig::GPT2);
+         const size_t k = c.choice({"GPT2BPETokenizer", "HuggingFaceTokenizer"},
+                                   "troupe reads GPT2BPETokenizer vocabularies and HuggingFaceTokenizer "
+                                   "tokenizer.json files of byte-level BPE models (or bytes, from a textproto)");
+         c.cfg.mutable_data()->set_tokenizer(k == 0 ? DataConfig::GPT2 : DataConfig::HF_JSON);
          c.mark("data.tokenizer");
        }}},
+      // Megatron's HuggingFaceTokenizer names a model folder (or hub name): troupe reads
+      // its tokenizer.json; a path ending in .json is the file itself.
+      {"tokenizer-model", string_flag("data.tokenizer_file", [](Config& c, const std::string& v) {
+         const bool file = v.size() >= 5 && v.compare(v.size() - 5, 5, ".json") == 0;
+         c.mutable_data()->set_tokenizer_file(file ? v : v + (v.empty() || v.back() == '/' ? "" : "/") + "tokenizer.json");
+       })},
       {"vocab-file", string_flag("data.vocab_file", [](Config& c, const std::string& v) { c.mutable_data()->set_vocab_file(v); })},
       {"merge-file", string_flag("data.merges_file", [](Config& c, const std::string& v) { c.mutable_data()->set_merges_file(v); })},
       {"save", string_flag("checkpoint.dir", [](Config& c, const std::string& v) { c.mutable_checkpoint()->set_dir(v); })},

@@ -148,6 +148,14 @@ TEST_CASE("decay style, tokenizer and data flags") {
   CHECK(p.config.checkpoint().interval_steps() == 100);
   CHECK(p.config.training().eval_interval() == 50);
   CHECK(p.config.logging().log_interval() == 5);
+
+  // Megatron's HuggingFaceTokenizer: a model folder's tokenizer.json, or the file itself.
+  const auto hf = parse_megatron_args("--tokenizer-type HuggingFaceTokenizer --tokenizer-model /m/Llama-3-8B", "m.args");
+  CHECK(hf.config.data().tokenizer() == DataConfig::HF_JSON);
+  CHECK(hf.config.data().tokenizer_file() == "/m/Llama-3-8B/tokenizer.json");
+  CHECK(parse_megatron_args("--tokenizer-type HuggingFaceTokenizer --tokenizer-model t/my.json", "m.args")
+            .config.data()
+            .tokenizer_file() == "t/my.json");
 }
 
 TEST_CASE("malformed values and words") {
