@@ -25,6 +25,11 @@ class ByteTokenizer final : public Tokenizer {
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
+  // Files or an EOD meant for another tokenizer are a mistake, not something to ignore.
+  if (spec.name != "gpt2" && (!spec.vocab_json.empty() || !spec.merges_txt.empty()))
+    throw DataError("a vocab.json and merges.txt (--vocab, --merges) are for tokenizer gpt2, not " + spec.name);
+  if (spec.name != "hf" && (!spec.tokenizer_json.empty() || spec.eod_id))
+    throw DataError("a tokenizer.json and an EOD ID (--tokenizer-file, --eod-id) are for tokenizer hf, not " + spec.name);
   if (spec.name == "bytes") return make_byte_tokenizer();
   if (spec.name == "gpt2") {
     if (spec.vocab_json.empty() || spec.merges_txt.empty()) {

@@ -322,4 +322,12 @@ TEST_CASE("prepare-data with a tokenizer.json (tokenizer hf): each document is t
 
   CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerSpec{"hf", "", "", "", std::nullopt}),
                        "tokenizer hf needs a tokenizer.json (--tokenizer-file)", DataError);
+  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerSpec{"bytes", "", "", file, std::nullopt}),
+                       "a tokenizer.json and an EOD ID (--tokenizer-file, --eod-id) are for tokenizer hf, not bytes",
+                       DataError);
+  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerSpec{"gpt2", "v.json", "m.txt", "", 5}),
+                       "a tokenizer.json and an EOD ID (--tokenizer-file, --eod-id) are for tokenizer hf, not gpt2",
+                       DataError);
+  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerSpec{"hf", "v.json", "", file, std::nullopt}),
+                       "a vocab.json and merges.txt (--vocab, --merges) are for tokenizer gpt2, not hf", DataError);
 }
