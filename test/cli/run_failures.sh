@@ -33,6 +33,24 @@ expect first 0 "checkpoint: step 4 saved" -- "$supervisor" run "${small[@]}" --s
 ckpt="$work/a/checkpoints"
 [ -d "$ckpt/step_00000004" ] || { echo "FAIL first: no checkpoint of step 4"; exit 1; }
 
+# export puts the run's tokenizer beside the weights (bytes: a tokenizer.json); a
+# tokenizer file gone since the run fails the export, naming it, before anything is
+# written.
+expect export-bytes 0 "tokenizer: bytes as a byte-level BPE tokenizer.json" -- "$supervisor" export "$ckpt" --out "$work/x"
+[ -s "$work/x/tokenizer.json" ] && [ -s "$work/x/tokenizer_config.json" ] ||
+  { echo "FAIL export-bytes: no tokenizer.json and tokenizer_config.json"; fails=$((fails + 1)); }
+src=$(cd "$(dirname "$0")/../.." && pwd)
+cp "$src/test/data/fixtures/hf/llama3_style.tokenizer.json" "$work/tok.json"
+"$supervisor" prepare-data --quiet -i "$src/docs" -f blank-lines -o "$work/hfdata" --tokenizer hf \
+  --tokenizer-file "$work/tok.json" >/dev/null
+expect hf-run 0 "checkpoint: step 4 saved" -- "$supervisor" run "${small[@]}" --set logging.run_dir="$work/n" \
+  --set data.prefix="$work/hfdata" --set data.tokenizer=HF_JSON --set data.tokenizer_file="$work/tok.json" \
+  --set model.vocab_size=901
+rm -f "$work/tok.json"
+expect export-tokenizer-gone 1 "$work/tok.json: cannot open the Hugging Face tokenizer (tokenizer.json)" -- \
+  "$supervisor" export "$work/n/checkpoints" --out "$work/y"
+[ ! -e "$work/y/model.safetensors" ] || { echo "FAIL export-tokenizer-gone: weights written"; fails=$((fails + 1)); }
+
 # A damaged checkpoint named in checkpoint.load: one flipped byte in the middle of a shard.
 cp -r "$work/a" "$work/b"
 shard=$(ls "$work/b/checkpoints/step_00000004/"*.shard | head -n 1)
