@@ -32,11 +32,14 @@ constexpr size_t kMaxFileBytes = size_t(512) << 20;
 class LiteralMatcher {
  public:
   void add(const std::string& content, int32_t id) {
-    auto& bucket = by_first_[static_cast<unsigned char>(content[0])];
-    bucket.emplace_back(content, id);
-    std::stable_sort(bucket.begin(), bucket.end(),
-                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    by_first_[static_cast<unsigned char>(content[0])].emplace_back(content, id);
     empty_ = false;
+  }
+  // After the last add: each bucket longest first (the file's order among equals).
+  void finish() {
+    for (auto& bucket : by_first_)
+      std::stable_sort(bucket.begin(), bucket.end(),
+                       [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   }
   bool empty() const { return empty_; }
 
@@ -352,6 +355,8 @@ class HfJsonTokenizer final : public HfTokenizer {
       vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(id) + 1);
       added_by_id_.emplace(id, content);
     }
+    raw_added_.finish();
+    normalized_added_.finish();
   }
 
   void choose_eod(std::optional<int32_t> eod_id) {
