@@ -40,6 +40,10 @@
 //                           with the per-case medians over the R runs
 //   step_bench --cases small,llama-small --threads 2 --repeat 3
 //                           the same over the named cases and one thread count
+//   step_bench --recompute none,selective,full ...
+//                           each case under each model.recompute mode (FULL: UNIFORM,
+//                           every layer replayed), interleaved; a line names its case
+//                           as NAME/MODE (docs/compute.md, "Recomputation")
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -95,6 +99,9 @@ double rss_mb() {
   return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
+// model.recompute of this process's case (--recompute).
+std::string g_recompute = "none";
+
 Config make_config(const Case& k) {
   Config c;
   auto* m = c.mutable_model();
@@ -113,6 +120,9 @@ Config make_config(const Case& k) {
   c.mutable_batch()->set_global_batch_size(k.batch);
   c.mutable_batch()->set_seq_length(k.seq);
   c.mutable_training()->set_train_samples(int64_t(k.batch) * 1000);
+  m->set_recompute(g_recompute == "full" ? ModelConfig::FULL
+                   : g_recompute == "selective" ? ModelConfig::SELECTIVE
+                                                : ModelConfig::NONE);
   return c;
 }
 
@@ -217,8 +227,9 @@ int run_case(const Case& k, int threads, int steps) {
   const int64_t n = m.param_count();
   const double counted = (4.0 * n + double(m.slot_floats()) + double(m.scratch_floats())) * 4 / (1 << 20);
   const double peak = rss_mb() - probes_mb;
+  const std::string label = g_recompute == "none" ? std::string(k.name) : std::string(k.name) + "/" + g_recompute;
   std::printf("%-11s %2d  %9.0f  %8.4f  %8.4f  %5.1f%% %5.1f%% %5.1f%%  %7.1f  %7.1f  %5.2f  %8.1f  %8.1f  %6.1f  %5.2f\n",
-              k.name, threads, double(BT) / t_step, t_step, t_best, 100 * t_fwd / t_step, 100 * t_bwd / t_step,
+              label.c_str(), threads, double(BT) / t_step, t_step, t_best, 100 * t_fwd / t_step, 100 * t_bwd / t_step,
               100 * (t_step - t_fwd - t_bwd) / t_step, gflops, sgemm, median(ratio), counted, peak, base, peak / counted);
   return 0;
 }
@@ -238,7 +249,7 @@ int main(int argc, char** argv) {
     std::perror("step_bench: re-executing with OPENBLAS_THREAD_TIMEOUT=4");
     return 1;
   }
-  std::string name, only;
+  std::string name, only, modes_arg = "none";
   int threads = 0, steps = 0, repeat = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -247,11 +258,13 @@ int main(int argc, char** argv) {
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--recompute" && i + 1 < argc) modes_arg = argv[++i];
     else if (a == "--header") { header(); return 0; }
     else {
       std::fprintf(stderr,
-                   "usage: step_bench [--repeat R] [--cases A,B,...] [--threads N] | --case NAME [--threads N] [--steps S]\n"
-                   "cases: tiny small gpt2-124m llama-small llama-124m\n");
+                   "usage: step_bench [--repeat R] [--cases A,B,...] [--threads N] [--recompute M,...] | --case NAME "
+                   "[--threads N] [--steps S] [--recompute M]\n"
+                   "cases: tiny small gpt2-124m llama-small llama-124m; recompute modes: none selective full\n");
       return 2;
     }
   }
@@ -261,7 +274,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "step_bench: unknown case '%s' (tiny, small, gpt2-124m, llama-small, llama-124m)\n", n.c_str());
     return nullptr;
   };
+  std::vector<std::string> modes;
+  for (size_t b = 0; b <= modes_arg.size();) {
+    const size_t e = std::min(modes_arg.find(',', b), modes_arg.size());
+    modes.push_back(modes_arg.substr(b, e - b));
+    if (modes.back() != "none" && modes.back() != "selective" && modes.back() != "full") {
+      std::fprintf(stderr, "step_bench: unknown recompute mode '%s' (none, selective, full)\n", modes.back().c_str());
+      return 2;
+    }
+    b = e + 1;
+  }
   if (!name.empty()) {
+    g_recompute = modes.front();
     const Case* k = known(name);
     return k ? run_case(*k, threads > 0 ? threads : 1, steps > 0 ? steps : k->steps) : 2;
   }
@@ -290,12 +314,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   self[self_len] = 0;
-  std::vector<std::vector<std::string>> lines(cases.size() * counts.size());
+  // One row per (case, thread count, mode), modes innermost so that they alternate.
+  const size_t per_case = counts.size() * modes.size();
+  std::vector<std::vector<std::string>> lines(cases.size() * per_case);
   for (int rep = 0; rep < repeat; ++rep)
     for (size_t ci = 0; ci < cases.size(); ++ci)
-      for (size_t ti = 0; ti < counts.size(); ++ti) {
+      for (size_t row = 0; row < per_case; ++row) {
+        const size_t ti = row / modes.size(), mi = row % modes.size();
         const std::string cmd = "'" + std::string(self) + "' --case " + std::string(cases[ci]->name) + " --threads " +
-                                std::to_string(counts[ti]) + (steps > 0 ? " --steps " + std::to_string(steps) : "");
+                                std::to_string(counts[ti]) + (steps > 0 ? " --steps " + std::to_string(steps) : "") +
+                                " --recompute " + modes[mi];
         FILE* p = popen(cmd.c_str(), "r");
         if (!p) return 1;
         char buf[512];
@@ -304,7 +332,7 @@ int main(int argc, char** argv) {
         if (pclose(p) != 0) return 1;
         std::fputs(line.c_str(), stdout);
         std::fflush(stdout);
-        lines[ci * counts.size() + ti].push_back(line);
+        lines[ci * per_case + row].push_back(line);
       }
   if (repeat > 1) {
     std::printf("\nmedians over %d runs:\n", repeat);
@@ -321,8 +349,12 @@ int main(int argc, char** argv) {
           for (int c = 0; c < 13; ++c) cols[size_t(c)].push_back(v[c]);
       }
       if (cols[0].empty()) continue;
+      const size_t row = i % per_case;
+      const std::string& mode = modes[row % modes.size()];
+      const std::string label =
+          mode == "none" ? std::string(cases[i / per_case]->name) : std::string(cases[i / per_case]->name) + "/" + mode;
       std::printf("%-11s %2d  %9.0f  %8.4f  %8.4f  %5.1f%% %5.1f%% %5.1f%%  %7.1f  %7.1f  %5.2f  %8.1f  %8.1f  %6.1f  %5.2f\n",
-                  cases[i / counts.size()]->name, counts[i % counts.size()], median(cols[0]), median(cols[1]),
+                  label.c_str(), counts[row / modes.size()], median(cols[0]), median(cols[1]),
                   median(cols[2]), median(cols[3]), median(cols[4]), median(cols[5]), median(cols[6]), median(cols[7]),
                   median(cols[8]), median(cols[9]), median(cols[10]), median(cols[11]), median(cols[12]));
     }
