@@ -23,6 +23,7 @@
 #include "engine/step_driver.h"
 #include "engine/step_ledger.h"
 #include "metrics/json.h"
+#include "metrics/spike_detector.h"
 #include "optim/grad_clip.h"
 #include "sched/lr_schedule.h"
 
@@ -346,6 +347,8 @@ void finish_train_step(Self* self) {
   metrics::StepRecord r;
   r.step = ledger.step();
   st.pos.step = r.step;
+  if (st.data) r.skipped_samples = st.data->skipped_in(st.pos.consumed_samples, counts.samples);
+  r.samples_hash = metrics::sample_content_hash(ledger.sample_ids());
   st.pos.consumed_samples += counts.samples;
   r.consumed_samples = st.pos.consumed_samples;
   r.loss = counts.loss_tokens > 0 ? ledger.loss_sum() / double(counts.loss_tokens) : 0.0;

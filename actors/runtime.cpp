@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -103,6 +104,8 @@ metrics::StartupRecord startup_record(const Config& c, const std::string& source
   r.microbatches_per_replica = config::microbatches_per_replica(c);
   r.train_steps = config::full_updates(c);
   r.actor_paths = engine::all_paths(engine::Topology::of(c));
+  r.skip_samples.assign(c.data().skip_samples().begin(), c.data().skip_samples().end());
+  std::sort(r.skip_samples.begin(), r.skip_samples.end());
   r.wall_time = unix_now();
   return r;
 }
@@ -188,7 +191,10 @@ void print_startup(const Config& c, const std::string& source, const std::string
   spdlog::info("  {}", join(engine::all_paths(topo)));
 }
 
-RunResult run_training(const Config& c, const RunOptions& options) {
+RunResult run_training(const Config& given, const RunOptions& options) {
+  // The run's config: the one given, with the skip list of the checkpoint it resumes
+  // from added below.
+  Config c = given;
   engine::check_runtime_device(c);
   engine::check_host_capacity(c);
   // The pipeline's op lists checked as a message system (order, FIFO channels, no
@@ -228,6 +234,13 @@ RunResult run_training(const Config& c, const RunOptions& options) {
   // diagnosis. The group's first start takes it from here.
   auto resume = std::make_shared<engine::ResumeSource>(c);
   const auto first_checkpoint = resume->current();
+  // A resume keeps skipping what the checkpoint's run skipped (docs/data.md,
+  // "Skipping samples"); the list is checked against the split again.
+  if (first_checkpoint && engine::add_checkpoint_skips(c, first_checkpoint->manifest())) {
+    data::BatchSource::open(c, data::Split::Train);
+    spdlog::info("data: skipping {} sample(s) of the train split (data.skip_samples with the checkpoint's)",
+                 c.data().skip_samples_size());
+  }
 
   clear_stop();
   std::signal(SIGINT, on_signal);

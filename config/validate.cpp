@@ -1,9 +1,11 @@
 #include "config/validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -244,6 +246,17 @@ void check_fields(const Config& c, Checker& k) {
                                        "weights (train,valid,test)", sp));
     else if (!(w[0] > 0))
       k.fail("data.split", fmt::format("\"{}\" gives the training split no weight", sp));
+  }
+  {
+    // data.skip_samples: IDs of the train split's samples; the upper bound needs the
+    // sample index (data::BatchSource::open checks it).
+    std::vector<int64_t> seen(d.skip_samples().begin(), d.skip_samples().end());
+    for (int i = 0; i < d.skip_samples_size(); ++i)
+      if (d.skip_samples(i) < 0)
+        k.fail("data.skip_samples", fmt::format("entry {} is {}: sample IDs are non-negative", i, d.skip_samples(i)));
+    std::sort(seen.begin(), seen.end());
+    if (const auto dup = std::adjacent_find(seen.begin(), seen.end()); dup != seen.end())
+      k.fail("data.skip_samples", fmt::format("sample ID {} is listed twice", *dup));
   }
   if (d.tokenizer() == DataConfig::GPT2) {
     // Named where the tokenizer was chosen when the file fields were left unset.

@@ -1,7 +1,9 @@
 #include "data/batch_source.h"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "config/derived.h"
 #include "data/default_corpus.h"
@@ -23,6 +25,17 @@ struct BatchSource::State {
   int64_t replicas = 0;
   int64_t microbatches = 0;
   int32_t pad_id = 0;
+  std::vector<int64_t> skip;  // sorted, unique, each < index.samples()
+  int64_t usable = 0;         // samples per epoch of the run's order: index.samples() - skip.size()
+};
+
+// Where the skipped IDs sit in one epoch's permutation.
+struct BatchSource::EpochSkips {
+  std::vector<int64_t> positions;  // sorted permutation positions of the skipped IDs
+  std::vector<int64_t> ids;        // the ID at each of those positions
+  // shifted[k] = positions[k] - k: the filtered position just after the k-th skip,
+  // non-decreasing, so upper_bound(j) counts the skips before filtered position j.
+  std::vector<int64_t> shifted;
 };
 
 BatchSource BatchSource::open(const Config& cfg, Split split) {
@@ -100,19 +113,80 @@ BatchSource BatchSource::open(const Config& cfg, Split split) {
               : hf                                         ? hf->eod
                                                            : int32_t(vocab - 1);
   if (s->pad_id >= vocab) s->pad_id = int32_t(vocab - 1);
+  if (split == Split::Train) {
+    s->skip.assign(cfg.data().skip_samples().begin(), cfg.data().skip_samples().end());
+    std::sort(s->skip.begin(), s->skip.end());
+    s->skip.erase(std::unique(s->skip.begin(), s->skip.end()), s->skip.end());
+    if (!s->skip.empty() && (s->skip.front() < 0 || s->skip.back() >= x.samples())) {
+      const int64_t bad = s->skip.front() < 0 ? s->skip.front() : s->skip.back();
+      throw DataError("data.skip_samples: sample ID " + std::to_string(bad) + " is outside the " +
+                      std::to_string(x.samples()) + " samples [0, " + std::to_string(x.samples()) +
+                      ") of the train split of " + prefix);
+    }
+    if (int64_t(s->skip.size()) == x.samples()) {
+      throw DataError("data.skip_samples skips all " + std::to_string(x.samples()) +
+                      " samples of the train split of " + prefix + ": nothing is left to train on");
+    }
+  }
+  s->usable = x.samples() - int64_t(s->skip.size());
   return BatchSource(std::move(s));
 }
 
-int64_t BatchSource::sample_at(int64_t position) const {
-  if (position < 0) throw std::out_of_range("data: negative sample position " + std::to_string(position));
+BatchSource::EpochSkips BatchSource::epoch_skips(int64_t epoch) const {
   const int64_t n = s_->index.samples();
-  const int64_t epoch = position / n;
   const KeyedPermutation perm(uint64_t(n), epoch_key(s_->settings.seed, s_->settings.split, epoch));
-  return int64_t(perm(uint64_t(position % n)));
+  std::vector<std::pair<int64_t, int64_t>> at;  // (position, id)
+  at.reserve(s_->skip.size());
+  for (const int64_t id : s_->skip) at.emplace_back(int64_t(perm.inverse(uint64_t(id))), id);
+  std::sort(at.begin(), at.end());
+  EpochSkips e;
+  for (size_t k = 0; k < at.size(); ++k) {
+    e.positions.push_back(at[k].first);
+    e.ids.push_back(at[k].second);
+    e.shifted.push_back(at[k].first - int64_t(k));
+  }
+  return e;
 }
 
+int64_t BatchSource::unfiltered_index(int64_t position) const {
+  if (position < 0) throw std::out_of_range("data: negative sample position " + std::to_string(position));
+  const int64_t n = s_->index.samples();
+  if (s_->skip.empty()) return position;
+  const int64_t epoch = position / s_->usable, j = position % s_->usable;
+  const EpochSkips e = epoch_skips(epoch);
+  // The j-th unskipped position: j plus the skips at or before it.
+  const auto before = std::upper_bound(e.shifted.begin(), e.shifted.end(), j) - e.shifted.begin();
+  return epoch * n + j + int64_t(before);
+}
+
+int64_t BatchSource::sample_at(int64_t position) const {
+  const int64_t n = s_->index.samples();
+  const int64_t raw = unfiltered_index(position);
+  const int64_t epoch = raw / n;
+  const KeyedPermutation perm(uint64_t(n), epoch_key(s_->settings.seed, s_->settings.split, epoch));
+  return int64_t(perm(uint64_t(raw % n)));
+}
+
+std::vector<int64_t> BatchSource::skipped_in(int64_t consumed_samples, int64_t count) const {
+  std::vector<int64_t> out;
+  if (s_->skip.empty() || count <= 0) return out;
+  const int64_t n = s_->index.samples();
+  const int64_t lo = consumed_samples == 0 ? 0 : unfiltered_index(consumed_samples - 1) + 1;
+  const int64_t hi = unfiltered_index(consumed_samples + count - 1);  // inclusive
+  for (int64_t epoch = lo / n; epoch <= hi / n; ++epoch) {
+    const EpochSkips e = epoch_skips(epoch);
+    for (size_t k = 0; k < e.positions.size(); ++k) {
+      const int64_t raw = epoch * n + e.positions[k];
+      if (raw >= lo && raw <= hi) out.push_back(e.ids[k]);
+    }
+  }
+  return out;
+}
+
+const std::vector<int64_t>& BatchSource::skip_samples() const { return s_->skip; }
+
 int64_t BatchSource::epoch_of(int64_t consumed_samples) const {
-  return consumed_samples / s_->index.samples();
+  return consumed_samples / s_->usable;
 }
 
 std::vector<int64_t> BatchSource::global_batch_ids(int64_t consumed_samples) const {
@@ -149,6 +223,28 @@ void BatchSource::fill_sample(int64_t id, int row, Microbatch& mb) const {
   mb.sample_ids[size_t(row)] = id;
   mb.loss_tokens += w.loss_tokens;
   mb.padding_tokens += w.padding_tokens;
+}
+
+std::vector<int64_t> BatchSource::documents_of(int64_t id) const {
+  std::vector<int64_t> docs;
+  for (const SamplePiece& p : pieces_of(id))
+    if (docs.empty() || docs.back() != p.document) docs.push_back(p.document);
+  return docs;
+}
+
+std::vector<BatchSource::SamplePiece> BatchSource::pieces_of(int64_t id) const {
+  const State& s = *s_;
+  const SampleIndex& x = s.index;
+  if (id < 0 || id >= x.samples())
+    throw std::out_of_range("data: sample ID " + std::to_string(id) + " outside [0, " +
+                            std::to_string(x.samples()) + ")");
+  auto length_of = [&](int64_t pos) { return int64_t(s.data.sequence_length(x.doc_order[size_t(pos)])); };
+  Window w;
+  next_window(length_of, int64_t(x.doc_order.size()), {x.start_doc[size_t(id)], x.start_offset[size_t(id)]},
+              s.settings.seq_length, s.settings.pad_to_boundary, w);
+  std::vector<SamplePiece> pieces;
+  for (const Piece& p : w.pieces) pieces.push_back({x.doc_order[size_t(p.doc)], p.offset, p.slot, p.length});
+  return pieces;
 }
 
 Microbatch BatchSource::samples(std::span<const int64_t> ids) const {

@@ -13,6 +13,14 @@
 //
 // Sample IDs name packed windows of the split: 0 .. samples_per_epoch()-1.
 //
+// Skipped samples (data.skip_samples, train split only): the run's order is the one
+// above with every listed ID taken out of every epoch, so an epoch holds
+// samples_per_epoch() - |skip| positions and the next unskipped sample takes a
+// skipped one's slot. consumed_samples counts positions of that filtered order
+// (samples trained on); skipped_in() names the IDs a range of it passed over, so
+// consumed and skipped together account for every position of the unfiltered order.
+// With no skip list the order is exactly the unfiltered one.
+//
 // Thread-safe: every method is const and the object holds no mutable state; copies
 // share the mapped files and the index.
 #pragma once
@@ -46,8 +54,27 @@ class BatchSource {
   std::vector<int64_t> global_batch_ids(int64_t consumed_samples) const;
   int64_t epoch_of(int64_t consumed_samples) const;
 
-  // The sample at `position` of the run's sample order.
+  // The sample at `position` of the run's sample order (skipped samples left out).
   int64_t sample_at(int64_t position) const;
+  // The skipped IDs the positions [consumed_samples, consumed_samples + count) of the
+  // run's order passed over, in the unfiltered order: those after the sample at
+  // consumed_samples - 1 (from the start, when consumed_samples is 0) and before the
+  // sample at consumed_samples + count - 1. Empty without a skip list.
+  std::vector<int64_t> skipped_in(int64_t consumed_samples, int64_t count) const;
+  // The sorted skip list (data.skip_samples of the train split; empty otherwise).
+  const std::vector<int64_t>& skip_samples() const;
+  // What sample `id`'s window is made of, in window order: each piece's document
+  // (its sequence index in the dataset's .idx), the first token taken from it, where
+  // it starts in the window (input position) and how many tokens it gives.
+  struct SamplePiece {
+    int64_t document = 0;
+    int64_t offset = 0;
+    int32_t slot = 0;
+    int32_t length = 0;
+  };
+  std::vector<SamplePiece> pieces_of(int64_t id) const;
+  // The documents of pieces_of(id), each once, in window order.
+  std::vector<int64_t> documents_of(int64_t id) const;
   // Packs the given samples as the rows of one microbatch (global_loss_tokens = 0).
   Microbatch samples(std::span<const int64_t> ids) const;
 
@@ -65,6 +92,11 @@ class BatchSource {
   struct State;
   explicit BatchSource(std::shared_ptr<const State> s) : s_(std::move(s)) {}
   void fill_sample(int64_t id, int row, Microbatch& mb) const;
+  struct EpochSkips;
+  EpochSkips epoch_skips(int64_t epoch) const;
+  // Index in the unfiltered order (epoch * samples_per_epoch() + position in its
+  // permutation) of the sample at `position` of the run's order.
+  int64_t unfiltered_index(int64_t position) const;
   std::shared_ptr<const State> s_;
 };
 

@@ -52,6 +52,28 @@ uint64_t KeyedPermutation::operator()(uint64_t i) const {
   return x;
 }
 
+uint64_t KeyedPermutation::feistel_inverse(uint64_t x) const {
+  // The rounds of feistel() undone in reverse order: a round maps (l, r) to
+  // (r, l ^ f(r)), so (l', r') comes from (r' ^ f(l'), l').
+  uint64_t left = x >> half_bits_, right = x & half_mask_;
+  constexpr int kRounds = 6;
+  for (int r = kRounds - 1; r >= 0; --r) {
+    const uint64_t f = mix64(key_ ^ mix64(left + uint64_t(r) * 0x9e3779b97f4a7c15ULL)) & half_mask_;
+    const uint64_t prev_left = right ^ f;
+    right = left;
+    left = prev_left;
+  }
+  return (left << half_bits_) | right;
+}
+
+uint64_t KeyedPermutation::inverse(uint64_t v) const {
+  // Walking the cycle backwards from v until it re-enters [0, n) finds the i whose
+  // forward walk stopped at v.
+  uint64_t x = feistel_inverse(v);
+  while (x >= n_) x = feistel_inverse(x);
+  return x;
+}
+
 uint64_t fnv1a(const void* bytes, size_t n, uint64_t h) {
   const auto* p = static_cast<const unsigned char*>(bytes);
   for (size_t i = 0; i < n; ++i) {

@@ -44,10 +44,13 @@ class KeyedPermutation {
  public:
   KeyedPermutation(uint64_t n, uint64_t key);
   uint64_t operator()(uint64_t i) const;
+  // The position of `v` in the permutation: inverse(operator()(i)) == i.
+  uint64_t inverse(uint64_t v) const;
   uint64_t size() const { return n_; }
 
  private:
   uint64_t feistel(uint64_t x) const;
+  uint64_t feistel_inverse(uint64_t x) const;
   uint64_t n_;
   uint64_t key_;
   unsigned half_bits_;

@@ -194,8 +194,24 @@ CheckpointManifest make_manifest(const Config& c, const TrainingPosition& pos,
   rng->set_state(std::string(reinterpret_cast<const char*>(&seed), sizeof(seed)));
   m.mutable_data_position()->set_consumed_samples(pos.consumed_samples);
   m.mutable_data_position()->set_epoch(pos.epoch);
+  std::vector<int64_t> skip(c.data().skip_samples().begin(), c.data().skip_samples().end());
+  std::sort(skip.begin(), skip.end());
+  skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
+  for (const int64_t id : skip) m.mutable_data_position()->add_skip_samples(id);
   for (auto& s : shards) *m.add_shard() = std::move(s);
   return m;
+}
+
+bool add_checkpoint_skips(Config& c, const CheckpointManifest& m) {
+  std::vector<int64_t> skip(c.data().skip_samples().begin(), c.data().skip_samples().end());
+  const size_t given = skip.size();
+  skip.insert(skip.end(), m.data_position().skip_samples().begin(), m.data_position().skip_samples().end());
+  std::sort(skip.begin(), skip.end());
+  skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
+  if (skip.size() == given) return false;
+  c.mutable_data()->clear_skip_samples();
+  for (const int64_t id : skip) c.mutable_data()->add_skip_samples(id);
+  return true;
 }
 
 TrainingPosition position_of(const CheckpointManifest& m) {

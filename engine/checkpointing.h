@@ -107,5 +107,9 @@ struct TrainingPosition {
 CheckpointManifest make_manifest(const Config& c, const TrainingPosition& pos,
                                        std::vector<ShardFile> shards);
 TrainingPosition position_of(const CheckpointManifest& m);
+// Adds the samples the checkpoint's run skipped (data_position.skip_samples) to
+// c.data.skip_samples, sorted and unique, so a resume keeps skipping them. Returns
+// whether the list grew.
+bool add_checkpoint_skips(Config& c, const CheckpointManifest& m);
 
 }  // namespace troupe::engine

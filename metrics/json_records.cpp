@@ -1,6 +1,7 @@
 #include "metrics/json_records.h"
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <type_traits>
 
@@ -8,7 +9,22 @@
 
 namespace troupe::metrics {
 
+std::string hex16(uint64_t v) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
 
+std::optional<uint64_t> parse_hex16(const std::string& text) {
+  if (text.size() != 16) return std::nullopt;
+  uint64_t v = 0;
+  for (const char ch : text) {
+    const int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    v = v << 4 | uint64_t(d);
+  }
+  return v;
+}
 
 Json json_number(double v) {
   if (std::isnan(v)) return "nan";
@@ -43,6 +59,7 @@ Json to_json(const StartupRecord& r) {
             {"train_steps", r.train_steps},
             {"actor_paths", r.actor_paths}};
   j["resumed_from_step"] = r.resumed_from_step ? Json(*r.resumed_from_step) : Json(nullptr);
+  j["skip_samples"] = r.skip_samples;
   return j;
 }
 
@@ -62,7 +79,9 @@ Json to_json(const StepRecord& r) {
           {"padding_tokens", r.padding_tokens},
           {"step_time_s", json_number(r.step_time_s)},
           {"restarts", r.restarts},
-          {"recomputed", r.recomputed}};
+          {"recomputed", r.recomputed},
+          {"samples_hash", r.samples_hash ? Json(hex16(*r.samples_hash)) : Json(nullptr)},
+          {"skipped_samples", r.skipped_samples}};
 }
 
 Json to_json(const EvalRecord& r) {
@@ -91,6 +110,7 @@ Json to_json(const RunSummary& r) {
             {"skipped_steps", r.skipped_steps},
             {"clipped_steps", r.clipped_steps},
             {"consumed_samples", r.consumed_samples},
+            {"skipped_samples", r.skipped_samples},
             {"input_tokens", r.input_tokens},
             {"loss_tokens", r.loss_tokens},
             {"padding_tokens", r.padding_tokens},
@@ -145,6 +165,20 @@ StepRecord step_from_json(const Json& j) {
   r.step_time_s = number_from_json(field(j, "step_time_s"), "step_time_s");
   r.restarts = typed<int64_t>(j, "restarts");
   r.recomputed = typed<bool>(j, "recomputed");
+  // Written since data.skip_samples; absent (or null) in older files.
+  if (const auto h = j.find("samples_hash"); h != j.end() && !h->is_null()) {
+    const auto v = h->is_string() ? parse_hex16(h->get<std::string>()) : std::nullopt;
+    if (!v) throw MetricsError("step record: field \"samples_hash\": expected 16 hex digits, got " + h->dump());
+    r.samples_hash = *v;
+  }
+  if (const auto k = j.find("skipped_samples"); k != j.end()) {
+    if (!k->is_array()) throw MetricsError("step record: field \"skipped_samples\": expected a list, got " + k->dump());
+    for (const auto& id : *k) {
+      if (!id.is_number_integer())
+        throw MetricsError("step record: field \"skipped_samples\": expected integers, got " + id.dump());
+      r.skipped_samples.push_back(id.get<int64_t>());
+    }
+  }
   return r;
 }
 

@@ -5,6 +5,10 @@
 // Python's float() and json_number() below read back.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <string>
+
 #include "metrics/json.h"
 
 #include "metrics/step_record.h"
@@ -21,6 +25,9 @@ Json to_json(const RunSummary& r);
 Json json_number(double v);
 // The inverse of json_number; throws MetricsError naming `field` on anything else.
 double number_from_json(const Json& v, const char* field);
+// A 64-bit hash as 16 lowercase hex digits, and back (nullopt unless exactly 16 hex digits).
+std::string hex16(uint64_t v);
+std::optional<uint64_t> parse_hex16(const std::string& text);
 
 // Reads a "step" object back (metrics.jsonl consumers: reports, tests). Throws
 // MetricsError naming the missing or mistyped field.

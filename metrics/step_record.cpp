@@ -18,6 +18,7 @@ void accumulate(RunSummary& s, const StepRecord& r) {
   s.skipped_steps += r.skipped ? 1 : 0;
   s.clipped_steps += r.clipped ? 1 : 0;
   s.consumed_samples = r.consumed_samples;
+  s.skipped_samples += int64_t(r.skipped_samples.size());
   s.input_tokens += r.input_tokens;
   s.loss_tokens += r.loss_tokens;
   s.padding_tokens += r.padding_tokens;

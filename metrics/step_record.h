@@ -36,6 +36,13 @@ struct StepRecord {
   // restart from an older checkpoint.
   bool recomputed = false;
   double wall_time = 0;  // Unix seconds when the step finished: the last stage's update applied
+  // FNV-1a 64 over the step's sorted sample IDs (sample_content_hash, spike_detector.h):
+  // what a replay compares the samples by. Absent in files written before it existed.
+  std::optional<uint64_t> samples_hash;
+  // The data.skip_samples IDs this step's global batch passed over (in the unfiltered
+  // order; data::BatchSource::skipped_in): with the step's own samples they account
+  // for every position of the unfiltered sample order.
+  std::vector<int64_t> skipped_samples;
 };
 
 // Throughput of a step: non-padding input tokens per second of step time. 0 when
@@ -57,6 +64,9 @@ struct StartupRecord {
   int64_t train_steps = 0;                   // full updates of the run
   std::optional<int64_t> resumed_from_step;  // set when loaded from a checkpoint
   std::vector<std::string> actor_paths;      // "stage/dp0/pp0/tp0", ...
+  // The train split's sample IDs left out of the order: data.skip_samples with those
+  // of the checkpoint resumed from (sorted).
+  std::vector<int64_t> skip_samples;
   double wall_time = 0;
 };
 
@@ -91,6 +101,7 @@ struct RunSummary {
   int64_t skipped_steps = 0;
   int64_t clipped_steps = 0;
   int64_t consumed_samples = 0;
+  int64_t skipped_samples = 0;  // data.skip_samples IDs passed over by this process's steps
   int64_t input_tokens = 0;  // over the whole run
   int64_t loss_tokens = 0;
   int64_t padding_tokens = 0;

@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "actors/runtime.h"
+#include "data/batch_source.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "metrics/jsonl_log.h"
 #include "metrics/run_dir.h"
+#include "test/support/same_state.h"
 #include "test/support/scratch_dir.h"
 #include "test/support/tiny_runtime_config.h"
 
@@ -120,4 +122,77 @@ TEST_CASE("a run resumed onto random bytes spikes at the switch and not before")
   std::sort(ids.begin(), ids.end());
   CHECK(s.at("sample_ids") == ids);
   for (const auto& later : spikes) CHECK(later.at("step").get<int64_t>() >= 41);
+
+}
+
+TEST_CASE("data.skip_samples in a run: skipped from the start, accounted for, kept by a resume") {
+  const auto dir = testing::fresh_temp_dir("skip-samples");
+  Config c = testing::tiny_runtime_config(2, 2, 1);
+  c.mutable_training()->set_train_samples(8 * 8);
+  c.mutable_lr_schedule()->set_decay_samples(8 * 8);  // fixed: the halves below share the schedule
+  c.mutable_checkpoint()->set_interval_steps(4);
+  // The samples of step 2 in the order without skips, and the one at its position 51:
+  // with the eight skipped before it, that position falls in step 6 (positions 48..56).
+  const auto plain = data::BatchSource::open(c);
+  std::vector<int64_t> skip = plain.global_batch_ids(8);
+  skip.push_back(plain.sample_at(51));
+  Config skipping = c;
+  for (const int64_t id : skip) skipping.mutable_data()->add_skip_samples(id);
+  skipping.mutable_logging()->set_run_dir((dir / "from-start").string());
+  auto o = actors::RunOptions{};
+  o.console = false;
+  o.collect_state = true;
+  o.timeout = std::chrono::seconds(120);
+  const auto whole = actors::run_training(skipping, o);
+  REQUIRE_MESSAGE(whole.outcome.status == "completed", whole.outcome.error);
+  REQUIRE(whole.outcome.steps.size() == 8);
+
+  // Step 2 passed over all eight of its old samples and trained on the next eight;
+  // step 6 passed over one. consumed_samples counts trained samples only.
+  CHECK(whole.outcome.steps[1].skipped_samples == std::vector<int64_t>(skip.begin(), skip.begin() + 8));
+  CHECK(whole.outcome.steps[1].consumed_samples == 16);
+  CHECK(whole.outcome.steps[5].skipped_samples == std::vector<int64_t>{skip[8]});
+  CHECK(whole.outcome.summary.skipped_samples == 9);
+  CHECK(whole.outcome.summary.consumed_samples == 64);
+  // The audit: trained and skipped samples together are the first 73 positions of the
+  // order without skips, each once.
+  std::vector<int64_t> seen, want;
+  for (size_t k = 0; k < whole.outcome.steps.size(); ++k) {
+    seen.insert(seen.end(), whole.outcome.step_samples[k].begin(), whole.outcome.step_samples[k].end());
+    seen.insert(seen.end(), whole.outcome.steps[k].skipped_samples.begin(), whole.outcome.steps[k].skipped_samples.end());
+  }
+  for (int64_t p = 0; p < 73; ++p) want.push_back(plain.sample_at(p));
+  std::sort(seen.begin(), seen.end());
+  std::sort(want.begin(), want.end());
+  CHECK(seen == want);
+  // metrics.jsonl carries the list (startup) and what each step passed over.
+  const auto lines = metrics::read_jsonl(metrics::run_dir_layout(skipping.logging().run_dir()).metrics).objects;
+  std::vector<int64_t> sorted_skip = skip;
+  std::sort(sorted_skip.begin(), sorted_skip.end());
+  CHECK(lines.front().at("skip_samples").get<std::vector<int64_t>>() == sorted_skip);
+  int steps_with_skips = 0;
+  for (const auto& j : lines)
+    if (j.value("type", "") == "step" && !j.at("skipped_samples").empty()) ++steps_with_skips;
+  CHECK(steps_with_skips == 2);
+
+  // The same run stopped after step 4 and resumed with a config that no longer lists
+  // the skips: the checkpoint's manifest keeps them, and the end is bitwise the same.
+  Config first_half = skipping;
+  first_half.mutable_logging()->set_run_dir((dir / "resumed").string());
+  first_half.mutable_training()->set_train_samples(4 * 8);
+  o.collect_state = false;
+  const auto a = actors::run_training(first_half, o);
+  REQUIRE_MESSAGE(a.outcome.status == "completed", a.outcome.error);
+  Config second_half = c;
+  second_half.mutable_logging()->set_run_dir((dir / "resumed").string());
+  second_half.mutable_checkpoint()->set_load("latest");
+  o.collect_state = true;
+  const auto b = actors::run_training(second_half, o);
+  REQUIRE_MESSAGE(b.outcome.status == "completed", b.outcome.error);
+  REQUIRE(b.outcome.steps.size() == 4);
+  for (size_t k = 0; k < 4; ++k) CHECK(b.outcome.step_samples[k] == whole.outcome.step_samples[k + 4]);
+  CHECK(b.outcome.steps[1].skipped_samples == std::vector<int64_t>{skip[8]});
+  REQUIRE(b.state);
+  REQUIRE(whole.state);
+  testing::check_same_state(*b.state, *whole.state);
 }

@@ -409,3 +409,12 @@ TEST_CASE("a rule on a field left at its default points at the related field tha
   CHECK(error_of([&] { validate(c, Origins("cfg.textproto")); }) ==
         "cfg.textproto: optimizer.min_lr: 0.0001 exceeds optimizer.lr = 1e-05");
 }
+
+TEST_CASE("data.skip_samples: non-negative IDs, each once") {
+  CHECK(load_error("data { skip_samples: [4, 9, 2] }") == "(no error)");
+  // A list's entries have no line of their own: the error names the data block's.
+  CHECK(load_error("data {\n  skip_samples: [4, -1]\n}") ==
+        "t.textproto:1: data.skip_samples: entry 1 is -1: sample IDs are non-negative");
+  CHECK(load_error("data { skip_samples: 7 skip_samples: 3 skip_samples: 7 }") ==
+        "t.textproto:1: data.skip_samples: sample ID 7 is listed twice");
+}

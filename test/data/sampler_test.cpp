@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -68,6 +69,13 @@ TEST_CASE("keyed permutation is a bijection for every size") {
   }
   CHECK(same < 20);   // different keys, different orders (about 1 expected)
   CHECK(fixed < 20);  // and not the identity
+}
+
+TEST_CASE("keyed permutation inverse undoes it") {
+  for (uint64_t n : {1ull, 2ull, 3ull, 7ull, 100ull, 4097ull}) {
+    const KeyedPermutation p(n, 777);
+    for (uint64_t i = 0; i < n; ++i) REQUIRE(p.inverse(p(i)) == i);
+  }
 }
 
 TEST_CASE("split documents follow Megatron's rounding") {
@@ -142,6 +150,94 @@ TEST_CASE("resume from any consumed_samples reads what an uninterrupted run read
       REQUIRE(mb.loss_mask == mbs[size_t(k)].loss_mask);
     }
   }
+}
+
+TEST_CASE("data.skip_samples: the next unskipped sample takes the slot, in every epoch") {
+  ScratchDir dir;
+  write_dataset(dir / "c", make_docs());
+  const Config cfg = small_config(dir / "c", 16, 2, 2, 8);
+  const BatchSource plain = BatchSource::open(cfg);
+  const int64_t n = plain.samples_per_epoch();
+  REQUIRE(n > 100);
+  // Skip the samples at positions 0, 5, 6 and n - 1 of epoch 0 (the first, two
+  // neighbours, and the last one of the epoch).
+  const std::vector<int64_t> skip = {plain.sample_at(6), plain.sample_at(0), plain.sample_at(5), plain.sample_at(n - 1)};
+  Config skipping = cfg;
+  for (const int64_t id : skip) skipping.mutable_data()->add_skip_samples(id);
+  const BatchSource src = BatchSource::open(skipping);
+  const int64_t u = n - 4;  // positions per epoch of the filtered order
+  std::vector<int64_t> sorted_skip = skip;
+  std::sort(sorted_skip.begin(), sorted_skip.end());
+  CHECK(src.skip_samples() == sorted_skip);
+
+  // Epoch 0 is the unfiltered epoch 0 with those four left out, order kept.
+  std::vector<int64_t> want;
+  for (int64_t i = 0; i < n; ++i)
+    if (i != 0 && i != 5 && i != 6 && i != n - 1) want.push_back(plain.sample_at(i));
+  std::vector<int64_t> got;
+  for (int64_t i = 0; i < u; ++i) got.push_back(src.sample_at(i));
+  CHECK(got == want);
+  // Epoch 1 (filtered positions u .. 2u-1) is the unfiltered epoch 1 without the four IDs.
+  want.clear();
+  for (int64_t i = n; i < 2 * n; ++i)
+    if (std::find(skip.begin(), skip.end(), plain.sample_at(i)) == skip.end()) want.push_back(plain.sample_at(i));
+  got.clear();
+  for (int64_t i = u; i < 2 * u; ++i) got.push_back(src.sample_at(i));
+  CHECK(got == want);
+  CHECK(src.epoch_of(u - 1) == 0);
+  CHECK(src.epoch_of(u) == 1);
+
+  // The global batch at 0 starts at unfiltered position 1 and runs to 11 (0, 5 and 6 passed over).
+  CHECK(src.global_batch_ids(0) == std::vector<int64_t>{plain.sample_at(1), plain.sample_at(2), plain.sample_at(3),
+                                                         plain.sample_at(4), plain.sample_at(7), plain.sample_at(8),
+                                                         plain.sample_at(9), plain.sample_at(10)});
+  CHECK(src.skipped_in(0, 8) == std::vector<int64_t>{skip[1], skip[2], skip[0]});  // unfiltered order: 0, 5, 6
+  CHECK(src.skipped_in(8, 8).empty());
+  // The audit: consumed and skipped together cover every unfiltered position exactly once.
+  std::vector<int64_t> consumed_and_skipped;
+  for (int64_t c = 0; c + 8 <= 3 * u; c += 8) {
+    for (const int64_t id : src.global_batch_ids(c)) consumed_and_skipped.push_back(id);
+    for (const int64_t id : src.skipped_in(c, 8)) consumed_and_skipped.push_back(id);
+  }
+  std::sort(consumed_and_skipped.begin(), consumed_and_skipped.end());
+  // Positions covered: up to the last consumed one; each ID n'th-fold per whole epoch passed.
+  std::map<int64_t, int> times;
+  for (const int64_t id : consumed_and_skipped) ++times[id];
+  const int64_t batches = (3 * u) / 8, last_raw = [&] {
+    // the unfiltered index of the last consumed position
+    int64_t raw = -1, pos = -1;
+    while (pos < batches * 8 - 1) {
+      ++raw;
+      if (std::find(skip.begin(), skip.end(), plain.sample_at(raw)) == skip.end()) ++pos;
+    }
+    return raw;
+  }();
+  std::map<int64_t, int> want_times;
+  for (int64_t raw = 0; raw <= last_raw; ++raw) ++want_times[plain.sample_at(raw)];
+  CHECK(times == want_times);
+
+  // Microbatch rows follow the filtered order; counts too.
+  const Microbatch mb = src.microbatch(0, 1, 0);
+  CHECK(mb.sample_ids == std::vector<int64_t>{plain.sample_at(7), plain.sample_at(8)});
+  int64_t loss_tokens = 0;
+  for (const int64_t id : src.global_batch_ids(0)) loss_tokens += plain.samples(std::vector<int64_t>{id}).loss_tokens;
+  CHECK(src.global_counts(0).loss_tokens == loss_tokens);
+  CHECK(mb.global_loss_tokens == loss_tokens);
+
+  // A run skipping nothing reads exactly the unfiltered order.
+  CHECK(plain.skipped_in(0, 8).empty());
+  CHECK(plain.skip_samples().empty());
+
+  // Out of range, and everything skipped: one error each, naming the field.
+  Config too_big = cfg;
+  too_big.mutable_data()->add_skip_samples(n);
+  CHECK(contains(error_of(too_big), "data.skip_samples: sample ID " + std::to_string(n) + " is outside the " +
+                                        std::to_string(n) + " samples"));
+  Config all = cfg;
+  for (int64_t id = 0; id < n; ++id) all.mutable_data()->add_skip_samples(id);
+  CHECK(contains(error_of(all), "data.skip_samples skips all " + std::to_string(n) + " samples"));
+  // Validation never skips: the list names train samples.
+  CHECK(BatchSource::open(skipping, Split::Valid).skip_samples().empty());
 }
 
 TEST_CASE("replica and microbatch assignment covers the global batch exactly once") {
