@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <google/protobuf/text_format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -214,7 +216,11 @@ RunResult run_training(const Config& given, const RunOptions& options) {
                                                                                       : c.data().prefix(),
                                               c.data().split()));
   }
-  const auto run_dir = metrics::prepare_run_dir(c.logging().run_dir(), options.config_text);
+  // config.textproto holds the config the run used; a caller that gives no text (a
+  // test, a library user) gets the config printed, so `supervisor replay` can read it.
+  std::string config_text = options.config_text;
+  if (config_text.empty()) google::protobuf::TextFormat::PrintToString(c, &config_text);
+  const auto run_dir = metrics::prepare_run_dir(c.logging().run_dir(), config_text);
   if (options.console) print_startup(c, options.config_source, options.dropout_origin);
 
   const auto topo = engine::Topology::of(c);

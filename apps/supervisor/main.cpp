@@ -24,6 +24,7 @@ int worker_main(int argc, char** argv);     // cmd_worker.cpp
 int acceptance_main(int argc, char** argv);  // cmd_acceptance.cpp
 int scaling_main(int argc, char** argv);     // cmd_scaling.cpp
 int compare_main(int argc, char** argv);     // cmd_compare.cpp
+int replay_main(int argc, char** argv);      // cmd_replay.cpp
 int import_config_main(int argc, char** argv);  // cmd_import_config.cpp
 
 namespace {
@@ -47,6 +48,7 @@ const Subcommand kCommands[] = {
     {"acceptance", "run the acceptance ladder on a small model of a layout; report PASS/FAIL per rung", acceptance_main},
     {"scaling", "train the same global batch at several DP sizes; tokens/s, speed-up, efficiency", scaling_main},
     {"compare", "runs side by side at equal tokens: validation loss, cost to reach it, spikes", compare_main},
+    {"replay", "recompute a run's steps from a checkpoint, bitwise against metrics.jsonl; counterfactuals", replay_main},
 };
 
 void print_usage(std::FILE* out) {

@@ -4,7 +4,7 @@
 # checked against that run's own metrics.jsonl and spikes.jsonl, read here with Python
 # (the final validation loss, the steps, tokens, clipped updates and spikes, the loss at
 # each common token count, and the first pass reaching each run's final loss); --plot
-# writes a PNG (its content: test_metrics).
+# writes a PNG (its content: test_metrics). Then `supervisor replay` on one of the runs.
 # Usage: compare.sh SUPERVISOR WORKDIR
 set -uo pipefail
 supervisor=$1
@@ -99,4 +99,33 @@ for b in bad: print("FAIL", b)
 print("ok   compare tables agree with the runs' files" if not bad else "%d mismatches" % len(bad))
 sys.exit(1 if bad else 0)
 PY
+# supervisor replay on one of the runs (it saved no checkpoint: from the initial
+# weights): bitwise equal, exit 0; a record moved by one unit in the last place, exit 1
+# naming the step and the quantity; a step the run never made, exit 1.
+"$supervisor" replay "$work/lr-1e-3" --step 3 >"$work/replay.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -qF "bitwise equal: steps 1..3 (consumed samples, sample IDs, loss tokens, grad norm, loss, lr)" "$work/replay.out" ||
+  { echo "FAIL replay: exit $rc"; cat "$work/replay.out"; fails=$((fails + 1)); }
+python3 - "$work/lr-1e-3/metrics.jsonl" <<'PY'
+import json, math, sys
+path = sys.argv[1]
+objs = [json.loads(l) for l in open(path)]
+for o in objs:
+    if o["type"] == "step" and o["step"] == 2:
+        o["loss"] = math.nextafter(o["loss"], math.inf)
+open(path, "w").write("".join(json.dumps(o) + "\n" for o in objs))
+PY
+"$supervisor" replay "$work/lr-1e-3" --step 3 >"$work/replay-tampered.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -qF "DIFFERENT at step 2: loss recorded" "$work/replay-tampered.out" ||
+  { echo "FAIL replay of a tampered record: exit $rc"; cat "$work/replay-tampered.out"; fails=$((fails + 1)); }
+"$supervisor" replay "$work/lr-1e-3" --step 99 >"$work/replay-far.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -qF "records no step 13" "$work/replay-far.out" ||
+  { echo "FAIL replay past the run: exit $rc"; cat "$work/replay-far.out"; fails=$((fails + 1)); }
+"$supervisor" replay "$work/lr-1e-3" >"$work/replay-usage.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -qF "supervisor replay: --step N is required" "$work/replay-usage.out" ||
+  { echo "FAIL replay usage: exit $rc"; cat "$work/replay-usage.out"; fails=$((fails + 1)); }
+
 [ $fails -eq 0 ] || exit 1
