@@ -129,7 +129,10 @@ std::string format_dump(const StepDump& d, size_t top) {
   for (size_t i = 0; i < d.documents.size() && i < top; ++i) {
     const auto& doc = d.documents[i];
     std::string ids;
-    for (size_t k = 0; k < doc.samples.size(); ++k) ids += (k ? "," : "") + std::to_string(doc.samples[k]);
+    for (size_t k = 0; k < doc.samples.size(); ++k) {
+      if (k) ids += ',';
+      ids += std::to_string(doc.samples[k]);
+    }
     out += fmt::format("{:>10}  {:>10.4f}  {:>7}  {:>12.4f}  {}\n", doc.document, doc.loss_mean(), doc.loss_tokens,
                        doc.loss_sum, ids);
   }
