@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <csignal>
 #include <optional>
 #include <random>
@@ -20,9 +21,13 @@
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
+#include "engine/spike_guard.h"
 #include "engine/step_driver.h"
 #include "engine/step_ledger.h"
 #include "metrics/json.h"
+#include "metrics/json_records.h"
+#include "metrics/jsonl_log.h"
+#include "metrics/run_dir.h"
 #include "metrics/spike_detector.h"
 #include "optim/grad_clip.h"
 #include "sched/lr_schedule.h"
@@ -65,6 +70,7 @@ struct CoordinatorState {
   std::string ckpt_root;
   // Decides what happens next (engine/step_driver.h); this actor keeps the data.
   std::optional<engine::StepDriver> driver;
+  std::optional<engine::SpikeGuard> guard;  // logging.on_spike
 
   // The position after the last finished training step.
   engine::TrainingPosition pos;
@@ -72,6 +78,7 @@ struct CoordinatorState {
   // The step in flight.
   std::optional<engine::StepLedger> ledger;
   std::optional<optim::ClipDecision> decision;
+  bool spike_dropped = false;  // the step in flight's update is dropped by logging.on_spike
   double lr = 0;
   Clock::time_point step_start;
   // Unix seconds: when the step in flight went out to the stages, and when the previous
@@ -364,8 +371,13 @@ void finish_train_step(Self* self) {
   st.last_train_end = r.wall_time;
   if (r.skipped) {
     ++st.pos.skipped_updates;
-    spdlog::warn("step {}: gradient norm is not finite ({}); update skipped, the LR schedule holds",
-                 r.step, r.grad_norm);
+    if (st.spike_dropped)
+      spdlog::warn("step {}: a spike (loss {:.4f}, grad norm {:.4f}); update dropped (logging.on_spike SKIP_UPDATE), "
+                   "the LR schedule holds",
+                   r.step, r.loss, r.grad_norm);
+    else
+      spdlog::warn("step {}: gradient norm is not finite ({}); update skipped, the LR schedule holds",
+                   r.step, r.grad_norm);
   } else {
     ++st.pos.successful_updates;
   }
@@ -413,9 +425,20 @@ void progress(Self* self) {
   st.last_progress = Clock::now();
   if (!st.ledger) return;
   auto& ledger = *st.ledger;
-  if (ledger.kind() == StepKind::Train && !st.decision && ledger.norms_complete()) {
+  // With logging.on_spike acting, the update waits for the loss too: the guard judges both.
+  if (ledger.kind() == StepKind::Train && !st.decision && ledger.norms_complete() &&
+      (!st.guard->active() || ledger.losses_complete())) {
     check_fault(self, ledger.step(), Fault::REDUCE);
     st.decision = optim::decide(ledger.total_sum_squares(), st.args.config.optimizer().clip_grad());
+    st.spike_dropped = false;
+    if (st.guard->active()) {
+      // The loss exactly as the step record computes it (the loaders' and the last
+      // stages' token counts agree, finish_train_step checks).
+      const double loss = ledger.loss_tokens() > 0 ? ledger.loss_sum() / double(ledger.loss_tokens()) : 0.0;
+      const bool spike = st.guard->drop_update(ledger.step(), loss, st.decision->norm);
+      st.spike_dropped = spike && !st.decision->skip;
+      st.decision->skip = st.decision->skip || spike;
+    }
     check_fault(self, ledger.step(), Fault::OPTIMIZER);
     // Read before the UpdateCommands go out: it dates a step handed over with them.
     feed(self, engine::UpdateDecided{ledger.step(), unix_now()});
@@ -549,6 +572,17 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
   start.recovering = st.args.book->recovering();  // until this group's first step closes
   start.now = steady_now();
   st.driver.emplace(engine::step_driver_config(c), start);
+  st.guard.emplace(c);
+  if (st.guard->active()) {
+    // The windows of the timeline this group resumes: metrics.jsonl (steps of earlier
+    // processes) with this process's own steps after it, so a record still on its way
+    // to the file counts too; the last object of each step wins.
+    std::vector<metrics::Json> lines;
+    const auto path = metrics::run_dir_layout(c.logging().run_dir()).metrics;
+    if (std::filesystem::exists(path)) lines = metrics::read_jsonl(path).objects;
+    for (const auto& r : st.args.book->outcome().steps) lines.push_back(metrics::to_json(r));
+    st.guard->warm(lines, st.pos.step);
+  }
   const double period = std::clamp(c.supervision().heartbeat_interval_s(), 0.05, 1.0);
   const auto tick = std::chrono::milliseconds(int64_t(period * 1000));
   self->delayed_send(self, tick, tick_atom::value);

@@ -54,9 +54,10 @@ std::string random_bytes_dataset(const fs::path& dir) {
   return o.output_prefix;
 }
 
-actors::RunResult run(const Config& c) {
+actors::RunResult run(const Config& c, bool collect_state = false) {
   actors::RunOptions o;
   o.console = false;
+  o.collect_state = collect_state;
   o.timeout = std::chrono::seconds(120);
   return actors::run_training(c, o);
 }
@@ -82,7 +83,7 @@ TEST_CASE("a run resumed onto random bytes spikes at the switch and not before")
   c.mutable_lr_schedule()->set_decay_samples(43 * 16);  // fixed: both parts share the schedule
   c.mutable_training()->set_train_samples(40 * 16);
   c.mutable_logging()->set_run_dir((dir / "run").string());
-  const auto fortunes = run(c);
+  const auto fortunes = run(c, /*collect_state=*/true);
   REQUIRE_MESSAGE(fortunes.outcome.status == "completed", fortunes.outcome.error);
   REQUIRE(fortunes.outcome.steps.size() == 40);
   CHECK(spikes_of(c).empty());
@@ -200,6 +201,26 @@ TEST_CASE("a run resumed onto random bytes spikes at the switch and not before")
   CHECK(tampered.first_difference->step == 41);
   CHECK(tampered.first_difference->quantity == "grad_norm");
   CHECK(actors::format_replay(tampered).find("DIFFERENT at step 41: grad_norm recorded") != std::string::npos);
+
+  // logging.on_spike SKIP_UPDATE: the same resume from step 40 with the guard, in the
+  // same run directory (its windows come from the 40 steps in metrics.jsonl). Step 41
+  // is the spike: its update is dropped, so the record says skipped, and the weights
+  // and Adam moments after it are bitwise those after step 40.
+  Config guarded = noise;
+  guarded.mutable_logging()->set_on_spike(LoggingConfig::SKIP_UPDATE);
+  guarded.mutable_checkpoint()->set_load((fs::path(run_dir) / "checkpoints" / "step_00000040").string());
+  guarded.mutable_checkpoint()->set_save_on_exit(false);
+  guarded.mutable_training()->set_train_samples(41 * 16);
+  const auto g = run(guarded, /*collect_state=*/true);
+  REQUIRE_MESSAGE(g.outcome.status == "completed", g.outcome.error);
+  REQUIRE(g.outcome.steps.size() == 1);
+  CHECK(g.outcome.steps[0].skipped);
+  CHECK(bits(g.outcome.steps[0].loss) == bits(at41.loss));
+  CHECK(bits(g.outcome.steps[0].grad_norm) == bits(at41.grad_norm));
+  CHECK(g.outcome.summary.skipped_steps == 1);
+  REQUIRE(g.state);
+  REQUIRE(fortunes.state);
+  testing::check_same_state(*g.state, *fortunes.state);
 }
 
 TEST_CASE("data.skip_samples in a run: skipped from the start, accounted for, kept by a resume") {

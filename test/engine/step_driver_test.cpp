@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "config/derived.h"
+#include "engine/spike_guard.h"
+#include "metrics/json_records.h"
 #include "engine/step_driver.h"
 #include "engine/topology.h"
 
@@ -695,4 +697,57 @@ TEST_CASE("step driver: a final save whose shards are written before its last co
   // A signal after the end changes nothing.
   CHECK(d.on(StopRequested{SIGTERM}).empty());
   CHECK(d.on(GroupWired{}).empty());
+}
+
+// logging.on_spike: the guard's decisions (engine/spike_guard.h).
+TEST_CASE("spike guard: RECORD never drops; SKIP_UPDATE drops a spike's update once judged") {
+  Config c;
+  c.mutable_logging()->set_spike_window(8);
+  c.mutable_logging()->set_spike_min_history(4);
+  // A falling loss with a little noise, gradient norms around 1.
+  auto loss_at = [](int s) { return 4.0 - 0.01 * s + ((s % 3) - 1) * 0.002; };
+  auto norm_at = [](int s) { return 1.0 + ((s % 2) ? 0.05 : -0.05); };
+
+  SpikeGuard record(c);
+  CHECK(!record.active());
+  for (int s = 1; s <= 10; ++s) CHECK(!record.drop_update(s, loss_at(s), norm_at(s)));
+  CHECK(!record.drop_update(11, 9.0, 50.0));  // recorded elsewhere, never dropped
+
+  c.mutable_logging()->set_on_spike(LoggingConfig::SKIP_UPDATE);
+  SpikeGuard guard(c);
+  CHECK(guard.active());
+  // Before min_history values are in nothing is judged, however high.
+  CHECK(!guard.drop_update(1, loss_at(1), norm_at(1)));
+  CHECK(!guard.drop_update(2, 20.0, 1.0));
+  for (int s = 3; s <= 10; ++s) CHECK(!guard.drop_update(s, loss_at(s), norm_at(s)));
+  // The loss 30 % above its median (and far outside its MAD) is dropped; so is a grad
+  // norm more than 4x its median with an ordinary loss; ordinary steps pass.
+  CHECK(guard.drop_update(11, loss_at(11) * 1.35, norm_at(11)));
+  CHECK(!guard.drop_update(12, loss_at(12), norm_at(12)));
+  CHECK(guard.drop_update(13, loss_at(13), 4.5));
+  CHECK(!guard.drop_update(14, loss_at(14), norm_at(14)));
+  // A step just under the floor passes: +25 % of the median loss.
+  CHECK(!guard.drop_update(15, loss_at(15) * 1.25, norm_at(15)));
+
+  // A restarted coordinator warmed from the timeline's step lines judges its first step.
+  std::vector<metrics::Json> lines;
+  for (int s = 1; s <= 10; ++s) {
+    metrics::StepRecord r;
+    r.step = s;
+    r.loss = loss_at(s);
+    r.grad_norm = norm_at(s);
+    lines.push_back(metrics::to_json(r));
+  }
+  // A line of step 12, after the resume point (an abandoned timeline's), is left out.
+  metrics::StepRecord again;
+  again.step = 12;
+  again.loss = 99.0;
+  again.grad_norm = 99.0;
+  lines.push_back(metrics::to_json(again));
+  SpikeGuard resumed(c);
+  resumed.warm(lines, 10);
+  CHECK(resumed.history() == 8);  // the window's newest 8 of steps 1..10
+  CHECK(resumed.drop_update(11, loss_at(11) * 1.35, norm_at(11)));
+  SpikeGuard cold(c);
+  CHECK(!cold.drop_update(11, loss_at(11) * 1.35, norm_at(11)));  // nothing to judge against
 }
