@@ -11,16 +11,20 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "actors/replay.h"
 #include "actors/runtime.h"
 #include "data/batch_source.h"
+#include "data/default_corpus.h"
+#include "data/indexed_dataset.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "metrics/jsonl_log.h"
 #include "metrics/run_dir.h"
+#include "metrics/spike_detector.h"
 #include "test/support/same_state.h"
 #include "test/support/scratch_dir.h"
 #include "test/support/tiny_runtime_config.h"
@@ -293,4 +297,113 @@ TEST_CASE("data.skip_samples in a run: skipped from the start, accounted for, ke
   REQUIRE(b.state);
   REQUIRE(whole.state);
   testing::check_same_state(*b.state, *whole.state);
+}
+
+TEST_CASE("garbage documents spike where the sampler put them; skipping their samples removes the spike") {
+  const auto dir = testing::fresh_temp_dir("garbage-docs");
+  fs::create_directories(dir);
+  Config c = testing::tiny_runtime_config(2, 1, 2);
+  c.mutable_batch()->set_micro_batch_size(2);
+  c.mutable_batch()->set_global_batch_size(16);
+  c.mutable_optimizer()->set_lr(5e-3);
+  c.mutable_optimizer()->set_min_lr(5e-4);
+  c.mutable_lr_schedule()->set_warmup_samples(32);
+  c.mutable_training()->set_train_samples(26 * 16);
+  c.mutable_checkpoint()->set_interval_steps(5);
+  c.mutable_checkpoint()->set_keep_last(0);
+
+  // The fortunes corpus copied, with the documents that step 25's samples read turned
+  // into random printable bytes of the same lengths: the packing, the sample index and
+  // the order stay those of the clean copy, so the sampler says where the garbage is.
+  const std::string clean_prefix = data::ensure_default_corpus();
+  const auto clean = data::IndexedDataset::open(clean_prefix);
+  c.mutable_data()->set_prefix((dir / "clean").string());
+  {
+    data::IndexedDatasetWriter w(c.data().prefix(), data::dtype_for_vocab(257), 257);
+    std::vector<int32_t> doc;
+    for (int64_t q = 0; q < clean.sequences(); ++q) {
+      doc.resize(size_t(clean.sequence_length(q)));
+      clean.read(q, 0, int64_t(doc.size()), doc.data());
+      w.add_document(doc);
+    }
+    w.finish();
+  }
+  const auto order = data::BatchSource::open(c);
+  std::set<int64_t> garbage_docs;
+  for (const int64_t id : order.global_batch_ids(24 * 16))
+    for (const int64_t d : order.documents_of(id)) garbage_docs.insert(d);
+  std::vector<int64_t> garbage_samples;  // every sample reading a garbage document
+  for (int64_t id = 0; id < order.samples_per_epoch(); ++id)
+    for (const int64_t d : order.documents_of(id))
+      if (garbage_docs.count(d)) {
+        garbage_samples.push_back(id);
+        break;
+      }
+  std::set<int64_t> garbage_steps;  // where the sampler puts them in this run
+  for (int64_t p = 0; p < 26 * 16; ++p)
+    if (std::binary_search(garbage_samples.begin(), garbage_samples.end(), order.sample_at(p)))
+      garbage_steps.insert(p / 16 + 1);
+  REQUIRE(garbage_steps.count(25));
+  {
+    std::mt19937_64 rng(2026);
+    data::IndexedDatasetWriter w((dir / "dirty").string(), data::dtype_for_vocab(257), 257);
+    std::vector<int32_t> doc;
+    for (int64_t q = 0; q < clean.sequences(); ++q) {
+      doc.resize(size_t(clean.sequence_length(q)));
+      clean.read(q, 0, int64_t(doc.size()), doc.data());
+      if (garbage_docs.count(q))
+        for (auto& t : doc)
+          if (t != 256) t = int32_t(0x20 + rng() % 95);
+      w.add_document(doc);
+    }
+    w.finish();
+  }
+  c.mutable_data()->set_prefix((dir / "dirty").string());
+  const auto dirty_order = data::BatchSource::open(c);
+  for (int64_t p = 0; p < 26 * 16; p += 7) REQUIRE(dirty_order.sample_at(p) == order.sample_at(p));
+
+  c.mutable_logging()->set_run_dir((dir / "run").string());
+  const auto r = run(c);
+  REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
+  const auto spikes = spikes_of(c);
+  REQUIRE(!spikes.empty());
+  CHECK(spikes.front().at("step") == 25);  // none before the garbage step
+  MESSAGE("garbage steps (any garbage sample): " << garbage_steps.size() << "; step 24 loss "
+                                                 << r.outcome.steps[23].loss << ", step 25 loss "
+                                                 << r.outcome.steps[24].loss);
+
+  // A replay from the checkpoint of step 20 that skips the garbage samples has no spike:
+  // the recorded steps 1..20 and the replayed 21..26 judged in order.
+  actors::ReplayOptions ro;
+  ro.run_dir = c.logging().run_dir();
+  ro.step = 26;
+  ro.from = 20;
+  ro.skip_samples = garbage_samples;
+  const auto skipped = actors::replay_run(ro);
+  REQUIRE(skipped.steps.size() == 6);
+  metrics::SpikeDetector detector;
+  int found = 0;
+  auto judge = [&](const metrics::StepRecord& st) {
+    metrics::StepDetail d;
+    d.step = st.step;
+    d.loss = st.loss;
+    d.grad_norm = st.grad_norm;
+    found += detector.observe(d).has_value();
+  };
+  for (int64_t k = 0; k < 20; ++k) judge(r.outcome.steps[size_t(k)]);
+  for (const auto& s : skipped.steps) judge(s.replayed);
+  CHECK(found == 0);
+  MESSAGE(actors::format_replay(skipped));
+
+  // A fresh run told to skip them from its start (data.skip_samples) has none either.
+  Config fresh = c;
+  fresh.mutable_logging()->set_run_dir((dir / "fresh").string());
+  for (const int64_t id : garbage_samples) fresh.mutable_data()->add_skip_samples(id);
+  const auto f = run(fresh);
+  REQUIRE_MESSAGE(f.outcome.status == "completed", f.outcome.error);
+  CHECK(spikes_of(fresh).empty());
+  int64_t passed_over = 0;
+  for (const auto& st : f.outcome.steps) passed_over += int64_t(st.skipped_samples.size());
+  CHECK(passed_over == f.outcome.summary.skipped_samples);
+  CHECK(passed_over >= 16);  // at least step 25's sixteen
 }
