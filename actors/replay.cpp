@@ -175,6 +175,8 @@ Config replay_config(const Config& run, const ReplayOptions& o, const std::strin
 ReplayResult replay_run(const ReplayOptions& given) {
   ReplayOptions o = given;
   if (o.step < 1) throw std::invalid_argument(fmt::format("--step must be at least 1, got {}", o.step));
+  if (o.dump && o.counterfactual())
+    throw std::invalid_argument("--dump writes the recorded run's step: give it without a change");
   const fs::path run_dir(o.run_dir);
   const fs::path config_path = run_dir / "config.textproto";
   if (!fs::is_regular_file(config_path))
@@ -204,6 +206,8 @@ ReplayResult replay_run(const ReplayOptions& given) {
   if (o.out_dir.empty())
     o.out_dir = (run_dir / "replay" /
                  fmt::format("{}_{}_{}", o.counterfactual() ? "changed" : "run", from_step, o.step)).string();
+  // The replay's config first: a bad change is refused before anything is written.
+  const Config c = replay_config(run, o, checkpoint, from_step);
   const fs::path out(o.out_dir);
   if (fs::exists(out)) {
     if (fs::exists(run_dir) && fs::equivalent(out, run_dir))
@@ -216,9 +220,6 @@ ReplayResult replay_run(const ReplayOptions& given) {
   fs::create_directories(out);
   std::ofstream(out / kMarker) << "scratch run of supervisor replay " << o.run_dir << "\n";
 
-  if (o.dump && o.counterfactual())
-    throw std::invalid_argument("--dump writes the recorded run's step: give it without a change");
-  const Config c = replay_config(run, o, checkpoint, from_step);
   RunOptions ro;
   ro.console = false;
   ro.timeout = std::chrono::seconds(o.timeout_s);
