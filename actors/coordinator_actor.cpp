@@ -316,6 +316,7 @@ StepExtras step_extras(const CoordinatorState& st, const engine::StepLedger& led
   x.detail.lr = r.lr;
   x.detail.clipped = r.clipped;
   for (double s : ledger.stage_sum_squares()) x.detail.stage_grad_norms.push_back(std::sqrt(s));
+  for (const auto& [layer, s] : ledger.layer_sum_squares()) x.detail.layer_grad_norms.emplace_back(layer, std::sqrt(s));
   const auto losses = ledger.microbatch_losses();
   const auto tokens = ledger.microbatch_loss_tokens();
   const auto ids = ledger.sample_ids();  // replica-major, microbatch, row

@@ -149,9 +149,18 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
         // from its completion callback): this thread does not wait for the device.
         s.shard->issue_norm_partial(g.grads);
         const auto& rk = s.args.rank;
-        s.device->when_done([to = s.coordinator, sums = s.shard->norm_readback(),
-                             partial = msg::NormPartial{g.step, rk.dp, rk.pp, rk.tp, 0.0}]() mutable {
+        s.device->when_done([to = s.coordinator, sums = s.shard->norm_readback(), layer_sums = s.shard->layer_readback(),
+                             layers = s.shard->norm_part_layers(),
+                             partial = msg::NormPartial{g.step, rk.dp, rk.pp, rk.tp, 0.0, {}, {}}]() mutable {
           partial.sum_squares = sums.total();
+          // By layer, for the spike record: consecutive parts of one layer added in order.
+          for (size_t i = 0; i < layer_sums.count; ++i) {
+            if (partial.layers.empty() || partial.layers.back() != layers[i]) {
+              partial.layers.push_back(layers[i]);
+              partial.layer_sum_squares.push_back(0.0);
+            }
+            partial.layer_sum_squares.back() += layer_sums.parts.get()[i];
+          }
           caf::anon_send(to, std::move(partial));
         });
       },

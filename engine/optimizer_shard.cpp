@@ -11,14 +11,53 @@ OptimizerShard::OptimizerShard(const Config& c, kernels::Device& device,
       counts_in_norm_(counts_in_norm),
       adamw_(device, optim::AdamWHyper::from_config(c), reg.decay_spans(), range) {
   if (counts_in_norm_) norm_parts_ = optim::parts_within(reg.norm_ranges(), range);
+  // The norm parts cut at tensor boundaries and joined again per layer: summed apart
+  // from the norm's own parts (whose spans cross layers), so the norm keeps its bits.
+  for (const auto& p : norm_parts_)
+    for (const auto& t : reg.tensors()) {
+      const int64_t b = std::max(p.begin, t.offset), e = std::min(p.end, t.offset + t.numel);
+      if (b >= e) continue;
+      std::string label = layer_label(t.name);
+      if (!layer_parts_.empty() && norm_part_layers_.back() == label && layer_parts_.back().end == b)
+        layer_parts_.back().end = e;
+      else {
+        layer_parts_.push_back({b, e});
+        norm_part_layers_.push_back(std::move(label));
+      }
+    }
   auto block = device_.allocate_host(std::max<size_t>(1, norm_parts_.size()) * sizeof(double));
   norm_parts_host_ = {block, static_cast<double*>(block.get())};
+  auto layers = device_.allocate_host(std::max<size_t>(1, layer_parts_.size()) * sizeof(double));
+  layer_parts_host_ = {layers, static_cast<double*>(layers.get())};
+}
+
+std::string layer_label(const std::string& name) {
+  // "PREFIX<digits>." starting at `at`: the label is PREFIX<digits>.
+  auto numbered = [&](size_t at, size_t prefix) -> std::string {
+    const size_t digits = at + prefix, end = name.find('.', digits);
+    if (end == std::string::npos || end == digits) return {};
+    for (size_t k = digits; k < end; ++k)
+      if (name[k] < '0' || name[k] > '9') return {};
+    return name.substr(at, end - at);
+  };
+  if (name.rfind("h.", 0) == 0)
+    if (auto l = numbered(0, 2); !l.empty()) return l;
+  if (const auto at = name.find("layers."); at != std::string::npos)
+    if (auto l = numbered(at, 7); !l.empty()) return l;
+  for (const std::string suffix : {".weight", ".bias"})
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return name.substr(0, name.size() - suffix.size());
+  return name;
 }
 
 void OptimizerShard::issue_norm_partial(const float* grads) {
   for (size_t i = 0; i < norm_parts_.size(); ++i) {
     const auto& p = norm_parts_[i];
     device_.sum_squares_to_host(norm_parts_host_.get() + i, grads + p.begin, p.end - p.begin);
+  }
+  for (size_t i = 0; i < layer_parts_.size(); ++i) {
+    const auto& p = layer_parts_[i];
+    device_.sum_squares_to_host(layer_parts_host_.get() + i, grads + p.begin, p.end - p.begin);
   }
 }
 

@@ -28,6 +28,10 @@ class OptimizerShard {
   // in flight at a time (the next step's comes after the update, after the last read).
   void issue_norm_partial(const float* grads);
   optim::NormReadback norm_readback() const { return {norm_parts_host_, norm_parts_.size()}; }
+  // The same sums per layer, for the spike record (issued with the norm's, read back
+  // the same way): one per entry of norm_part_layers(), the layer_label of its tensors.
+  optim::NormReadback layer_readback() const { return {layer_parts_host_, layer_parts_.size()}; }
+  const std::vector<std::string>& norm_part_layers() const { return norm_part_layers_; }
 
   // AdamW on the range with the coordinator's learning rate and clip factor.
   void apply(float* params, const float* grads, double lr, double clip_factor);
@@ -45,6 +49,15 @@ class OptimizerShard {
   // count in the norm), and one double of host memory per part for their sums.
   std::vector<model::FlatRange> norm_parts_;
   std::shared_ptr<double> norm_parts_host_;
+  std::vector<model::FlatRange> layer_parts_;  // the norm parts split by layer
+  std::shared_ptr<double> layer_parts_host_;
+  std::vector<std::string> norm_part_layers_;
 };
+
+// The layer a parameter tensor belongs to, for per-layer gradient norms: "h.3" for
+// GPT-2's "h.3.attn.c_attn.weight", "layers.3" for a Llama's
+// "model.layers.3.self_attn.q_proj.weight", else the name without ".weight" / ".bias"
+// ("wte", "ln_f", "model.norm", "lm_head").
+std::string layer_label(const std::string& tensor_name);
 
 }  // namespace troupe::engine

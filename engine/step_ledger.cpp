@@ -1,5 +1,6 @@
 #include "engine/step_ledger.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -43,7 +44,23 @@ void StepLedger::add(const msg::ReplicaCounts& r) {
 void StepLedger::add(const msg::NormPartial& r) {
   const auto what = fmt::format("step {} norm partial of dp{}/pp{}/tp{}", r.step, r.dp, r.pp, r.tp);
   if (r.step != step_ || kind_ != msg::StepKind::Train) throw std::logic_error(what + ": not the current step");
-  put(norms_, size_t(topo_.index({r.dp, r.pp, r.tp})), r.sum_squares, norms_seen_, what);
+  const size_t at = size_t(topo_.index({r.dp, r.pp, r.tp}));
+  put(norms_, at, r.sum_squares, norms_seen_, what);
+  if (layer_norms_.size() < norms_.size()) layer_norms_.resize(norms_.size());
+  layer_norms_[at].clear();
+  for (size_t i = 0; i < r.layers.size() && i < r.layer_sum_squares.size(); ++i)
+    layer_norms_[at].emplace_back(r.layers[i], r.layer_sum_squares[i]);
+}
+
+std::vector<std::pair<std::string, double>> StepLedger::layer_sum_squares() const {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& shard : layer_norms_)
+    for (const auto& [layer, sum] : shard) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == layer; });
+      if (it == out.end()) out.emplace_back(layer, sum);
+      else it->second += sum;
+    }
+  return out;
 }
 
 void StepLedger::add(const msg::StageDone& r) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/batch.h"
@@ -41,6 +42,9 @@ class StepLedger {
   // Each pipeline stage's sum of squares: its partials summed in (dp, tp) order
   // (spike records; the stages' sums add up to total_sum_squares up to rounding).
   std::vector<double> stage_sum_squares() const;
+  // The norm partials' per-layer sums of squares added over the shards in rank order,
+  // each layer where it first appears (the spike record's layer_grad_norms).
+  std::vector<std::pair<std::string, double>> layer_sum_squares() const;
   // Sum of the microbatch loss sums in (dp, microbatch) order, and its tokens.
   double loss_sum() const;
   int64_t loss_tokens() const;
@@ -64,6 +68,7 @@ class StepLedger {
   std::vector<std::optional<msg::LossReport>> losses_;       // [dp * m + mb]
   std::vector<std::optional<msg::ReplicaCounts>> counts_;    // [dp]
   std::vector<std::optional<double>> norms_;                 // [rank index]
+  std::vector<std::vector<std::pair<std::string, double>>> layer_norms_;  // [rank index]
   std::vector<std::optional<msg::StageTiming>> stages_;      // [rank index]
   int32_t losses_seen_ = 0, counts_seen_ = 0, norms_seen_ = 0, stages_seen_ = 0;
 };

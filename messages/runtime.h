@@ -137,6 +137,10 @@ struct NormPartial {
   int64_t step = 0;
   int32_t dp = 0, pp = 0, tp = 0;
   double sum_squares = 0;
+  // The same split by layer (OptimizerShard::norm_part_layers: "h.3", "wte", ...), in
+  // layout order; only for the spike record, never for the norm itself.
+  std::vector<std::string> layers;
+  std::vector<double> layer_sum_squares;
 };
 
 // coordinator -> optimizer shards: what to do with this step's gradients.

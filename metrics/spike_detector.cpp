@@ -80,6 +80,7 @@ std::optional<SpikeRecord> SpikeDetector::observe(const StepDetail& d) {
   r.lr = d.lr;
   r.clipped = d.clipped;
   r.stage_grad_norms = d.stage_grad_norms;
+  r.layer_grad_norms = d.layer_grad_norms;
   r.microbatches = d.microbatches;
   for (const auto& mb : d.microbatches) r.sample_ids.insert(r.sample_ids.end(), mb.sample_ids.begin(), mb.sample_ids.end());
   std::sort(r.sample_ids.begin(), r.sample_ids.end());
@@ -101,6 +102,8 @@ Json to_json(const SpikeRecord& r) {
                    {"loss_tokens", mb.loss_tokens}});
   Json stages = Json::array();
   for (double n : r.stage_grad_norms) stages.push_back(json_number(n));
+  Json layers = Json::object();
+  for (const auto& [name, n] : r.layer_grad_norms) layers[name] = json_number(n);
   Json j = {{"type", "spike"},
             {"step", r.step},
             {"loss", json_number(r.loss)},
@@ -115,6 +118,7 @@ Json to_json(const SpikeRecord& r) {
             {"grad_norm_mad", json_number(r.grad_norm_mad)},
             {"grad_norm_ratio", json_number(r.grad_norm_ratio)},
             {"stage_grad_norms", stages},
+            {"layer_grad_norms", layers},
             {"lr", json_number(r.lr)},
             {"clipped", r.clipped},
             {"sample_ids", r.sample_ids},

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "metrics/json.h"
@@ -51,6 +52,9 @@ struct StepDetail {
   // square root of the sum of its optimizer shards' partials (their squares add up to
   // grad_norm's square). Empty when not known.
   std::vector<double> stage_grad_norms;
+  // Each layer's share of the norm before clipping ("h.0", "wte", ...; the square root
+  // of its sum of squares over every shard), in layout order. Empty when not known.
+  std::vector<std::pair<std::string, double>> layer_grad_norms;
   std::vector<MicrobatchLoss> microbatches;
 };
 
@@ -72,6 +76,7 @@ struct SpikeRecord {
   double lr = 0;
   bool clipped = false;
   std::vector<double> stage_grad_norms;
+  std::vector<std::pair<std::string, double>> layer_grad_norms;
   std::vector<int64_t> sample_ids;  // every sample of the step, sorted ascending
   uint64_t content_hash = 0;        // sample_content_hash(sample_ids)
   // The first earlier spike with the same content hash, if any.

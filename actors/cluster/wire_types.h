@@ -218,7 +218,8 @@ typename Inspector::result_type inspect(Inspector& f, ReplicaCounts& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NormPartial& x) {
-  return f(caf::meta::type_name("troupe::msg::NormPartial"), x.step, x.dp, x.pp, x.tp, x.sum_squares);
+  return f(caf::meta::type_name("troupe::msg::NormPartial"), x.step, x.dp, x.pp, x.tp, x.sum_squares, x.layers,
+           x.layer_sum_squares);
 }
 
 template <class Inspector>

@@ -124,6 +124,17 @@ TEST_CASE("a run resumed onto random bytes spikes at the switch and not before")
   const auto stages = s.at("stage_grad_norms").get<std::vector<double>>();
   REQUIRE(stages.size() == 2);
   CHECK(std::sqrt(stages[0] * stages[0] + stages[1] * stages[1]) == doctest::Approx(at41.grad_norm).epsilon(1e-9));
+  // Per layer: wte (tied head included), wpe, both blocks, ln_f; their squares add up
+  // to the global norm's (to 1e-9 relative: another order of the same sums).
+  const auto& layers = s.at("layer_grad_norms");
+  std::vector<std::string> names;
+  double squares = 0;
+  for (const auto& [name, v] : layers.items()) {
+    names.push_back(name);
+    squares += v.get<double>() * v.get<double>();
+  }
+  CHECK(names == std::vector<std::string>{"wte", "wpe", "h.0", "h.1", "ln_f"});
+  CHECK(std::sqrt(squares) == doctest::Approx(at41.grad_norm).epsilon(1e-9));
   CHECK(s.at("sample_ids").size() == 16);
   auto ids = resumed.outcome.step_samples[0];
   std::sort(ids.begin(), ids.end());

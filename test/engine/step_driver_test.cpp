@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "config/derived.h"
+#include "engine/optimizer_shard.h"
 #include "engine/spike_guard.h"
 #include "metrics/json_records.h"
 #include "engine/step_driver.h"
@@ -750,4 +751,15 @@ TEST_CASE("spike guard: RECORD never drops; SKIP_UPDATE drops a spike's update o
   CHECK(resumed.drop_update(11, loss_at(11) * 1.35, norm_at(11)));
   SpikeGuard cold(c);
   CHECK(!cold.drop_update(11, loss_at(11) * 1.35, norm_at(11)));  // nothing to judge against
+}
+
+TEST_CASE("layer labels of the per-layer gradient norms") {
+  CHECK(layer_label("h.12.attn.c_attn.weight") == "h.12");
+  CHECK(layer_label("h.0.ln_1.bias") == "h.0");
+  CHECK(layer_label("model.layers.3.self_attn.q_proj.weight") == "layers.3");
+  CHECK(layer_label("wte.weight") == "wte");
+  CHECK(layer_label("ln_f.bias") == "ln_f");
+  CHECK(layer_label("model.norm.weight") == "model.norm");
+  CHECK(layer_label("lm_head.weight") == "lm_head");
+  CHECK(layer_label("h.x.weight") == "h.x");  // no layer number: the tensor's own name
 }
