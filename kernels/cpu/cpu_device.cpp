@@ -16,7 +16,8 @@ CpuDevice::CpuDevice(int threads) : pool_(threads) {
 
 std::string CpuDevice::describe() const {
   return "cpu (" + std::to_string(pool_.size()) + " thread" + (pool_.size() == 1 ? "" : "s") +
-         ", OpenBLAS single-threaded per participant)";
+         (gemm_kernel() == GemmKernel::kOwnAvx512 ? ", troupe's AVX-512 sgemm per participant)"
+                                                  : ", OpenBLAS single-threaded per participant)");
 }
 
 Buffer CpuDevice::allocate(int64_t count, DType dtype) {

@@ -2,13 +2,91 @@
 
 #include <cblas.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/sgemm_avx512.h"
 
 namespace troupe::kernels::cpu {
+namespace {
+
+// The vector ISA of an OpenBLAS (0.3.21) DYNAMIC_ARCH core name.
+const char* core_isa(const std::string& core) {
+  if (core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids") return "AVX-512";
+  if (core == "Haswell" || core == "Zen") return "AVX2";
+  if (core == "Sandybridge") return "AVX";
+  return "SSE";
+}
+
+}  // namespace
+
+GemmKernel choose_gemm_kernel(const char* env, Isa isa, const std::string& openblas_core, bool has_avx512) {
+  const std::string want = env ? env : "";
+  if (want.empty() || want == "auto") {
+    // Measured (docs/performance.md, "AVX-512"): OpenBLAS's own AVX-512 kernels are at
+    // least as fast as troupe's; its AVX2 ones (OPENBLAS_CORETYPE=Haswell on an AVX-512
+    // CPU) are not. So the own kernel runs only where OpenBLAS runs below the CPU's ISA.
+    const bool blas_avx512 = std::string(core_isa(openblas_core)) == "AVX-512";
+    return isa == Isa::kAvx512 && !blas_avx512 ? GemmKernel::kOwnAvx512 : GemmKernel::kOpenBlas;
+  }
+  if (want == "openblas") return GemmKernel::kOpenBlas;
+  if (want == "own") {
+    if (!has_avx512)
+      throw std::runtime_error("TROUPE_CPU_GEMM=own: troupe's sgemm needs AVX-512 F/BW/DQ/VL, which this CPU (or its "
+                               "OS) lacks; use openblas or leave it unset");
+    return GemmKernel::kOwnAvx512;
+  }
+  throw std::runtime_error("TROUPE_CPU_GEMM=\"" + want + "\": expected openblas, own or auto");
+}
 
 void use_single_threaded_blas() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
+  gemm_kernel();
+}
+
+GemmKernel gemm_kernel() {
+  static const GemmKernel k =
+      choose_gemm_kernel(std::getenv("TROUPE_CPU_GEMM"), active_isa(), openblas_get_corename(), cpu_has_avx512());  // a throw leaves it unset: the next call throws again
+  return k;
+}
+
+void sgemm_single(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (gemm_kernel() == GemmKernel::kOwnAvx512) {
+    sgemm_avx512(trans_a, trans_b, M, N, K, alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
+              alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+}
+
+std::string blas_description() {
+  // openblas_get_config(): "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64".
+  const std::string config = openblas_get_config();
+  const size_t second = config.find(' ', config.find(' ') + 1);
+  const std::string name = config.substr(0, second);
+  const std::string core = openblas_get_corename();
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  std::string s = name + ", " + core + " kernels (" + core_isa(core) + ") of a CPU with " +
+                  (cpu_has_avx512() ? "AVX-512" : "AVX2");
+  s += env ? std::string(" (OPENBLAS_CORETYPE=") + env + ")" : std::string(" (chosen by OpenBLAS from cpuid)");
+  s += ", called single-threaded by each participant";
+  return s;
+}
+
+std::string compute_description() {
+  const Isa isa = active_isa();
+  std::string s = "CPU " + cpu_features_line() + "; troupe's kernels " + isa_name(isa) +
+                  (std::getenv("TROUPE_CPU_ISA") ? " (TROUPE_CPU_ISA)" : " (the CPU's best)") + "; GEMM ";
+  if (gemm_kernel() == GemmKernel::kOwnAvx512)
+    s += "troupe's own AVX-512 sgemm (12x32 packed kernel), beside " + blas_description() + " (not used for GEMMs)";
+  else
+    s += blas_description();
+  return s;
 }
 
 GemmBlock gemm_block(int M, int N, int p, int parts) {
@@ -29,9 +107,7 @@ void gemm_block_call(const GemmBlock& blk, bool trans_a, bool trans_b, int K, fl
   const float* a = trans_a ? A + blk.m0 : A + int64_t(blk.m0) * lda;
   const float* b = trans_b ? B + int64_t(blk.n0) * ldb : B + blk.n0;
   float* c = C + int64_t(blk.m0) * ldc + blk.n0;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, blk.m1 - blk.m0, blk.n1 - blk.n0, K, alpha, a,
-              lda, b, ldb, beta, c, ldc);
+  sgemm_single(trans_a, trans_b, blk.m1 - blk.m0, blk.n1 - blk.n0, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace troupe::kernels::cpu

@@ -1,16 +1,26 @@
-// GEMM on the CPU device: cblas_sgemm (OpenBLAS) split over the device's threads.
+// GEMM on the CPU device: a single-threaded sgemm split over the device's threads.
+//
+// The sgemm is chosen once per process (gemm_kernel()): troupe's own AVX-512 kernel
+// (kernels/cpu/sgemm_avx512.h) when the kernels run AVX-512 (kernels/cpu/isa.h) and
+// OpenBLAS runs below it (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU: the environment
+// is left as it is, the startup block prints both), else OpenBLAS's cblas_sgemm with
+// whatever kernel OpenBLAS picked (its own cpuid choice, or OPENBLAS_CORETYPE). TROUPE_CPU_GEMM=openblas|own|auto overrides the choice (own
+// needs AVX-512; anything else is an error naming the variable).
 //
 // OpenBLAS's own thread count is process-global (openblas_set_num_threads in 0.3.21),
 // while troupe runs several stage devices in one process, each with its own threads.
 // So OpenBLAS is kept at 1 thread and each device parallelises a GEMM itself: C is cut
 // into one block per participant along its longer dimension (block edges on multiples
 // of 16 so that every block keeps OpenBLAS's full register tiles), and every
-// participant calls single-threaded cblas_sgemm on its block. Each block is computed
-// by one participant only, so the result is fixed by the thread count.
+// participant calls the single-threaded sgemm on its block. Each block is computed
+// by one participant only, so the result is fixed by the thread count (and, with the
+// own kernel, independent of it: its sums are fixed by K alone).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace troupe::kernels::cpu {
@@ -20,8 +30,29 @@ struct GemmBlock {
   int m0, m1, n0, n1;
 };
 
-// Sets OpenBLAS to one thread (process-wide, idempotent). Called by every CpuDevice.
+// Sets OpenBLAS to one thread (process-wide, idempotent) and makes the process's
+// sgemm choice (throws std::runtime_error for a bad TROUPE_CPU_GEMM or
+// TROUPE_CPU_ISA). Called by every CpuDevice.
 void use_single_threaded_blas();
+
+enum class GemmKernel { kOpenBlas, kOwnAvx512 };
+GemmKernel gemm_kernel();  // chosen once (see the top of this file)
+
+// The choice gemm_kernel() makes from TROUPE_CPU_GEMM's value (nullptr: unset), the
+// kernels' ISA, OpenBLAS's core name (openblas_get_corename) and the CPU.
+GemmKernel choose_gemm_kernel(const char* env, Isa isa, const std::string& openblas_core, bool has_avx512);
+
+// One thread's row-major sgemm (cblas_sgemm's semantics) through the chosen kernel.
+void sgemm_single(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// The BLAS as the startup block prints it, e.g. "OpenBLAS 0.3.21, Haswell kernels
+// (AVX2) of a CPU with AVX-512 (OPENBLAS_CORETYPE=Haswell), called single-threaded by each participant".
+std::string blas_description();
+
+// The CPU, the ISA of troupe's kernels and the GEMM that runs, for the startup block
+// and benchmarks (one line).
+std::string compute_description();
 
 // The block of C [M, N] that participant p of `parts` owns.
 GemmBlock gemm_block(int M, int N, int p, int parts);

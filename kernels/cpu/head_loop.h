@@ -5,8 +5,7 @@
 
 #include <cstdint>
 
-#include <cblas.h>
-
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
 
 namespace troupe::kernels::cpu {
@@ -25,11 +24,10 @@ void for_each_head(ThreadPool& pool, Scratch& scratch, int B, int H, size_t floa
   });
 }
 
-// Single-threaded sgemm (row-major) on one participant.
+// Single-threaded sgemm (row-major) on one participant, through the process's kernel (gemm.h).
 inline void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int64_t lda, const float* B,
                   int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-              int(lda), B, int(ldb), beta, C, int(ldc));
+  sgemm_single(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace troupe::kernels::cpu

@@ -1,0 +1,157 @@
+// The run-time ISA choice (kernels/cpu/isa.h), the GEMM choice (kernels/cpu/gemm.h) and
+// troupe's AVX-512 sgemm (kernels/cpu/sgemm_avx512.h): against a double-precision
+// product, and bit for bit whatever block of C a call computes. The sgemm cases SKIP
+// (with a message) on a CPU without AVX-512.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/sgemm_avx512.h"
+
+using namespace troupe::kernels::cpu;
+
+TEST_CASE("TROUPE_CPU_ISA: auto picks the CPU's best, explicit values are obeyed, bad ones name the variable") {
+  CHECK(choose_isa(nullptr, true) == Isa::kAvx512);
+  CHECK(choose_isa(nullptr, false) == Isa::kAvx2);
+  CHECK(choose_isa("auto", true) == Isa::kAvx512);
+  CHECK(choose_isa("avx2", true) == Isa::kAvx2);
+  CHECK(choose_isa("avx512", true) == Isa::kAvx512);
+  CHECK_THROWS_WITH_AS(choose_isa("avx512", false), doctest::Contains("TROUPE_CPU_ISA=avx512"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(choose_isa("sse", true), doctest::Contains("TROUPE_CPU_ISA=\"sse\""), std::runtime_error);
+  // This process: whatever the environment says, consistent with the CPU.
+  if (!cpu_has_avx512()) CHECK(active_isa() == Isa::kAvx2);
+  CHECK(cpu_features_line().find("avx2") != std::string::npos);
+}
+
+TEST_CASE("TROUPE_CPU_GEMM: the own kernel where OpenBLAS runs below an AVX-512 CPU, OpenBLAS otherwise") {
+  CHECK(choose_gemm_kernel(nullptr, Isa::kAvx512, "Haswell", true) == GemmKernel::kOwnAvx512);
+  CHECK(choose_gemm_kernel(nullptr, Isa::kAvx512, "SkylakeX", true) == GemmKernel::kOpenBlas);
+  CHECK(choose_gemm_kernel(nullptr, Isa::kAvx512, "Cooperlake", true) == GemmKernel::kOpenBlas);
+  CHECK(choose_gemm_kernel(nullptr, Isa::kAvx2, "Haswell", true) == GemmKernel::kOpenBlas);  // TROUPE_CPU_ISA=avx2
+  CHECK(choose_gemm_kernel(nullptr, Isa::kAvx2, "Zen", false) == GemmKernel::kOpenBlas);
+  CHECK(choose_gemm_kernel("openblas", Isa::kAvx512, "Haswell", true) == GemmKernel::kOpenBlas);
+  CHECK(choose_gemm_kernel("own", Isa::kAvx512, "SkylakeX", true) == GemmKernel::kOwnAvx512);
+  CHECK_THROWS_WITH_AS(choose_gemm_kernel("own", Isa::kAvx2, "Zen", false), doctest::Contains("TROUPE_CPU_GEMM=own"),
+                       std::runtime_error);
+  CHECK_THROWS_WITH_AS(choose_gemm_kernel("mkl", Isa::kAvx2, "Zen", false),
+                       doctest::Contains("TROUPE_CPU_GEMM=\"mkl\""), std::runtime_error);
+  const std::string blas = blas_description();
+  CHECK(blas.find("OpenBLAS 0.") == 0);
+  CHECK(blas.find(" kernels (") != std::string::npos);
+}
+
+namespace {
+
+struct Problem {
+  bool ta, tb;
+  int M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+  std::vector<float> A, B, C0;
+};
+
+Problem make(bool ta, bool tb, int M, int N, int K, float alpha, float beta, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Problem p{ta, tb, M, N, K, 0, 0, 0, alpha, beta, {}, {}, {}};
+  // Leading dimensions a little larger than the rows, so strides are exercised.
+  p.lda = (ta ? M : K) + 3, p.ldb = (tb ? K : N) + 5, p.ldc = N + 7;
+  p.A.resize(size_t(ta ? K : M) * p.lda), p.B.resize(size_t(tb ? N : K) * p.ldb), p.C0.resize(size_t(M) * p.ldc);
+  for (auto& x : p.A) x = u(rng);
+  for (auto& x : p.B) x = u(rng);
+  for (auto& x : p.C0) x = beta == 0.f ? std::numeric_limits<float>::quiet_NaN() : u(rng);  // beta 0: C not read
+  return p;
+}
+
+void run(const Problem& p, std::vector<float>& C, int m0, int m1, int n0, int n1) {
+  const float* a = p.ta ? p.A.data() + m0 : p.A.data() + int64_t(m0) * p.lda;
+  const float* b = p.tb ? p.B.data() + int64_t(n0) * p.ldb : p.B.data() + n0;
+  sgemm_avx512(p.ta, p.tb, m1 - m0, n1 - n0, p.K, p.alpha, a, p.lda, b, p.ldb, p.beta,
+               C.data() + int64_t(m0) * p.ldc + n0, p.ldc);
+}
+
+}  // namespace
+
+TEST_CASE("sgemm_avx512 against a double product: every transpose, edges, K across runs, alpha, beta") {
+  if (!cpu_has_avx512()) {
+    MESSAGE("SKIP: this CPU (or its OS) has no AVX-512 F/BW/DQ/VL");
+    return;
+  }
+  std::mt19937 rng(7);
+  // M, N, K: below one tile, not multiples of 12 / 32, K over one and several 256-runs,
+  // M over one 192-row block, N over one 1024-column block.
+  const int shapes[][3] = {{1, 1, 1}, {5, 17, 3}, {13, 33, 64}, {50, 70, 257}, {200, 45, 600}, {37, 1100, 130}};
+  for (const auto& s : shapes)
+    for (int t = 0; t < 4; ++t)
+      for (const auto& ab : {std::pair{1.f, 1.f}, std::pair{1.f, 0.f}, std::pair{0.125f, 0.5f}}) {
+        const Problem p = make(t & 1, t & 2, s[0], s[1], s[2], ab.first, ab.second, rng);
+        std::vector<float> C = p.C0;
+        run(p, C, 0, p.M, 0, p.N);
+        double worst = 0;
+        bool ok = true;
+        for (int i = 0; i < p.M; ++i)
+          for (int j = 0; j < p.N; ++j) {
+            double ref = 0, mag = 0;
+            for (int k = 0; k < p.K; ++k) {
+              const double a = p.ta ? p.A[size_t(k) * p.lda + i] : p.A[size_t(i) * p.lda + k];
+              const double b = p.tb ? p.B[size_t(j) * p.ldb + k] : p.B[size_t(k) * p.ldb + j];
+              ref += a * b, mag += std::fabs(a * b);
+            }
+            ref *= p.alpha, mag *= std::fabs(p.alpha);
+            if (p.beta != 0.f) {
+              const double c0 = p.beta * double(p.C0[size_t(i) * p.ldc + j]);
+              ref += c0, mag += std::fabs(c0);
+            }
+            const double err = std::fabs(double(C[size_t(i) * p.ldc + j]) - ref);
+            worst = std::max(worst, err / (mag + 1e-30));
+            // The bound the candidates benchmark checks every library against (bench/sgemm_candidates.cpp).
+            if (!(err <= 1e-5 * mag + 1e-30)) ok = false;
+          }
+        INFO("M " << p.M << " N " << p.N << " K " << p.K << " ta " << p.ta << " tb " << p.tb << " alpha " << p.alpha
+                  << " beta " << p.beta << " worst " << worst);
+        CHECK(ok);
+        // The padding between rows (ldc > N) is never written.
+        bool pad_kept = true;
+        for (int i = 0; i < p.M; ++i)
+          for (int j = p.N; j < p.ldc; ++j)
+            if (!(std::isnan(C[size_t(i) * p.ldc + j]) && std::isnan(p.C0[size_t(i) * p.ldc + j])) &&
+                C[size_t(i) * p.ldc + j] != p.C0[size_t(i) * p.ldc + j])
+              pad_kept = false;
+        CHECK(pad_kept);
+      }
+}
+
+TEST_CASE("sgemm_avx512: any block of C has the bits of the whole call (thread-count invariance of the device GEMM)") {
+  if (!cpu_has_avx512()) {
+    MESSAGE("SKIP: this CPU (or its OS) has no AVX-512 F/BW/DQ/VL");
+    return;
+  }
+  std::mt19937 rng(11);
+  const int shapes[][3] = {{96, 200, 300}, {300, 64, 520}, {61, 1500, 77}};
+  for (const auto& s : shapes)
+    for (int t = 0; t < 4; ++t) {
+      const Problem p = make(t & 1, t & 2, s[0], s[1], s[2], 1.f, 1.f, rng);
+      std::vector<float> whole = p.C0;
+      run(p, whole, 0, p.M, 0, p.N);
+      // The device's partitions for 2, 3 and 5 participants, and an odd hand-made one.
+      for (int parts : {2, 3, 5}) {
+        std::vector<float> C = p.C0;
+        for (int q = 0; q < parts; ++q) {
+          const GemmBlock b = gemm_block(p.M, p.N, q, parts);
+          if (b.m0 < b.m1 && b.n0 < b.n1) run(p, C, b.m0, b.m1, b.n0, b.n1);
+        }
+        INFO("parts " << parts << " M " << p.M << " N " << p.N << " K " << p.K << " ta " << p.ta << " tb " << p.tb);
+        CHECK(C == whole);
+      }
+      std::vector<float> C = p.C0;
+      const int mi = p.M / 3 + 1, nj = p.N / 2 + 5;
+      run(p, C, 0, mi, 0, nj), run(p, C, mi, p.M, 0, nj), run(p, C, 0, p.M, nj, p.N);
+      CHECK(C == whole);
+    }
+}
