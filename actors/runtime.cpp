@@ -28,6 +28,7 @@
 #include "engine/placement.h"
 #include "engine/rank_device.h"
 #include "engine/topology.h"
+#include "kernels/cpu/gemm.h"
 #include "metrics/run_dir.h"
 #include "model/param_registry.h"
 #include "sched/schedule_verifier.h"
@@ -191,6 +192,8 @@ void print_startup(const Config& c, const std::string& source, const std::string
                c.parallel().distributed_optimizer() ? "distributed" : "replicated",
                engine::all_paths(topo).size());
   spdlog::info("  {}", join(engine::all_paths(topo)));
+  // The machine as the CPU kernels see it: CPU flags, the kernels' ISA, the BLAS and its kernel.
+  if (c.device().type() == DeviceConfig::CPU) spdlog::info("compute: {}", kernels::cpu::compute_description());
 }
 
 RunResult run_training(const Config& given, const RunOptions& options) {

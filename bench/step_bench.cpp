@@ -23,7 +23,9 @@
 //   6 = 2 (forward) + 4 (backward: input and weight gradients); the attention term is
 //   QK^T and AV over the causal average of (T + 1) / 2 keys, times 3 (the same for both:
 //   the query heads span D, whatever KV).
-// sgemm reference: cblas_sgemm with OpenBLAS itself running N threads, timed right
+// sgemm reference: the kernel the step's GEMMs use (kernels/cpu/gemm.h; the first line
+// printed names it): cblas_sgemm with OpenBLAS itself running N threads, or troupe's
+// AVX-512 sgemm split over N threads as the device splits it, timed right
 // before every step (so both see the same machine load) on two shapes: the case's MLP
 // up-projection (M = B*T, N = F, K = D; F = 4D for GPT-2) and 1024^3; the reference rate of a step is
 // the faster of the two. Reported: median step, median reference, and the median of
@@ -59,6 +61,7 @@
 
 #include "config/derived.h"
 #include "kernels/cpu/cpu_device.h"
+#include "kernels/cpu/gemm.h"
 #include "optim/grad_clip.h"
 #include "optim/reference_trainer.h"
 
@@ -158,14 +161,24 @@ data::Microbatch make_batch(const Case& k) {
   return mb;
 }
 
-// Times one cblas_sgemm call (after one untimed call) with OpenBLAS on `threads`
-// threads; the devices keep OpenBLAS at 1 thread, so it is set back afterwards.
+// Times one sgemm call (after one untimed call) with the kernel the step's GEMMs run
+// (kernels/cpu/gemm.h): OpenBLAS on `threads` threads (the devices keep OpenBLAS at 1
+// thread, so it is set back afterwards), or troupe's AVX-512 kernel split over a pool
+// of `threads` as the device splits it.
 struct SgemmProbe {
   int M, N, K;
   std::vector<float> A, B, C;
   SgemmProbe(int m, int n, int k)
       : M(m), N(n), K(k), A(size_t(m) * k, 0.5f), B(size_t(k) * n, 0.25f), C(size_t(m) * n) {}
   double gflops(int threads) {
+    if (kernels::cpu::gemm_kernel() == kernels::cpu::GemmKernel::kOwnAvx512) {
+      static kernels::cpu::ThreadPool pool(threads);
+      auto call = [&] { kernels::cpu::gemm(pool, false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N); };
+      call();
+      const double t0 = now();
+      call();
+      return 2.0 * M * N * K / (now() - t0) / 1e9;
+    }
     openblas_set_num_threads(threads);
     auto call = [&] { cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N); };
     call();
@@ -235,6 +248,7 @@ int run_case(const Case& k, int threads, int steps) {
 }
 
 void header() {
+  std::printf("# %s\n", kernels::cpu::compute_description().c_str());
   std::printf("%-11s %2s  %9s  %8s  %8s  %6s %6s %6s  %7s  %7s  %5s  %8s  %8s  %6s  %5s\n", "case", "th", "tokens/s",
               "step s", "best s", "fwd", "bwd", "opt", "GFLOP/s", "sgemm", "ratio", "state MB", "peak MB", "base",
               "peak/state");

@@ -80,8 +80,11 @@ std::string blas_description() {
 
 std::string compute_description() {
   const Isa isa = active_isa();
-  std::string s = "CPU " + cpu_features_line() + "; troupe's kernels " + isa_name(isa) +
-                  (std::getenv("TROUPE_CPU_ISA") ? " (TROUPE_CPU_ISA)" : " (the CPU's best)") + "; GEMM ";
+  // troupe's loops (norms, softmax, GELU, AdamW, ...) have AVX2 variants only: none is a
+  // measurable share of a step (docs/performance.md), so the ISA picks the GEMM.
+  std::string s = "CPU " + cpu_features_line() + "; ISA " + isa_name(isa) +
+                  (std::getenv("TROUPE_CPU_ISA") ? " (TROUPE_CPU_ISA)" : " (the CPU's best)") +
+                  ", troupe's loops AVX2; GEMM ";
   if (gemm_kernel() == GemmKernel::kOwnAvx512)
     s += "troupe's own AVX-512 sgemm (12x32 packed kernel), beside " + blas_description() + " (not used for GEMMs)";
   else

@@ -1,13 +1,15 @@
-// Which vector instruction set troupe's own CPU kernels run: chosen once per process
+// Which vector instruction set troupe's CPU kernels may use: chosen once per process
 // from cpuid (and the OS's saved-state mask), never from the compiler's -march, so one
-// binary serves every x86-64-v3 machine.
+// binary serves every x86-64-v3 machine. Today it selects the GEMM (kernels/cpu/gemm.h:
+// troupe's AVX-512 sgemm or OpenBLAS); the other loops have AVX2 variants only (none
+// is a measurable share of a step, docs/performance.md).
 //
 //   TROUPE_CPU_ISA=avx2     the AVX2 + FMA variants (the build's baseline)
 //   TROUPE_CPU_ISA=avx512   the AVX-512 variants (an error on a CPU without them)
 //   unset or "auto"         AVX-512 where the CPU and OS have AVX-512 F, BW, DQ and VL,
 //                           else AVX2
-// Any other value is an error naming the variable. The variants of a kernel agree bit
-// for bit (docs/compute.md, "Instruction sets"), so the choice changes speed only.
+// Any other value is an error naming the variable. The two GEMMs do not agree bit for
+// bit (docs/compute.md, "Instruction sets and the GEMM").
 #pragma once
 
 #include <string>
