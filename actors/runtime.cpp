@@ -201,6 +201,8 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   // from added below.
   Config c = given;
   engine::check_runtime_device(c);
+  // A bad TROUPE_CPU_ISA or TROUPE_CPU_GEMM fails here, before anything is written.
+  if (c.device().type() == DeviceConfig::CPU) kernels::cpu::gemm_kernel();
   engine::check_host_capacity(c);
   // The pipeline's op lists checked as a message system (order, FIFO channels, no
   // deadlock, bounds): a violation refuses the start with the first offending op.
