@@ -45,6 +45,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -62,6 +63,7 @@ using Sgemm = std::function<void(bool ta, bool tb, int M, int N, int K, float al
                                  const float* B, int ldb, float beta, float* C, int ldc)>;
 
 struct Candidate {
+  Candidate(std::string n, std::string d, Sgemm c) : name(std::move(n)), detail(std::move(d)), call(std::move(c)) {}
   std::string name, detail;
   Sgemm call;
   bool correct = true;
