@@ -42,6 +42,14 @@ class Reader {
       throw error(key, fmt::format("expected a positive number, got {}", v.dump()));
     return v.get<double>();
   }
+  // A dropout probability: a number in [0, 1) (0, no dropout, is the usual value).
+  double rate(const std::string& key, double fallback) const {
+    if (!has(key)) return fallback;
+    const Json& v = j_.at(key);
+    if (!v.is_number() || !(v.get<double>() >= 0) || !(v.get<double>() < 1))
+      throw error(key, fmt::format("expected a dropout probability in [0, 1), got {}", v.dump()));
+    return v.get<double>();
+  }
   bool flag(const std::string& key, bool fallback) const {
     if (!has(key)) return fallback;
     if (!j_.at(key).is_boolean()) throw error(key, fmt::format("expected true or false, got {}", j_.at(key).dump()));
@@ -78,14 +86,14 @@ ModelConfig gpt2(const Reader& r) {
   r.require("activation_function", "gelu_new", "troupe's GPT-2 MLP is the tanh GELU (gelu_new)");
   // Dropout (GPT2Config's defaults are 0.1): troupe has one hidden rate for the
   // embedding and the residual branches, so embd_pdrop and resid_pdrop must agree.
-  const double resid = r.has("resid_pdrop") ? r.number("resid_pdrop") : 0.1;
-  const double embd = r.has("embd_pdrop") ? r.number("embd_pdrop") : 0.1;
+  const double resid = r.rate("resid_pdrop", 0.1);
+  const double embd = r.rate("embd_pdrop", 0.1);
   if (embd != resid)
     throw r.error("embd_pdrop", fmt::format("{:g} differs from resid_pdrop {:g}: troupe applies one hidden dropout "
                                             "(model.hidden_dropout) to the embedding and the residual branches",
                                             embd, resid));
   m.set_hidden_dropout(float(resid));
-  m.set_attention_dropout(float(r.has("attn_pdrop") ? r.number("attn_pdrop") : 0.1));
+  m.set_attention_dropout(float(r.rate("attn_pdrop", 0.1)));
   return m;
 }
 
@@ -104,7 +112,7 @@ ModelConfig llama(const Reader& r) {
   if (r.has("initializer_range")) m.set_init_std(float(r.number("initializer_range")));
   m.set_tied_embeddings(r.flag("tie_word_embeddings", false));
   // LlamaConfig has attention dropout only (default 0) and no hidden dropout.
-  m.set_attention_dropout(float(r.has("attention_dropout") ? r.number("attention_dropout") : 0.0));
+  m.set_attention_dropout(float(r.rate("attention_dropout", 0.0)));
   r.require("hidden_act", "silu", "troupe's Llama MLP is SwiGLU (silu)");
   r.require("attention_bias", false, "troupe's Llama attention has no biases");
   r.require("mlp_bias", false, "troupe's Llama MLP has no biases");

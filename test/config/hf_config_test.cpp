@@ -86,6 +86,19 @@ TEST_CASE("the printed section loads back to the same model") {
   }
 }
 
+TEST_CASE("dropout 0.0, as published configs and troupe's exports spell it, reads as no dropout") {
+  const std::string base = std::string(kTinyLlama).substr(0, std::string(kTinyLlama).size() - 1);
+  CHECK(config::model_from_hf_config(base + R"(, "attention_dropout": 0.0})", "d/config.json").attention_dropout() == 0);
+  CHECK(config::model_from_hf_config(base + R"(, "attention_dropout": 0.25})", "d/config.json").attention_dropout() ==
+        0.25f);
+  CHECK(error_of(base + R"(, "attention_dropout": 1.5})") ==
+        "d/config.json: attention_dropout: expected a dropout probability in [0, 1), got 1.5");
+  const auto g = config::model_from_hf_config(R"({"model_type": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8,
+      "vocab_size": 10, "n_positions": 8, "attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0})", "d/config.json");
+  CHECK(g.hidden_dropout() == 0);
+  CHECK(g.attention_dropout() == 0);
+}
+
 TEST_CASE("what troupe's families cannot express is refused by key") {
   CHECK(error_of(R"({"model_type": "bert"})") ==
         "d/config.json: model_type: \"bert\" is not supported: troupe imports gpt2 and llama (Llama, Mistral without "
