@@ -1,7 +1,19 @@
-// Export of a checkpoint's model weights as a Hugging Face GPT-2 model directory
-// (model.safetensors + config.json) that transformers' GPT2LMHeadModel loads.
+// Export of a checkpoint's model weights as a Hugging Face model directory that
+// transformers' AutoModelForCausalLM loads: GPT2LMHeadModel or LlamaForCausalLM by
+// model.architecture.
+//
+//   OUT/config.json              the family's config (hf_config_json)
+//   OUT/generation_config.json   bos / eos (the run's end-of-document id)
+//   OUT/model.safetensors        every parameter, fp32; or, past max_shard_bytes,
+//   OUT/model-0000N-of-0000M.safetensors + OUT/model.safetensors.index.json
+//
+// All or nothing: the files are written (each atomically) into OUT.partial.PID next
+// to OUT, which is fsynced and renamed to OUT; OUT must not exist or be an empty
+// directory (an export never overwrites or deletes what is there). On any failure the
+// staging directory is removed and OUT is untouched.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,35 +24,52 @@
 
 namespace troupe::ckpt {
 
-// GPT-2's parameters for `config` as checkpoints store them ("param" kind, names
-// without the "transformer." prefix, Conv1D weights [in, out], wte padded to
+// The parameters of `config` as checkpoints store them ("param" kind, the registry's
+// names: GPT-2's without "transformer.", Conv1D weights [in, out]; Llama's with
+// "model.", nn.Linear weights [out, in]; vocabulary tables padded to
 // config::padded_vocab rows), in Hugging Face's order: the whole model's
 // model::ParameterRegistry, the one source of these names.
-std::vector<std::pair<std::string, Shape>> gpt2_parameter_shapes(const Config& config);
+std::vector<std::pair<std::string, Shape>> hf_parameter_shapes(const Config& config);
 
-// config.json for `config`: GPT2Config fields (n_layer, n_head, n_embd, vocab_size
-// unpadded, n_positions, n_inner, layer_norm_epsilon, activation_function
-// "gelu_new", tie_word_embeddings, attn_pdrop, embd_pdrop and resid_pdrop from the model's dropout, ...).
-std::string hf_gpt2_config_json(const Config& config);
+// config.json for `config`. GPT-2: GPT2Config fields (n_layer, n_head, n_embd,
+// vocab_size unpadded, n_positions, n_inner, layer_norm_epsilon, activation_function
+// "gelu_new", tie_word_embeddings, attn_pdrop, embd_pdrop and resid_pdrop from the
+// model's dropout, ...). Llama: LlamaConfig fields
+// (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads, head_dim, rms_norm_eps, rope_theta, rope_scaling llama3 when
+// set, max_position_embeddings, vocab_size unpadded, tie_word_embeddings, hidden_act
+// silu, attention_bias and mlp_bias false, attention_dropout from the model's). Both: bos/eos = the run's
+// end-of-document id (hf_eod_id), torch_dtype float32.
+std::string hf_config_json(const Config& config);
+std::string hf_generation_config_json(const Config& config);
+// The end-of-document id the run's tokenizer appends: 256 (bytes), data.eod_id
+// (a dataset tokenized elsewhere), the last id (GPT-2's <|endoftext|>); never past
+// vocab_size - 1.
+int64_t hf_eod_id(const Config& config);
 
 struct HfExportOptions {
-  // Store names as GPT2LMHeadModel's state dict spells them ("transformer.wte.weight")
-  // instead of GPT2Model's ("wte.weight", the form of the original GPT-2 files).
+  // GPT-2 only: store names as GPT2LMHeadModel's state dict spells them
+  // ("transformer.wte.weight") instead of GPT2Model's ("wte.weight", the form of the
+  // original GPT-2 files).
   bool transformer_prefix = false;
+  // Largest safetensors file in bytes of tensor data before the weights are sharded
+  // (transformers' default "5GB"). A tensor larger than this gets a file of its own.
+  uint64_t max_shard_bytes = 5'000'000'000ull;
 };
 
 struct HfExportResult {
-  std::string safetensors_path;
+  std::string out_dir;
+  std::vector<std::string> weight_files;  // file names inside out_dir
   std::string config_path;
   int tensors = 0;
-  int64_t parameters = 0;  // exported values (wte sliced to vocab_size rows)
+  int64_t parameters = 0;  // exported values (vocabulary tables sliced to vocab_size rows)
+  // The path of the single weights file (model.safetensors), "" when sharded.
+  std::string safetensors_path;
 };
 
-// Writes OUT_DIR/model.safetensors (model/safetensors.h) and OUT_DIR/config.json
-// (each atomically; OUT_DIR is created). The checkpoint must hold exactly the parameters of
-// gpt2_parameter_shapes(its config), with those shapes; otherwise CheckpointError
-// names the tensor. wte.weight is sliced to the first vocab_size rows.
-HfExportResult export_hf_gpt2(const Checkpoint& checkpoint, const std::string& out_dir,
-                              const HfExportOptions& options = {});
+// Writes the directory above. The checkpoint must hold exactly the parameters of
+// hf_parameter_shapes(its config), with those shapes; otherwise CheckpointError names
+// the tensor. Vocabulary tables are sliced to their first vocab_size rows.
+HfExportResult export_hf(const Checkpoint& checkpoint, const std::string& out_dir, const HfExportOptions& options = {});
 
 }  // namespace troupe::ckpt

@@ -14,8 +14,11 @@
 #include "ckpt/error.h"
 #include "ckpt/hf_export.h"
 #include "ckpt/manifest.h"
+#include "ckpt/hf_import.h"
 #include "ckpt/reader.h"
 #include "config/derived.h"
+#include "kernels/cpu/cpu_device.h"
+#include "model/gpt_stage.h"
 #include "model/safetensors.h"
 #include "test/ckpt/ckpt_test_util.h"
 #include "test/ckpt/gpt2_reference.h"
@@ -62,7 +65,7 @@ std::string write_model_checkpoint(const std::string& root, const Config& config
   set_manifest_config(m, config);
   m.set_step(7);
   m.mutable_topology()->set_pipeline(2);
-  const auto shapes = gpt2_parameter_shapes(config);
+  const auto shapes = hf_parameter_shapes(config);
   for (int stage = 0; stage < 2; ++stage) {
     ShardWriter w(commit.partial_dir(), "pp" + std::to_string(stage) + ".shard");
     for (const auto& [name, shape] : shapes) {
@@ -94,7 +97,7 @@ int run_python_check(const std::string& model_dir, const std::string& expected,
 
 TEST_CASE("GPT-2 parameter list follows the config") {
   const Config c = export_config();
-  const auto shapes = gpt2_parameter_shapes(c);
+  const auto shapes = hf_parameter_shapes(c);
   CHECK(shapes.size() == 2 + 12 * 2 + 2);
   CHECK(shapes[0] == std::pair<std::string, Shape>{"wte.weight", {64, 16}});
   CHECK(shapes[4] == std::pair<std::string, Shape>{"h.0.attn.c_attn.weight", {16, 48}});
@@ -111,15 +114,15 @@ TEST_CASE("export writes safetensors + config.json that round-trip exactly") {
   const std::string dir = write_model_checkpoint(scratch / "ckpt", config);
   const Checkpoint c = Checkpoint::open(dir);
   const std::string out = scratch / "hf";
-  const HfExportResult result = export_hf_gpt2(c, out);
+  const HfExportResult result = export_hf(c, out);
   CHECK(result.tensors == 28);
   CHECK(result.parameters == config::parameter_count(config) - (64 - 50) * 16);
-  CHECK(dir_entries(out) == std::vector<std::string>{"config.json", "model.safetensors"});
+  CHECK(dir_entries(out) == std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors"});
 
   // Every tensor bitwise, in Hugging Face order, wte cut to vocab_size rows.
   const model::StFile file = model::read_safetensors(result.safetensors_path);
   const auto& tensors = file.tensors;
-  const auto shapes = gpt2_parameter_shapes(config);
+  const auto shapes = hf_parameter_shapes(config);
   REQUIRE(tensors.size() == shapes.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     CAPTURE(tensors[i].name);
@@ -159,7 +162,7 @@ TEST_CASE("export writes safetensors + config.json that round-trip exactly") {
   CHECK(j["tie_word_embeddings"] == true);
 
   // With the "transformer." prefix, only the names change.
-  const auto prefixed = export_hf_gpt2(c, scratch / "hf_prefixed", {.transformer_prefix = true});
+  const auto prefixed = export_hf(c, scratch / "hf_prefixed", {.transformer_prefix = true});
   const model::StFile pfile = model::read_safetensors(prefixed.safetensors_path);
   CHECK(pfile.tensors.front().name == "transformer.wte.weight");
   CHECK(bitwise_equal(pfile.tensors.back().as_f32(), tensors.back().as_f32()));
@@ -170,13 +173,13 @@ TEST_CASE("export refuses a checkpoint that is not the config's GPT-2") {
   const Config config = export_config();
   SUBCASE("missing parameter") {
     const Checkpoint c = Checkpoint::open(write_model_checkpoint(scratch / "a", config, "h.1.ln_2.bias"));
-    CHECK_THROWS_WITH_AS(export_hf_gpt2(c, scratch / "out"),
+    CHECK_THROWS_WITH_AS(export_hf(c, scratch / "out"),
                          doctest::Contains("GPT-2 parameter h.1.ln_2.bias (param) is missing"),
                          CheckpointError);
   }
   SUBCASE("unknown parameter") {
     const Checkpoint c = Checkpoint::open(write_model_checkpoint(scratch / "b", config, "", "h.9.extra"));
-    CHECK_THROWS_WITH_AS(export_hf_gpt2(c, scratch / "out"),
+    CHECK_THROWS_WITH_AS(export_hf(c, scratch / "out"),
                          doctest::Contains("parameter h.9.extra is not part of GPT-2"),
                          CheckpointError);
   }
@@ -189,11 +192,11 @@ TEST_CASE("export refuses a checkpoint that is not the config's GPT-2") {
     set_manifest_config(m, other);
     m.set_step(1);
     ShardWriter w(commit.partial_dir(), "all.shard");
-    for (const auto& [name, shape] : gpt2_parameter_shapes(config))
+    for (const auto& [name, shape] : hf_parameter_shapes(config))
       w.add(PieceSpec::whole(name, TensorPiece::PARAM, shape), weight_values(name, shape));
     *m.add_shard() = w.finish();
     const Checkpoint c = Checkpoint::open(commit.commit(m, 0));
-    CHECK_THROWS_WITH_AS(export_hf_gpt2(c, scratch / "out"),
+    CHECK_THROWS_WITH_AS(export_hf(c, scratch / "out"),
                          doctest::Contains("h.0.mlp.c_fc.weight (param) has shape [16, 48], the "
                                            "config implies [16, 32]"),
                          CheckpointError);
@@ -206,11 +209,11 @@ TEST_CASE("transformers loads the export and reproduces the reference logits") {
   const Config config = export_config();
   const Checkpoint c = Checkpoint::open(write_model_checkpoint(scratch / "ckpt", config));
   const std::string out = scratch / "hf";
-  export_hf_gpt2(c, out);
+  export_hf(c, out);
 
   // Reference logits from the checkpoint's (unpadded) weights.
   std::map<std::string, std::vector<float>> weights;
-  for (const auto& [name, shape] : gpt2_parameter_shapes(config))
+  for (const auto& [name, shape] : hf_parameter_shapes(config))
     weights[name] = c.read(name, TensorPiece::PARAM);
   const std::vector<int> tokens = {49, 0, 7, 13, 7, 42, 1, 30, 30, 5, 11};
   const Gpt2Dims dims{2, 2, 16, 48, 50, 1e-5};
@@ -236,5 +239,87 @@ TEST_CASE("transformers loads the export and reproduces the reference logits") {
   }
   INFO(output);
   CHECK(status == 0);
+  CHECK(output.find("\nOK\n") != std::string::npos);
+}
+
+TEST_CASE("transformers loads a sharded Llama export and reproduces the C++ forward's logits") {
+  // Tolerance, fixed before the first run: both forwards are fp32 over the same
+  // weights and differ only in the order of their sums (GEMM blocking, RMSNorm and
+  // softmax reductions), about 1e-6 relative on logits of size ~1 here: 1e-4, as the
+  // GPT-2 check.
+  ScratchDir scratch;
+  Config config;
+  auto* m = config.mutable_model();
+  m->set_architecture(ModelConfig::LLAMA);
+  m->set_layers(2);
+  m->set_heads(4);
+  m->set_kv_heads(2);
+  m->set_width(32);
+  m->set_ffn_width(48);
+  m->set_vocab_size(50);
+  m->set_max_positions(16);
+  m->set_tied_embeddings(false);
+  m->set_norm_eps(1e-5f);
+  m->set_rope_theta(10000);
+  auto commit = CheckpointCommit::begin(scratch / "ckpt", 3);
+  CheckpointManifest manifest;
+  set_manifest_config(manifest, config);
+  manifest.set_step(3);
+  ShardWriter w(commit.partial_dir(), "all.shard");
+  for (const auto& [name, shape] : hf_parameter_shapes(config)) {
+    std::vector<float> v(size_t(shape_elements(shape)));
+    const bool norm = name.ends_with("norm.weight");
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float r = test_value(name, TensorPiece::PARAM, int64_t(i));
+      v[i] = norm ? 1.0f + 0.1f * r : 0.3f * r;
+    }
+    w.add(PieceSpec::whole(name, TensorPiece::PARAM, shape), v);
+  }
+  *manifest.add_shard() = w.finish();
+  const Checkpoint c = Checkpoint::open(commit.commit(manifest, 0));
+  const std::string out = scratch / "hf";
+  const auto result = export_hf(c, out, {.max_shard_bytes = 16000});
+  REQUIRE(result.weight_files.size() > 1);
+
+  // The C++ forward (the training stage, whole model, CPU) over the export read back.
+  const std::vector<int> tokens = {49, 0, 7, 13, 7, 42, 1, 30, 30, 5, 11};
+  const int T = int(tokens.size());
+  kernels::cpu::CpuDevice device(1);
+  model::GptStage stage(config, model::StageRange::whole(config), device, 1, {1, T});
+  std::vector<float> host(size_t(stage.param_count()));
+  HfModel::open(out, config).read_into(stage.registry(), host.data());
+  device.copy_from_host(stage.params(), host.data(), host.size() * sizeof(float));
+  data::Microbatch mb;
+  mb.batch = 1;
+  mb.seq = T;
+  mb.tokens.assign(tokens.begin(), tokens.end());
+  mb.targets.assign(tokens.begin() + 1, tokens.end());
+  mb.targets.push_back(0);
+  for (int t = 0; t < T; ++t) mb.positions.push_back(t);
+  mb.segments.assign(size_t(T), 0);
+  mb.loss_mask.assign(size_t(T), 1.0f);
+  mb.loss_tokens = mb.global_loss_tokens = T;
+  stage.forward(0, mb);
+  const int64_t padded = config::padded_vocab(config);
+  std::vector<float> logits(size_t(T * padded));
+  device.copy_to_host(logits.data(), stage.logits(0), logits.size() * sizeof(float));
+  nlohmann::json expected;
+  expected["tokens"] = tokens;
+  for (int t = 0; t < T; ++t)
+    expected["logits"].push_back(std::vector<double>(logits.begin() + t * padded, logits.begin() + t * padded + 50));
+  std::ofstream(scratch / "expected.json") << expected.dump();
+  CHECK(std::abs(logits[0] - logits[size_t(padded)]) > 1e-3);
+
+  std::string output;
+  const int status = run_python_check(out, scratch / "expected.json", output);
+  if (status == 77 || status == 127) {
+    MESSAGE("SKIPPED: transformers check (python3 with transformers, torch and safetensors "
+            "not available): "
+            << output);
+    return;
+  }
+  INFO(output);
+  CHECK(status == 0);
+  CHECK(output.find("model: LlamaForCausalLM") != std::string::npos);
   CHECK(output.find("\nOK\n") != std::string::npos);
 }
