@@ -252,6 +252,16 @@ RunResult run_training(const Config& given, const RunOptions& options) {
     spdlog::info("data: skipping {} sample(s) of the train split (data.skip_samples with the checkpoint's)",
                  c.data().skip_samples_size());
   }
+  // A fresh start from a Hugging Face model: its directory checked (config.json
+  // against the model section, every tensor's name, shape and dtype) before any actor
+  // starts. A checkpoint to resume from takes precedence; the directory is then unused.
+  if (!c.training().init_from().empty()) {
+    if (first_checkpoint)
+      spdlog::info("training.init_from: resuming from checkpoint step {}; {} is not read", first_checkpoint->step(),
+                   c.training().init_from());
+    else
+      spdlog::info("training.init_from: starting from the weights of {}", engine::open_init_from(c).dir());
+  }
 
   clear_stop();
   std::signal(SIGINT, on_signal);

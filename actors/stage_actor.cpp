@@ -365,6 +365,10 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
   if (st.args.resume) {
     engine::restore_stage(*st.args.resume, st.worker->model());
     st.last_finished_step = st.args.resume->step();
+  } else if (!c.training().init_from().empty()) {
+    // A fresh start from a Hugging Face model: this rank maps the files and reads
+    // only its own boxes of them (run_training checked the directory before).
+    engine::init_stage_from_hf(engine::open_init_from(c), st.worker->model());
   }
   // The same verified lists run_training checked before starting the actors
   // (sched/schedule_verifier.h): this stage walks exactly its own.

@@ -113,6 +113,20 @@ void restore_stage(const ckpt::Checkpoint& ck, model::GptStage& stage) {
   stage.device().copy_from_host(stage.params(), host.data(), host.size() * sizeof(float));
 }
 
+void init_stage_from_hf(const ckpt::HfModel& hf, model::GptStage& stage) {
+  std::vector<float> host(size_t(stage.param_count()));
+  hf.read_into(stage.registry(), host.data());
+  stage.device().copy_from_host(stage.params(), host.data(), host.size() * sizeof(float));
+}
+
+ckpt::HfModel open_init_from(const Config& c) {
+  try {
+    return ckpt::HfModel::open(c.training().init_from(), c);
+  } catch (const ckpt::CheckpointError& e) {
+    throw ckpt::CheckpointError(std::string("training.init_from: ") + e.what());
+  }
+}
+
 void restore_shard(const ckpt::Checkpoint& ck, const model::ParameterRegistry& reg, OptimizerShard& shard) {
   const auto layout = reading_layout(ck, reg);
   const auto r = shard.range();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ckpt/flat_layout.h"
+#include "ckpt/hf_import.h"
 #include "ckpt/reader.h"
 #include "engine/optimizer_shard.h"
 #include "engine/topology.h"
@@ -68,6 +69,15 @@ ckpt::FlatLayout reading_layout(const ckpt::Checkpoint& ck, const model::Paramet
 // Parameters of the stage's whole flat buffer from `ck`. Throws CheckpointError
 // naming the tensor when the checkpoint cannot supply it.
 void restore_stage(const ckpt::Checkpoint& ck, model::GptStage& stage);
+// A fresh start from training.init_from: the stage's parameters are its boxes of the
+// Hugging Face model's tensors (vocabulary padding zero), whatever the layout; the
+// optimizer shards start with zero moments as on any fresh start. The rule of which
+// start wins: a checkpoint that ResumeSource returns is restored instead, so a run
+// started with init_from resumes from its own checkpoints.
+void init_stage_from_hf(const ckpt::HfModel& hf, model::GptStage& stage);
+// The model of training.init_from opened and checked against the run (HfModel::open),
+// errors prefixed "training.init_from: ". Run before any actor starts.
+ckpt::HfModel open_init_from(const Config& c);
 // The shard's moments for its range, and its step counter (successful updates).
 void restore_shard(const ckpt::Checkpoint& ck, const model::ParameterRegistry& reg, OptimizerShard& shard);
 

@@ -25,7 +25,7 @@ namespace po = boost::program_options;
 
 const char* kUsage =
     "usage: supervisor run [CONFIG] [--set PATH=VALUE]... [--megatron-args FILE] [--quiet]\n"
-    "                      [--listen ADDR:PORT [--secret-file F] [--tls ...]]\n\n"
+    "                      [--init HF_DIR] [--listen ADDR:PORT [--secret-file F] [--tls ...]]\n\n"
     "Trains the model CONFIG describes (the embedded default without one) with the actor\n"
     "runtime: data loaders, pipeline stages, optimizer shards and a coordinator under a\n"
     "supervisor, in this process. Prints a startup block, one line per step and a summary;\n"
@@ -45,6 +45,10 @@ const char* kRunOptions =
     "                           would), or (cluster mode) kill_process / stop_process\n"
     "                           (the worker hosting the actor gets SIGKILL / SIGSTOP);\n"
     "                           docs/runtime.md lists each actor's phases\n"
+    "  --init HF_DIR            start from the weights of a Hugging Face model directory\n"
+    "                           (shorthand for --set training.init_from=HF_DIR, applied last;\n"
+    "                           its config.json must match the model section; a checkpoint to\n"
+    "                           resume from takes precedence: docs/huggingface.md)\n"
     "  --quiet                  no step lines or summary on stdout (files are still written)\n"
     "  --listen ADDR:PORT       cluster mode: wait for cluster.workers + cluster.spares workers here\n"
     "                           (bind 127.0.0.1 unless told otherwise; port 0: any free port,\n"
@@ -111,10 +115,11 @@ int run_main(int argc, char** argv) {
   CommandLine cmd("run");
   add_config_options(cmd.options, cmd.positional, config_args);
   std::vector<std::string> injects;
-  std::string listen, secret_file;
+  std::string listen, secret_file, init_from;
   actors::TlsOptions tls;
   cmd.options.add_options()
       ("inject", po::value<std::vector<std::string>>(&injects)->composing())
+      ("init", po::value<std::string>(&init_from))
       ("quiet", "")
       ("help,h", "")
       ("listen", po::value<std::string>(&listen))
@@ -125,6 +130,7 @@ int run_main(int argc, char** argv) {
       ("tls-ca", po::value<std::string>(&tls.ca_file));
   if (const auto status = cmd.parse(argc, argv, std::string(kUsage) + config_options_help() + kRunOptions))
     return *status;
+  if (cmd.has("init")) config_args.sets.push_back("training.init_from=" + init_from);
   LoadedConfig loaded = load_config(config_args);
   if (!injects.empty()) {
     for (const auto& text : injects) *loaded.config.mutable_faults()->add_fault() = parse_inject(text);
