@@ -121,19 +121,32 @@ ModelConfig llama(const Reader& r) {
     throw r.error("head_dim", fmt::format("{} is not hidden_size / num_attention_heads = {}: troupe's head size is "
                                           "the width over the heads",
                                           r.at("head_dim").dump(), m.width() / m.heads()));
-  if (r.has("rope_scaling")) {
-    const Json& s = r.at("rope_scaling");
-    if (!s.is_object()) throw r.error("rope_scaling", "expected an object, got " + s.dump());
-    const Reader sr = r.nested("rope_scaling");
+  // The rotary settings: transformers < 5 writes rope_theta and rope_scaling, 5.x one
+  // rope_parameters object holding rope_theta, rope_type ("default": unscaled) and the
+  // scaling keys. Both forms in one file must agree on theta.
+  const char* scaling_key = r.has("rope_parameters") ? "rope_parameters" : r.has("rope_scaling") ? "rope_scaling" : "";
+  if (*scaling_key) {
+    const Json& s = r.at(scaling_key);
+    if (!s.is_object()) throw r.error(scaling_key, "expected an object, got " + s.dump());
+    const Reader sr = r.nested(scaling_key);
+    if (std::string(scaling_key) == "rope_parameters" && sr.has("rope_theta")) {
+      const double theta = sr.number("rope_theta");
+      if (r.has("rope_theta") && r.number("rope_theta") != theta)
+        throw sr.error("rope_theta", fmt::format("{} differs from the top-level rope_theta {}", theta, r.number("rope_theta")));
+      m.set_rope_theta(theta);
+    }
     const std::string type = sr.text("rope_type", sr.text("type", ""));
-    if (type != "llama3")
-      throw sr.error("rope_type",
-                     fmt::format("\"{}\" is not supported: troupe scales rotary positions as Llama 3 does (llama3)", type));
-    auto* rs = m.mutable_rope_scaling();
-    rs->set_factor(sr.number("factor"));
-    rs->set_low_freq_factor(sr.number("low_freq_factor"));
-    rs->set_high_freq_factor(sr.number("high_freq_factor"));
-    rs->set_original_max_positions(sr.integer("original_max_position_embeddings"));
+    const bool unscaled = std::string(scaling_key) == "rope_parameters" && type == "default";
+    if (!unscaled) {
+      if (type != "llama3")
+        throw sr.error("rope_type",
+                       fmt::format("\"{}\" is not supported: troupe scales rotary positions as Llama 3 does (llama3)", type));
+      auto* rs = m.mutable_rope_scaling();
+      rs->set_factor(sr.number("factor"));
+      rs->set_low_freq_factor(sr.number("low_freq_factor"));
+      rs->set_high_freq_factor(sr.number("high_freq_factor"));
+      rs->set_original_max_positions(sr.integer("original_max_position_embeddings"));
+    }
   }
   return m;
 }

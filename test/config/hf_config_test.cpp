@@ -86,6 +86,22 @@ TEST_CASE("the printed section loads back to the same model") {
   }
 }
 
+TEST_CASE("transformers 5's rope_parameters: theta and llama3 scaling read from it, default unscaled") {
+  const std::string base = std::string(kTinyLlama).substr(0, std::string(kTinyLlama).size() - 1);
+  const auto plain = config::model_from_hf_config(
+      base + R"(, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})", "d/config.json");
+  CHECK(plain.rope_theta() == 500000);
+  CHECK(plain.rope_scaling().factor() == 0);
+  const auto scaled = config::model_from_hf_config(
+      base + R"(, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                 "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})",
+      "d/config.json");
+  CHECK(scaled.rope_theta() == 500000);
+  CHECK(scaled.rope_scaling().factor() == 8);
+  CHECK(scaled.rope_scaling().high_freq_factor() == 4);
+  CHECK(scaled.rope_scaling().original_max_positions() == 8192);
+}
+
 TEST_CASE("dropout 0.0, as published configs and troupe's exports spell it, reads as no dropout") {
   const std::string base = std::string(kTinyLlama).substr(0, std::string(kTinyLlama).size() - 1);
   CHECK(config::model_from_hf_config(base + R"(, "attention_dropout": 0.0})", "d/config.json").attention_dropout() == 0);
@@ -119,6 +135,11 @@ TEST_CASE("what troupe's families cannot express is refused by key") {
         "Llama 3 does (llama3)");
   CHECK(error_of(base + R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})") ==
         "d/config.json: rope_scaling.low_freq_factor: missing");
+  CHECK(error_of(base + R"(, "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0}})") ==
+        "d/config.json: rope_parameters.rope_type: \"yarn\" is not supported: troupe scales rotary positions as "
+        "Llama 3 does (llama3)");
+  CHECK(error_of(base + R"(, "rope_theta": 10000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}})") ==
+        "d/config.json: rope_parameters.rope_theta: 500000 differs from the top-level rope_theta 10000");
   CHECK(error_of(base + R"(, "num_hidden_layers": 0})") ==
         "d/config.json: num_hidden_layers: expected a positive integer, got 0");
   CHECK(error_of(R"({"model_type": "gpt2", "activation_function": "relu", "n_layer": 1, "n_head": 1, "n_embd": 8,
