@@ -17,6 +17,7 @@ int prepare_data_main(int argc, char** argv);  // cmd_prepare_data.cpp
 int plan_main(int argc, char** argv);  // cmd_plan.cpp
 int inspect_main(int argc, char** argv);  // cmd_inspect.cpp
 int export_main(int argc, char** argv);   // cmd_export.cpp
+int generate_main(int argc, char** argv); // cmd_generate.cpp
 int run_main(int argc, char** argv);      // cmd_run.cpp
 int inspect_update_main(int argc, char** argv);  // cmd_inspect_update.cpp
 int commcheck_main(int argc, char** argv);  // cmd_commcheck.cpp
@@ -41,7 +42,8 @@ const Subcommand kCommands[] = {
     {"plan", "print the arithmetic of a config: batch, bubble, budget, LR, memory, calendar", plan_main},
     {"import-config", "print the model section of a Hugging Face config.json (GPT-2, Llama family)", import_config_main},
     {"inspect", "print a checkpoint's manifest and verify every shard (exit 1 on damage)", inspect_main},
-    {"export", "write a checkpoint's weights as a Hugging Face GPT-2 model (safetensors)", export_main},
+    {"export", "write a checkpoint's weights as a Hugging Face model (GPT-2, Llama) transformers loads", export_main},
+    {"generate", "continue a prompt with a checkpoint's or a Hugging Face model (CPU, KV cache)", generate_main},
     {"inspect-update", "run and record one update on one device (weights, batch, grads, Adam state)", inspect_update_main},
     {"commcheck", "check every communicator group of a layout over Gloo, nccl-tests style", commcheck_main},
     {"worker", "join a cluster run as a worker process (supervisor run --listen; docs/cluster.md)", worker_main},

@@ -1,0 +1,62 @@
+// Text generation on the CPU: the whole model (either family) over host weights laid
+// out by a whole-model ParameterRegistry, one token at a time with a KV cache
+// (`supervisor generate`). The arithmetic follows the training forward (model/layers)
+// in the same order of operations, with every dot product and norm accumulated in
+// double: it is a reference for reading a model's output, not a fast path.
+//
+// GPT-2: x = wte[t] + wpe[p]; per block x += c_proj(attn(ln_1 x)), x += mlp(ln_2 x)
+// with the tanh GELU; logits = ln_f(x) wte^T (or lm_head). Llama: x = embed[t]; per
+// block x += o_proj(gqa(rope(q), rope(k), v)) over input_layernorm x, x += down(silu(
+// gate) * up) over post_attention_layernorm x; logits = norm(x) lm_head^T (or the
+// embedding, tied). Rotary pairs are (i, i + hs/2), Hugging Face's rotate_half.
+//
+// Sampling (next_token) is deterministic for a seed: the draw of step s is the
+// first output of Philox4x32-10 at counter (s, 0, 0, 0) with the seed as key, mapped
+// to [0, 1); temperature 0 is greedy (the lowest id among equal maxima).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "messages/config.pb.h"
+#include "model/param_registry.h"
+
+namespace troupe::model {
+
+class Decoder {
+ public:
+  // `params`: reg.total() floats of a registry of the whole model of `c` (tp 1).
+  Decoder(const Config& c, std::vector<float> params);
+
+  // Feeds token `token` at the next position; returns the vocab_size logits after it.
+  // Throws std::invalid_argument past model.max_positions or for an id outside the
+  // vocabulary.
+  std::vector<float> step(int32_t token);
+  int position() const { return position_; }
+  void reset() { position_ = 0; }
+
+ private:
+  void attention(int layer, const std::vector<double>& q, std::vector<double>& out);
+
+  Config c_;
+  ParameterRegistry reg_;
+  std::vector<float> p_;
+  bool llama_;
+  int D_, NH_, KV_, hs_, F_, V_, P_;
+  double eps_;
+  std::vector<double> freq_;  // Llama: rotary frequencies f_i, i < hs/2
+  // [layer][position][KV * hs]
+  std::vector<std::vector<float>> k_cache_, v_cache_;
+  int position_ = 0;
+};
+
+struct SamplingOptions {
+  double temperature = 0;  // 0: greedy
+  int top_k = 0;           // 0: the whole vocabulary
+  uint64_t seed = 0;
+};
+
+// The next token from `logits` (draw number `step` of the seed's stream).
+int32_t next_token(const std::vector<float>& logits, const SamplingOptions& o, int64_t step);
+
+}  // namespace troupe::model
