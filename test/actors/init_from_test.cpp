@@ -1,5 +1,6 @@
 // training.init_from through the actor runtime: a Llama trained in DP2 x PP2 and
-// exported (supervisor export's library call) starts a run in another layout whose
+// exported (supervisor export's library call) starts runs in other layouts (PP2, DP2,
+// PP2 x TP2 with another vocabulary padding) whose
 // steps match the single-device reference trainer started from the exported weights
 // (the parity tolerances of test/actors/parity_check.h); a GPT-2 run started from a
 // Hugging Face directory and resumed from its own checkpoint continues bitwise (the
@@ -7,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <tuple>
 
 #include "actors/runtime.h"
 #include "ckpt/error.h"
@@ -51,16 +53,20 @@ void reference_from(Reference& ref, const Config& c, const std::string& dir, int
 
 }  // namespace
 
-TEST_CASE("a Llama trained in DP2 x PP2, exported, starts a PP2 and a DP2 run that match the reference from its weights") {
+TEST_CASE("a Llama trained in DP2 x PP2, exported, starts PP2, DP2 and PP2 x TP2 runs that match the reference from its weights") {
   Config trained = with_steps(as_llama(parity_layout(2, 2, "troupe-init-from-trained")), 2);
   trained.mutable_checkpoint()->set_save_on_exit(true);
   run(fresh(trained));
   const std::string dir = export_trained(trained, "llama");
 
-  for (const auto& [dp, pp] : std::vector<std::pair<int, int>>{{1, 2}, {2, 1}}) {
+  // PP2 x TP2: 4 stage actors, each reading its tensor-parallel boxes, the vocabulary
+  // padded to 384 rows instead of the 320 the export came from.
+  for (const auto& [dp, pp, tp] : std::vector<std::tuple<int, int, int>>{{1, 2, 1}, {2, 1, 1}, {1, 2, 2}}) {
     CAPTURE(dp);
     CAPTURE(pp);
+    CAPTURE(tp);
     Config c = with_steps(as_llama(parity_layout(dp, pp, "troupe-init-from-run")), 2);
+    c.mutable_parallel()->set_tensor(tp);
     c.mutable_training()->set_seed(99);  // the seeded initialisation would differ: unused
     c.mutable_training()->set_init_from(dir);
     const auto r = run(fresh(c));
