@@ -4,9 +4,11 @@
 // exported values by name and slice, padding rows zero; sharded, BF16 and F16 files
 // read; every malformed directory is one error naming the tensor and the file.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <filesystem>
@@ -21,6 +23,7 @@
 #include "ckpt/reader.h"
 #include "ckpt/safetensors_view.h"
 #include "config/derived.h"
+#include "config/hf_config.h"
 #include "model/param_registry.h"
 #include "model/safetensors.h"
 #include "test/ckpt/ckpt_test_util.h"
@@ -490,4 +493,47 @@ TEST_CASE("export writes a new directory whole, or nothing") {
   CHECK_THROWS_WITH_AS(export_hf(ck, scratch / "out", {.transformer_prefix = true}),
                        contains("--transformer-prefix is for GPT-2"), CheckpointError);
   CHECK_FALSE(std::filesystem::exists(scratch / "out"));
+}
+
+TEST_CASE("directories saved by transformers' own save_pretrained read whole (fp32 GPT-2; sharded BF16 Llama)") {
+  // Tolerance: each tensor's sum in double of the values read against torch's float64
+  // sum of the same values: only the order of the additions differs (< 1e-12 here).
+  ScratchDir scratch;
+  const std::string log = scratch / "save.log";
+  const std::string cmd = "python3 " + std::string(TROUPE_SOURCE_DIR) + "/tools/hf_save_tiny_models.py " +
+                          scratch.path() + " > " + log + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  const int code = status == -1 || !WIFEXITED(status) ? -1 : WEXITSTATUS(status);
+  if (code == 77 || code == 127) {
+    MESSAGE("SKIPPED: transformers-saved directories (python3 with transformers and torch not available): "
+            << file_bytes(log));
+    return;
+  }
+  INFO(file_bytes(log));
+  REQUIRE(code == 0);
+  for (const std::string name : {"gpt2", "llama-bf16"}) {
+    CAPTURE(name);
+    const std::string dir = scratch / name;
+    Config c;
+    *c.mutable_model() = config::model_from_hf_config(file_bytes(dir + "/config.json"), dir + "/config.json");
+    if (name == "llama-bf16") CHECK(c.model().rope_theta() == 50000);  // from transformers 5's rope_parameters
+    const auto expected = nlohmann::json::parse(file_bytes(dir + "/expected.json"));
+    for (const int tp : {1, 2}) {
+      c.mutable_parallel()->set_tensor(tp);
+      const HfModel hf = HfModel::open(dir, c);
+      if (name == "llama-bf16") CHECK(hf.files().size() == 4);
+      const model::ParameterRegistry whole(c, model::StageRange::whole(c));
+      std::vector<float> host(size_t(whole.total()));
+      hf.read_into(whole, host.data());
+      for (const auto& t : whole.tensors()) {
+        CAPTURE(t.name);
+        const std::string key = name == "gpt2" ? "transformer." + t.name : t.name;
+        REQUIRE(expected.contains(key));
+        double sum = 0;
+        for (int64_t i = 0; i < t.numel; ++i) sum += host[size_t(t.offset + i)];
+        const double want = expected[key].get<double>();
+        CHECK(std::fabs(sum - want) <= 1e-12 * (1 + std::fabs(want)));
+      }
+    }
+  }
 }
