@@ -129,9 +129,11 @@ void check_out_dir(const std::string& out) {
 
 int64_t hf_eod_id(const Config& config) {
   const int64_t vocab = config.model().vocab_size();
-  const int64_t eod = config.data().tokenizer() == DataConfig::BYTES  ? 256
-                      : config.data().tokenizer() == DataConfig::NONE ? config.data().eod_id()
-                                                                      : vocab - 1;
+  const auto tokenizer = config.data().tokenizer();
+  const int64_t eod = tokenizer == DataConfig::BYTES ? 256
+                      : tokenizer == DataConfig::NONE || (tokenizer == DataConfig::HF_JSON && config.data().eod_id() >= 0)
+                          ? config.data().eod_id()
+                          : vocab - 1;
   return eod >= 0 && eod < vocab ? eod : vocab - 1;
 }
 
@@ -142,24 +144,26 @@ std::vector<std::pair<std::string, Shape>> hf_parameter_shapes(const Config& con
   return out;
 }
 
-std::string hf_config_json(const Config& config) {
+std::string hf_config_json(const Config& config, int64_t eod) {
+  if (eod < 0) eod = hf_eod_id(config);
   const auto& m = config.model();
   nlohmann::ordered_json j;
   if (config::is_llama(m))
     llama_fields(m, j);
   else
     gpt2_fields(m, j);
-  j["bos_token_id"] = hf_eod_id(config);
-  j["eos_token_id"] = hf_eod_id(config);
+  j["bos_token_id"] = eod;
+  j["eos_token_id"] = eod;
   j["torch_dtype"] = "float32";
   return j.dump(2) + "\n";
 }
 
-std::string hf_generation_config_json(const Config& config) {
+std::string hf_generation_config_json(const Config& config, int64_t eod) {
+  if (eod < 0) eod = hf_eod_id(config);
   nlohmann::ordered_json j;
   j["_from_model_config"] = true;
-  j["bos_token_id"] = hf_eod_id(config);
-  j["eos_token_id"] = hf_eod_id(config);
+  j["bos_token_id"] = eod;
+  j["eos_token_id"] = eod;
   return j.dump(2) + "\n";
 }
 
@@ -246,8 +250,8 @@ HfExportResult export_hf(const Checkpoint& checkpoint, const std::string& out_di
       index["weight_map"] = weight_map;
       write_file_atomically(staging + "/model.safetensors.index.json", index.dump(2) + "\n");
     }
-    write_file_atomically(staging + "/config.json", hf_config_json(config));
-    write_file_atomically(staging + "/generation_config.json", hf_generation_config_json(config));
+    write_file_atomically(staging + "/config.json", hf_config_json(config, options.eod_id));
+    write_file_atomically(staging + "/generation_config.json", hf_generation_config_json(config, options.eod_id));
     fsync_dir(staging);
     // An empty OUT (checked above) is replaced by the rename; a non-empty one never is.
     if (fs::exists(target, ec)) fs::remove(target, ec);

@@ -40,11 +40,13 @@ std::vector<std::pair<std::string, Shape>> hf_parameter_shapes(const Config& con
 // set, max_position_embeddings, vocab_size unpadded, tie_word_embeddings, hidden_act
 // silu, attention_bias and mlp_bias false, attention_dropout from the model's). Both: bos/eos = the run's
 // end-of-document id (hf_eod_id), torch_dtype float32.
-std::string hf_config_json(const Config& config);
-std::string hf_generation_config_json(const Config& config);
-// The end-of-document id the run's tokenizer appends: 256 (bytes), data.eod_id
-// (a dataset tokenized elsewhere), the last id (GPT-2's <|endoftext|>); never past
-// vocab_size - 1.
+// `eod`: the id for bos/eos; -1 means hf_eod_id(config).
+std::string hf_config_json(const Config& config, int64_t eod = -1);
+std::string hf_generation_config_json(const Config& config, int64_t eod = -1);
+// The end-of-document id the run's tokenizer appends as far as the config says: 256
+// (bytes), data.eod_id (a dataset tokenized elsewhere, or set for a tokenizer.json),
+// else the last id (GPT-2's <|endoftext|>; a tokenizer.json's own EOD is in the file:
+// the caller passes it as HfExportOptions::eod_id); never past vocab_size - 1.
 int64_t hf_eod_id(const Config& config);
 
 struct HfExportOptions {
@@ -55,6 +57,9 @@ struct HfExportOptions {
   // Largest safetensors file in bytes of tensor data before the weights are sharded
   // (transformers' default "5GB"). A tensor larger than this gets a file of its own.
   uint64_t max_shard_bytes = 5'000'000'000ull;
+  // bos/eos when the caller knows the end-of-document id better than the config (the
+  // EOD token of an HF_JSON tokenizer's file); -1: hf_eod_id(config).
+  int64_t eod_id = -1;
 };
 
 struct HfExportResult {

@@ -11,6 +11,7 @@
 #include "ckpt/hf_export.h"
 #include "ckpt/manifest.h"
 #include "ckpt/reader.h"
+#include "data/hf_tokenizer.h"
 #include "data/hf_tokenizer_files.h"
 
 namespace troupe::cli {
@@ -85,6 +86,12 @@ int export_main(int argc, char** argv) {
   // Read before anything is written: a missing tokenizer file leaves no half export.
   const data::TokenizerExport tokenizer =
       data::hf_tokenizer_export(ckpt::manifest_config(checkpoint.manifest(), checkpoint.dir()));
+  const Config config = ckpt::manifest_config(checkpoint.manifest(), checkpoint.dir());
+  if (config.data().tokenizer() == DataConfig::HF_JSON) {  // bos/eos: the file's end-of-document token
+    const auto& d = config.data();
+    o.eod_id = data::read_hf_tokenizer_summary(d.tokenizer_file(), d.eod_id() >= 0 ? std::optional<int32_t>(d.eod_id())
+                                                                                    : std::nullopt).eod;
+  }
   const auto result = ckpt::export_hf(checkpoint, out, o);
   const std::vector<std::string> tokenizer_paths = data::write_tokenizer_export(tokenizer, out);
   std::printf("exported %s (step %lld): %d tensors, %lld parameters\n", checkpoint.dir().c_str(),
