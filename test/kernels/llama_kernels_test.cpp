@@ -15,6 +15,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -176,6 +177,26 @@ std::vector<double> gqa_backward_ref(const Gqa& g, const std::vector<double>& qk
   return d;
 }
 
+// The double backward rd at the elements idxs against central differences of the
+// double forward's sum(out * dout) (with drop's mask when given).
+void check_by_differences(const Gqa& g, const std::vector<double>& qkv, const std::vector<int32_t>& start,
+                          const std::vector<float>& dout, const std::vector<double>& rd,
+                          std::initializer_list<size_t> idxs, const troupe::kernels::DropoutMask* drop = nullptr) {
+  auto objective = [&](const std::vector<double>& v) {
+    std::vector<double> o, a;
+    gqa_forward_ref(g, v, start, o, a, drop);
+    double sum = 0;
+    for (size_t i = 0; i < o.size(); ++i) sum += o[i] * dout[i];
+    return sum;
+  };
+  for (size_t idx : idxs) {
+    auto p = qkv, m = qkv;
+    p[idx] += kFdStep, m[idx] -= kFdStep;
+    CAPTURE(idx);
+    CHECK(std::fabs((objective(p) - objective(m)) / (2 * kFdStep) - rd[idx]) < kFdTol);
+  }
+}
+
 // doc_start for two rows: row 0 documents [0, 4), [4, 9), [9, T); row 1 one document.
 std::vector<int32_t> doc_starts_two_rows(int T) {
   std::vector<int32_t> s(size_t(2) * T);
@@ -304,19 +325,8 @@ TEST_CASE("grouped-query attention matches the double loops for KV = 1, 2, 4 of 
 
       // The double backward against central differences of the double forward, at a q
       // element, a k and a v element of kv head 0 (shared by NH / KV query heads).
-      auto objective = [&](const std::vector<double>& v) {
-        std::vector<double> o, a;
-        gqa_forward_ref(g, v, start, o, a);
-        double s = 0;
-        for (size_t i = 0; i < o.size(); ++i) s += o[i] * dout[i];
-        return s;
-      };
-      for (size_t idx : {g.q(0, 6, NH - 1, 1), g.k(0, 5, 0, 3), g.v(0, 10, 0, 2), g.k(1, 2, KV - 1, hs - 1)}) {
-        auto p = qd, m = qd;
-        p[idx] += kFdStep, m[idx] -= kFdStep;
-        CAPTURE(idx);
-        CHECK(std::fabs((objective(p) - objective(m)) / (2 * kFdStep) - rd[idx]) < kFdTol);
-      }
+      check_by_differences(g, qd, start, dout, rd,
+                           {g.q(0, 6, NH - 1, 1), g.k(0, 5, 0, 3), g.v(0, 10, 0, 2), g.k(1, 2, KV - 1, hs - 1)});
     }
 }
 
@@ -402,19 +412,8 @@ TEST_CASE("attention dropout: grouped-query and multi-head kernels match the dou
     const auto rd = gqa_backward_ref(g, qd, ratt, dout, start, &drop);
     CHECK(max_abs_diff(dqkv, rd) < kGqaGradTol);
     // The masked double backward against central differences of the masked forward.
-    auto objective = [&](const std::vector<double>& v) {
-      std::vector<double> o, a;
-      gqa_forward_ref(g, v, start, o, a, &drop);
-      double sum = 0;
-      for (size_t i = 0; i < o.size(); ++i) sum += o[i] * dout[i];
-      return sum;
-    };
-    for (size_t idx : {g.q(0, 6, NH - 1, 1), g.k(0, 5, 0, 3), g.v(0, 10, 0, 2), g.v(1, 2, KV - 1, hs - 1)}) {
-      auto p = qd, m = qd;
-      p[idx] += kFdStep, m[idx] -= kFdStep;
-      CAPTURE(idx);
-      CHECK(std::fabs((objective(p) - objective(m)) / (2 * kFdStep) - rd[idx]) < kFdTol);
-    }
+    check_by_differences(g, qd, start, dout, rd,
+                         {g.q(0, 6, NH - 1, 1), g.k(0, 5, 0, 3), g.v(0, 10, 0, 2), g.v(1, 2, KV - 1, hs - 1)}, &drop);
     // The same bits for 1 and 3 threads.
     CpuDevice one(1), three(3);
     std::vector<float> o1(out.size()), o3(out.size()), a1(att.size()), a3(att.size()), d1(qkv.size()), d3(qkv.size());

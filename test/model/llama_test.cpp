@@ -75,6 +75,31 @@ void check_gradients(const Config& c) {
   CHECK(checked == 4 * int(reg.tensors().size()));
 }
 
+// Stages [0, 1) and [1, 2) of c chained by hand on mb against `whole` (forward and
+// backward of slot 0): the same loss and every gradient the same bits. Returns the loss.
+double check_cut_equals_whole(const Config& c, kernels::Device& dev, model::GptStage& whole,
+                              const data::Microbatch& mb) {
+  model::GptStage first(c, model::StageRange{0, 1}, dev, 1);
+  model::GptStage last(c, model::StageRange{1, 2}, dev, 1);
+  const double loss = whole.forward(0, mb).loss_sum;
+  whole.backward(0);
+  first.forward(0, mb);
+  const double cut = last.forward(0, mb, first.output(0)).loss_sum;
+  last.backward(0);
+  first.backward(0, last.input_grad(0));
+  CHECK(loss == cut);
+  const auto wg = to_host(dev, whole.grads(), whole.param_count());
+  for (model::GptStage* s : {&first, &last}) {
+    const auto g = to_host(dev, s->grads(), s->param_count());
+    for (const auto& t : s->registry().tensors()) {
+      CAPTURE(t.name);
+      const auto& w = whole.registry().at(t.name);
+      CHECK(std::equal(g.begin() + t.offset, g.begin() + t.offset + t.numel, wg.begin() + w.offset));
+    }
+  }
+  return loss;
+}
+
 }  // namespace
 
 TEST_CASE("a Llama registry holds Hugging Face's names and shapes") {
@@ -168,27 +193,8 @@ TEST_CASE("Llama stages [0,1) [1,2) chained by hand equal the whole model bitwis
   const Config c = tiny_llama_config();
   kernels::cpu::CpuDevice dev(2);
   model::GptStage whole(c, model::StageRange::whole(c), dev, 1);
-  model::GptStage first(c, model::StageRange{0, 1}, dev, 1);
-  model::GptStage last(c, model::StageRange{1, 2}, dev, 1);
-  const auto mb = packed_batches()[0];
-  const double loss = whole.forward(0, mb).loss_sum;
-  whole.backward(0);
-  first.forward(0, mb);
-  const double cut = last.forward(0, mb, first.output(0)).loss_sum;
-  last.backward(0);
-  first.backward(0, last.input_grad(0));
-  CHECK(loss == cut);
-  const auto wg = to_host(dev, whole.grads(), whole.param_count());
-  for (model::GptStage* s : {&first, &last}) {
-    const auto g = to_host(dev, s->grads(), s->param_count());
-    for (const auto& t : s->registry().tensors()) {
-      CAPTURE(t.name);
-      const auto& w = whole.registry().at(t.name);
-      CHECK(std::equal(g.begin() + t.offset, g.begin() + t.offset + t.numel, wg.begin() + w.offset));
-    }
-  }
+  check_cut_equals_whole(c, dev, whole, packed_batches()[0]);
 }
-
 
 TEST_CASE("finite differences match every gradient of a grouped-query Llama with hidden and attention dropout") {
   Config c = tiny_llama_config();
@@ -206,26 +212,9 @@ TEST_CASE("with dropout, Llama stages chained by hand equal the whole model bitw
   c.mutable_model()->set_attention_dropout(0.1f);
   kernels::cpu::CpuDevice dev(2);
   model::GptStage whole(c, model::StageRange::whole(c), dev, 1);
-  model::GptStage first(c, model::StageRange{0, 1}, dev, 1);
-  model::GptStage last(c, model::StageRange{1, 2}, dev, 1);
   auto mb = packed_batches()[0];
   mb.first_slot = 10;
-  const double loss = whole.forward(0, mb).loss_sum;
-  whole.backward(0);
-  first.forward(0, mb);
-  const double cut = last.forward(0, mb, first.output(0)).loss_sum;
-  last.backward(0);
-  first.backward(0, last.input_grad(0));
-  CHECK(loss == cut);
-  const auto wg = to_host(dev, whole.grads(), whole.param_count());
-  for (model::GptStage* s : {&first, &last}) {
-    const auto g = to_host(dev, s->grads(), s->param_count());
-    for (const auto& t : s->registry().tensors()) {
-      CAPTURE(t.name);
-      const auto& w = whole.registry().at(t.name);
-      CHECK(std::equal(g.begin() + t.offset, g.begin() + t.offset + t.numel, wg.begin() + w.offset));
-    }
-  }
+  const double loss = check_cut_equals_whole(c, dev, whole, mb);
 
   // Evaluation: the same weights without dropout give the same bits.
   Config plain = c;
