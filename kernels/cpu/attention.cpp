@@ -60,14 +60,8 @@ void attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* at
       std::memset(row, 0, sizeof(float) * size_t(T));
       softmax_row(row + s0, S + int64_t(t) * T + s0, t - s0 + 1, d.scale);
     }
-    const float* P = a;
-    if (drop.on()) {
-      const uint64_t key = head_key(drop.key, drop.first_col + h);
-      for (int t = 0; t < T; ++t)
-        dropout_attention_row(S + int64_t(t) * T, a + int64_t(t) * T, doc_start[int64_t(b) * T + t], t, T, drop, key,
-                              drop.first_slot + b);
-      P = S;
-    }
+    // S is spent: with dropout it takes the dropped probabilities.
+    const float* P = drop.on() ? dropout_attention_rows(S, a, doc_start + int64_t(b) * T, T, drop, b, h) : a;
     sgemm(false, false, T, d.hs, T, 1.0f, P, T, q + 2 * int64_t(C), d.C3, 0.0f,
           out + int64_t(b) * T * C + int64_t(h) * d.hs, C);
   });

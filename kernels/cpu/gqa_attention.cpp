@@ -63,14 +63,8 @@ void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float
       std::memset(arow, 0, sizeof(float) * size_t(T));
       softmax_row(arow + s0, S + int64_t(t) * T + s0, t - s0 + 1, d.scale);
     }
-    const float* P = a;
-    if (drop.on()) {  // att keeps the undropped probabilities; S is spent
-      const uint64_t key = head_key(drop.key, drop.first_col + h);
-      for (int t = 0; t < T; ++t)
-        dropout_attention_row(S + int64_t(t) * T, a + int64_t(t) * T, doc_start[int64_t(b) * T + t], t, T, drop, key,
-                              drop.first_slot + b);
-      P = S;
-    }
+    // att keeps the undropped probabilities; S is spent and takes the dropped ones.
+    const float* P = drop.on() ? dropout_attention_rows(S, a, doc_start + int64_t(b) * T, T, drop, b, h) : a;
     sgemm(false, false, T, hs, T, 1.0f, P, T, row + d.v(kv), d.ld, 0.0f, out + int64_t(b) * T * d.C + d.q(h), d.C);
   });
 }

@@ -88,6 +88,10 @@ void dropout(ThreadPool& pool, float* out, const float* in, const float* add, in
              int cols, int T, const DropoutMask& m);
 void dropout_attention_row(float* dst, const float* src, int s0, int t, int T, const DropoutMask& m, uint64_t key,
                            int64_t slot);
+// Every row of one (batch row b, local head h) block: dst[T, T] = the dropped
+// probabilities of att[T, T] (doc_start: the row's [T] document starts). Returns dst.
+const float* dropout_attention_rows(float* dst, const float* att, const int32_t* doc_start, int T,
+                                    const DropoutMask& m, int b, int h);
 
 // Rotary position embedding in place (cpu/rope.cpp): `heads` heads of hs per row of x[N,
 // ld]; cos, sin [max_positions, hs/2]; backward rotates by the negative angle.
