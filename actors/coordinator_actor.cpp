@@ -21,6 +21,7 @@
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
+#include "engine/rollback.h"
 #include "engine/spike_guard.h"
 #include "engine/step_driver.h"
 #include "engine/step_ledger.h"
@@ -79,6 +80,9 @@ struct CoordinatorState {
   std::optional<engine::StepLedger> ledger;
   std::optional<optim::ClipDecision> decision;
   bool spike_dropped = false;  // the step in flight's update is dropped by logging.on_spike
+  // logging.on_spike ROLLBACK: the step in flight is a spike that rolls the run back
+  // (the request), or that stops it instead (why).
+  std::optional<std::variant<engine::RollbackRequest, std::string>> rollback;
   double lr = 0;
   Clock::time_point step_start;
   // Unix seconds: when the step in flight went out to the stages, and when the previous
@@ -231,6 +235,41 @@ void save_failed(Self* self, const engine::SaveFailed& a) {
   self->state.save.reset();
 }
 
+// The spike step closed (logging.on_spike ROLLBACK): the checkpoint root moves back and
+// the run's client starts the next group from it (actors/runtime.cpp), or the run stops
+// (the cap, a skip past the first epoch, a root that cannot be moved back).
+void roll_back(Self* self) {
+  auto& st = self->state;
+  if (const auto* why = std::get_if<std::string>(&*st.rollback)) {
+    const auto newest = newest_checkpoint(st);
+    return finish_run(self, "failed",
+                      fmt::format("{}; the newest complete checkpoint is {}", *why, newest.empty() ? "none" : newest));
+  }
+  const auto& req = std::get<engine::RollbackRequest>(*st.rollback);
+  engine::RollbackDone done;
+  try {
+    done = engine::roll_back_checkpoints(st.args.config, req.spike_step);
+  } catch (const std::exception& e) {
+    return finish_run(self, "failed", fmt::format("logging.on_spike ROLLBACK at step {}: {}", req.spike_step, e.what()));
+  }
+  for (const auto& line : done.report) spdlog::warn("rollback: passed over {}", line);
+  spdlog::warn("rollback: step {} is a spike; starting again from {} (step {}) and skipping {} sample(s) from "
+               "position {} of the order{}",
+               req.spike_step, done.target_dir.empty() ? std::string("scratch") : done.target_dir, done.target_step,
+               req.skip_ids.size(), req.first_position,
+               done.aside_dir.empty() ? std::string() : "; the later checkpoints moved to " + done.aside_dir);
+  st.args.book->rolled_back(req, done);
+  event(self, "rollback", req.spike_step,
+        {{"resume_step", done.target_step},
+         {"resume_dir", done.target_dir},
+         {"first_position", req.first_position},
+         {"skipped_samples", req.skip_ids},
+         {"moved_steps", done.moved_steps},
+         {"moved_to", done.aside_dir},
+         {"rollbacks", st.args.book->rollbacks().size()}});
+  if (st.client) self->send(st.client, finished_atom::value, st.args.book->outcome());
+}
+
 // A final save failed twice: the run ends as failed, naming it and the newest complete
 // checkpoint.
 void finish_final_save_failed(Self* self, const engine::FinishRunFinalSaveFailed& a) {
@@ -278,7 +317,10 @@ void carry_out(Self* self, const engine::StepAction& action) {
         } else if constexpr (std::is_same_v<A, engine::SaveFailed>) {
           save_failed(self, a);
         } else if constexpr (std::is_same_v<A, engine::FinishRun>) {
-          finish_run(self, a.status, a.error);
+          if (a.status == "rollback")
+            roll_back(self);
+          else
+            finish_run(self, a.status, a.error);
         } else if constexpr (std::is_same_v<A, engine::FinishRunFinalSaveFailed>) {
           finish_final_save_failed(self, a);
         } else {
@@ -372,7 +414,11 @@ void finish_train_step(Self* self) {
   st.last_train_end = r.wall_time;
   if (r.skipped) {
     ++st.pos.skipped_updates;
-    if (st.spike_dropped)
+    if (st.rollback)
+      spdlog::warn("step {}: a spike (loss {:.4f}, grad norm {:.4f}); update dropped, the run rolls back "
+                   "(logging.on_spike ROLLBACK)",
+                   r.step, r.loss, r.grad_norm);
+    else if (st.spike_dropped)
       spdlog::warn("step {}: a spike (loss {:.4f}, grad norm {:.4f}); update dropped (logging.on_spike SKIP_UPDATE), "
                    "the LR schedule holds",
                    r.step, r.loss, r.grad_norm);
@@ -439,10 +485,13 @@ void progress(Self* self) {
       const bool spike = st.guard->drop_update(ledger.step(), loss, st.decision->norm);
       st.spike_dropped = spike && !st.decision->skip;
       st.decision->skip = st.decision->skip || spike;
+      if (spike && st.guard->rolls_back())
+        st.rollback = engine::decide_rollback(st.args.config, *st.data, ledger.step(), st.pos.consumed_samples,
+                                              st.args.book->rollback_spikes());
     }
     check_fault(self, ledger.step(), Fault::OPTIMIZER);
     // Read before the UpdateCommands go out: it dates a step handed over with them.
-    feed(self, engine::UpdateDecided{ledger.step(), unix_now()});
+    feed(self, engine::UpdateDecided{ledger.step(), unix_now(), st.rollback.has_value()});
   }
   if (!ledger.complete()) return;
   if (ledger.kind() == StepKind::Train) {
@@ -459,6 +508,7 @@ void finish_run(Self* self, std::string status, std::string error) {
   for (const auto& r : outcome.steps) metrics::accumulate(summary, r);
   summary.status = status;
   summary.restarts = st.args.book->restarts();
+  summary.rollbacks = int64_t(st.args.book->rollbacks().size());
   if (!outcome.evals.empty()) summary.last_eval_loss = outcome.evals.back().loss;
   summary.elapsed_s = st.args.book->elapsed_seconds();
   summary.wall_time = unix_now();
@@ -564,7 +614,7 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
   st.data = data::BatchSource::open(c);
   if (st.args.resume) st.pos = engine::position_of(st.args.resume->manifest());
   // A restarted group redoes the steps after its checkpoint: TensorBoard's marker.
-  if (st.args.book->resume_from(st.pos.step) > 0)
+  if (st.args.book->resume_from(st.pos.step) > 0 || !st.args.book->rollbacks().empty())
     to_metrics(self, caf::make_message(restart_marker_atom::value, st.pos.step, unix_now()));
   engine::StepDriverStart start;
   start.step = st.pos.step;

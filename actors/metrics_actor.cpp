@@ -135,9 +135,19 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
       },
       // The training group restarted from the checkpoint of `step` (0: from scratch):
       // the steps after it are done again. TensorBoard's readers drop the points at or
-      // after a SessionLog START's step, so each step shows once.
+      // after a SessionLog START's step, so each step shows once. The spike windows
+      // start again from the steps up to `step` as metrics.jsonl holds them (the last
+      // line of each step: every record before this marker is written), so spikes.jsonl
+      // judges the new timeline as the coordinator's guard does (engine/spike_guard.h).
       [self](restart_marker_atom, int64_t step, double wall_time) {
-        if (self->state.events) self->state.events->session_start(step + 1, wall_time);
+        auto& s = self->state;
+        if (s.events) s.events->session_start(step + 1, wall_time);
+        s.detector->clear_windows();
+        try {
+          metrics::warm_spike_windows(metrics::read_jsonl(s.args.layout.metrics).objects, step, *s.detector);
+        } catch (const metrics::MetricsError& e) {
+          spdlog::warn("spike detection starts again with empty windows: {}", e.what());
+        }
       },
       [self](const StepExtras& x) {
         auto& s = self->state;

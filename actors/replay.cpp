@@ -23,6 +23,7 @@
 #include "config/validate.h"
 #include "data/batch_source.h"
 #include "metrics/json_records.h"
+#include "metrics/jsonl_log.h"
 #include "metrics/run_history.h"
 
 namespace troupe::actors {
@@ -125,6 +126,25 @@ std::vector<int64_t> samples_reading(const Config& c, const std::vector<int64_t>
   return ids;
 }
 
+// A run whose spikes rolled it back (logging.on_spike ROLLBACK) trained its final
+// timeline with their samples skipped: the "rollback" lines of metrics.jsonl add them to
+// the list of the run's config (they lie past the checkpoint each rollback resumed, so
+// the steps before it read the same samples either way). Its recorded steps keep no
+// rolled-back spike, so the replay drops a spike's update as the run's last timeline
+// did at most (a run stopped at the rollback cap): SKIP_UPDATE.
+void with_rollback_skips(Config& run, const fs::path& metrics_path) {
+  if (!fs::is_regular_file(metrics_path)) return;
+  std::vector<int64_t> skip(run.data().skip_samples().begin(), run.data().skip_samples().end());
+  for (const auto& j : metrics::read_jsonl(metrics_path.string()).objects)
+    if (j.value("type", "") == "rollback")
+      for (const auto& id : j.at("skipped_samples")) skip.push_back(id.get<int64_t>());
+  std::sort(skip.begin(), skip.end());
+  skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
+  run.mutable_data()->clear_skip_samples();
+  for (const int64_t id : skip) run.mutable_data()->add_skip_samples(id);
+  if (run.logging().on_spike() == LoggingConfig::ROLLBACK) run.mutable_logging()->set_on_spike(LoggingConfig::SKIP_UPDATE);
+}
+
 }  // namespace
 
 Config replay_config(const Config& run, const ReplayOptions& o, const std::string& checkpoint, int64_t from_step) {
@@ -181,7 +201,8 @@ ReplayResult replay_run(const ReplayOptions& given) {
   const fs::path config_path = run_dir / "config.textproto";
   if (!fs::is_regular_file(config_path))
     throw std::invalid_argument(config_path.string() + ": missing: RUN_DIR is not a run directory");
-  const Config run = config::load_config_file(config_path.string());
+  Config run = config::load_config_file(config_path.string());
+  with_rollback_skips(run, run_dir / "metrics.jsonl");
   if (run.cluster().workers() > 0)
     throw std::invalid_argument(config_path.string() +
                                 ": a cluster run (cluster.workers > 0); replay recomputes in one process and does "

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 namespace troupe::actors {
 
 metrics::StepRecord RunBook::add_step(metrics::StepRecord r, std::vector<int64_t> samples,
@@ -112,6 +114,37 @@ std::vector<RunBook::Recovery> RunBook::recoveries() const {
 RunOutcome RunBook::outcome() const {
   std::lock_guard lock(mu_);
   return outcome_;
+}
+
+void RunBook::rolled_back(const engine::RollbackRequest& r, const engine::RollbackDone& d) {
+  std::lock_guard lock(mu_);
+  rollbacks_.push_back({r, d});
+  pending_rollback_ = rollbacks_.back();
+  outcome_.status = "rollback";
+  outcome_.error = fmt::format("step {} is a spike: the run starts again from step {}", r.spike_step, d.target_step);
+}
+
+std::optional<RunBook::Rollback> RunBook::take_rollback() {
+  std::lock_guard lock(mu_);
+  auto r = std::move(pending_rollback_);
+  pending_rollback_.reset();
+  if (r) {
+    outcome_.status.clear();
+    outcome_.error.clear();
+  }
+  return r;
+}
+
+std::vector<RunBook::Rollback> RunBook::rollbacks() const {
+  std::lock_guard lock(mu_);
+  return rollbacks_;
+}
+
+std::vector<int64_t> RunBook::rollback_spikes() const {
+  std::lock_guard lock(mu_);
+  std::vector<int64_t> out;
+  for (const auto& r : rollbacks_) out.push_back(r.request.spike_step);
+  return out;
 }
 
 void RunBook::finish(const std::string& status, const std::string& error, const metrics::RunSummary& summary) {

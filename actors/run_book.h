@@ -1,6 +1,6 @@
 // The record of one run across restarts of its training group: every step of the
 // current timeline (with its sample IDs, for the sample audit), evaluations,
-// failures and recoveries. The coordinator writes it; a restarted coordinator
+// failures and recoveries, and the rollbacks of logging.on_spike ROLLBACK. The coordinator writes it; a restarted coordinator
 // rewinds it to the checkpoint it resumes from, so steps redone after a failure are
 // marked recomputed and counted apart from new ones. Thread-safe.
 #pragma once
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/run_outcome.h"
+#include "engine/rollback.h"
 
 namespace troupe::actors {
 
@@ -57,6 +58,20 @@ class RunBook {
   std::vector<metrics::FailureRecord> failures() const;
   std::vector<Recovery> recoveries() const;
 
+  // A spike rolled the run back (logging.on_spike ROLLBACK; the checkpoint root already
+  // moved back): the group's outcome reads status "rollback" until the run's client,
+  // which starts the next group, takes the rollback.
+  struct Rollback {
+    engine::RollbackRequest request;
+    engine::RollbackDone done;
+  };
+  void rolled_back(const engine::RollbackRequest& r, const engine::RollbackDone& d);
+  std::optional<Rollback> take_rollback();
+  // Every rollback of the run so far, oldest first.
+  std::vector<Rollback> rollbacks() const;
+  // Their spike steps (for the cap of logging.rollback_limit).
+  std::vector<int64_t> rollback_spikes() const;
+
   // The outcome so far (steps of the current timeline, in order).
   RunOutcome outcome() const;
   void finish(const std::string& status, const std::string& error, const metrics::RunSummary& summary);
@@ -71,6 +86,8 @@ class RunBook {
   int64_t recomputed_ = 0;
   std::vector<metrics::FailureRecord> failures_;
   std::vector<Recovery> recoveries_;
+  std::vector<Rollback> rollbacks_;
+  std::optional<Rollback> pending_rollback_;
   std::optional<Clock::time_point> failed_at_, restarted_at_, ready_at_, fired_at_;
   bool awaiting_first_step_ = false;
   const Clock::time_point created_ = Clock::now();

@@ -27,6 +27,7 @@
 #include "engine/host_capacity.h"
 #include "engine/placement.h"
 #include "engine/rank_device.h"
+#include "engine/rollback.h"
 #include "engine/topology.h"
 #include "kernels/cpu/gemm.h"
 #include "metrics/run_dir.h"
@@ -350,35 +351,59 @@ RunResult run_training(const Config& given, const RunOptions& options) {
     post_metrics(*inbox, *directory,
                  caf::make_message(startup_record(c, options.config_source, run_dir.layout.root, first_checkpoint.get())));
 
-    GroupArgs g{c, faults, directory, book, resume, inbox, client_handle, {}, cluster, root ? root->comms() : nullptr};
-    g.on_exit = [client_handle](const SupervisorReport& r) {
-      caf::anon_send(client_handle, group_exit_atom::value, r);
+    // The training group of each timeline: one, or one more after each rollback
+    // (logging.on_spike ROLLBACK). The exit report of a group stopped for a rollback
+    // is told apart by its generation.
+    int64_t generation = 0;
+    auto start_group = [&] {
+      GroupArgs g{c, faults, directory, book, resume, inbox, client_handle, {}, cluster, root ? root->comms() : nullptr};
+      g.on_exit = [client_handle, generation](const SupervisorReport& r) {
+        caf::anon_send(client_handle, group_exit_atom::value, generation, r);
+      };
+      group = spawn_supervisor(sys, training_group_spec(std::move(g)));
     };
-    group = spawn_supervisor(sys, training_group_spec(std::move(g)));
-
-    bool running = true;
-    client->receive_while([&] { return running; })(
-        [&](finished_atom, RunOutcome& o) {
-          result.outcome = std::move(o);
-          running = false;
-        },
-        [&](group_exit_atom, SupervisorReport& r) {
-          result.failure = std::move(r);
-          result.outcome.status = "failed";
-          result.outcome.error = result.failure->summary;
-          running = false;
-        },
-        caf::after(options.timeout) >> [&] {
-          result.outcome.status = "failed";
-          result.outcome.error = fmt::format("the run did not finish within {} s", options.timeout.count());
-          running = false;
-        });
+    start_group();
+    for (bool rolled_back = true; rolled_back;) {
+      rolled_back = false;
+      bool running = true;
+      client->receive_while([&] { return running; })(
+          [&](finished_atom, RunOutcome& o) {
+            rolled_back = o.status == "rollback";
+            if (!rolled_back) result.outcome = std::move(o);
+            running = false;
+          },
+          [&](group_exit_atom, int64_t from, SupervisorReport& r) {
+            if (from != generation) return;  // the group stopped for a rollback
+            result.failure = std::move(r);
+            result.outcome.status = "failed";
+            result.outcome.error = result.failure->summary;
+            running = false;
+          },
+          caf::after(options.timeout) >> [&] {
+            result.outcome.status = "failed";
+            result.outcome.error = fmt::format("the run did not finish within {} s", options.timeout.count());
+            running = false;
+          });
+      if (!rolled_back) break;
+      // The coordinator moved the checkpoint root back (engine/rollback.h): the next
+      // group starts from the checkpoint kept, skipping the spike's samples. A stop
+      // asked meanwhile is seen by the new group's first decision.
+      const auto rollback = book->take_rollback();
+      client->send(group, shutdown_atom::value);
+      client->wait_for(group);
+      c = engine::rolled_back_config(c, rollback->request, rollback->done);
+      data::BatchSource::open(c, data::Split::Train);  // the grown skip list checked against the split
+      resume = std::make_shared<engine::ResumeSource>(c);
+      ++generation;
+      start_group();
+    }
     wait_for_metrics(*inbox, c);  // a hung metrics actor is replaced meanwhile, and counted below
     if (options.collect_state && result.outcome.status != "failed") result.state = collect_state(client, group, c);
     result.failures = book->failures();
     result.restarts = book->restarts();
     result.recomputed_steps = book->recomputed_steps();
     result.recoveries = book->recoveries();
+    result.rollbacks = book->rollbacks();
   } catch (...) {
     shutdown();
     throw;

@@ -45,6 +45,7 @@ struct RunResult {
   int64_t restarts = 0;                          // restarts of the training group
   int64_t recomputed_steps = 0;                  // steps done again after a restart
   std::vector<RunBook::Recovery> recoveries;    // one per restart of the training group
+  std::vector<RunBook::Rollback> rollbacks;     // logging.on_spike ROLLBACK, oldest first
   // Cluster mode: every worker that joined (final roles), the quarantine, refusals.
   std::vector<WorkerRecord> workers;
   std::vector<QuarantineRecord> quarantine;

@@ -316,9 +316,35 @@ void check_fields(const Config& c, Checker& k) {
   k.positive("logging.log_interval", lg.log_interval());
   if (lg.run_dir().empty()) k.fail("logging.run_dir", "must not be empty");
   check_spike_fields(lg, k);
+  k.positive("logging.rollback_steps", lg.rollback_steps());
+  k.non_negative("logging.rollback_skip_samples", lg.rollback_skip_samples());
+  k.positive("logging.rollback_limit", lg.rollback_limit());
+  k.positive("logging.rollback_window_steps", lg.rollback_window_steps());
   if (!(lg.calendar_efficiency() > 0 && lg.calendar_efficiency() <= 1))
     k.fail("logging.calendar_efficiency",
            fmt::format("{} is outside (0, 1] (a share of wall time)", lg.calendar_efficiency()));
+}
+
+// logging.on_spike ROLLBACK (docs/metrics.md, "Acting on a spike"): a run in one
+// process, whose kept checkpoints always include one at least rollback_steps before any
+// step. With interval_steps I and keep_last k, the oldest checkpoint kept when step n
+// spikes is at most (k - 1) x I + 1 steps before it, so (k - 1) x I >= rollback_steps - 1.
+void check_rollback(const Config& c, Checker& k) {
+  const auto& lg = c.logging();
+  if (lg.on_spike() != LoggingConfig::ROLLBACK) return;
+  if (c.cluster().workers() > 0)
+    k.fail("logging.on_spike", "ROLLBACK runs in one process only (cluster.workers is " +
+                                   std::to_string(c.cluster().workers()) + "); use SKIP_UPDATE or RECORD",
+           {"cluster.workers"});
+  const auto& ck = c.checkpoint();
+  if (ck.keep_last() > 0 && ck.interval_steps() > 0 &&
+      int64_t(ck.keep_last() - 1) * ck.interval_steps() < int64_t(lg.rollback_steps()) - 1)
+    k.fail("logging.rollback_steps",
+           fmt::format("{} steps back cannot always be reached: checkpoint.keep_last {} x interval_steps {} keeps "
+                       "checkpoints only {} steps back (need (keep_last - 1) x interval_steps >= rollback_steps - 1)",
+                       lg.rollback_steps(), ck.keep_last(), ck.interval_steps(),
+                       int64_t(ck.keep_last() - 1) * ck.interval_steps() + 1),
+           {"checkpoint.keep_last", "checkpoint.interval_steps"});
 }
 
 // Evaluation (on whenever eval_samples > 0) runs whole microbatches on every replica.
@@ -461,6 +487,8 @@ void check_relations(const Config& c, Checker& k) {
            fmt::format("{} exceeds logging.spike_window = {}: no step would ever be judged",
                        lg.spike_min_history(), lg.spike_window()),
            {"logging.spike_window"});
+
+  check_rollback(c, k);
 
   const auto& sv = c.supervision();
   if (sv.step_watchdog_s() > 0 && sv.step_watchdog_s() <= sv.heartbeat_interval_s())

@@ -8,7 +8,9 @@ metrics::SpikeOptions spike_options(const LoggingConfig& lc) {
 }
 
 SpikeGuard::SpikeGuard(const Config& c)
-    : active_(c.logging().on_spike() != LoggingConfig::RECORD), detector_(spike_options(c.logging())) {}
+    : active_(c.logging().on_spike() != LoggingConfig::RECORD),
+      rolls_back_(c.logging().on_spike() == LoggingConfig::ROLLBACK),
+      detector_(spike_options(c.logging())) {}
 
 bool SpikeGuard::drop_update(int64_t step, double loss, double grad_norm) {
   if (!active_) return false;

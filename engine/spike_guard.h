@@ -1,5 +1,6 @@
-// logging.on_spike SKIP_UPDATE (docs/metrics.md, "Acting on a spike"): whether a train
-// step's update is dropped because the step is a spike. The coordinator asks once per
+// logging.on_spike SKIP_UPDATE and ROLLBACK (docs/metrics.md, "Acting on a spike"):
+// whether a train step's update is dropped because the step is a spike (ROLLBACK then
+// restarts the group from an earlier checkpoint: engine/rollback.h). The coordinator asks once per
 // step, after the step's loss and pre-clip gradient norm are both in and before the
 // update goes out. The rule and its windows are the spike record's
 // (metrics/spike_detector.h), so the guard drops exactly the updates of the steps that
@@ -21,6 +22,8 @@ class SpikeGuard {
 
   // Whether the guard acts at all (on_spike is not RECORD).
   bool active() const { return active_; }
+  // Whether a spike rolls the run back (ROLLBACK) rather than only dropping its update.
+  bool rolls_back() const { return rolls_back_; }
   // Judges the step (then adds its finite values to the windows) and returns whether
   // its update is to be dropped: always false when not active.
   bool drop_update(int64_t step, double loss, double grad_norm);
@@ -34,7 +37,7 @@ class SpikeGuard {
   size_t history() const { return detector_.history(); }
 
  private:
-  bool active_ = false;
+  bool active_ = false, rolls_back_ = false;
   metrics::SpikeDetector detector_;
 };
 

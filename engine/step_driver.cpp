@@ -157,6 +157,14 @@ void StepDriver::advance(Actions& out) {
   if (save_ && !save_->snapshots_missing.empty()) return;  // copies being taken: called again after
   // Step n+1 already went out (run_ahead): it runs, whatever else is asked meanwhile.
   const bool issued = issued_step_ == step_ + 1;
+  // 0. A spike that rolls the run back: the run of this group ends once the save in
+  //    flight has (nothing went out ahead of the step, UpdateDecided saw to that).
+  if (rollback_step_ >= 0 && step_ >= rollback_step_) {
+    finish_status_ = "rollback";
+    finish_error_ = fmt::format("step {} is a spike (logging.on_spike ROLLBACK)", rollback_step_);
+    finish_or_wait_for_save(out);
+    return;
+  }
   // 1. A stop: a final save (SIGTERM with save_on_exit, when the step is not saved yet),
   //    then the end.
   if (stop_signal_ && !issued) {
@@ -332,6 +340,10 @@ void StepDriver::on_event(const GroupWired&, Actions& out) {
 
 void StepDriver::on_event(const UpdateDecided& e, Actions& out) {
   out.push_back(SendUpdate{e.step});
+  if (e.rolls_back) {
+    rollback_step_ = e.step;
+    return;
+  }
   run_ahead(e.step, e.decided_at, out);
 }
 

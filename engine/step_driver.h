@@ -65,6 +65,10 @@ struct GroupWired {};  // every member answered: the run starts
 struct UpdateDecided {
   int64_t step = 0;
   double decided_at = 0;
+  // The step is a spike that rolls the run back (logging.on_spike ROLLBACK): nothing is
+  // handed over ahead, and once the step closes (and a save in flight has ended) the
+  // run ends with FinishRun "rollback", no checkpoint or evaluation of the step taken.
+  bool rolls_back = false;
 };
 struct TrainStepClosed {  // every report of the step is in
   int64_t step = 0;
@@ -255,6 +259,7 @@ class StepDriver {
   // The newest training step whose RunStep went out (RunningAhead: open_step_ + 1).
   int64_t issued_step_ = 0;
   int64_t evals_run_ = 0;
+  int64_t rollback_step_ = -1;  // the step whose close ends the run as "rollback" (-1: none)
   int64_t last_eval_step_ = -1;
 
   // Checkpoints.

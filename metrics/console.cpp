@@ -89,8 +89,9 @@ std::string summary_block(const RunSummary& s) {
   out += "\n";
   out += "throughput: " + format_rate(tokens_per_second(s)) + " over " + format_duration(s.train_time_s) +
          " of steps (wall " + format_duration(s.elapsed_s) + ")\n";
-  out += fmt("restarts: %lld, spikes: %lld\n", static_cast<long long>(s.restarts),
-             static_cast<long long>(s.spikes));
+  out += fmt("restarts: %lld, spikes: %lld", static_cast<long long>(s.restarts), static_cast<long long>(s.spikes));
+  if (s.rollbacks > 0) out += fmt(", rollbacks: %lld", static_cast<long long>(s.rollbacks));
+  out += "\n";
   if (!s.newest_checkpoint.empty()) out += "newest complete checkpoint: " + s.newest_checkpoint + "\n";
   if (!s.error.empty()) out += "error: " + s.error + "\n";
   return out;

@@ -120,7 +120,8 @@ Json to_json(const RunSummary& r) {
             {"train_time_s", json_number(r.train_time_s)},
             {"tokens_per_s", json_number(tokens_per_second(r))},
             {"restarts", r.restarts},
-            {"spikes", r.spikes}};
+            {"spikes", r.spikes},
+            {"rollbacks", r.rollbacks}};
   j["last_eval_loss"] = r.last_eval_loss ? json_number(*r.last_eval_loss) : Json(nullptr);
   j["error"] = r.error.empty() ? Json(nullptr) : Json(r.error);
   j["newest_checkpoint"] = r.newest_checkpoint.empty() ? Json(nullptr) : Json(r.newest_checkpoint);

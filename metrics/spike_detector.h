@@ -101,6 +101,13 @@ class SpikeDetector {
   // picks up the windows where its checkpoint left them: warm_spike_windows).
   void warm(double loss, double grad_norm);
 
+  // Empties the windows (the spikes remembered stay): a restarted timeline warms them
+  // again from its own steps.
+  void clear_windows() {
+    losses_ = RobustWindow(options_.window);
+    norms_ = RobustWindow(options_.window);
+  }
+
   // Teaches the detector an earlier spike (a record read back from spikes.jsonl of a
   // resumed run), so that a repeat across restarts is recognised.
   void remember(int64_t step, uint64_t content_hash);

@@ -112,6 +112,7 @@ struct RunSummary {
   double train_time_s = 0;   // sum of step times
   int64_t restarts = 0;
   int64_t spikes = 0;        // spikes recorded (loss or gradient norm)
+  int64_t rollbacks = 0;     // logging.on_spike ROLLBACK: times the run went back past a spike
   double wall_time = 0;
   std::string error;              // why the run stopped or failed ("" when it completed)
   std::string newest_checkpoint;  // the newest complete checkpoint's directory ("": none)

@@ -13,18 +13,22 @@
 #include <random>
 #include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "actors/replay.h"
 #include "actors/runtime.h"
+#include "ckpt/reader.h"
 #include "data/batch_source.h"
 #include "data/default_corpus.h"
 #include "data/indexed_dataset.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
+#include "engine/rollback.h"
 #include "metrics/jsonl_log.h"
 #include "metrics/run_dir.h"
 #include "metrics/spike_detector.h"
+#include "test/support/fault.h"
 #include "test/support/same_state.h"
 #include "test/support/scratch_dir.h"
 #include "test/support/tiny_runtime_config.h"
@@ -70,6 +74,85 @@ std::vector<metrics::Json> spikes_of(const Config& c) {
   const auto path = metrics::run_dir_layout(c.logging().run_dir()).spikes;
   if (!fs::exists(path)) return {};
   return metrics::read_jsonl(path).objects;
+}
+
+// The garbage-documents corpus of issue 26: the fortunes corpus copied, with the
+// documents that step 25's samples read (16 a step) turned into random printable bytes
+// of the same lengths: the packing, the sample index and the order stay those of the
+// clean copy, so the sampler says where the garbage is. Points c.data.prefix at it.
+struct GarbageCorpus {
+  std::vector<int64_t> garbage_samples;  // every sample reading a garbage document, ascending
+  std::vector<int64_t> step25;           // step 25's samples, ascending
+  std::set<int64_t> garbage_steps;       // the steps of the first 26 holding any of them
+};
+
+GarbageCorpus garbage_corpus(const fs::path& dir, Config& c) {
+  GarbageCorpus g;
+  auto& garbage_samples = g.garbage_samples;
+  auto& garbage_steps = g.garbage_steps;
+  const std::string clean_prefix = data::ensure_default_corpus();
+  const auto clean = data::IndexedDataset::open(clean_prefix);
+  c.mutable_data()->set_prefix((dir / "clean").string());
+  {
+    data::IndexedDatasetWriter w(c.data().prefix(), data::dtype_for_vocab(257), 257);
+    std::vector<int32_t> doc;
+    for (int64_t q = 0; q < clean.sequences(); ++q) {
+      doc.resize(size_t(clean.sequence_length(q)));
+      clean.read(q, 0, int64_t(doc.size()), doc.data());
+      w.add_document(doc);
+    }
+    w.finish();
+  }
+  const auto order = data::BatchSource::open(c);
+  std::set<int64_t> garbage_docs;
+  for (const int64_t id : order.global_batch_ids(24 * 16))
+    for (const int64_t d : order.documents_of(id)) garbage_docs.insert(d);
+  for (int64_t id = 0; id < order.samples_per_epoch(); ++id)
+    for (const int64_t d : order.documents_of(id))
+      if (garbage_docs.count(d)) {
+        garbage_samples.push_back(id);
+        break;
+      }
+  for (int64_t p = 0; p < 26 * 16; ++p)
+    if (std::binary_search(garbage_samples.begin(), garbage_samples.end(), order.sample_at(p)))
+      garbage_steps.insert(p / 16 + 1);
+  REQUIRE(garbage_steps.count(25));
+  {
+    std::mt19937_64 rng(2026);
+    data::IndexedDatasetWriter w((dir / "dirty").string(), data::dtype_for_vocab(257), 257);
+    std::vector<int32_t> doc;
+    for (int64_t q = 0; q < clean.sequences(); ++q) {
+      doc.resize(size_t(clean.sequence_length(q)));
+      clean.read(q, 0, int64_t(doc.size()), doc.data());
+      if (garbage_docs.count(q))
+        for (auto& t : doc)
+          if (t != 256) t = int32_t(0x20 + rng() % 95);
+      w.add_document(doc);
+    }
+    w.finish();
+  }
+  c.mutable_data()->set_prefix((dir / "dirty").string());
+  const auto dirty_order = data::BatchSource::open(c);
+  for (int64_t p = 0; p < 26 * 16; p += 7) REQUIRE(dirty_order.sample_at(p) == order.sample_at(p));
+
+  g.step25 = order.global_batch_ids(24 * 16);
+  std::sort(g.step25.begin(), g.step25.end());
+  return g;
+}
+
+// The run of the garbage-documents case: the tiny model on PP2, 16 sequences a step,
+// 26 steps, a checkpoint every 5 kept.
+Config garbage_run_config() {
+  Config c = testing::tiny_runtime_config(2, 1, 2);
+  c.mutable_batch()->set_micro_batch_size(2);
+  c.mutable_batch()->set_global_batch_size(16);
+  c.mutable_optimizer()->set_lr(5e-3);
+  c.mutable_optimizer()->set_min_lr(5e-4);
+  c.mutable_lr_schedule()->set_warmup_samples(32);
+  c.mutable_training()->set_train_samples(26 * 16);
+  c.mutable_checkpoint()->set_interval_steps(5);
+  c.mutable_checkpoint()->set_keep_last(0);
+  return c;
 }
 
 }  // namespace
@@ -313,73 +396,16 @@ TEST_CASE("data.skip_samples in a run: skipped from the start, accounted for, ke
 TEST_CASE("garbage documents spike where the sampler put them; skipping their samples removes the spike") {
   const auto dir = testing::fresh_temp_dir("garbage-docs");
   fs::create_directories(dir);
-  Config c = testing::tiny_runtime_config(2, 1, 2);
-  c.mutable_batch()->set_micro_batch_size(2);
-  c.mutable_batch()->set_global_batch_size(16);
-  c.mutable_optimizer()->set_lr(5e-3);
-  c.mutable_optimizer()->set_min_lr(5e-4);
-  c.mutable_lr_schedule()->set_warmup_samples(32);
-  c.mutable_training()->set_train_samples(26 * 16);
-  c.mutable_checkpoint()->set_interval_steps(5);
-  c.mutable_checkpoint()->set_keep_last(0);
-
-  // The fortunes corpus copied, with the documents that step 25's samples read turned
-  // into random printable bytes of the same lengths: the packing, the sample index and
-  // the order stay those of the clean copy, so the sampler says where the garbage is.
-  const std::string clean_prefix = data::ensure_default_corpus();
-  const auto clean = data::IndexedDataset::open(clean_prefix);
-  c.mutable_data()->set_prefix((dir / "clean").string());
-  {
-    data::IndexedDatasetWriter w(c.data().prefix(), data::dtype_for_vocab(257), 257);
-    std::vector<int32_t> doc;
-    for (int64_t q = 0; q < clean.sequences(); ++q) {
-      doc.resize(size_t(clean.sequence_length(q)));
-      clean.read(q, 0, int64_t(doc.size()), doc.data());
-      w.add_document(doc);
-    }
-    w.finish();
-  }
-  const auto order = data::BatchSource::open(c);
-  std::set<int64_t> garbage_docs;
-  for (const int64_t id : order.global_batch_ids(24 * 16))
-    for (const int64_t d : order.documents_of(id)) garbage_docs.insert(d);
-  std::vector<int64_t> garbage_samples;  // every sample reading a garbage document
-  for (int64_t id = 0; id < order.samples_per_epoch(); ++id)
-    for (const int64_t d : order.documents_of(id))
-      if (garbage_docs.count(d)) {
-        garbage_samples.push_back(id);
-        break;
-      }
-  std::set<int64_t> garbage_steps;  // where the sampler puts them in this run
-  for (int64_t p = 0; p < 26 * 16; ++p)
-    if (std::binary_search(garbage_samples.begin(), garbage_samples.end(), order.sample_at(p)))
-      garbage_steps.insert(p / 16 + 1);
-  REQUIRE(garbage_steps.count(25));
-  {
-    std::mt19937_64 rng(2026);
-    data::IndexedDatasetWriter w((dir / "dirty").string(), data::dtype_for_vocab(257), 257);
-    std::vector<int32_t> doc;
-    for (int64_t q = 0; q < clean.sequences(); ++q) {
-      doc.resize(size_t(clean.sequence_length(q)));
-      clean.read(q, 0, int64_t(doc.size()), doc.data());
-      if (garbage_docs.count(q))
-        for (auto& t : doc)
-          if (t != 256) t = int32_t(0x20 + rng() % 95);
-      w.add_document(doc);
-    }
-    w.finish();
-  }
-  c.mutable_data()->set_prefix((dir / "dirty").string());
-  const auto dirty_order = data::BatchSource::open(c);
-  for (int64_t p = 0; p < 26 * 16; p += 7) REQUIRE(dirty_order.sample_at(p) == order.sample_at(p));
-
+  Config c = garbage_run_config();
+  const auto g = garbage_corpus(dir, c);
+  const auto& garbage_samples = g.garbage_samples;
   c.mutable_logging()->set_run_dir((dir / "run").string());
   const auto r = run(c);
   REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
   const auto spikes = spikes_of(c);
   REQUIRE(!spikes.empty());
   CHECK(spikes.front().at("step") == 25);  // none before the garbage step
-  MESSAGE("garbage steps (any garbage sample): " << garbage_steps.size() << "; step 24 loss "
+  MESSAGE("garbage steps (any garbage sample): " << g.garbage_steps.size() << "; step 24 loss "
                                                  << r.outcome.steps[23].loss << ", step 25 loss "
                                                  << r.outcome.steps[24].loss);
 
@@ -417,4 +443,170 @@ TEST_CASE("garbage documents spike where the sampler put them; skipping their sa
   for (const auto& st : f.outcome.steps) passed_over += int64_t(st.skipped_samples.size());
   CHECK(passed_over == f.outcome.summary.skipped_samples);
   CHECK(passed_over >= 16);  // at least step 25's sixteen
+}
+
+TEST_CASE("decide_rollback: the samples from the spike step's first, the cap per window, the first epoch only") {
+  Config c = testing::tiny_runtime_config(2, 1, 1);  // global batch 8
+  c.mutable_logging()->set_on_spike(LoggingConfig::ROLLBACK);
+  const auto train = data::BatchSource::open(c);
+  // One global batch by default: the samples at positions 16..23 (step 3's), ascending.
+  auto got = engine::decide_rollback(c, train, 3, 16, {});
+  REQUIRE(std::holds_alternative<engine::RollbackRequest>(got));
+  const auto& r = std::get<engine::RollbackRequest>(got);
+  std::vector<int64_t> want;
+  for (int64_t p = 16; p < 24; ++p) want.push_back(train.sample_at(p));
+  std::sort(want.begin(), want.end());
+  CHECK(r.spike_step == 3);
+  CHECK(r.first_position == 16);
+  CHECK(r.skip_ids == want);
+  c.mutable_logging()->set_rollback_skip_samples(20);
+  CHECK(std::get<engine::RollbackRequest>(engine::decide_rollback(c, train, 3, 16, {})).skip_ids.size() == 20);
+
+  // Two rollbacks allowed within 10 steps: a third spike within 10 steps of both stops
+  // the run; one 10 or more steps after them rolls back again.
+  c.mutable_logging()->set_rollback_limit(2);
+  c.mutable_logging()->set_rollback_window_steps(10);
+  const auto capped = engine::decide_rollback(c, train, 9, 64, {3, 5});
+  REQUIRE(std::holds_alternative<std::string>(capped));
+  CHECK(std::get<std::string>(capped) ==
+        "logging.on_spike ROLLBACK: step 9 is a spike, and 2 rollback(s) already happened within "
+        "logging.rollback_window_steps = 10 (spikes at steps 3, 5; logging.rollback_limit = 2): the run stops here");
+  CHECK(std::holds_alternative<std::string>(engine::decide_rollback(c, train, 12, 64, {3, 5})));
+  CHECK(std::holds_alternative<engine::RollbackRequest>(engine::decide_rollback(c, train, 13, 64, {3, 5})));
+  CHECK(std::holds_alternative<engine::RollbackRequest>(engine::decide_rollback(c, train, 15, 64, {3, 5})));
+
+  // Samples that reach into the second epoch are not skipped: the run stops.
+  const int64_t epoch = train.samples_per_epoch();
+  const auto late = engine::decide_rollback(c, train, 40, epoch - 10, {});
+  REQUIRE(std::holds_alternative<std::string>(late));
+  CHECK(std::get<std::string>(late).find("reach past the first epoch (" + std::to_string(epoch) + " samples)") !=
+        std::string::npos);
+  CHECK(std::holds_alternative<engine::RollbackRequest>(engine::decide_rollback(c, train, 40, epoch - 20, {})));
+}
+
+TEST_CASE("logging.on_spike ROLLBACK: the garbage step is rolled back past and skipped, bitwise a fresh run that "
+          "skips its samples, with a kill before and after the rollback") {
+  const auto dir = testing::fresh_temp_dir("rollback");
+  fs::create_directories(dir);
+  Config c = garbage_run_config();
+  const auto g = garbage_corpus(dir, c);
+  const auto plain = data::BatchSource::open(c);
+  c.mutable_logging()->set_run_dir((dir / "run").string());
+  c.mutable_logging()->set_on_spike(LoggingConfig::ROLLBACK);
+  c.mutable_logging()->set_rollback_steps(6);  // step 25's spike goes back to the checkpoint of step 15
+  c.mutable_logging()->set_rollback_limit(10);
+  // A stage killed at step 23 (before the spike: the group restarts from step 20 and
+  // meets the spike again) and an optimizer shard at step 26 (only the timeline after
+  // the rollback reaches it).
+  *c.mutable_faults()->add_fault() = testing::fault("stage/dp0/pp1/tp0", 23, Fault::BACKWARD);
+  *c.mutable_faults()->add_fault() = testing::fault("optim/dp0/pp0/tp0", 26, Fault::OPTIMIZER);
+  const auto r = run(c, /*collect_state=*/true);
+  REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
+  CHECK(r.restarts == 2);
+  REQUIRE(!r.rollbacks.empty());
+  const auto& first = r.rollbacks.front();
+  CHECK(first.request.spike_step == 25);
+  CHECK(first.request.first_position == 24 * 16);
+  CHECK(first.request.skip_ids == g.step25);
+  CHECK(first.done.target_step == 15);
+  CHECK(first.done.moved_steps == std::vector<int64_t>{20});
+  const fs::path root = dir / "run" / "checkpoints";
+  CHECK(first.done.aside_dir == root.string() + ".rolled-back-25");
+  CHECK(fs::exists(fs::path(first.done.aside_dir) / "step_00000020" / "manifest.pb"));
+  std::vector<int64_t> skipped;  // every rollback's samples
+  for (const auto& rb : r.rollbacks) skipped.insert(skipped.end(), rb.request.skip_ids.begin(), rb.request.skip_ids.end());
+  std::sort(skipped.begin(), skipped.end());
+  MESSAGE(r.rollbacks.size() << " rollback(s), " << skipped.size() << " samples skipped");
+
+  // Recorded: the spike, the rollback event, the skip list in the last checkpoint.
+  const auto spikes = spikes_of(c);
+  REQUIRE(!spikes.empty());
+  CHECK(spikes.front().at("step") == 25);
+  const auto lines = metrics::read_jsonl(metrics::run_dir_layout(c.logging().run_dir()).metrics).objects;
+  int rollback_lines = 0;
+  for (const auto& j : lines)
+    if (j.value("type", "") == "rollback") {
+      if (rollback_lines++ == 0) {
+        CHECK(j.at("step") == 25);
+        CHECK(j.at("resume_step") == 15);
+        CHECK(j.at("skipped_samples").get<std::vector<int64_t>>() == g.step25);
+      }
+    }
+  CHECK(rollback_lines == int(r.rollbacks.size()));
+  const auto latest = ckpt::load_latest(root.string());
+  REQUIRE(latest.checkpoint);
+  const auto& listed = latest.checkpoint->manifest().data_position().skip_samples();
+  CHECK(std::vector<int64_t>(listed.begin(), listed.end()) == skipped);
+
+  // The sample audit over the final timeline: its samples and the ones it passed over
+  // are the first positions of the order without skips, each once.
+  REQUIRE(r.outcome.steps.size() == 26);
+  std::vector<int64_t> seen, want;
+  for (size_t k = 0; k < r.outcome.steps.size(); ++k) {
+    CHECK(r.outcome.steps[k].step == int64_t(k) + 1);
+    seen.insert(seen.end(), r.outcome.step_samples[k].begin(), r.outcome.step_samples[k].end());
+    seen.insert(seen.end(), r.outcome.steps[k].skipped_samples.begin(), r.outcome.steps[k].skipped_samples.end());
+  }
+  for (int64_t p = 0; p < int64_t(seen.size()); ++p) want.push_back(plain.sample_at(p));
+  std::sort(seen.begin(), seen.end());
+  std::sort(want.begin(), want.end());
+  CHECK(seen == want);
+
+  // Replay (with the rollbacks' skips, read from metrics.jsonl) recomputes the final
+  // timeline from the checkpoint the rollback kept, bit for bit.
+  actors::ReplayOptions ro;
+  ro.run_dir = c.logging().run_dir();
+  ro.step = 26;
+  ro.from = 15;
+  const auto replay = actors::replay_run(ro);
+  CHECK(replay.from_step == 15);
+  CHECK_MESSAGE(!replay.first_difference, actors::format_replay(replay));
+
+  // A fresh run told to skip the same samples from its start: the same samples in every
+  // step, the same losses, and the same weights and moments at the end, bit for bit.
+  Config fresh = garbage_run_config();
+  fresh.mutable_data()->set_prefix(c.data().prefix());
+  fresh.mutable_logging()->set_run_dir((dir / "fresh").string());
+  for (const int64_t id : skipped) fresh.mutable_data()->add_skip_samples(id);
+  const auto f = run(fresh, /*collect_state=*/true);
+  REQUIRE_MESSAGE(f.outcome.status == "completed", f.outcome.error);
+  REQUIRE(f.outcome.steps.size() == 26);
+  for (size_t k = 0; k < 26; ++k) {
+    CAPTURE(k);
+    CHECK(f.outcome.step_samples[k] == r.outcome.step_samples[k]);
+    CHECK(f.outcome.steps[k].loss == r.outcome.steps[k].loss);
+  }
+  REQUIRE(r.state);
+  REQUIRE(f.state);
+  testing::check_same_state(*r.state, *f.state);
+}
+
+TEST_CASE("logging.on_spike ROLLBACK: a spike that comes back past the cap stops the run, its checkpoints kept") {
+  const auto dir = testing::fresh_temp_dir("rollback-cap");
+  fs::create_directories(dir);
+  Config c = garbage_run_config();
+  const auto g = garbage_corpus(dir, c);
+  const auto plain = data::BatchSource::open(c);
+  c.mutable_logging()->set_run_dir((dir / "run").string());
+  c.mutable_logging()->set_on_spike(LoggingConfig::ROLLBACK);
+  // One sample skipped per rollback: step 25 keeps fifteen garbage samples and spikes
+  // again, past a cap of one rollback.
+  c.mutable_logging()->set_rollback_skip_samples(1);
+  c.mutable_logging()->set_rollback_limit(1);
+  const auto r = run(c);
+  CHECK(r.outcome.status == "failed");
+  CHECK(r.exit_code() == 1);
+  REQUIRE(r.rollbacks.size() == 1);
+  CHECK(r.rollbacks[0].request.skip_ids == std::vector<int64_t>{plain.sample_at(24 * 16)});
+  CHECK(r.rollbacks[0].done.target_step == 20);
+  const std::string newest = (dir / "run" / "checkpoints" / "step_00000020").string();
+  CHECK(r.outcome.error ==
+        "logging.on_spike ROLLBACK: step 25 is a spike, and 1 rollback(s) already happened within "
+        "logging.rollback_window_steps = 1000 (spikes at steps 25; logging.rollback_limit = 1): the run stops here; "
+        "the newest complete checkpoint is " + newest);
+  CHECK(fs::exists(fs::path(newest) / "manifest.pb"));
+  const auto lines = metrics::read_jsonl(metrics::run_dir_layout(c.logging().run_dir()).metrics).objects;
+  REQUIRE(!lines.empty());
+  CHECK(lines.back().at("type") == "summary");
+  CHECK(lines.back().at("status") == "failed");
 }

@@ -418,3 +418,23 @@ TEST_CASE("data.skip_samples: non-negative IDs, each once") {
   CHECK(load_error("data { skip_samples: 7 skip_samples: 3 skip_samples: 7 }") ==
         "t.textproto:1: data.skip_samples: sample ID 7 is listed twice");
 }
+
+TEST_CASE("logging.on_spike ROLLBACK: its counts positive, its checkpoints reachable, one process") {
+  CHECK(load_error("logging { on_spike: ROLLBACK rollback_steps: 20 }") == "(no error)");
+  CHECK(load_error("logging { on_spike: ROLLBACK rollback_steps: 0 }").find("logging.rollback_steps") !=
+        std::string::npos);
+  CHECK(load_error("logging { rollback_limit: 0 }").find("logging.rollback_limit") != std::string::npos);
+  CHECK(load_error("logging { rollback_skip_samples: -1 }").find("logging.rollback_skip_samples") !=
+        std::string::npos);
+  // keep_last 3 x interval 5 reaches 11 steps back: 11 is fine, 12 is not.
+  CHECK(load_error("checkpoint { interval_steps: 5 keep_last: 3 }\nlogging { on_spike: ROLLBACK rollback_steps: 11 }") ==
+        "(no error)");
+  CHECK(load_error("checkpoint { interval_steps: 5 keep_last: 3 }\nlogging { on_spike: ROLLBACK rollback_steps: 12 }") ==
+        "t.textproto:2: logging.rollback_steps: 12 steps back cannot always be reached: checkpoint.keep_last 3 x "
+        "interval_steps 5 keeps checkpoints only 11 steps back (need (keep_last - 1) x interval_steps >= "
+        "rollback_steps - 1)");
+  // The same settings without ROLLBACK are nobody's business.
+  CHECK(load_error("checkpoint { interval_steps: 5 keep_last: 3 }\nlogging { rollback_steps: 12 }") == "(no error)");
+  CHECK(load_error("cluster { workers: 2 }\nlogging { on_spike: ROLLBACK }").find("ROLLBACK runs in one process only") !=
+        std::string::npos);
+}

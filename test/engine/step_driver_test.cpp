@@ -753,6 +753,44 @@ TEST_CASE("spike guard: RECORD never drops; SKIP_UPDATE drops a spike's update o
   CHECK(!cold.drop_update(11, loss_at(11) * 1.35, norm_at(11)));  // nothing to judge against
 }
 
+TEST_CASE("step driver: a spike that rolls back sends its update alone, and its close ends the group's run") {
+  auto c = six_steps();
+  c.interval_steps = 2;
+  c.eval_microbatches = 1;
+  c.eval_interval = 3;
+  c.save_on_exit = true;
+  Drive d(c);
+  d.on(GroupWired{});
+  d.plain_step(1);
+  // Step 2 is a spike with ROLLBACK: its update (dropped by the coordinator) goes out,
+  // step 3 does not go out ahead.
+  CHECK(d.on(UpdateDecided{2, 5, /*rolls_back=*/true}) == Lines{"SendUpdate 2"});
+  CHECK(d.phase() == Phase::Training);
+  CHECK_FALSE(d.driver.report_is_early(3));
+  // Its close takes no checkpoint (interval 2 names it), no evaluation and no final
+  // save: the group's run ends as "rollback".
+  CHECK(d.closed(2) == Lines{"FinishRun rollback: step 2 is a spike (logging.on_spike ROLLBACK)"});
+  CHECK(d.phase() == Phase::Finished);
+  CHECK(d.on(Tick{}).empty());
+
+  // A save in flight (of step 4, lagging) is waited for first.
+  Drive e(c);
+  e.on(GroupWired{});
+  e.plain_step(1);
+  CHECK(e.decided(2, 4) == Lines{"SendUpdate 2", "SendRunStepAhead RunStep train 3 consumed 16 microbatches 2 issued_at 4"});
+  CHECK(e.closed(2) == Lines{"BeginSave 2"});
+  CHECK(e.on(SaveOpened{7}).empty());
+  CHECK(e.copied(2, 0).empty());
+  CHECK(e.copied(2, 1) == Lines{"OpenTrainStep 3 (went out ahead)"});
+  CHECK(e.on(UpdateDecided{3, 6, /*rolls_back=*/true}) == Lines{"SendUpdate 3"});
+  CHECK(e.closed(3).empty());
+  CHECK(e.phase() == Phase::Stopping);
+  CHECK(e.written(0, 7) == Lines{"KeepShard shard0 bytes 100"});
+  CHECK(e.written(1, 7) == Lines{"KeepShard shard1 bytes 101", "CommitSave"});
+  CHECK(e.on(SaveCommitted{}) == Lines{"FinishRun rollback: step 3 is a spike (logging.on_spike ROLLBACK)"});
+  CHECK(e.driver.last_saved_step() == 2);
+}
+
 TEST_CASE("layer labels of the per-layer gradient norms") {
   CHECK(layer_label("h.12.attn.c_attn.weight") == "h.12");
   CHECK(layer_label("h.0.ln_1.bias") == "h.0");

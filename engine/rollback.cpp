@@ -1,0 +1,139 @@
+#include "engine/rollback.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "ckpt/commit.h"
+#include "ckpt/error.h"
+#include "ckpt/format.h"
+#include "ckpt/manifest.h"
+#include "ckpt/reader.h"
+#include "engine/checkpointing.h"
+#include "util/durable_file.h"
+
+namespace troupe::engine {
+namespace fs = std::filesystem;
+
+int64_t rollback_skip_count(const Config& c) {
+  const int64_t s = c.logging().rollback_skip_samples();
+  return s > 0 ? s : c.batch().global_batch_size();
+}
+
+std::variant<RollbackRequest, std::string> decide_rollback(const Config& c, const data::BatchSource& train,
+                                                           int64_t spike_step, int64_t consumed_before,
+                                                           const std::vector<int64_t>& earlier_spikes) {
+  const auto& lg = c.logging();
+  std::vector<int64_t> near;
+  for (const int64_t s : earlier_spikes)
+    if (spike_step - s < lg.rollback_window_steps()) near.push_back(s);
+  if (int64_t(near.size()) >= lg.rollback_limit()) {
+    std::string steps;
+    for (const int64_t s : near) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+    return fmt::format("logging.on_spike ROLLBACK: step {} is a spike, and {} rollback(s) already happened within "
+                       "logging.rollback_window_steps = {} (spikes at steps {}; logging.rollback_limit = {}): the "
+                       "run stops here",
+                       spike_step, near.size(), lg.rollback_window_steps(), steps, lg.rollback_limit());
+  }
+  const int64_t count = rollback_skip_count(c);
+  // Positions of the first epoch under the current skip list: skipping a sample of a
+  // later epoch would take it out of the epochs already trained on too (docs/data.md).
+  const int64_t first_epoch = train.samples_per_epoch() - int64_t(train.skip_samples().size());
+  if (consumed_before + count > first_epoch)
+    return fmt::format("logging.on_spike ROLLBACK: step {} is a spike, but the {} samples to skip (positions {} to "
+                       "{} of the run's order) reach past the first epoch ({} samples): skipping them would change "
+                       "the order of an epoch already trained on (docs/data.md, \"Skipping samples\"); the run "
+                       "stops here",
+                       spike_step, count, consumed_before, consumed_before + count - 1, first_epoch);
+  RollbackRequest r;
+  r.spike_step = spike_step;
+  r.first_position = consumed_before;
+  for (int64_t i = 0; i < count; ++i) r.skip_ids.push_back(train.sample_at(consumed_before + i));
+  std::sort(r.skip_ids.begin(), r.skip_ids.end());
+  return r;
+}
+
+namespace {
+
+void rename_or_throw(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (ec) throw ckpt::CheckpointError(fmt::format("{}: cannot move to {}: {}", from.string(), to.string(), ec.message()));
+}
+
+// The step of ROOT's entry `name` when it is a step directory, complete ("step_N") or
+// not ("step_N.partial", "step_N.deleting", ...).
+std::optional<int64_t> step_of_entry(const std::string& name) {
+  return ckpt::parse_step_dir_name(std::string_view(name).substr(0, name.find('.')));
+}
+
+}  // namespace
+
+RollbackDone roll_back_checkpoints(const Config& c, int64_t spike_step) {
+  RollbackDone d;
+  const fs::path root = checkpoint_root(c);
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return d;  // no checkpoint was ever written: from scratch
+  const int64_t at_most = spike_step - c.logging().rollback_steps();
+  const auto steps = ckpt::list_step_dirs(root.string());
+  for (auto s = steps.rbegin(); s != steps.rend(); ++s) {
+    if (*s > at_most) continue;
+    const std::string dir = (root / ckpt::step_dir_name(*s)).string();
+    try {
+      const auto ck = ckpt::Checkpoint::open(dir, ckpt::Checkpoint::Verify::kStrict);
+      ckpt::check_counters(ck.manifest(), dir + "/" + std::string(ckpt::kManifestFile));
+      if (ck.step() != *s) throw ckpt::CheckpointError(fmt::format("{}: manifest says step {}", dir, ck.step()));
+      d.target_step = ck.step();
+      d.target_dir = dir;
+      break;
+    } catch (const ckpt::CheckpointError& e) {
+      d.report.push_back(e.what());
+    }
+  }
+  // Everything after the kept checkpoint leaves the root's timeline.
+  std::vector<std::string> later;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (const auto s = step_of_entry(name); s && *s > d.target_step) later.push_back(name);
+  }
+  std::sort(later.begin(), later.end());
+  const fs::path latest = root / std::string(ckpt::kLatestFile);
+  const bool drop_latest = d.target_dir.empty() && fs::exists(latest);
+  if (!later.empty() || drop_latest) {
+    fs::path aside = root;
+    aside += fmt::format(".rolled-back-{}", spike_step);
+    for (int n = 1; fs::exists(aside); ++n) {
+      aside = root;
+      aside += fmt::format(".rolled-back-{}-{}", spike_step, n);
+    }
+    fs::create_directories(aside, ec);
+    if (ec) throw ckpt::CheckpointError(fmt::format("{}: cannot create: {}", aside.string(), ec.message()));
+    d.aside_dir = aside.string();
+    for (const auto& name : later) {
+      rename_or_throw(root / name, aside / name);
+      if (const auto s = step_of_entry(name); s && name == ckpt::step_dir_name(*s)) d.moved_steps.push_back(*s);
+    }
+    if (drop_latest) rename_or_throw(latest, aside / std::string(ckpt::kLatestFile));
+    util::rethrow_file_error_as<ckpt::CheckpointError>([&] {
+      util::fsync_dir(aside.string());
+      if (!d.target_dir.empty())
+        util::write_file_atomically(latest.string(), ckpt::step_dir_name(d.target_step) + "\n");
+      util::fsync_dir(root.string());
+    });
+  }
+  return d;
+}
+
+Config rolled_back_config(Config c, const RollbackRequest& r, const RollbackDone& d) {
+  std::vector<int64_t> skip(c.data().skip_samples().begin(), c.data().skip_samples().end());
+  skip.insert(skip.end(), r.skip_ids.begin(), r.skip_ids.end());
+  std::sort(skip.begin(), skip.end());
+  skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
+  c.mutable_data()->clear_skip_samples();
+  for (const int64_t id : skip) c.mutable_data()->add_skip_samples(id);
+  c.mutable_checkpoint()->set_load(d.target_dir);
+  return c;
+}
+
+}  // namespace troupe::engine
