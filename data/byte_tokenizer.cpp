@@ -3,6 +3,7 @@
 #include "data/error.h"
 #include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
+#include "data/unicode_text.h"
 
 namespace troupe::data {
 namespace {
@@ -17,6 +18,16 @@ class ByteTokenizer final : public Tokenizer {
     out.resize(base + text.size());
     int32_t* dst = out.data() + base;
     for (size_t i = 0; i < text.size(); ++i) dst[i] = int32_t(static_cast<unsigned char>(text[i]));
+  }
+  // As the tokenizer.json an export writes for it decodes (data/hf_tokenizer_files.h):
+  // 256 is the special token <|endoftext|>.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+    std::string bytes;
+    for (const int32_t id : ids) {
+      if (id >= 0 && id < 256) bytes += char(id);
+      else if (id == 256 && !skip_special_tokens) bytes += "<|endoftext|>";
+    }
+    return utf8_lossy(bytes);
   }
 };
 

@@ -14,6 +14,7 @@
 #include "data/gpt2_pretokenize.h"
 #include "data/mapped_file.h"
 #include "data/tokenizer.h"
+#include "data/unicode_text.h"
 
 namespace troupe::data {
 namespace {
@@ -48,6 +49,8 @@ class Gpt2Tokenizer final : public Tokenizer {
         vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(id) + 1);
       }
     }
+    token_of_id_.resize(size_t(vocab_size_));
+    for (const auto& [token, id] : vocab) token_of_id_[size_t(id)] = token;
     const auto eod = vocab.find("<|endoftext|>");
     if (eod == vocab.end()) throw DataError(vocab_path + ": no \"<|endoftext|>\" entry (GPT-2's EOD)");
     eod_ = eod->second;
@@ -99,7 +102,20 @@ class Gpt2Tokenizer final : public Tokenizer {
     for (const std::string_view piece : pieces_) bpe_->encode_piece(piece, out);
   }
 
+  // transformers' GPT2Tokenizer (and the tokenizer.json it converts to): <|endoftext|>
+  // is its one special token.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+    std::string bytes, token_bytes;
+    for (const int32_t id : ids) {
+      if (id < 0 || id >= vocab_size_ || (skip_special_tokens && id == eod_)) continue;
+      const std::string& token = token_of_id_[size_t(id)];
+      bytes += stand_in_bytes(token, token_bytes) ? token_bytes : token;
+    }
+    return utf8_lossy(bytes);
+  }
+
  private:
+  std::vector<std::string> token_of_id_;  // "" for an ID vocab.json skips
   std::unique_ptr<ByteLevelBpe> bpe_;
   int64_t vocab_size_ = 0;
   int32_t eod_ = 0;

@@ -27,44 +27,99 @@ using Json = nlohmann::json;
 // Llama 3's tokenizer.json is 9 MB; Qwen2's 7 MB.
 constexpr size_t kMaxFileBytes = size_t(512) << 20;
 
-// Literal tokens found in text: at the leftmost position where any matches, the
-// longest (HF's AddedVocabulary: Aho-Corasick, leftmost-longest).
-class LiteralMatcher {
+// Added tokens found in text, as HF's AddedVocabulary finds them: the matches of all
+// the contents, leftmost first and the longest among those starting there, each search
+// resuming where the previous match ended. A single_word token's match counts only
+// between non-word characters (Rust regex's \w: is_word_character) or the text's ends,
+// and a discarded match is not searched again for shorter ones inside it. lstrip takes
+// the whitespace run before a match into it (not what an earlier match took), rstrip
+// the run after it.
+class AddedTokenMatcher {
  public:
-  void add(const std::string& content, int32_t id) {
-    by_first_[static_cast<unsigned char>(content[0])].emplace_back(content, id);
+  struct Token {
+    std::string content;  // as matched: normalized for a normalized token
+    int32_t id;
+    bool single_word, lstrip, rstrip;
+  };
+  void add(Token t) {
+    by_first_[static_cast<unsigned char>(t.content[0])].push_back(std::move(t));
     empty_ = false;
   }
   // After the last add: each bucket longest first (the file's order among equals).
   void finish() {
     for (auto& bucket : by_first_)
       std::stable_sort(bucket.begin(), bucket.end(),
-                       [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+                       [](const Token& a, const Token& b) { return a.content.size() > b.content.size(); });
   }
   bool empty() const { return empty_; }
+  bool any_rstrip() const {
+    for (const auto& bucket : by_first_)
+      for (const Token& t : bucket)
+        if (t.rstrip) return true;
+    return false;
+  }
+  // The first token whose content starts with whitespace, or null.
+  const Token* whitespace_first() const {
+    for (const auto& bucket : by_first_)
+      for (const Token& t : bucket)
+        if (is_white_space(decode_utf8(t.content, 0).cp)) return &t;
+    return nullptr;
+  }
 
   struct Segment {
     size_t begin, end;
     int32_t id;  // -1: text still to tokenize
   };
-  void split(std::string_view text, size_t base, std::vector<Segment>& out) const {
-    size_t from = 0;
-    for (size_t i = 0; i < text.size(); ++i) {
-      const auto& bucket = by_first_[static_cast<unsigned char>(text[i])];
-      for (const auto& [content, id] : bucket) {
-        if (text.compare(i, content.size(), content) != 0) continue;
-        if (i > from) out.push_back({base + from, base + i, -1});
-        out.push_back({base + i, base + i + content.size(), id});
-        from = i + content.size();
-        i = from - 1;
-        break;
+  void split(std::string_view text, std::vector<Segment>& out) const {
+    size_t taken = 0;  // the end of the last segment pushed
+    for (size_t i = 0; i < text.size();) {
+      const Token* hit = nullptr;
+      for (const Token& t : by_first_[static_cast<unsigned char>(text[i])])
+        if (text.compare(i, t.content.size(), t.content) == 0) {
+          hit = &t;
+          break;
+        }
+      if (hit == nullptr) {
+        ++i;
+        continue;
       }
+      size_t start = i, stop = i + hit->content.size();
+      i = stop;
+      if (hit->single_word && ((start > 0 && is_word_character(last_char(text.substr(0, start)))) ||
+                               (stop < text.size() && is_word_character(decode_utf8(text, stop).cp))))
+        continue;
+      if (hit->lstrip) {
+        size_t s = start;
+        while (s > taken) {
+          const size_t b = last_char_start(text.substr(0, s));
+          if (!is_white_space(decode_utf8(text, b).cp)) break;
+          s = b;
+        }
+        start = s;
+      }
+      if (hit->rstrip)
+        while (stop < text.size() && is_white_space(decode_utf8(text, stop).cp)) stop += decode_utf8(text, stop).bytes;
+      if (start > taken) out.push_back({taken, start, -1});
+      out.push_back({start, stop, hit->id});
+      taken = stop;
     }
-    if (from < text.size()) out.push_back({base + from, base + text.size(), -1});
+    if (taken < text.size()) out.push_back({taken, text.size(), -1});
   }
 
  private:
-  std::array<std::vector<std::pair<std::string, int32_t>>, 256> by_first_;
+  // The start of the last character of non-empty `s` (an invalid byte is one).
+  static size_t last_char_start(std::string_view s) {
+    for (size_t back = 1; back <= 4 && back <= s.size(); ++back) {
+      const size_t b = s.size() - back;
+      const Utf8Char c = decode_utf8(s, b);
+      if (c.cp != kInvalidUtf8 && b + c.bytes == s.size()) return b;
+      if ((static_cast<unsigned char>(s[b]) & 0xc0) != 0x80) break;  // a lead byte that does not reach the end
+    }
+    return s.size() - 1;
+  }
+  static char32_t last_char(std::string_view s) { return decode_utf8(s, last_char_start(s)).cp; }
+
+  std::array<std::vector<Token>, 256> by_first_;
   bool empty_ = true;
 };
 
@@ -93,6 +148,8 @@ class HfJsonTokenizer final : public HfTokenizer {
     read_normalizer(j.contains("normalizer") ? j["normalizer"] : Json());
     read_pre_tokenizer(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : Json());
     read_added_tokens(j.contains("added_tokens") ? j["added_tokens"] : Json::array());
+    read_post_processor(j.contains("post_processor") ? j["post_processor"] : Json(), "post_processor");
+    read_decoder(j.contains("decoder") ? j["decoder"] : Json());
     choose_eod(eod_id);
   }
 
@@ -102,10 +159,38 @@ class HfJsonTokenizer final : public HfTokenizer {
   const std::string& path() const override { return path_; }
   const std::string& eod_token() const override { return eod_token_; }
 
+  void encode_with_special_tokens(std::string_view text, std::vector<int32_t>& out) override {
+    if (!post_processor_refusal_.empty()) fail(post_processor_refusal_);
+    out.insert(out.end(), template_prefix_.begin(), template_prefix_.end());
+    encode(text, out);
+    out.insert(out.end(), template_suffix_.begin(), template_suffix_.end());
+  }
+
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+    if (!decoder_refusal_.empty()) fail(decoder_refusal_);
+    std::string text, bytes;
+    bool first = true;
+    for (const int32_t id : ids) {
+      const std::string* token = nullptr;
+      if (const auto it = added_by_id_.find(id); it != added_by_id_.end()) token = &it->second;
+      else if (id >= 0 && size_t(id) < token_of_id_.size() && !token_of_id_[size_t(id)].empty()) token = &token_of_id_[size_t(id)];
+      if (token == nullptr || (skip_special_tokens && special_.count(*token) > 0)) continue;
+      if (!byte_level_decoder_) {  // no decoder: HF joins the tokens with spaces
+        text += (first ? "" : " ") + *token;
+        first = false;
+        continue;
+      }
+      // A token some character of which is no byte's stand-in (an added token such
+      // as "\xe4\xb8\xad") counts as its own UTF-8 bytes, as HF's ByteLevel decoder has it.
+      text += stand_in_bytes(*token, bytes) ? bytes : *token;
+    }
+    return byte_level_decoder_ ? utf8_lossy(text) : text;
+  }
+
   void encode(std::string_view text, std::vector<int32_t>& out) override {
     raw_segments_.clear();
     if (raw_added_.empty()) raw_segments_.push_back({0, text.size(), -1});
-    else raw_added_.split(text, 0, raw_segments_);
+    else raw_added_.split(text, raw_segments_);
     for (const auto& seg : raw_segments_) {
       if (seg.id >= 0) {
         out.push_back(seg.id);
@@ -119,7 +204,7 @@ class HfJsonTokenizer final : public HfTokenizer {
       }
       norm_segments_.clear();
       if (normalized_added_.empty()) norm_segments_.push_back({0, part.size(), -1});
-      else normalized_added_.split(part, 0, norm_segments_);
+      else normalized_added_.split(part, norm_segments_);
       for (const auto& s : norm_segments_) {
         if (s.id >= 0) out.push_back(s.id);
         else encode_plain(part.substr(s.begin, s.end - s.begin), out);
@@ -222,6 +307,8 @@ class HfJsonTokenizer final : public HfTokenizer {
       vocab_.emplace(it.key(), id);
       vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(id) + 1);
     }
+    token_of_id_.resize(size_t(vocab_size_));
+    for (const auto& [token, id] : vocab_) token_of_id_[size_t(id)] = token;
     std::array<int32_t, 256> byte_id{};
     for (int b = 0; b < 256; ++b) {
       const auto it = vocab_.find(byte_stand_ins()[size_t(b)]);
@@ -342,21 +429,106 @@ class HfJsonTokenizer final : public HfTokenizer {
         fail(where + " has no integer id and string content");
       const int32_t id = t["id"].get<int32_t>();
       const std::string content = t["content"].get<std::string>();
-      for (const char* k : {"single_word", "lstrip", "rstrip"})
-        if (t.contains(k) && t[k] == true)
-          fail(where + " \"" + content + "\" sets " + k + ", which troupe does not support");
       if (content.empty()) fail(where + " has empty content");
-      const bool special = t.contains("special") && t["special"] == true;
+      const auto flag = [&](const char* k) { return t.contains(k) && t[k] == true; };
+      const bool special = flag("special");
       const bool normalized = t.contains("normalized") ? t["normalized"] == true : !special;
-      // With no normalizer, matching after normalization is matching the raw text,
-      // but still a second pass, as in HF.
-      (normalized ? normalized_added_ : raw_added_).add(content, id);
+      // A normalized token is matched in normalized text as its normalized content,
+      // and HF decodes it as that too. With no normalizer that is matching the raw
+      // text, but still a second pass, as in HF.
+      const std::string matched = normalized && nfc_ ? nfc(content) : content;
+      (normalized ? normalized_added_ : raw_added_)
+          .add({matched, id, flag("single_word"), flag("lstrip"), flag("rstrip")});
       if (special) special_.emplace(content, id);
       vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(id) + 1);
-      added_by_id_.emplace(id, content);
+      added_by_id_.emplace(id, matched);
     }
     raw_added_.finish();
     normalized_added_.finish();
+    // After an rstrip token HF resumes its search where the token's content ended,
+    // inside the whitespace it took; a token starting with whitespace could match
+    // there and overlap it, which troupe does not reproduce.
+    for (const AddedTokenMatcher* m : {&raw_added_, &normalized_added_})
+      if (const auto* w = m->whitespace_first(); w != nullptr && m->any_rstrip())
+        fail("added token \"" + w->content + "\" starts with whitespace and an added token of the same pass sets "
+             "rstrip: HF matches them overlapping, which troupe does not support");
+  }
+
+  // The single-sequence template of the post-processor: IDs before and after the
+  // text's. A kind that changes IDs and that troupe does not apply is remembered, and
+  // refused when a caller asks for the special tokens (prepare-data does not by default).
+  void read_post_processor(const Json& p, const std::string& where) {
+    if (p.is_null()) return;
+    const std::string type = p.is_object() && p.contains("type") && p["type"].is_string() ? p["type"].get<std::string>() : "";
+    if (type == "ByteLevel") return;  // offsets only
+    if (type == "Sequence") {
+      if (!p.contains("processors") || !p["processors"].is_array()) fail(where + ": a Sequence without \"processors\"");
+      // Each processor wraps what the ones before it made.
+      for (size_t i = 0; i < p["processors"].size(); ++i)
+        read_post_processor(p["processors"][i], where + ".processors[" + std::to_string(i) + "]");
+      return;
+    }
+    std::vector<int32_t> before, after;
+    if (type == "TemplateProcessing") {
+      const Json& single = field(p, "single", Json::value_t::array);
+      const Json specials = p.contains("special_tokens") && p["special_tokens"].is_object() ? p["special_tokens"] : Json::object();
+      bool seen_a = false;
+      for (size_t i = 0; i < single.size(); ++i) {
+        const Json& piece = single[i];
+        const std::string at = where + ".single[" + std::to_string(i) + "]";
+        if (piece.is_object() && piece.contains("Sequence") && piece["Sequence"].is_object()) {
+          const Json& seq = piece["Sequence"];
+          if (!seq.contains("id") || seq["id"] != "A" || seen_a)
+            fail(at + ": a single-sequence template holds the sequence $A once (got " + seq.dump() + ")");
+          seen_a = true;
+        } else if (piece.is_object() && piece.contains("SpecialToken") && piece["SpecialToken"].is_object() &&
+                   piece["SpecialToken"].contains("id") && piece["SpecialToken"]["id"].is_string()) {
+          const std::string name = piece["SpecialToken"]["id"].get<std::string>();
+          if (!specials.contains(name) || !specials[name].is_object() || !specials[name].contains("ids") ||
+              !specials[name]["ids"].is_array())
+            fail(at + ": special token \"" + name + "\" is not in " + where + ".special_tokens with its ids");
+          for (const Json& id : specials[name]["ids"]) {
+            if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+              fail(where + ".special_tokens \"" + name + "\" has an id that is not a valid integer");
+            (seen_a ? after : before).push_back(id.get<int32_t>());
+          }
+        } else {
+          fail(at + " is neither {\"Sequence\": ...} nor {\"SpecialToken\": ...}");
+        }
+      }
+      if (!seen_a) fail(where + ".single has no $A (the text's IDs)");
+    } else if (type == "BertProcessing" || type == "RobertaProcessing") {
+      // [CLS] $A [SEP] (RoBERTa: <s> $A </s>); its offsets settings change no ID.
+      for (const char* k : {"cls", "sep"}) {
+        const Json& pair = field(p, k, Json::value_t::array);
+        if (pair.size() != 2 || !pair[1].is_number_integer() || pair[1].get<int64_t>() < 0 || pair[1].get<int64_t>() > INT32_MAX)
+          fail(where + "." + k + " is not [token, id]");
+        (std::string(k) == "cls" ? before : after).push_back(pair[1].get<int32_t>());
+      }
+    } else {
+      if (post_processor_refusal_.empty())
+        post_processor_refusal_ = where + ": post-processor " + (type.empty() ? p.dump() : type) +
+                                  " is not supported (troupe applies TemplateProcessing, BertProcessing, "
+                                  "RobertaProcessing and ByteLevel, alone or in a Sequence)";
+      return;
+    }
+    for (const int32_t id : before)
+      if (id >= vocab_size_) fail(where + ": special token ID " + std::to_string(id) + " is outside the vocabulary");
+    for (const int32_t id : after)
+      if (id >= vocab_size_) fail(where + ": special token ID " + std::to_string(id) + " is outside the vocabulary");
+    template_prefix_.insert(template_prefix_.begin(), before.begin(), before.end());
+    template_suffix_.insert(template_suffix_.end(), after.begin(), after.end());
+  }
+
+  void read_decoder(const Json& d) {
+    if (d.is_null()) {
+      byte_level_decoder_ = false;
+      return;
+    }
+    const std::string type = d.is_object() && d.contains("type") && d["type"].is_string() ? d["type"].get<std::string>() : "";
+    if (type != "ByteLevel")
+      decoder_refusal_ = "decoder " + (type.empty() ? d.dump() : type) +
+                         " is not supported (troupe decodes with ByteLevel, the decoder of byte-level BPE files)";
   }
 
   void choose_eod(std::optional<int32_t> eod_id) {
@@ -398,12 +570,16 @@ class HfJsonTokenizer final : public HfTokenizer {
   int32_t eod_ = -1;
   std::string eod_token_;
   bool nfc_ = false;
+  std::vector<std::string> token_of_id_;  // model.vocab by ID ("" where it has none)
+  std::vector<int32_t> template_prefix_, template_suffix_;
+  std::string post_processor_refusal_, decoder_refusal_;
+  bool byte_level_decoder_ = true;
   std::vector<PreStep> steps_;
   std::unique_ptr<ByteLevelBpe> bpe_;
-  LiteralMatcher raw_added_, normalized_added_;
+  AddedTokenMatcher raw_added_, normalized_added_;
 
   // Scratch reused across encode calls.
-  std::vector<LiteralMatcher::Segment> raw_segments_, norm_segments_;
+  std::vector<AddedTokenMatcher::Segment> raw_segments_, norm_segments_;
   std::vector<std::string> pieces_, next_;
   std::vector<std::pair<size_t, size_t>> ranges_;
   std::vector<std::string_view> views_;

@@ -7,14 +7,21 @@
 // byte's stand-in in the vocabulary; normalizer null or NFC; pre_tokenizer ByteLevel
 // (use_regex: GPT-2's pattern; add_prefix_space), or a Sequence of Split (a "Regex"
 // or "String" pattern, behavior Isolated, not inverted; data/hf_regex.h) and Digits
-// steps ending in ByteLevel; added tokens (special or not, matched literally in the
-// text, longest first at the leftmost position, before pre-tokenization: those with
-// normalized false in the raw text, the others after normalization).
-// The post-processor (a BOS a template adds) is not applied: a document is its text's
-// IDs, and prepare-data appends EOD.
+// steps ending in ByteLevel; added tokens (special or not, found in the text before
+// pre-tokenization as HF's AddedVocabulary finds them: leftmost, longest, those with
+// normalized false in the raw text and the others, as their normalized contents, after
+// normalization; single_word only between non-word characters, lstrip / rstrip taking
+// the whitespace before / after into the token).
+// encode() is add_special_tokens=False: a document is its text's IDs, and prepare-data
+// appends EOD. encode_with_special_tokens() applies the post-processor's
+// single-sequence template (TemplateProcessing, BertProcessing, RobertaProcessing;
+// ByteLevel changes no ID; a Sequence of them): Llama 3's <|begin_of_text|> first.
+// decode() is HF's decode with the ByteLevel decoder (or none).
 // Refused, naming the kind and the file: other model types (Unigram, WordPiece,
-// WordLevel), other normalizers and pre-tokenizers, added tokens with single_word,
-// lstrip or rstrip.
+// WordLevel), other normalizers and pre-tokenizers, an rstrip added token beside one
+// that starts with whitespace (HF matches those overlapping). A post-processor or a
+// decoder of another kind is refused when encode_with_special_tokens() or decode() is
+// called (what prepare-data does not need does not stop it).
 //
 // End of document: data.eod_id / --eod-id when given; else the first of
 // kEodTokenNames that is a special added token (or, failing that, a vocabulary

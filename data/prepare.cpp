@@ -88,7 +88,8 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
   std::vector<std::vector<int32_t>> held;  // only with shuffle_seed
   auto on_document = [&](std::string_view doc) {
     ids.clear();
-    tokenizer.encode(doc, ids);
+    if (options.add_special_tokens) tokenizer.encode_with_special_tokens(doc, ids);
+    else tokenizer.encode(doc, ids);
     ids.push_back(tokenizer.eod());
     progress.tokens += int64_t(ids.size());
     ++progress.documents;

@@ -33,6 +33,10 @@ struct PrepareOptions {
   // this seed (the embedded default uses it so that a contiguous validation split
   // is drawn from every fortune file, not from the last ones).
   std::optional<uint64_t> shuffle_seed;
+  // Each document encoded with its tokenizer's special tokens (HF's
+  // add_special_tokens=True: a Llama 3 tokenizer.json's BOS first), then EOD. Off by
+  // default, as Megatron-LM's preprocessing adds no BOS per document (docs/data.md).
+  bool add_special_tokens = false;
   // Called about twice a second while working, and once at the end.
   std::function<void(const PrepareProgress&)> progress;
 };

@@ -21,7 +21,18 @@ class Tokenizer {
   // End-of-document token.
   virtual int32_t eod() const = 0;
   // Appends the IDs of `text` to `out`. Not thread-safe (tokenizers may cache).
+  // Hugging Face's encode(text, add_special_tokens=False): no BOS a post-processor adds.
   virtual void encode(std::string_view text, std::vector<int32_t>& out) = 0;
+  // Hugging Face's encode(text, add_special_tokens=True), the default of
+  // `tokenizer(text)`: the IDs of `text` inside the single-sequence template of the
+  // tokenizer's post-processor (a tokenizer.json's BOS); encode() for tokenizers
+  // without one. Throws DataError for a post-processor troupe cannot apply.
+  virtual void encode_with_special_tokens(std::string_view text, std::vector<int32_t>& out) { encode(text, out); }
+  // The text of `ids` as Hugging Face's decode(ids, skip_special_tokens) returns it:
+  // byte-level tokens turned back into bytes, the bytes of all the tokens joined, then
+  // read as UTF-8 with U+FFFD for what is not (utf8_lossy). IDs the vocabulary does not
+  // hold are left out, as HF does. Throws DataError for a decoder troupe does not have.
+  virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const = 0;
 };
 
 // "bytes": 256 byte values, EOD = 256.

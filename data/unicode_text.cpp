@@ -34,6 +34,47 @@ bool is_white_space(char32_t cp) {
   return cp < kInvalidUtf8 && u_isUWhiteSpace(UChar32(cp));
 }
 
+bool is_word_character(char32_t cp) {
+  if (cp < 0x80) return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9') || cp == '_';
+  if (cp >= kInvalidUtf8) return false;
+  const uint32_t gc = general_category_mask(cp);
+  return u_hasBinaryProperty(UChar32(cp), UCHAR_ALPHABETIC) || (gc & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) != 0 ||
+         u_hasBinaryProperty(UChar32(cp), UCHAR_JOIN_CONTROL);
+}
+
+std::string utf8_lossy(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  for (size_t i = 0; i < s.size();) {
+    const unsigned b0 = byte(i);
+    if (b0 < 0x80) {
+      out += char(b0);
+      ++i;
+      continue;
+    }
+    // The sequence's length and the range its second byte must lie in (Unicode's
+    // table of well-formed UTF-8: no overlong forms, surrogates or values past U+10FFFF).
+    size_t n = 0;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (b0 >= 0xc2 && b0 <= 0xdf) n = 2;
+    else if (b0 >= 0xe0 && b0 <= 0xef) n = 3, lo = b0 == 0xe0 ? 0xa0 : 0x80, hi = b0 == 0xed ? 0x9f : 0xbf;
+    else if (b0 >= 0xf0 && b0 <= 0xf4) n = 4, lo = b0 == 0xf0 ? 0x90 : 0x80, hi = b0 == 0xf4 ? 0x8f : 0xbf;
+    size_t good = 1;  // bytes of a well-formed prefix so far
+    if (n > 0) {
+      while (good < n && i + good < s.size()) {
+        const unsigned b = byte(i + good);
+        if (b < (good == 1 ? lo : 0x80) || b > (good == 1 ? hi : 0xbf)) break;
+        ++good;
+      }
+    }
+    if (n > 0 && good == n) out.append(s.substr(i, n));
+    else out += "\xef\xbf\xbd";  // U+FFFD for the maximal subpart s[i, i + good)
+    i += good;
+  }
+  return out;
+}
+
 CharClass char_class(char32_t cp) {
   if (cp < 0x80) {
     if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return CharClass::Letter;

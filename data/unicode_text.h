@@ -30,6 +30,15 @@ CharClass char_class(char32_t cp);
 // ICU's general-category mask bit of cp (U_GC_*_MASK); 0 for kInvalidUtf8.
 uint32_t general_category_mask(char32_t cp);
 bool is_white_space(char32_t cp);
+// A word character as the Rust regex crate's Unicode \w has it (what HF tokenizers'
+// single_word added tokens test): Alphabetic, a mark, a decimal digit, a connector
+// punctuation (_), or a join control (ZWJ, ZWNJ). kInvalidUtf8 is none.
+bool is_word_character(char32_t cp);
+
+// `bytes` as text the way HF tokenizers' decoders return it (Rust's
+// String::from_utf8_lossy, and Python's bytes.decode(errors="replace")): each maximal
+// subpart of an ill-formed sequence becomes one U+FFFD, valid UTF-8 stays as it is.
+std::string utf8_lossy(std::string_view bytes);
 
 }  // namespace troupe::data
 

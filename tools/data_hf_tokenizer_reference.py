@@ -20,6 +20,20 @@ Commands:
                      no regex), added tokens where one is a prefix of another
       and writes OUT/NAME.tokenizer.json and OUT/expected.json: for each of a few
       hundred strings the IDs of Tokenizer.encode(text, add_special_tokens=False).
+  extras [--fixtures test/data/fixtures/hf]
+      From the committed fixture files, four more built with tokenizers' own API, for
+      what the five do not cover: added tokens with lstrip / rstrip / single_word and
+      normalized contents (added_flags, nfc_flags), and post-processors (llama3_seq:
+      Llama 3's Sequence of ByteLevel + TemplateProcessing; roberta_post:
+      RobertaProcessing; template_multi: a template with a two-ID special token before
+      and one after). Writes them and FIXTURES/extras_expected.json: for every file
+      (the five and the four) and every string (test_strings() and flag_strings()),
+      the IDs of encode(text, add_special_tokens=False) and =True, and
+      Tokenizer.decode of the first (skip_special_tokens False and True), each only
+      where the plain IDs or the text do not already say it; and the
+      decoded text of seeded random ID sequences (bytes split across tokens, invalid
+      UTF-8, added and special tokens, IDs past the vocabulary), for these files and
+      for test/data/fixtures/gpt2_k8000's vocab.json + merges.txt.
   check [--fixtures DIR]
       Recomputes expected.json's IDs from the committed files with the installed
       tokenizers and reports any difference (the live cross-check).
@@ -241,6 +255,115 @@ def build_fixtures(out_dir):
     print("wrote %d files and %d cases to %s" % (len(made), len(texts), out_dir))
 
 
+def flag_strings():
+    """Text around the added tokens of the extras: whitespace runs that lstrip and
+    rstrip take, word boundaries of single_word (letters, digits, marks, _, ZWJ,
+    Other_Alphabetic symbols), normalized and raw contents."""
+    return [
+        "a <mask> b", "a<mask>b", "  <mask>  ", "\t\n <mask>", "<mask>", " <mask>", "<mask> ", "x [R]   y",
+        "[R]\n\nz", "[R]", " [R] ", " <both> ", "\t<both>\t", "a<both>b", "<mask><mask>", " <mask> [R] <mask> ",
+        "[R] <mask>", "[R]  <both>  [R]", "\u00a0<mask>\u3000", "\u2028<mask>", "cat", "a cat sat", "concat",
+        "cats", "cat_", "_cat", "cat.", "(cat)", "cat cat", "catcat", " cat\n", "dog", " dog ", "hotdog", "dog\u00e9",
+        "  dog  dog  ", "dog,dog", "xab", "ab", " ab ", "b", "xb", "abab", "ab b", "caf\u00e9 \u00e9", " \u00e9 ",
+        "\u00e9\u00e9", "e\u0301", "_x_", "a_x_b", " _x_ ", "_x__x_", "cat\u200dx", "\u2460cat", "\u24b6cat",
+        "\u0663cat", "\u00aacat", "cat\u0301", "cat\u00b2", "1cat", "cat1", "e\u0301x", "\u00e9x", " \u00e9x ",
+        "A\u030a!", "\u00c5!", " A\u030a! ", "A\u030a!A\u030a!", "\xff<mask>", "hello <mask> world [R] again",
+    ]
+
+
+def build_extras(fixtures):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+
+    def load(name):
+        return Tokenizer.from_file(os.path.join(fixtures, name + ".tokenizer.json"))
+
+    made = {}
+    tok = load("gpt2_style")
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True), AddedToken("[R]", rstrip=True, special=True)])
+    tok.add_tokens([AddedToken("<both>", lstrip=True, rstrip=True, normalized=False),
+                    AddedToken("cat", single_word=True, normalized=True),
+                    AddedToken("dog", single_word=True, lstrip=True, rstrip=True, normalized=False),
+                    AddedToken("ab", single_word=True), AddedToken("b"),
+                    AddedToken("\u00e9", single_word=True), AddedToken("_x_", single_word=True)])
+    made["added_flags"] = tok
+    tok = load("qwen2_style")  # NFC: a normalized token matches its normalized content
+    tok.add_tokens([AddedToken("e\u0301x", normalized=True), AddedToken("A\u030a!", normalized=False, rstrip=True)])
+    made["nfc_flags"] = tok
+    tok = load("llama3_style")  # Llama 3's own layout of the BOS template
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A:0", pair="<|begin_of_text|> $A:0 <|begin_of_text|> $B:1",
+                                      special_tokens=[("<|begin_of_text|>", bos)])])
+    made["llama3_seq"] = tok
+    tok = load("gpt2_style")
+    tok.post_processor = processors.RobertaProcessing(("troupe", tok.token_to_id("troupe")),
+                                                      ("<|endoftext|>", tok.token_to_id("<|endoftext|>")))
+    made["roberta_post"] = tok
+    tok = load("llama3_style")
+    eot = tok.token_to_id("<|end_of_text|>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[PAIR] $A <|end_of_text|>", pair="[PAIR] $A $B:1",
+        special_tokens=[{"id": "[PAIR]", "ids": [bos, tok.token_to_id("x")], "tokens": ["<|begin_of_text|>", "x"]},
+                        ("<|end_of_text|>", eot)])
+    made["template_multi"] = tok
+
+    for name, tok in made.items():
+        tok.save(os.path.join(fixtures, name + ".tokenizer.json"), pretty=False)
+    files = {name: Tokenizer.from_file(os.path.join(fixtures, name + ".tokenizer.json"))  # as committed
+             for name in ["gpt2_style", "llama3_style", "qwen2_style", "smollm_style", "misc_style"] + list(made)}
+    texts = list(dict.fromkeys(test_strings() + flag_strings()))
+    out = {"generator": "tools/data_hf_tokenizer_reference.py extras",
+           "tokenizers_version": __import__("tokenizers").__version__,
+           "files": {name: {"vocab_size": t.get_vocab_size(with_added_tokens=True)} for name, t in files.items()},
+           "cases": [], "decode": []}
+    # Only what is not implied is stored: IDs of the five for expected.json's texts are there; the
+    # special-token IDs where they differ from the plain ones; a decoded text where it
+    # is not the text itself, and the skip_special_tokens one where it differs from that.
+    in_expected = set(test_strings())
+    for text in texts:
+        c = {"text": text, "ids": {}, "ids_special": {}, "decoded": {}, "decoded_skip": {}}
+        for name, t in files.items():
+            ids = t.encode(text, add_special_tokens=False).ids
+            if name in made or text not in in_expected:
+                c["ids"][name] = ids
+            special = t.encode(text, add_special_tokens=True).ids
+            if special != ids:
+                c["ids_special"][name] = special
+            decoded = t.decode(ids, skip_special_tokens=False)
+            if decoded != text:
+                c["decoded"][name] = decoded
+            skipped = t.decode(ids, skip_special_tokens=True)
+            if skipped != decoded:
+                c["decoded_skip"][name] = skipped
+        out["cases"].append(c)
+    rng = random.Random(29)
+    for name, t in files.items():
+        vocab = t.get_vocab_size(with_added_tokens=True)
+        added = sorted(t.get_added_tokens_decoder())
+        for _ in range(80):
+            ids = [rng.choice(added) if rng.random() < 0.1 else rng.randrange(vocab + 3) for _ in range(rng.randint(1, 12))]
+            out["decode"].append({"file": name, "ids": ids, "text": t.decode(ids, skip_special_tokens=False),
+                                  "text_skip": t.decode(ids, skip_special_tokens=True)})
+    # GPT-2's vocab.json + merges.txt (the truncated test files), as transformers reads them.
+    k8000 = os.path.join(ROOT, "test", "data", "fixtures", "gpt2_k8000")
+    gpt2 = Tokenizer(models.BPE.from_file(os.path.join(k8000, "vocab.json"), os.path.join(k8000, "merges.txt")))
+    gpt2.decoder = decoders.ByteLevel()
+    gpt2.add_special_tokens([AddedToken("<|endoftext|>", normalized=True, special=True)])
+    vocab = gpt2.get_vocab_size(with_added_tokens=True)
+    out["gpt2_files_decode"] = []
+    for _ in range(100):
+        ids = [rng.randrange(vocab + 2) for _ in range(rng.randint(1, 12))]
+        if rng.random() < 0.3:
+            ids.insert(rng.randrange(len(ids) + 1), gpt2.token_to_id("<|endoftext|>"))
+        out["gpt2_files_decode"].append({"ids": ids, "text": gpt2.decode(ids, skip_special_tokens=False),
+                                         "text_skip": gpt2.decode(ids, skip_special_tokens=True)})
+    with open(os.path.join(fixtures, "extras_expected.json"), "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")
+    print("wrote %d files, %d cases and %d decode cases to %s" % (len(made), len(texts), len(out["decode"]), fixtures))
+
+
 def check_fixtures(fixtures):
     from tokenizers import Tokenizer
     with open(os.path.join(fixtures, "expected.json"), encoding="utf-8") as f:
@@ -314,6 +437,8 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("fixtures")
     p.add_argument("--out", default=os.path.join(ROOT, "test", "data", "fixtures", "hf"))
+    p = sub.add_parser("extras")
+    p.add_argument("--fixtures", default=os.path.join(ROOT, "test", "data", "fixtures", "hf"))
     p = sub.add_parser("check")
     p.add_argument("--fixtures", default=os.path.join(ROOT, "test", "data", "fixtures", "hf"))
     p = sub.add_parser("expected")
@@ -329,6 +454,8 @@ def main():
     ensure_tokenizers()
     if a.cmd == "fixtures":
         build_fixtures(a.out)
+    elif a.cmd == "extras":
+        build_extras(a.fixtures)
     elif a.cmd == "check":
         sys.exit(check_fixtures(a.fixtures))
     elif a.cmd == "expected":

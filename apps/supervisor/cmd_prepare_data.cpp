@@ -47,6 +47,10 @@ int prepare_data_main(int argc, char** argv) {
        "auto | text (one document per file) | blank-lines | jsonl (\"text\" field) | "
        "fortune ('%' lines); auto skips files that are not text (a NUL byte, or over 1% "
        "invalid UTF-8), naming each")
+      ("add-special-tokens",
+       "encode each document with the tokenizer's special tokens, as HF's add_special_tokens=True "
+       "(tokenizer hf: the post-processor's template, a Llama 3 file's <|begin_of_text|> first); default: none, "
+       "as Megatron-LM's preprocessing")
       ("shuffle-seed", po::value(&shuffle_seed),
        "write documents in an order shuffled with this seed (holds them in memory)")
       ("quiet,q", "no progress lines");
@@ -59,6 +63,7 @@ int prepare_data_main(int argc, char** argv) {
   o.output_prefix = output;
   o.format = data::parse_input_format(format);
   if (cmd.has("shuffle-seed")) o.shuffle_seed = shuffle_seed;
+  o.add_special_tokens = cmd.has("add-special-tokens");
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   double last_line = -10;
   if (!cmd.has("quiet")) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <random>
 
@@ -19,6 +20,7 @@
 #include "data/error.h"
 #include "data/hf_regex.h"
 #include "data/hf_tokenizer.h"
+#include "data/unicode_text.h"
 #include "test/data/helpers.h"
 
 using namespace troupe::data;
@@ -165,6 +167,138 @@ TEST_CASE("HF tokenizer.json: the five fixture kinds match HF tokenizers ID for 
   }
 }
 
+// The extras (tools/data_hf_tokenizer_reference.py extras): added tokens with lstrip,
+// rstrip, single_word and normalized contents; BOS and other post-processor templates;
+// decoding. Each file's plain IDs of a text: extras_expected.json for the new files,
+// expected.json for the five.
+const char* kExtraKinds[] = {"added_flags", "nfc_flags", "llama3_seq", "roberta_post", "template_multi"};
+
+const nlohmann::json& extras() {
+  static const nlohmann::json doc = read_json(kHfFixtures + "extras_expected.json");
+  return doc;
+}
+
+std::vector<int32_t> plain_ids(const nlohmann::json& c, const std::string& kind) {
+  if (c["ids"].contains(kind)) return c["ids"][kind].get<std::vector<int32_t>>();
+  static const std::map<std::string, const nlohmann::json*> by_text = [] {
+    std::map<std::string, const nlohmann::json*> m;
+    for (const auto& e : expected()["cases"]) m.emplace(e["text"].get<std::string>(), &e);
+    return m;
+  }();
+  const auto it = by_text.find(c["text"].get<std::string>());
+  REQUIRE(it != by_text.end());
+  return (*it->second)["ids"][kind].get<std::vector<int32_t>>();
+}
+
+std::vector<std::string> all_kinds() {
+  std::vector<std::string> v(std::begin(kKinds), std::end(kKinds));
+  v.insert(v.end(), std::begin(kExtraKinds), std::end(kExtraKinds));
+  return v;
+}
+
+TEST_CASE("HF tokenizer.json: added tokens with lstrip, rstrip, single_word and normalized contents match HF "
+          "tokenizers ID for ID") {
+  const auto& doc = extras();
+  REQUIRE(doc["cases"].size() >= 350);
+  for (const char* kind : kExtraKinds) {
+    INFO("file: " << kind);
+    auto tok = make_hf_tokenizer(kHfFixtures + kind + ".tokenizer.json");
+    CHECK(tok->vocab_size() == doc["files"][kind]["vocab_size"].get<int64_t>());
+    int mismatches = 0;
+    for (const auto& c : doc["cases"]) {
+      const std::string text = c["text"];
+      const auto got = encode(*tok, text);
+      if (got != plain_ids(c, kind)) {
+        ++mismatches;
+        INFO("text: \"" << text << "\"");
+        CHECK(got == plain_ids(c, kind));
+      }
+    }
+    CHECK(mismatches == 0);
+  }
+}
+
+TEST_CASE("HF tokenizer.json: add_special_tokens applies the post-processor's template as HF tokenizers does "
+          "(Llama 3's BOS alone and in a Sequence, RoBERTa's, a multi-ID template; none for the others)") {
+  const auto& doc = extras();
+  int with_template = 0;
+  for (const std::string& kind : all_kinds()) {
+    INFO("file: " << kind);
+    auto tok = make_hf_tokenizer(kHfFixtures + kind + ".tokenizer.json");
+    int mismatches = 0;
+    for (const auto& c : doc["cases"]) {
+      const std::string text = c["text"];
+      const auto want = c["ids_special"].contains(kind) ? c["ids_special"][kind].get<std::vector<int32_t>>()
+                                                        : plain_ids(c, kind);
+      std::vector<int32_t> got;
+      tok->encode_with_special_tokens(text, got);
+      with_template += c["ids_special"].contains(kind) ? 1 : 0;
+      if (got != want) {
+        ++mismatches;
+        INFO("text: \"" << text << "\"");
+        CHECK(got == want);
+      }
+    }
+    CHECK(mismatches == 0);
+  }
+  CHECK(with_template >= 4 * 350);  // the four template files add IDs to every text
+  // The Llama-3-style file puts <|begin_of_text|> (ID 0 there) first and nothing after.
+  auto llama = make_hf_tokenizer(kHfFixtures + "llama3_style.tokenizer.json");
+  std::vector<int32_t> ids;
+  llama->encode_with_special_tokens("Hello", ids);
+  CHECK(ids.front() == 0);
+  CHECK(std::vector<int32_t>(ids.begin() + 1, ids.end()) == encode(*llama, "Hello"));
+}
+
+TEST_CASE("HF tokenizer.json: decode is HF tokenizers' decode byte for byte (bytes joined across tokens, "
+          "U+FFFD for invalid UTF-8, added and special tokens, skip_special_tokens)") {
+  const auto& doc = extras();
+  std::map<std::string, std::unique_ptr<HfTokenizer>> toks;
+  for (const std::string& kind : all_kinds()) toks[kind] = make_hf_tokenizer(kHfFixtures + kind + ".tokenizer.json");
+  int mismatches = 0, replaced = 0;
+  for (const auto& c : doc["cases"]) {
+    for (const auto& [kind, tok] : toks) {
+      const auto ids = plain_ids(c, kind);
+      const std::string want = c["decoded"].contains(kind) ? c["decoded"][kind].get<std::string>() : c["text"].get<std::string>();
+      const std::string want_skip = c["decoded_skip"].contains(kind) ? c["decoded_skip"][kind].get<std::string>() : want;
+      if (tok->decode(ids) != want || tok->decode(ids, true) != want_skip) {
+        ++mismatches;
+        INFO("file: " << kind << " text: \"" << c["text"].get<std::string>() << "\"");
+        CHECK(tok->decode(ids) == want);
+        CHECK(tok->decode(ids, true) == want_skip);
+      }
+    }
+  }
+  for (const auto& d : doc["decode"]) {
+    const auto& tok = toks.at(d["file"].get<std::string>());
+    const auto ids = d["ids"].get<std::vector<int32_t>>();
+    const std::string want = d["text"], want_skip = d["text_skip"];
+    replaced += want.find("\xef\xbf\xbd") != std::string::npos ? 1 : 0;
+    if (tok->decode(ids) != want || tok->decode(ids, true) != want_skip) {
+      ++mismatches;
+      INFO("file: " << d["file"].get<std::string>() << " ids: " << d["ids"].dump());
+      CHECK(tok->decode(ids) == want);
+      CHECK(tok->decode(ids, true) == want_skip);
+    }
+  }
+  CHECK(mismatches == 0);
+  CHECK(replaced > 50);  // the random sequences do reach invalid UTF-8
+}
+
+TEST_CASE("utf8_lossy: one U+FFFD per maximal subpart of an ill-formed sequence") {
+  const std::string r = "\xef\xbf\xbd";
+  CHECK(utf8_lossy("abc") == "abc");
+  CHECK(utf8_lossy("\xe4\xb8\xad") == "\xe4\xb8\xad");
+  CHECK(utf8_lossy("\xe4\xb8") == r);                 // truncated: one subpart
+  CHECK(utf8_lossy("\xe4\xb8x") == r + "x");
+  CHECK(utf8_lossy("\xc0\xaf") == r + r);             // overlong lead: each byte
+  CHECK(utf8_lossy("\xed\xa0\x80") == r + r + r);     // a surrogate
+  CHECK(utf8_lossy("\xf4\x90\x80\x80") == r + r + r + r);  // past U+10FFFF
+  CHECK(utf8_lossy("\xf0\x9f\x98") == r);
+  CHECK(utf8_lossy("\xf0\x9f\x98\x80\x80") == "\xf0\x9f\x98\x80" + r);
+  CHECK(utf8_lossy("\xff\xfe") == r + r);
+}
+
 TEST_CASE("HF tokenizer.json: real files (TROUPE_HF_TOKENIZER_FILES)") {
   const char* dir = std::getenv("TROUPE_HF_TOKENIZER_FILES");
   if (dir == nullptr || !std::filesystem::is_directory(dir)) {
@@ -232,8 +366,44 @@ TEST_CASE("HF tokenizer.json: files of other kinds are refused, naming the kind 
   CHECK(load_error(fallback).find(fallback + ": model.byte_fallback is true") == 0);
   const std::string no_byte = variant(d, "nobyte.json", [](nlohmann::json& j) { j["model"]["vocab"].erase("!"); });
   CHECK(load_error(no_byte).find(no_byte + ": model.vocab has no entry for byte 33 (\"!\")") == 0);
-  const std::string lstrip = variant(d, "lstrip.json", [](nlohmann::json& j) { j["added_tokens"][0]["lstrip"] = true; });
-  CHECK(load_error(lstrip) == lstrip + ": added_tokens[0] \"<|endoftext|>\" sets lstrip, which troupe does not support");
+  const std::string overlap = variant(d, "overlap.json", [](nlohmann::json& j) {
+    j["added_tokens"][0]["rstrip"] = true;
+    j["added_tokens"].push_back({{"id", 900}, {"content", " x"}, {"special", true}, {"normalized", false}});
+  });
+  CHECK(load_error(overlap) == overlap + ": added token \" x\" starts with whitespace and an added token of the same "
+                                         "pass sets rstrip: HF matches them overlapping, which troupe does not support");
+  const std::string template_b = variant(d, "template_b.json", [](nlohmann::json& j) {
+    j["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", {{{"Sequence", {{"id", "B"}, {"type_id", 0}}}}}},
+                           {"special_tokens", nlohmann::json::object()}};
+  });
+  CHECK(load_error(template_b) == template_b + ": post_processor.single[0]: a single-sequence template holds the "
+                                               "sequence $A once (got {\"id\":\"B\",\"type_id\":0})");
+  const std::string unknown_special = variant(d, "unknown_special.json", [](nlohmann::json& j) {
+    j["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                           {"special_tokens", nlohmann::json::object()}};
+  });
+  CHECK(load_error(unknown_special) == unknown_special + ": post_processor.single[0]: special token \"<s>\" is not in "
+                                                         "post_processor.special_tokens with its ids");
+  // A post-processor troupe does not apply loads (prepare-data needs none) and is
+  // refused, named, where its special tokens are asked for; so is a decoder.
+  const std::string other_post = variant(d, "other_post.json", [](nlohmann::json& j) {
+    j["post_processor"] = {{"type", "Sequence"}, {"processors", {{{"type", "ByteLevel"}}, {{"type", "FancyProcessing"}}}}};
+    j["decoder"] = {{"type", "Metaspace"}};
+  });
+  auto other = make_hf_tokenizer(other_post);
+  CHECK(encode(*other, "hi") == encode(*make_hf_tokenizer(kHfFixtures + "gpt2_style.tokenizer.json"), "hi"));
+  std::vector<int32_t> ids;
+  CHECK_THROWS_WITH_AS(other->encode_with_special_tokens("hi", ids),
+                       (other_post + ": post_processor.processors[1]: post-processor FancyProcessing is not supported "
+                                     "(troupe applies TemplateProcessing, BertProcessing, RobertaProcessing and ByteLevel, "
+                                     "alone or in a Sequence)").c_str(),
+                       DataError);
+  CHECK_THROWS_WITH_AS(other->decode({1, 2}),
+                       (other_post + ": decoder Metaspace is not supported (troupe decodes with ByteLevel, the decoder "
+                                     "of byte-level BPE files)").c_str(),
+                       DataError);
   const std::string regex = variant(d, "regex.json", [](nlohmann::json& j) {
     j["pre_tokenizer"] = {{"type", "Sequence"},
                           {"pretokenizers",

@@ -319,6 +319,21 @@ TEST_CASE("prepare-data with a tokenizer.json (tokenizer hf): each document is t
   // The special token inside the text is one ID (HF's behaviour), not its characters.
   const auto second = ds.sequence(1);
   CHECK(std::count(second.begin(), second.end(), 1) == 2);
+  CHECK(ds.sequence(0).front() != 0);  // no BOS by default, as Megatron's preprocessing
+
+  // --add-special-tokens: each document as HF's tokenizer(doc), the template's BOS
+  // (<|begin_of_text|>, ID 0) first, then EOD.
+  o.output_prefix = d / "hf-bos";
+  o.add_special_tokens = true;
+  prepare_dataset(o, *tok);
+  const IndexedDataset bos = IndexedDataset::open(d / "hf-bos");
+  REQUIRE(bos.sequences() == 3);
+  for (int64_t i = 0; i < 3; ++i) {
+    std::vector<int32_t> want = {0};
+    tok->encode(docs[size_t(i)], want);
+    want.push_back(1);
+    CHECK(bos.sequence(i) == want);
+  }
 
   CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerSpec{"hf", "", "", "", std::nullopt}),
                        "tokenizer hf needs a tokenizer.json (--tokenizer-file)", DataError);

@@ -93,6 +93,36 @@ TEST_CASE("GPT-2 pre-tokenizer follows the pattern alternative by alternative") 
   CHECK(pieces("").empty());
 }
 
+TEST_CASE("byte tokenizer: decode joins the bytes, U+FFFD for invalid UTF-8, EOD as <|endoftext|>") {
+  auto t = make_byte_tokenizer();
+  CHECK(t->decode({99, 97, 102, 0xc3, 0xa9}) == "caf\xc3\xa9");
+  CHECK(t->decode({0xc3, 65, 256, 0xe4, 0xb8}) == "\xef\xbf\xbd" "A<|endoftext|>\xef\xbf\xbd");
+  CHECK(t->decode({65, 256, 66}, true) == "AB");
+  CHECK(t->decode({65, 257, -1, 66}) == "AB");  // not IDs of the vocabulary: left out
+}
+
+TEST_CASE("GPT-2 BPE: decode is HF tokenizers' decode of vocab.json + merges.txt byte for byte") {
+  const std::string dir = kFixtures + expected()["truncated_dir"].get<std::string>();
+  auto tok = make_gpt2_tokenizer(dir + "/vocab.json", dir + "/merges.txt");
+  std::ifstream in(kFixtures + "hf/extras_expected.json");
+  const auto doc = nlohmann::json::parse(in);
+  REQUIRE(doc["gpt2_files_decode"].size() >= 100);
+  int invalid = 0;
+  for (const auto& c : doc["gpt2_files_decode"]) {
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    INFO("ids: " << c["ids"].dump());
+    CHECK(tok->decode(ids) == c["text"].get<std::string>());
+    CHECK(tok->decode(ids, true) == c["text_skip"].get<std::string>());
+    invalid += c["text"].get<std::string>().find("\xef\xbf\xbd") != std::string::npos ? 1 : 0;
+  }
+  CHECK(invalid > 5);  // the random IDs reach bytes split across tokens
+  // And every fixture text comes back whole from its IDs.
+  for (const auto& c : expected()["cases"]) {
+    const std::string text = c["text"];
+    CHECK(tok->decode(encode(*tok, text)) == text);
+  }
+}
+
 TEST_CASE("GPT-2 BPE matches the reference on the truncated GPT-2 files") {
   const std::string dir = kFixtures + expected()["truncated_dir"].get<std::string>();
   auto tok = make_gpt2_tokenizer(dir + "/vocab.json", dir + "/merges.txt");
