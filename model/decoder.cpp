@@ -223,4 +223,28 @@ int32_t next_token(const std::vector<float>& logits, const SamplingOptions& o, i
   return int32_t(ids[size_t(k - 1)]);
 }
 
+std::vector<int32_t> continue_prompt(TokenStepper& stepper, const Config& c, const std::vector<int32_t>& prompt,
+                                     int max_tokens, const SamplingOptions& o, const std::vector<int32_t>& stop_ids,
+                                     bool ignore_stop) {
+  if (prompt.empty()) throw std::invalid_argument("the prompt is empty");
+  std::vector<float> logits;
+  for (const int32_t t : prompt) logits = stepper.step(t);
+  std::vector<int32_t> out;
+  for (int s = 0; s < max_tokens; ++s) {
+    const int32_t next = next_token(logits, o, s);
+    out.push_back(next);
+    const bool stop = !ignore_stop && std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end();
+    if (stop || stepper.position() >= c.model().max_positions()) break;
+    logits = stepper.step(next);
+  }
+  return out;
+}
+
+std::vector<int32_t> continue_prompt(const Config& c, std::vector<float> params, const std::vector<int32_t>& prompt,
+                                     int max_tokens, const SamplingOptions& o, const std::vector<int32_t>& stop_ids,
+                                     bool ignore_stop) {
+  Decoder decoder(c, std::move(params));
+  return continue_prompt(decoder, c, prompt, max_tokens, o, stop_ids, ignore_stop);
+}
+
 }  // namespace troupe::model

@@ -23,7 +23,16 @@
 
 namespace troupe::model {
 
-class Decoder {
+// What generation steps: feed the next token, get the logits after it.
+class TokenStepper {
+ public:
+  virtual ~TokenStepper() = default;
+  // Feeds `token` at the next position; returns the vocab_size logits after it.
+  virtual std::vector<float> step(int32_t token) = 0;
+  virtual int position() const = 0;
+};
+
+class Decoder final : public TokenStepper {
  public:
   // `params`: reg.total() floats of a registry of the whole model of `c` (tp 1).
   Decoder(const Config& c, std::vector<float> params);
@@ -31,8 +40,8 @@ class Decoder {
   // Feeds token `token` at the next position; returns the vocab_size logits after it.
   // Throws std::invalid_argument past model.max_positions or for an id outside the
   // vocabulary.
-  std::vector<float> step(int32_t token);
-  int position() const { return position_; }
+  std::vector<float> step(int32_t token) override;
+  int position() const override { return position_; }
   void reset() { position_ = 0; }
 
  private:
@@ -58,5 +67,16 @@ struct SamplingOptions {
 
 // The next token from `logits` (draw number `step` of the seed's stream).
 int32_t next_token(const std::vector<float>& logits, const SamplingOptions& o, int64_t step);
+
+// Feeds `prompt` (not empty) to a fresh stepper (position 0) and continues it: up to
+// `max_tokens` tokens, ending after one of `stop_ids` (unless `ignore_stop`) or at
+// model.max_positions of `c`. Returns the generated IDs (a stop ID included).
+std::vector<int32_t> continue_prompt(TokenStepper& stepper, const Config& c, const std::vector<int32_t>& prompt,
+                                     int max_tokens, const SamplingOptions& o, const std::vector<int32_t>& stop_ids,
+                                     bool ignore_stop = false);
+// The same on a Decoder (the CPU) of `params`.
+std::vector<int32_t> continue_prompt(const Config& c, std::vector<float> params, const std::vector<int32_t>& prompt,
+                                     int max_tokens, const SamplingOptions& o, const std::vector<int32_t>& stop_ids,
+                                     bool ignore_stop = false);
 
 }  // namespace troupe::model

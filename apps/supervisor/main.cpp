@@ -43,7 +43,7 @@ const Subcommand kCommands[] = {
     {"import-config", "print the model section of a Hugging Face config.json (GPT-2, Llama family)", import_config_main},
     {"inspect", "print a checkpoint's manifest and verify every shard (exit 1 on damage)", inspect_main},
     {"export", "write a checkpoint's weights as a Hugging Face model (GPT-2, Llama) transformers loads", export_main},
-    {"generate", "continue a prompt with a checkpoint's or a Hugging Face model (CPU, KV cache)", generate_main},
+    {"generate", "continue a text prompt with a checkpoint's or a Hugging Face model (CPU with a KV cache, or --device cuda)", generate_main},
     {"inspect-update", "run and record one update on one device (weights, batch, grads, Adam state)", inspect_update_main},
     {"commcheck", "check every communicator group of a layout over Gloo, nccl-tests style", commcheck_main},
     {"worker", "join a cluster run as a worker process (supervisor run --listen; docs/cluster.md)", worker_main},

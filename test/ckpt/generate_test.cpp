@@ -1,7 +1,9 @@
 // supervisor generate's decoder (model/decoder.h): with its KV cache, the logits of
 // every position equal the training stage's forward over the whole sequence; sampling
 // is deterministic for a seed; the greedy continuation equals transformers' token for
-// token (tools/generate_hf_check.py; skipped without transformers).
+// token (tools/generate_hf_check.py; skipped without transformers); a text prompt is
+// encoded as HF tokenizers' fixture IDs (BOS first) and continued as those IDs are
+// (engine/generate_source.h).
 //
 // Tolerance, fixed before the first run: the decoder accumulates in double, the
 // training stage in fp32 with its own order of sums; logits of size ~1 agree to
@@ -11,8 +13,12 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "ckpt/commit.h"
 #include "ckpt/hf_export.h"
@@ -20,8 +26,11 @@
 #include "ckpt/manifest.h"
 #include "ckpt/reader.h"
 #include "config/derived.h"
+#include "data/error.h"
+#include "engine/generate_source.h"
 #include "kernels/cpu/cpu_device.h"
 #include "model/decoder.h"
+#include "model/device_decoder.h"
 #include "model/gpt_stage.h"
 #include "test/ckpt/ckpt_test_util.h"
 
@@ -62,7 +71,7 @@ std::string export_model(const ScratchDir& scratch, const Config& c, const std::
   auto commit = CheckpointCommit::begin(scratch / ("ckpt-" + name), 1);
   CheckpointManifest m;
   set_manifest_config(m, c);
-  m.set_step(1);
+  set_position(m, 1, c.batch().global_batch_size());  // a loadable checkpoint (generate opens it as a root)
   ShardWriter w(commit.partial_dir(), "all.shard");
   for (const auto& [tensor, shape] : hf_parameter_shapes(c)) {
     std::vector<float> v(size_t(shape_elements(shape)));
@@ -103,7 +112,10 @@ std::vector<int32_t> greedy(const Config& c, const std::vector<float>& params, i
 
 std::string join(const std::vector<int32_t>& v) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += ',';  // (not ("," or "") + ...: GCC 12 warns -Wrestrict on that falsely)
+    s += std::to_string(v[i]);
+  }
   return s;
 }
 
@@ -197,5 +209,155 @@ TEST_CASE("greedy generation equals transformers' token for token (GPT-2, Llama 
     INFO(output);
     CHECK(code == 0);
     CHECK(output.find("\nOK\n") != std::string::npos);
+  }
+}
+
+namespace {
+
+const std::string kTokenizers = std::string(TROUPE_SOURCE_DIR) + "/test/data/fixtures/hf/";
+
+// The fixture case of `text` in extras_expected.json (tools/data_hf_tokenizer_reference.py).
+nlohmann::json extras_case(const std::string& text) {
+  std::ifstream in(kTokenizers + "extras_expected.json");
+  const auto doc = nlohmann::json::parse(in);
+  for (const auto& c : doc["cases"])
+    if (c["text"] == text) return c;
+  FAIL("no fixture case for " << text);
+  return {};
+}
+
+// A Llama of the Llama-3-style fixture tokenizer's 901 IDs, its checkpoint naming that
+// tokenizer.json as the run's (data.tokenizer HF_JSON), and its export with the file
+// copied in as transformers would find it.
+struct TextModel {
+  Config config;
+  std::string checkpoint_root, hf_dir;
+};
+TextModel text_model(const ScratchDir& scratch) {
+  TextModel t;
+  t.config = family(true);
+  t.config.mutable_model()->set_vocab_size(901);
+  t.config.mutable_model()->set_max_positions(64);
+  t.config.mutable_data()->set_tokenizer(DataConfig::HF_JSON);
+  t.config.mutable_data()->set_tokenizer_file(kTokenizers + "llama3_style.tokenizer.json");
+  t.hf_dir = export_model(scratch, t.config, "text");
+  t.checkpoint_root = scratch / "ckpt-text";
+  std::filesystem::copy_file(kTokenizers + "llama3_style.tokenizer.json", t.hf_dir + "/tokenizer.json");
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("a text prompt: encoded as HF's tokenizer(text) (the file's BOS first), continued as the same IDs are, "
+          "decoded as HF decodes; from a checkpoint's run tokenizer and from a directory's tokenizer.json") {
+  ScratchDir scratch;
+  const TextModel t = text_model(scratch);
+  const std::string text = "Hello world";
+  const auto fixture = extras_case(text);
+  const auto hf_ids = fixture["ids_special"]["llama3_style"].get<std::vector<int32_t>>();
+  REQUIRE(hf_ids.front() == 0);  // <|begin_of_text|>
+  for (const std::string& dir : {t.checkpoint_root, t.hf_dir}) {
+    CAPTURE(dir);
+    const auto source = engine::open_generate_source(dir, "", nullptr);
+    REQUIRE(source.tokenizer != nullptr);
+    CHECK(source.tokenizer_from == (dir == t.hf_dir ? t.hf_dir + "/tokenizer.json"
+                                                    : "the run's data.tokenizer_file " + kTokenizers +
+                                                          "llama3_style.tokenizer.json"));
+    std::vector<int32_t> ids;
+    source.tokenizer->encode_with_special_tokens(text, ids);
+    CHECK(ids == hf_ids);
+    std::vector<int32_t> plain;
+    source.tokenizer->encode(text, plain);
+    CHECK(std::vector<int32_t>(hf_ids.begin() + 1, hf_ids.end()) == plain);
+    // The ID path is greedy() of the tests above: the same continuation token for token.
+    const auto from_text = model::continue_prompt(source.config, source.params, ids, 24, {}, {}, true);
+    model::Decoder d(t.config, whole_params(t.hf_dir, t.config));
+    std::vector<float> logits;
+    for (const int32_t id : hf_ids) logits = d.step(id);
+    std::vector<int32_t> from_ids;
+    for (int s = 0; s < 24; ++s) {
+      from_ids.push_back(model::next_token(logits, {}, s));
+      logits = d.step(from_ids.back());
+    }
+    CHECK(from_text == from_ids);
+    std::vector<int32_t> all = ids;
+    all.insert(all.end(), from_text.begin(), from_text.end());
+    const std::string decoded = source.tokenizer->decode(all);
+    CHECK(decoded.rfind("<|begin_of_text|>Hello world", 0) == 0);
+    CHECK(source.tokenizer->decode(all, true).rfind("Hello world", 0) == 0);
+  }
+  // Stops: the checkpoint's at its tokenizer's end of document (<|end_of_text|>, ID 1);
+  // the directory's at its generation_config.json eos_token_id, as transformers.
+  CHECK(engine::open_generate_source(t.checkpoint_root, "", nullptr).stop_ids == std::vector<int32_t>{1});
+  CHECK(engine::open_generate_source(t.hf_dir, "", nullptr).stop_ids ==
+        std::vector<int32_t>{int32_t(hf_eod_id(t.config))});
+}
+
+TEST_CASE("a model without a tokenizer says why; --tokenizer FILE supplies one; a bad one is refused, named") {
+  ScratchDir scratch;
+  const TextModel t = text_model(scratch);
+  std::filesystem::remove(t.hf_dir + "/tokenizer.json");
+  const auto bare = engine::open_generate_source(t.hf_dir, "", nullptr);
+  CHECK(bare.tokenizer == nullptr);
+  CHECK(bare.no_tokenizer == t.hf_dir + " has no tokenizer.json (nor GPT-2's vocab.json + merges.txt)");
+  const auto given = engine::open_generate_source(t.hf_dir, kTokenizers + "llama3_seq.tokenizer.json", nullptr);
+  REQUIRE(given.tokenizer != nullptr);
+  std::vector<int32_t> ids;
+  given.tokenizer->encode_with_special_tokens("Hello world", ids);
+  CHECK(ids == extras_case("Hello world")["ids_special"]["llama3_seq"].get<std::vector<int32_t>>());
+  CHECK_THROWS_WITH_AS(engine::open_generate_source(t.hf_dir, scratch / "missing.json", nullptr),
+                       (scratch / "missing.json" +
+                        ": cannot open the Hugging Face tokenizer (tokenizer.json): No such file or directory")
+                           .c_str(),
+                       data::DataError);
+
+  // A checkpoint whose run tokenizer file has gone, and one of a dataset tokenized elsewhere.
+  Config moved = t.config;
+  moved.mutable_data()->set_tokenizer_file(scratch / "gone.json");
+  const std::string moved_dir = export_model(scratch, moved, "moved");
+  const auto gone = engine::open_generate_source(scratch / "ckpt-moved", "", nullptr);
+  CHECK(gone.tokenizer == nullptr);
+  CHECK(gone.no_tokenizer == "its tokenizer (the run's data.tokenizer_file " + scratch / "gone.json" +
+                                 ") cannot be read: " + scratch / "gone.json" +
+                                 ": cannot open the Hugging Face tokenizer (tokenizer.json): No such file or directory");
+  Config none = t.config;
+  none.mutable_data()->set_tokenizer(DataConfig::NONE);
+  none.mutable_data()->set_eod_id(3);
+  export_model(scratch, none, "none");
+  const auto elsewhere = engine::open_generate_source(scratch / "ckpt-none", "", nullptr);
+  CHECK(elsewhere.tokenizer == nullptr);
+  CHECK(elsewhere.no_tokenizer == "the run's dataset was tokenized elsewhere (data.tokenizer NONE)");
+  CHECK(elsewhere.stop_ids == std::vector<int32_t>{3});
+}
+
+TEST_CASE("generation on a kernels::Device (the path of --device cuda) on the CPU device: the logits of every "
+          "step equal the KV-cache decoder's, the continuations token for token (GPT-2, Llama)") {
+  // Tolerance as for the training forward above (the same kernels): 1e-4.
+  ScratchDir scratch;
+  for (const bool llama : {false, true}) {
+    CAPTURE(llama);
+    const Config c = family(llama);
+    const auto params = whole_params(export_model(scratch, c, llama ? "llama" : "gpt2"), c);
+    kernels::cpu::CpuDevice device(1);
+    model::DeviceDecoder on_device(c, params, device, 30);
+    model::Decoder reference(c, params);
+    double worst = 0;
+    std::vector<int32_t> fed = kPrompt;
+    for (size_t i = 0; i < 30; ++i) {
+      if (i >= fed.size()) fed.push_back(int32_t((fed.back() * 7 + 3) % 50));
+      const auto a = on_device.step(fed[i]), b = reference.step(fed[i]);
+      REQUIRE(a.size() == b.size());
+      for (size_t v = 0; v < a.size(); ++v) worst = std::max(worst, double(std::fabs(a[v] - b[v])));
+    }
+    MESSAGE("max |device stepper - KV-cache decoder| over 30 positions = " << worst);
+    CHECK(worst <= 1e-4);
+    CHECK(on_device.position() == 30);
+    CHECK_THROWS_WITH_AS(on_device.step(1), "position 30 is past the decoder's capacity 30", std::invalid_argument);
+    model::DeviceDecoder fresh(c, params, device, 40);
+    CHECK(model::continue_prompt(fresh, c, kPrompt, 24, {}, {}, true) == greedy(c, params, 24));
+    model::DeviceDecoder sampled(c, params, device, 40);
+    const model::SamplingOptions hot{0.9, 10, 5};
+    CHECK(model::continue_prompt(sampled, c, kPrompt, 24, hot, {}, true) ==
+          model::continue_prompt(c, params, kPrompt, 24, hot, {}, true));
   }
 }
