@@ -11,13 +11,16 @@
 //   - PP2 on one GPU: two stage "actors" (two CudaDevices, each with its own streams,
 //     sharing GPU 0, handing activations over with events) against the single-stage
 //     GPU run: loss and every gradient within 1e-5 (fp32 reassociation only: the
-//     kernels are the same, only buffer offsets and the tied-embedding sum differ).
+//     kernels are the same, only buffer offsets and the tied-embedding sum differ);
+//   - generation (model/device_decoder.h) step by step against the CPU device.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
 #include "kernels/cpu/cpu_device.h"
+#include "model/device_decoder.h"
 #include "model/gpt_stage.h"
 #include "optim/reference_trainer.h"
 #include "test/cuda/cuda_test_util.h"
@@ -202,4 +205,33 @@ TEST_CASE("PP2 on one GPU: two stage devices sharing GPU 0 equal the single-stag
   }
   CHECK(rel_err(sum, ref) <= 1e-5);
   MESSAGE("PP2 vs single stage: " << bitwise << " of " << total << " non-embedding gradient elements bitwise equal");
+}
+
+// `supervisor generate --device cuda` (model/device_decoder.h): the stepper on the GPU
+// against the same stepper on the CPU device, fed the same 48 tokens. Bounds (fixed
+// before any run), norm-wise over each step's logits: fp32 GEMM operands 1e-5, bf16
+// operands 2e-2.
+TEST_CASE("generation on the GPU: each step's logits match the CPU device's (GPT-2, Llama; fp32 and bf16 GEMMs)") {
+  REQUIRE_GPU();
+  for (const bool llama : {false, true}) {
+    CAPTURE(llama);
+    const Config c = llama ? gpu_llama_config() : gpu_config();
+    CpuDevice cpu(2);
+    model::GptStage init(c, model::StageRange::whole(c), cpu, 1);
+    const auto params = host_copy(cpu, init.params(), init.param_count());
+    const auto tokens = randint(48, 17, 0, int32_t(c.model().vocab_size()));
+    for (GemmType t : {GemmType::kF32, GemmType::kBf16}) {
+      const bool bf16 = t == GemmType::kBf16;
+      CAPTURE(bf16);
+      CudaDevice gpu(opts(t));
+      model::DeviceDecoder on_gpu(c, params, gpu, 48), on_cpu(c, params, cpu, 48);
+      double worst = 0;
+      for (const int32_t token : tokens) {
+        const auto a = on_gpu.step(token), b = on_cpu.step(token);
+        worst = std::max(worst, rel_err(a, b));
+      }
+      MESSAGE((bf16 ? "bf16" : "fp32") << (llama ? " Llama" : " GPT-2") << ": worst step rel err " << worst);
+      CHECK(worst <= (bf16 ? 2e-2 : 1e-5));
+    }
+  }
 }
