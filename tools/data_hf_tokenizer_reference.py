@@ -35,8 +35,9 @@ Commands:
       UTF-8, added and special tokens, IDs past the vocabulary), for these files and
       for test/data/fixtures/gpt2_k8000's vocab.json + merges.txt.
   check [--fixtures DIR]
-      Recomputes expected.json's IDs from the committed files with the installed
-      tokenizers and reports any difference (the live cross-check).
+      Recomputes expected.json's IDs (and extras_expected.json's IDs and decoded texts)
+      from the committed files with the installed tokenizers and reports any
+      difference (the live cross-check).
   expected --tokenizer FILE --out FILE.expected.json
       The same IDs for a real tokenizer.json (GPT-2's, Llama 3's): put both files in a
       folder and point TROUPE_HF_TOKENIZER_FILES at it; test_data checks every
@@ -379,7 +380,40 @@ def check_fixtures(fixtures):
     n = len(expected["cases"]) * len(expected["files"])
     print("%d passed, %d failed (tokenizers %s vs expected.json from %s)" % (
         n - bad, bad, __import__("tokenizers").__version__, expected["tokenizers_version"]))
+    extras_path = os.path.join(fixtures, "extras_expected.json")
+    if os.path.exists(extras_path):
+        bad += check_extras(fixtures, expected, extras_path)
     return 1 if bad else 0
+
+
+def check_extras(fixtures, expected, extras_path):
+    """extras_expected.json's IDs and decoded texts recomputed (as build_extras stores them)."""
+    from tokenizers import Tokenizer
+    with open(extras_path, encoding="utf-8") as f:
+        extras = json.load(f)
+    plain = {c["text"]: c["ids"] for c in expected["cases"]}
+    toks = {name: Tokenizer.from_file(os.path.join(fixtures, name + ".tokenizer.json")) for name in extras["files"]}
+    bad = n = 0
+    for c in extras["cases"]:
+        for name, t in toks.items():
+            ids = c["ids"][name] if name in c["ids"] else plain[c["text"]][name]
+            decoded = c["decoded"].get(name, c["text"])
+            want = [ids, c["ids_special"].get(name, ids), decoded, c["decoded_skip"].get(name, decoded)]
+            got = [t.encode(c["text"], add_special_tokens=False).ids, t.encode(c["text"], add_special_tokens=True).ids,
+                   t.decode(ids, skip_special_tokens=False), t.decode(ids, skip_special_tokens=True)]
+            n += 1
+            if got != want:
+                bad += 1
+                print("DIFF %s %r: tokenizers %s, extras_expected.json %s" % (name, c["text"], got, want))
+    for d in extras["decode"]:
+        t = toks[d["file"]]
+        n += 1
+        if [t.decode(d["ids"], skip_special_tokens=False), t.decode(d["ids"], skip_special_tokens=True)] != [d["text"], d["text_skip"]]:
+            bad += 1
+            print("DIFF decode %s %s" % (d["file"], d["ids"]))
+    print("extras: %d passed, %d failed (tokenizers %s vs extras_expected.json from %s)" % (
+        n - bad, bad, __import__("tokenizers").__version__, extras["tokenizers_version"]))
+    return bad
 
 
 def write_expected(tokenizer, out):
