@@ -39,7 +39,9 @@ Commands:
       from the committed files with the installed tokenizers and reports any
       difference (the live cross-check).
   expected --tokenizer FILE --out FILE.expected.json
-      The same IDs for a real tokenizer.json (GPT-2's, Llama 3's): put both files in a
+      The same IDs (with and without special tokens) and decoded texts, for the
+      strings of test_strings() and flag_strings(), for a real tokenizer.json (GPT-2's,
+      Llama 3's): put both files in a
       folder and point TROUPE_HF_TOKENIZER_FILES at it; test_data checks every
       NAME.tokenizer.json there against NAME.expected.json.
   gpt2-json --vocab encoder.json --merges vocab.bpe --out gpt2.tokenizer.json
@@ -419,7 +421,11 @@ def check_extras(fixtures, expected, extras_path):
 def write_expected(tokenizer, out):
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(tokenizer)
-    cases = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in test_strings()]
+    cases = []
+    for t in test_strings() + flag_strings():
+        ids = tok.encode(t, add_special_tokens=False).ids
+        cases.append({"text": t, "ids": ids, "ids_special": tok.encode(t, add_special_tokens=True).ids,
+                      "decoded": tok.decode(ids, skip_special_tokens=False)})
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"tokenizer": os.path.basename(tokenizer), "tokenizers_version": __import__("tokenizers").__version__,
                    "vocab_size": tok.get_vocab_size(with_added_tokens=True), "cases": cases}, f, ensure_ascii=False)
