@@ -9,7 +9,10 @@ OptimizerShard::OptimizerShard(const Config& c, kernels::Device& device,
                                bool counts_in_norm)
     : device_(device),
       counts_in_norm_(counts_in_norm),
-      adamw_(device, optim::AdamWHyper::from_config(c), reg.decay_spans(), range) {
+      // The update and weight sums over the elements the norm counts (none when this
+      // shard counts in no norm): each parameter once across replicas and stages.
+      adamw_(device, optim::AdamWHyper::from_config(c), reg.decay_spans(), range,
+             counts_in_norm ? optim::parts_within(reg.norm_ranges(), range) : std::vector<model::FlatRange>{}) {
   if (counts_in_norm_) norm_parts_ = optim::parts_within(reg.norm_ranges(), range);
   // The norm parts cut at tensor boundaries and joined again per layer: summed apart
   // from the norm's own parts (whose spans cross layers), so the norm keeps its bits.

@@ -33,8 +33,13 @@ class OptimizerShard {
   optim::NormReadback layer_readback() const { return {layer_parts_host_, layer_parts_.size()}; }
   const std::vector<std::string>& norm_part_layers() const { return norm_part_layers_; }
 
-  // AdamW on the range with the coordinator's learning rate and clip factor.
+  // AdamW on the range with the coordinator's learning rate and clip factor, fused with
+  // the sums of the update-to-weight ratio over the elements this shard counts in the
+  // global norm (the update's bits are those of a plain AdamW step).
   void apply(float* params, const float* grads, double lr, double clip_factor);
+  // The sums of the last apply(), without waiting: read them inside a device().when_done
+  // fn issued after it (the next apply comes after that read: one step at a time).
+  optim::UpdateReadback update_readback() const { return adamw_.update_readback(); }
 
   optim::AdamW& adamw() { return adamw_; }
   kernels::Device& device() { return device_; }

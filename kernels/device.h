@@ -263,6 +263,14 @@ class Device {
   //   param = param * (1 - lr*wd) - lr * (m / bc1) / (sqrt(v / bc2) + eps)
   virtual void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
                             const AdamWArgs& args) = 0;
+  // adamw_update, fused with the sums behind the update-to-weight norm ratio: into
+  // *update_sq the sum over the n elements of (param after - param before)^2 and into
+  // *weight_sq of (param before)^2, each in double (the difference of two floats taken
+  // in double), in an order fixed by n alone, written like sum_squares_to_host (memory
+  // from allocate_host, read after a later when_done). param, m and v get bitwise what
+  // adamw_update gives them: the sums only read the values it computes.
+  virtual void adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n,
+                                  const AdamWArgs& args, double* update_sq, double* weight_sq) = 0;
   // sum of x[i]^2 in double, in an order fixed by n alone.
   virtual double sum_squares(const float* x, int64_t n) = 0;
 };

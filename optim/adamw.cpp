@@ -12,25 +12,57 @@ AdamWHyper AdamWHyper::from_config(const Config& c) {
   return {o.beta1(), o.beta2(), o.eps(), o.weight_decay()};
 }
 
+double UpdateReadback::update_total() const {
+  double s = 0;
+  for (size_t i = 0; i < count; ++i) s += update_parts.get()[i];
+  return s;
+}
+
+double UpdateReadback::weight_total() const {
+  double s = 0;
+  for (size_t i = 0; i < count; ++i) s += weight_parts.get()[i];
+  return s;
+}
+
 AdamW::AdamW(kernels::Device& device, AdamWHyper hyper, std::vector<model::DecaySpan> spans,
-             model::FlatRange range)
+             model::FlatRange range, const std::vector<model::FlatRange>& measured)
     : device_(device), hyper_(hyper), range_(range) {
   if (range.begin < 0 || range.end < range.begin)
     throw std::invalid_argument("AdamW: bad range [" + std::to_string(range.begin) + ", " +
                                 std::to_string(range.end) + ")");
+  for (size_t i = 0; i < measured.size(); ++i)
+    if (measured[i].begin < range.begin || measured[i].end > range.end || measured[i].begin > measured[i].end ||
+        (i > 0 && measured[i].begin < measured[i - 1].end))
+      throw std::invalid_argument("AdamW: measured range " + std::to_string(i) + " [" +
+                                  std::to_string(measured[i].begin) + ", " + std::to_string(measured[i].end) +
+                                  ") is not sorted, disjoint and inside the range");
   int64_t covered = 0;
   for (const auto& s : spans) {
     const int64_t b = std::max(s.begin, range.begin), e = std::min(s.end, range.end);
-    if (b < e) {
-      pieces_.push_back({b, e, s.group});
-      covered += e - b;
+    if (b >= e) continue;
+    covered += e - b;
+    // [b, e) cut at the measured ranges' ends.
+    int64_t at = b;
+    for (const auto& r : measured) {
+      const int64_t mb = std::max(r.begin, at), me = std::min(r.end, e);
+      if (mb >= me) continue;
+      if (at < mb) pieces_.push_back({{at, mb, s.group}, false});
+      pieces_.push_back({{mb, me, s.group}, true});
+      ++measured_pieces_;
+      at = me;
     }
+    if (at < e) pieces_.push_back({{at, e, s.group}, false});
   }
   if (covered != range.end - range.begin)
     throw std::invalid_argument("AdamW: the decay spans cover " + std::to_string(covered) + " of the " +
                                 std::to_string(range.end - range.begin) + " elements of the range");
   m_ = device_.allocate(range.end - range.begin);
   v_ = device_.allocate(range.end - range.begin);
+  const size_t slots = std::max<size_t>(1, measured_pieces_);
+  auto u = device_.allocate_host(slots * sizeof(double));
+  update_host_ = {u, static_cast<double*>(u.get())};
+  auto w = device_.allocate_host(slots * sizeof(double));
+  weight_host_ = {w, static_cast<double*>(w.get())};
 }
 
 void AdamW::step(float* params, const float* grads, double lr, double grad_scale) {
@@ -43,10 +75,17 @@ void AdamW::step(float* params, const float* grads, double lr, double grad_scale
   a.bias_correction1 = float(1.0 - std::pow(hyper_.beta1, double(t)));
   a.bias_correction2 = float(1.0 - std::pow(hyper_.beta2, double(t)));
   a.grad_scale = float(grad_scale);
-  for (const auto& p : pieces_) {
+  size_t part = 0;
+  for (const auto& [p, measured] : pieces_) {
     a.weight_decay = p.group == model::DecayGroup::kDecay ? float(hyper_.weight_decay) : 0.0f;
     const int64_t local = p.begin - range_.begin;
-    device_.adamw_update(params + p.begin, grads + p.begin, m() + local, v() + local, p.end - p.begin, a);
+    if (measured) {
+      device_.adamw_update_norms(params + p.begin, grads + p.begin, m() + local, v() + local, p.end - p.begin, a,
+                                 update_host_.get() + part, weight_host_.get() + part);
+      ++part;
+    } else {
+      device_.adamw_update(params + p.begin, grads + p.begin, m() + local, v() + local, p.end - p.begin, a);
+    }
   }
   steps_ = t;
 }

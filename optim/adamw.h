@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/buffer.h"
@@ -30,18 +31,34 @@ struct AdamWHyper {
   static AdamWHyper from_config(const Config& c);
 };
 
+// The sums of one update over the measured elements (AdamW's `measured`), one part per
+// call of the fused kernel, in host memory from the device's allocate_host: read them
+// inside a device().when_done fn issued after the step.
+struct UpdateReadback {
+  std::shared_ptr<const double> update_parts, weight_parts;
+  size_t count = 0;
+  // Sum of (w_after - w_before)^2 and of w_before^2 over the parts, part by part in order.
+  double update_total() const;
+  double weight_total() const;
+};
+
 class AdamW {
  public:
   // spans: the decay groups of the whole flat layout (ParameterRegistry::decay_spans());
-  // range: the elements this object updates.
+  // range: the elements this object updates; measured: the flat ranges (inside range,
+  // sorted, disjoint) whose update and weights step() also sums for the
+  // update-to-weight ratio (Device::adamw_update_norms; the update itself is the same
+  // bits either way).
   AdamW(kernels::Device& device, AdamWHyper hyper, std::vector<model::DecaySpan> spans,
-        model::FlatRange range);
+        model::FlatRange range, const std::vector<model::FlatRange>& measured = {});
 
   // One update of params[range] from grads[range] (both pointers to the START of the
   // flat buffers), with learning rate lr and every gradient multiplied by grad_scale
   // (the clip factor) first. Advances the step counter. Callers skip the call
   // entirely for a skipped update (non-finite gradient norm).
   void step(float* params, const float* grads, double lr, double grad_scale = 1.0);
+  // The measured sums of the last step(), without waiting (see UpdateReadback).
+  UpdateReadback update_readback() const { return {update_host_, weight_host_, measured_pieces_}; }
 
   int64_t steps() const { return steps_; }
   void set_steps(int64_t t) { steps_ = t; }  // restoring a checkpoint
@@ -57,7 +74,15 @@ class AdamW {
  private:
   kernels::Device& device_;
   AdamWHyper hyper_;
-  std::vector<model::DecaySpan> pieces_;  // spans clipped to range_
+  // The spans clipped to range_, in layout order, cut where a measured range begins or
+  // ends (the update is element by element, so the cuts change no value).
+  struct Piece {
+    model::DecaySpan span;
+    bool measured = false;
+  };
+  std::vector<Piece> pieces_;
+  size_t measured_pieces_ = 0;
+  std::shared_ptr<double> update_host_, weight_host_;  // [max(1, measured_pieces_)] each
   model::FlatRange range_;
   kernels::Buffer m_, v_;
   int64_t steps_ = 0;

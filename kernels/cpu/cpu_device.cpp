@@ -169,6 +169,10 @@ void CpuDevice::adamw_update(float* param, const float* grad, float* m, float* v
                              const AdamWArgs& args) {
   cpu::adamw_update(pool_, param, grad, m, v, n, args);
 }
+void CpuDevice::adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n,
+                                   const AdamWArgs& args, double* update_sq, double* weight_sq) {
+  cpu::adamw_update_norms(pool_, scratch_, param, grad, m, v, n, args, update_sq, weight_sq);
+}
 double CpuDevice::sum_squares(const float* x, int64_t n) { return cpu::sum_squares(pool_, scratch_, x, n); }
 
 }  // namespace troupe::kernels::cpu

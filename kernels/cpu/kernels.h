@@ -26,6 +26,7 @@ namespace troupe::kernels::cpu {
 struct Scratch {
   std::vector<std::vector<float>> per_thread;  // one per participant
   std::vector<double> partials;                // sum_squares block partials
+  std::vector<double> update_partials;         // adamw_update_norms block partials, 2 per block
   float* thread_floats(int p, size_t n) {
     auto& v = per_thread[size_t(p)];
     if (v.size() < n) v.resize(n);
@@ -136,5 +137,9 @@ void crossentropy_combine(ThreadPool& pool, float* losses, float* lse, const flo
 void adamw_update(ThreadPool& pool, float* param, const float* grad, float* m, float* v,
                   int64_t n, const AdamWArgs& args);
 double sum_squares(ThreadPool& pool, Scratch& scratch, const float* x, int64_t n);
+// adamw_update with the update and weight sums of squares (Device::adamw_update_norms):
+// 64 Ki-element blocks, partials in double, added in block order.
+void adamw_update_norms(ThreadPool& pool, Scratch& scratch, float* param, const float* grad, float* m, float* v,
+                        int64_t n, const AdamWArgs& a, double* update_sq, double* weight_sq);
 
 }  // namespace troupe::kernels::cpu

@@ -451,6 +451,19 @@ void CudaDevice::adamw_update(float* param, const float* grad, float* m, float* 
   launch::adamw_update(param, grad, m, v, n, args, compute_);
 }
 
+void CudaDevice::adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n,
+                                    const AdamWArgs& args, double* update_sq, double* weight_sq) {
+  make_current();
+  // [2 * blocks] block partials, then the two results: one scratch serves every call,
+  // the copies out of it run before the next kernel writes it (stream order).
+  const int64_t blocks = launch::adamw_norms_scratch(n);
+  auto* s = static_cast<double*>(scratch(kReduce, size_t(2 * blocks + 2) * sizeof(double)));
+  double* results = s + 2 * blocks;
+  launch::adamw_update_norms(param, grad, m, v, n, args, results, s, compute_);
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(update_sq, results, sizeof(double), cudaMemcpyDeviceToHost, compute_));
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(weight_sq, results + 1, sizeof(double), cudaMemcpyDeviceToHost, compute_));
+}
+
 void CudaDevice::sum_squares_to_host(double* dst, const float* x, int64_t n) {
   make_current();
   auto* s = static_cast<double*>(scratch(kReduce, size_t(std::max<int64_t>(1, launch::sum_squares_scratch(n))) *

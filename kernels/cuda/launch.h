@@ -158,6 +158,13 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
 // scratch, then one thread adds the blocks in order into *result.
 constexpr int64_t kSumSquaresBlock = int64_t(1) << 16;
 int64_t sum_squares_scratch(int64_t n);  // doubles
+// adamw_update fused with the sums of the update-to-weight ratio (Device::
+// adamw_update_norms): blocks of kSumSquaresBlock elements, each block's two sums
+// (update, weight; double, fixed tree) to scratch[2 b], scratch[2 b + 1], then one
+// thread adds the blocks in order into results[0] (update) and results[1] (weight).
+int64_t adamw_norms_scratch(int64_t n);  // blocks: the scratch holds 2 doubles each
+void adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWArgs& args,
+                        double* results, double* scratch, cudaStream_t s);
 void sum_squares(double* result, const float* x, int64_t n, double* scratch, cudaStream_t s);
 
 // ---- probe.cu -------------------------------------------------------------------

@@ -135,6 +135,10 @@ void TimedDevice::crossentropy_backward(float* dlogits, const float* logits, con
 void TimedDevice::adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWArgs& args) {
   timed("adamw", [&] { inner_.adamw_update(param, grad, m, v, n, args); });
 }
+void TimedDevice::adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n,
+                                     const AdamWArgs& args, double* update_sq, double* weight_sq) {
+  timed("adamw", [&] { inner_.adamw_update_norms(param, grad, m, v, n, args, update_sq, weight_sq); });
+}
 void TimedDevice::sum_squares_to_host(double* dst, const float* x, int64_t n) {
   timed("grad norm", [&] { inner_.sum_squares_to_host(dst, x, n); });
 }

@@ -84,6 +84,8 @@ class TimedDevice final : public Device {
                              const float* mask, float scale, int N, int V, int ld) override;
   void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
                     const AdamWArgs& args) override;
+  void adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWArgs& args,
+                          double* update_sq, double* weight_sq) override;
   double sum_squares(const float* x, int64_t n) override;
 
  private:

@@ -90,4 +90,14 @@ void LateCompletionDevice::sum_squares_to_host(double* dst, const float* x, int6
   enqueue([dst, sum] { *dst = sum; });
 }
 
+void LateCompletionDevice::adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n,
+                                              const kernels::AdamWArgs& args, double* update_sq, double* weight_sq) {
+  double u = 0, w = 0;
+  inner_.adamw_update_norms(param, grad, m, v, n, args, &u, &w);
+  enqueue([update_sq, weight_sq, u, w] {
+    *update_sq = u;
+    *weight_sq = w;
+  });
+}
+
 }  // namespace troupe::testing

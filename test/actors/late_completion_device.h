@@ -146,6 +146,9 @@ class LateCompletionDevice final : public kernels::Device {
                     const kernels::AdamWArgs& args) override {
     inner_.adamw_update(param, grad, m, v, n, args);
   }
+  // The update at once, its sums landing late (like sum_squares_to_host).
+  void adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n,
+                          const kernels::AdamWArgs& args, double* update_sq, double* weight_sq) override;
   double sum_squares(const float* x, int64_t n) override;
 
  private:

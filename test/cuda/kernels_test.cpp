@@ -622,6 +622,47 @@ TEST_CASE("AdamW on fp32 master weights") {
                                                             << ", v " << bitwise_equal(Vv, v) << " of " << n);
 }
 
+TEST_CASE("AdamW fused with the update-to-weight sums: the plain update's bits, the CPU's sums") {
+  // Tolerances, set before the run: the update bitwise that of adamw_update on the same
+  // device; the sums 1e-12 relative to the CPU's (the same exact squares in another order).
+  REQUIRE_GPU();
+  const size_t n = 2 * 65536 + 4097;
+  CpuDevice cpu(2);
+  CudaDevice gpu;
+  auto p = randn(n, 1, 0.5f), g = randn(n, 2, 1e-2f), m = randn(n, 3, 1e-3f), v = randn(n, 4, 1e-2f);
+  for (auto& x : v) x = x * x;
+  kernels::AdamWArgs a;
+  a.lr = 3e-4f;
+  a.weight_decay = 0.1f;
+  a.bias_correction1 = float(1 - std::pow(0.9, 3));
+  a.bias_correction2 = float(1 - std::pow(0.95, 3));
+  a.grad_scale = 0.7f;
+  auto gp = upload(gpu, p), gg = upload(gpu, g), gm = upload(gpu, m), gv = upload(gpu, v);
+  auto fp = upload(gpu, p), fm = upload(gpu, m), fv = upload(gpu, v);
+  auto cp = p, cm = m, cv = v;
+  double cpu_u = 0, cpu_w = 0;
+  cpu.adamw_update_norms(cp.data(), g.data(), cm.data(), cv.data(), int64_t(n), a, &cpu_u, &cpu_w);
+  auto host = gpu.allocate_host(2 * sizeof(double));
+  auto* sums = static_cast<double*>(host.get());
+  gpu.adamw_update(gp.f32(), gg.f32(), gm.f32(), gv.f32(), int64_t(n), a);
+  gpu.adamw_update_norms(fp.f32(), gg.f32(), fm.f32(), fv.f32(), int64_t(n), a, sums, sums + 1);
+  gpu.synchronize();
+  CHECK(bitwise_equal(download(gpu, fp.f32(), n), download(gpu, gp.f32(), n)) == n);
+  CHECK(bitwise_equal(download(gpu, fm.f32(), n), download(gpu, gm.f32(), n)) == n);
+  CHECK(bitwise_equal(download(gpu, fv.f32(), n), download(gpu, gv.f32(), n)) == n);
+  double du = 0, dw = 0;
+  const auto P = download(gpu, fp.f32(), n);
+  for (size_t i = 0; i < n; ++i) {
+    const double d = double(P[i]) - double(p[i]);
+    du += d * d;
+    dw += double(p[i]) * double(p[i]);
+  }
+  CHECK(std::fabs(sums[0] - du) <= 1e-12 * du);
+  CHECK(std::fabs(sums[1] - dw) <= 1e-12 * dw);
+  CHECK(std::fabs(cpu_w - dw) <= 1e-12 * dw);
+  MESSAGE("update sums: GPU " << sums[0] << ", CPU " << cpu_u << "; weight sums: GPU " << sums[1] << ", CPU " << cpu_w);
+}
+
 TEST_CASE("sum of squares: CPU agreement and identical bits run to run") {
   REQUIRE_GPU();
   CpuDevice cpu(2);
