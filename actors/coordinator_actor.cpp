@@ -21,6 +21,7 @@
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
+#include "engine/document_losses.h"
 #include "engine/rollback.h"
 #include "engine/spike_guard.h"
 #include "engine/step_driver.h"
@@ -348,8 +349,8 @@ void feed(Self* self, const engine::StepEvent& e) {
 // not open yet (kept in early_reports until it is).
 bool ahead_of_ledger(const CoordinatorState& st, int64_t step) { return st.driver->report_is_early(step); }
 
-// Microbatch losses and samples, each stage's gradient norm (spike records) and stage
-// timings (stragglers).
+// Microbatch losses and samples, each stage's gradient norm, the step's documents and
+// its update-to-weight norms (spike records) and stage timings (stragglers).
 StepExtras step_extras(const CoordinatorState& st, const engine::StepLedger& ledger, const metrics::StepRecord& r) {
   StepExtras x;
   x.detail.step = r.step;
@@ -374,6 +375,12 @@ StepExtras step_extras(const CoordinatorState& st, const engine::StepLedger& led
       m.loss = tokens[i] > 0 ? losses[i] / double(tokens[i]) : 0.0;
       x.detail.microbatches.push_back(std::move(m));
     }
+  if (st.data) x.detail.documents = engine::document_losses(ledger.segment_losses(), ids, int(rows), *st.data);
+  if (!r.skipped) {  // a dropped update has no ratio
+    const auto u = ledger.update_sums();
+    x.detail.update_norm = std::sqrt(u.update_sum_squares);
+    x.detail.weight_norm = std::sqrt(u.weight_sum_squares);
+  }
   for (const auto& rank : st.topo.all_ranks()) x.stage_paths.push_back(engine::stage_path(rank));
   x.timings = ledger.timings();
   return x;

@@ -172,8 +172,13 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
         maybe_fault(self, u.step, Fault::OPTIMIZER);
         if (!u.skip) s.shard->apply(s.pending->params, s.pending->grads, u.lr, u.clip_factor);
         s.pending.reset();
-        // Once the update is done on the device (the stage gets nothing else from here).
-        send_when_done(*s.device, s.stage, msg::ShardApplied{u.step});
+        // Once the update is done on the device (the stage gets nothing else from here),
+        // with its sums for the update-to-weight ratio (0 for a dropped update).
+        s.device->when_done([to = s.stage, sums = s.shard->update_readback(), step = u.step, skip = u.skip] {
+          msg::ShardApplied applied{step, {}};
+          if (!skip) applied.sums = {sums.update_total(), sums.weight_total()};
+          caf::anon_send(to, applied);
+        });
       },
       [self](const msg::SnapshotCommand& cmd) { take_snapshot(self, cmd); },
       [self](snapshot_landed_atom, int64_t step) {

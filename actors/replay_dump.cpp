@@ -11,6 +11,7 @@
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
+#include "engine/document_losses.h"
 #include "kernels/cpu/cpu_device.h"
 #include "metrics/json.h"
 #include "metrics/json_records.h"
@@ -60,7 +61,12 @@ StepDump dump_step(const Config& c, int64_t step, const std::string& checkpoint,
   StepDump d;
   d.step = step;
   d.dir = dir;
+  // The losses by document as a live run's spike record computes them
+  // (engine/document_losses.h), from the microbatches in the global batch's order; the
+  // tokens of each document (a dump's own) beside them.
   std::map<int64_t, DumpedDocument> docs;  // by document
+  std::vector<std::vector<msg::SegmentLoss>> segments;
+  std::vector<int64_t> ids;
   std::vector<float> losses;
   for (int dp = 0; dp < c.parallel().data(); ++dp) {
     for (int64_t j = 0; j < per_replica; ++j) {
@@ -69,6 +75,8 @@ StepDump dump_step(const Config& c, int64_t step, const std::string& checkpoint,
       const int64_t n = int64_t(mb.batch) * mb.seq;
       losses.resize(size_t(n));
       device.copy_to_host(losses.data(), model.token_losses(0), size_t(n) * sizeof(float));
+      segments.push_back(engine::segment_losses(losses.data(), mb));
+      ids.insert(ids.end(), mb.sample_ids.begin(), mb.sample_ids.end());
       for (int r = 0; r < mb.batch; ++r) {
         const int64_t id = mb.sample_ids[size_t(r)];
         for (const auto& p : src.pieces_of(id)) {
@@ -77,17 +85,16 @@ StepDump dump_step(const Config& c, int64_t step, const std::string& checkpoint,
           if (doc.samples.empty() || doc.samples.back() != id) doc.samples.push_back(id);
           // Input positions [slot, slot + length) of the row come from this piece; the
           // window's last position (index T) is a target only.
-          for (int32_t t = p.slot; t < p.slot + p.length && t < mb.seq; ++t) {
-            const size_t k = size_t(r) * size_t(mb.seq) + size_t(t);
-            doc.tokens.push_back(mb.tokens[k]);
-            if (mb.loss_mask[k] != 0) {
-              doc.loss_sum += double(losses[k]);
-              ++doc.loss_tokens;
-            }
-          }
+          for (int32_t t = p.slot; t < p.slot + p.length && t < mb.seq; ++t)
+            doc.tokens.push_back(mb.tokens[size_t(r) * size_t(mb.seq) + size_t(t)]);
         }
       }
     }
+  }
+  for (const auto& l : engine::document_losses(segments, ids, c.batch().micro_batch_size(), src)) {
+    DumpedDocument& doc = docs.at(l.document);
+    doc.loss_sum = l.loss_sum;
+    doc.loss_tokens = l.loss_tokens;
   }
   for (auto& [id, doc] : docs) {
     d.loss_sum += doc.loss_sum;

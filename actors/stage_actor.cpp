@@ -55,6 +55,8 @@ struct StageState {
   // cores all compute, each send there wakes a thread, which costs this one its time
   // (measured: docs/performance.md, "Numbers the code's comments rely on").
   std::optional<msg::StageDone> held_done;
+  // What the optimizer shard's ShardApplied said of this step's update (for StageDone).
+  msg::UpdateSums update_sums;
   Clock::time_point last_beat{};  // the last Heartbeat sent
   Clock::duration beat_period{};
   StepKind kind = StepKind::Train;
@@ -84,6 +86,9 @@ struct StageState {
   struct HeldLoss {
     msg::LossReport report;
     int64_t rows = 0;  // tokens of the microbatch
+    // Train: the microbatch itself, whose segments and loss mask split its losses by
+    // packed segment (LossReport::segments); null for evaluation.
+    std::shared_ptr<const data::Microbatch> batch;
   };
   std::vector<HeldLoss> held_losses;
   std::optional<int32_t> held_credit;
@@ -161,8 +166,9 @@ void run_forward(Self* self, int32_t mb) {
     // vocab-parallel cross-entropy combines its pieces): rank 0 reports it, after the
     // step's last op (send_losses).
     if (r.tp == 0)
-      st.held_losses.push_back({msg::LossReport{st.step, st.kind, r.dp, mb, 0.0, loss_tokens, true},
-                                int64_t(batch->batch) * batch->seq});
+      st.held_losses.push_back({msg::LossReport{st.step, st.kind, r.dp, mb, 0.0, loss_tokens, true, {}},
+                                int64_t(batch->batch) * batch->seq,
+                                st.kind == StepKind::Train ? batch : nullptr});
   } else {
     auto out = st.transport->send_forward(st.kind, mb, *batch);
     const bool via_comm = out.via_comm;
@@ -216,6 +222,7 @@ void send_losses(Self* self, std::optional<msg::StageDone> done = std::nullopt) 
     for (auto& h : held) {
       h.report.loss_sum = losses.sum(h.report.microbatch, h.rows);
       h.report.finite = std::isfinite(h.report.loss_sum);
+      if (h.batch) h.report.segments = losses.segments(h.report.microbatch, *h.batch);
       caf::anon_send(to, std::move(h.report));
     }
     if (done) caf::anon_send(to, std::move(*done));
@@ -242,7 +249,7 @@ void parameters_gathered(Self* self) {
   s.timing.sync_s = s.worker->sync_seconds();
   s.timing.end_time = unix_now();
   const auto& r = s.args.rank;
-  msg::StageDone done{s.step, s.kind, r.dp, r.pp, r.tp, std::move(s.timing)};
+  msg::StageDone done{s.step, s.kind, r.dp, r.pp, r.tp, std::move(s.timing), s.update_sums};
   if (s.queued && s.queued->previous_done_may_wait)
     s.held_done = std::move(done);
   else
@@ -263,7 +270,7 @@ void end_of_ops(Self* self) {
   if (st.kind == StepKind::Eval) {
     st.timing.end_time = unix_now();
     // The losses first: the coordinator closes the pass on the last StageDone.
-    send_losses(self, msg::StageDone{st.step, st.kind, r.dp, r.pp, r.tp, std::move(st.timing)});
+    send_losses(self, msg::StageDone{st.step, st.kind, r.dp, r.pp, r.tp, std::move(st.timing), {}});
     st.step = -1;
     start_queued(self);
     return;
@@ -424,6 +431,7 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
         auto& s = self->state;
         if (!s.waiting_for_update || a.step != s.step)
           throw std::logic_error(s.path + ": unexpected ShardApplied for step " + std::to_string(a.step));
+        s.update_sums = a.sums;
         if (!s.worker->stages_collectives()) {
           s.worker->gather_parameters();
           return parameters_gathered(self);

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "config/derived.h"
+#include "engine/document_losses.h"
 #include "engine/rank_device.h"
 
 namespace troupe::engine {
@@ -80,6 +81,10 @@ bool StageWorker::overlaps_reduction() const {
 
 double LossReadback::sum(int mb, int64_t rows) const {
   return model::sum_token_losses(host.get() + int64_t(mb) * stride, rows);
+}
+
+std::vector<msg::SegmentLoss> LossReadback::segments(int mb, const data::Microbatch& batch) const {
+  return segment_losses(host.get() + int64_t(mb) * stride, batch);
 }
 
 void StageWorker::reserve_losses(int microbatches) {

@@ -45,6 +45,7 @@
 
 #include "engine/topology.h"
 #include "kernels/device.h"
+#include "messages/runtime.h"
 #include "model/gpt_stage.h"
 
 namespace troupe::engine {
@@ -74,6 +75,8 @@ struct LossReadback {
   int64_t stride = 0;
   // The loss sum of microbatch mb's first `rows` tokens (model::sum_token_losses).
   double sum(int mb, int64_t rows) const;
+  // Microbatch mb's losses by packed segment of `batch` (engine::segment_losses).
+  std::vector<msg::SegmentLoss> segments(int mb, const data::Microbatch& batch) const;
 };
 
 class StageWorker {

@@ -26,7 +26,8 @@ StepLedger::StepLedger(const Topology& t, msg::StepKind kind, int64_t step, int3
       losses_(size_t(t.dp) * microbatches),
       counts_(size_t(t.dp)),
       norms_(kind == msg::StepKind::Train ? size_t(t.ranks()) : 0),
-      stages_(size_t(t.ranks())) {}
+      stages_(size_t(t.ranks())),
+      updates_(size_t(t.ranks())) {}
 
 void StepLedger::add(const msg::LossReport& r) {
   const auto what = fmt::format("step {} loss of dp{}/mb{}", r.step, r.dp, r.microbatch);
@@ -66,7 +67,24 @@ std::vector<std::pair<std::string, double>> StepLedger::layer_sum_squares() cons
 void StepLedger::add(const msg::StageDone& r) {
   const auto what = fmt::format("step {} done of {}", r.step, stage_path({r.dp, r.pp, r.tp}));
   if (r.step != step_ || r.kind != kind_) throw std::logic_error(what + ": not the current step");
-  put(stages_, size_t(topo_.index({r.dp, r.pp, r.tp})), r.timing, stages_seen_, what);
+  const size_t at = size_t(topo_.index({r.dp, r.pp, r.tp}));
+  put(stages_, at, r.timing, stages_seen_, what);
+  updates_[at] = r.update;
+}
+
+msg::UpdateSums StepLedger::update_sums() const {
+  msg::UpdateSums total;
+  for (const auto& u : updates_) {
+    total.update_sum_squares += u.update_sum_squares;
+    total.weight_sum_squares += u.weight_sum_squares;
+  }
+  return total;
+}
+
+std::vector<std::vector<msg::SegmentLoss>> StepLedger::segment_losses() const {
+  std::vector<std::vector<msg::SegmentLoss>> out;
+  for (const auto& l : losses_) out.push_back(l ? l->segments : std::vector<msg::SegmentLoss>{});
+  return out;
 }
 
 double StepLedger::total_sum_squares() const {

@@ -54,6 +54,12 @@ class StepLedger {
   // Per-microbatch losses and loss tokens in (dp, microbatch) order (spike records).
   std::vector<double> microbatch_losses() const;
   std::vector<int64_t> microbatch_loss_tokens() const;
+  // Per-microbatch segment sums in (dp, microbatch) order (the spike record's documents,
+  // engine::document_losses).
+  std::vector<std::vector<msg::SegmentLoss>> segment_losses() const;
+  // The optimizer shards' update sums (StageDone::update) added in rank order: the
+  // squares of ||delta W|| and ||W|| over every parameter once.
+  msg::UpdateSums update_sums() const;
   // Timings of every stage in rank order.
   std::vector<msg::StageTiming> timings() const;
 
@@ -70,6 +76,7 @@ class StepLedger {
   std::vector<std::optional<double>> norms_;                 // [rank index]
   std::vector<std::vector<std::pair<std::string, double>>> layer_norms_;  // [rank index]
   std::vector<std::optional<msg::StageTiming>> stages_;      // [rank index]
+  std::vector<msg::UpdateSums> updates_;                     // [rank index]
   int32_t losses_seen_ = 0, counts_seen_ = 0, norms_seen_ = 0, stages_seen_ = 0;
 };
 

@@ -94,6 +94,17 @@ struct GradientsReady {
   Activations dx;
 };
 
+// One packed segment of a microbatch row (data/packing.h: segment k of a row is piece
+// k of its sample's window, so the coordinator names its document from the sample ID,
+// data::BatchSource::pieces_of): the sum of its per-token losses and its loss-bearing
+// tokens (engine/document_losses.h).
+struct SegmentLoss {
+  int32_t row = 0;
+  int32_t segment = 0;
+  double loss_sum = 0;
+  int64_t loss_tokens = 0;
+};
+
 // last stage -> coordinator: the un-normalised loss of one microbatch. The step's
 // loss is the sum over all microbatches / the global batch's loss-bearing tokens.
 struct LossReport {
@@ -104,6 +115,10 @@ struct LossReport {
   double loss_sum = 0;
   int64_t loss_tokens = 0;
   bool finite = true;
+  // The same losses by packed segment (training steps only; for the spike record's
+  // documents): the segments with at least one loss-bearing token, in (row, segment)
+  // order. A few numbers per segment, never per token.
+  std::vector<SegmentLoss> segments;
 };
 
 // loader -> coordinator: what replica dp's part of the global batch holds.
@@ -151,9 +166,19 @@ struct UpdateCommand {
   bool skip = false;       // non-finite norm: touch nothing
 };
 
+// The sums behind a step's update-to-weight norm ratio, over the elements an optimizer
+// shard counts in the global gradient norm (each parameter once across replicas and
+// stages): sum of (w_after - w_before)^2 and of w_before^2, in double
+// (OptimizerShard::update_readback). Both 0 when the update was dropped.
+struct UpdateSums {
+  double update_sum_squares = 0;
+  double weight_sum_squares = 0;
+};
+
 // optimizer shard -> its stage: the parameter slice holds the updated values.
 struct ShardApplied {
   int64_t step = 0;
+  UpdateSums sums;  // of this shard's update (handed on in the stage's StageDone)
 };
 
 // What one stage did in one step. Busy intervals are in seconds on the process's
@@ -177,6 +202,8 @@ struct StageDone {
   StepKind kind = StepKind::Train;
   int32_t dp = 0, pp = 0, tp = 0;
   StageTiming timing;
+  // Train: what the rank's optimizer shard reported of its update (ShardApplied).
+  UpdateSums update;
 };
 
 // stage -> coordinator: alive, and where it is (at most one per

@@ -25,6 +25,13 @@ uint64_t sample_content_hash(std::vector<int64_t> sample_ids) {
   return h;
 }
 
+std::vector<DocumentLoss> worst_documents(std::vector<DocumentLoss> documents, size_t n) {
+  std::stable_sort(documents.begin(), documents.end(),
+                   [](const DocumentLoss& a, const DocumentLoss& b) { return a.loss_mean() > b.loss_mean(); });
+  if (documents.size() > n) documents.resize(n);
+  return documents;
+}
+
 SpikeDetector::SpikeDetector(SpikeOptions options)
     : options_(options), losses_(options.window), norms_(options.window) {
   if (options_.window < 1) throw MetricsError("spike detector: window must be at least 1, got " + std::to_string(options_.window));
@@ -82,6 +89,12 @@ std::optional<SpikeRecord> SpikeDetector::observe(const StepDetail& d) {
   r.stage_grad_norms = d.stage_grad_norms;
   r.layer_grad_norms = d.layer_grad_norms;
   r.microbatches = d.microbatches;
+  r.documents = d.documents;
+  r.top_documents = worst_documents(d.documents, kTopDocuments);
+  r.update_norm = d.update_norm;
+  r.weight_norm = d.weight_norm;
+  // A ratio needs weights: with all-zero ones (or none counted) it stays unset.
+  if (d.update_norm && d.weight_norm && *d.weight_norm > 0) r.update_weight_ratio = *d.update_norm / *d.weight_norm;
   for (const auto& mb : d.microbatches) r.sample_ids.insert(r.sample_ids.end(), mb.sample_ids.begin(), mb.sample_ids.end());
   std::sort(r.sample_ids.begin(), r.sample_ids.end());
   r.content_hash = sample_content_hash(r.sample_ids);
@@ -100,6 +113,18 @@ Json to_json(const SpikeRecord& r) {
                    {"sample_ids", mb.sample_ids},
                    {"loss", json_number(mb.loss)},
                    {"loss_tokens", mb.loss_tokens}});
+  auto documents = [](const std::vector<DocumentLoss>& docs) {
+    Json out = Json::array();
+    for (const auto& d : docs)
+      out.push_back({{"dataset", d.dataset},
+                     {"document", d.document},
+                     {"samples", d.samples},
+                     {"loss_sum", json_number(d.loss_sum)},
+                     {"loss_tokens", d.loss_tokens},
+                     {"loss_mean", json_number(d.loss_mean())}});
+    return out;
+  };
+  auto optional = [](const std::optional<double>& v) { return v ? json_number(*v) : Json(nullptr); };
   Json stages = Json::array();
   for (double n : r.stage_grad_norms) stages.push_back(json_number(n));
   Json layers = Json::object();
@@ -123,7 +148,12 @@ Json to_json(const SpikeRecord& r) {
             {"clipped", r.clipped},
             {"sample_ids", r.sample_ids},
             {"content_hash", hash},
-            {"microbatches", mbs}};
+            {"microbatches", mbs},
+            {"top_documents", documents(r.top_documents)},
+            {"documents", documents(r.documents)}};
+  j["update_norm"] = optional(r.update_norm);
+  j["weight_norm"] = optional(r.weight_norm);
+  j["update_weight_ratio"] = optional(r.update_weight_ratio);
   j["repeat_of_step"] = r.repeat_of_step ? Json(*r.repeat_of_step) : Json(nullptr);
   return j;
 }
@@ -158,6 +188,11 @@ std::string spike_line(const SpikeRecord& r, const std::string& spikes_path) {
   }
   std::string line = "spike at step " + std::to_string(r.step) + " (" + triggers + "): " + detail;
   if (r.repeat_of_step) line += " (same samples as step " + std::to_string(*r.repeat_of_step) + ")";
+  if (!r.top_documents.empty()) {
+    const DocumentLoss& w = r.top_documents.front();
+    line += "; worst document " + std::to_string(w.document) + " (dataset " + std::to_string(w.dataset) +
+            "): mean loss " + fixed(w.loss_mean(), 4) + " over " + std::to_string(w.loss_tokens) + " tokens";
+  }
   return line + "; recorded in " + spikes_path;
 }
 

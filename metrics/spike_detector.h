@@ -41,6 +41,23 @@ struct MicrobatchLoss {
   int64_t loss_tokens = 0;
 };
 
+// One document of the step: the dataset sequence its packed segments read
+// (engine/document_losses.h), with the losses of the step's predictions out of its tokens.
+struct DocumentLoss {
+  int64_t dataset = 0;           // index of the dataset (one per run today)
+  int64_t document = 0;          // sequence index in the dataset's .idx
+  std::vector<int64_t> samples;  // the step's samples that read it, in batch order
+  double loss_sum = 0;           // summed per-token losses of its loss-bearing predictions
+  int64_t loss_tokens = 0;
+  double loss_mean() const { return loss_tokens > 0 ? loss_sum / double(loss_tokens) : 0.0; }
+};
+
+// How many documents of highest mean loss a spike record names (top_documents).
+constexpr size_t kTopDocuments = 10;
+
+// The `n` documents of highest mean loss, highest first (ties: in the given order).
+std::vector<DocumentLoss> worst_documents(std::vector<DocumentLoss> documents, size_t n);
+
 // What the coordinator knows of a step when it finishes.
 struct StepDetail {
   int64_t step = 0;
@@ -56,6 +73,13 @@ struct StepDetail {
   // of its sum of squares over every shard), in layout order. Empty when not known.
   std::vector<std::pair<std::string, double>> layer_grad_norms;
   std::vector<MicrobatchLoss> microbatches;
+  // Every document of the step, in (dataset, document) order; their loss tokens add up
+  // to the step's. Empty when not known.
+  std::vector<DocumentLoss> documents;
+  // ||delta W|| and ||W|| (the weights before the update) over every parameter once,
+  // from the optimizer shards' partial sums; unset when the update was dropped (a
+  // skipped step: non-finite norm or logging.on_spike SKIP_UPDATE) or not known.
+  std::optional<double> update_norm, weight_norm;
 };
 
 struct SpikeRecord {
@@ -82,6 +106,10 @@ struct SpikeRecord {
   // The first earlier spike with the same content hash, if any.
   std::optional<int64_t> repeat_of_step;
   std::vector<MicrobatchLoss> microbatches;
+  std::vector<DocumentLoss> documents;      // StepDetail::documents
+  std::vector<DocumentLoss> top_documents;  // the kTopDocuments of highest mean loss, highest first
+  // update_norm / weight_norm; all three unset when the update was dropped.
+  std::optional<double> update_norm, weight_norm, update_weight_ratio;
 };
 
 // FNV-1a (64-bit) over the sorted IDs as little-endian 8-byte integers: the same set
@@ -130,8 +158,9 @@ Json to_json(const SpikeRecord& r);
 
 // The console line of a spike: "spike at step 41 (loss, grad_norm): loss 5.6200 is
 // 1.85x the running median 3.0400 (12.3 MADs above), grad norm 4.21 is 5.07x its
-// median 0.83; recorded in PATH" (only the series that fired, with " (same samples as
-// step N)" for a repeat).
+// median 0.83; worst document 545 (dataset 0): mean loss 8.6602 over 128 tokens;
+// recorded in PATH" (only the series that fired, with " (same samples as step N)" for a
+// repeat; the worst document when the documents are known).
 std::string spike_line(const SpikeRecord& r, const std::string& spikes_path);
 
 // Fills the windows of a resumed run's detector from the steps before its checkpoint:

@@ -197,10 +197,15 @@ typename Inspector::result_type inspect(Inspector& f, GradientsReady& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SegmentLoss& x) {
+  return f(caf::meta::type_name("troupe::msg::SegmentLoss"), x.row, x.segment, x.loss_sum, x.loss_tokens);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LossReport& x) {
   auto kind = uint8_t(x.kind);
   return f(caf::meta::type_name("troupe::msg::LossReport"), x.step, kind, x.dp, x.microbatch, x.loss_sum,
-           x.loss_tokens, x.finite, caf::meta::load_callback([&]() -> caf::error {
+           x.loss_tokens, x.finite, x.segments, caf::meta::load_callback([&]() -> caf::error {
              x.kind = StepKind(kind);
              return caf::none;
            }));
@@ -242,9 +247,14 @@ typename Inspector::result_type inspect(Inspector& f, StageTiming& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, UpdateSums& x) {
+  return f(caf::meta::type_name("troupe::msg::UpdateSums"), x.update_sum_squares, x.weight_sum_squares);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StageDone& x) {
   auto kind = uint8_t(x.kind);
-  return f(caf::meta::type_name("troupe::msg::StageDone"), x.step, kind, x.dp, x.pp, x.tp, x.timing,
+  return f(caf::meta::type_name("troupe::msg::StageDone"), x.step, kind, x.dp, x.pp, x.tp, x.timing, x.update,
            caf::meta::load_callback([&]() -> caf::error {
              x.kind = StepKind(kind);
              return caf::none;

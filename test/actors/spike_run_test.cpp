@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -18,16 +19,22 @@
 
 #include "actors/replay.h"
 #include "actors/runtime.h"
+#include "ckpt/commit.h"
 #include "ckpt/reader.h"
 #include "data/batch_source.h"
 #include "data/default_corpus.h"
 #include "data/indexed_dataset.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
+#include "engine/checkpointing.h"
+#include "engine/document_losses.h"
 #include "engine/rollback.h"
+#include "kernels/cpu/cpu_device.h"
 #include "metrics/jsonl_log.h"
 #include "metrics/run_dir.h"
 #include "metrics/spike_detector.h"
+#include "model/gpt_stage.h"
+#include "model/stage_range.h"
 #include "test/support/fault.h"
 #include "test/support/same_state.h"
 #include "test/support/scratch_dir.h"
@@ -76,20 +83,32 @@ std::vector<metrics::Json> spikes_of(const Config& c) {
   return metrics::read_jsonl(path).objects;
 }
 
-// The garbage-documents corpus of issue 26: the fortunes corpus copied, with the
-// documents that step 25's samples read (16 a step) turned into random printable bytes
-// of the same lengths: the packing, the sample index and the order stay those of the
-// clean copy, so the sampler says where the garbage is. Points c.data.prefix at it.
+// The garbage-documents corpus: the fortunes corpus copied, with the documents that
+// step 25's samples read turned into random printable bytes of the same lengths. The
+// packing, the sample index and the order stay those of the clean copy, so the sampler
+// says where the garbage is. The config: the tiny model on PP2, 16 sequences of 32
+// tokens a step (2 a microbatch), 26 steps, a checkpoint every 5.
 struct GarbageCorpus {
-  std::vector<int64_t> garbage_samples;  // every sample reading a garbage document, ascending
-  std::vector<int64_t> step25;           // step 25's samples, ascending
-  std::set<int64_t> garbage_steps;       // the steps of the first 26 holding any of them
+  Config config;
+  std::set<int64_t> docs;        // the garbage documents: every one step 25 reads
+  std::vector<int64_t> samples;  // every sample reading a garbage document, ascending
+  std::set<int64_t> steps;       // the steps of this run with a garbage sample
 };
 
-GarbageCorpus garbage_corpus(const fs::path& dir, Config& c) {
+GarbageCorpus garbage_corpus(const fs::path& dir) {
+  fs::create_directories(dir);
   GarbageCorpus g;
-  auto& garbage_samples = g.garbage_samples;
-  auto& garbage_steps = g.garbage_steps;
+  Config& c = g.config;
+  c = testing::tiny_runtime_config(2, 1, 2);
+  c.mutable_batch()->set_micro_batch_size(2);
+  c.mutable_batch()->set_global_batch_size(16);
+  c.mutable_optimizer()->set_lr(5e-3);
+  c.mutable_optimizer()->set_min_lr(5e-4);
+  c.mutable_lr_schedule()->set_warmup_samples(32);
+  c.mutable_training()->set_train_samples(26 * 16);
+  c.mutable_checkpoint()->set_interval_steps(5);
+  c.mutable_checkpoint()->set_keep_last(0);
+
   const std::string clean_prefix = data::ensure_default_corpus();
   const auto clean = data::IndexedDataset::open(clean_prefix);
   c.mutable_data()->set_prefix((dir / "clean").string());
@@ -104,19 +123,17 @@ GarbageCorpus garbage_corpus(const fs::path& dir, Config& c) {
     w.finish();
   }
   const auto order = data::BatchSource::open(c);
-  std::set<int64_t> garbage_docs;
   for (const int64_t id : order.global_batch_ids(24 * 16))
-    for (const int64_t d : order.documents_of(id)) garbage_docs.insert(d);
+    for (const int64_t d : order.documents_of(id)) g.docs.insert(d);
   for (int64_t id = 0; id < order.samples_per_epoch(); ++id)
     for (const int64_t d : order.documents_of(id))
-      if (garbage_docs.count(d)) {
-        garbage_samples.push_back(id);
+      if (g.docs.count(d)) {
+        g.samples.push_back(id);
         break;
       }
   for (int64_t p = 0; p < 26 * 16; ++p)
-    if (std::binary_search(garbage_samples.begin(), garbage_samples.end(), order.sample_at(p)))
-      garbage_steps.insert(p / 16 + 1);
-  REQUIRE(garbage_steps.count(25));
+    if (std::binary_search(g.samples.begin(), g.samples.end(), order.sample_at(p))) g.steps.insert(p / 16 + 1);
+  REQUIRE(g.steps.count(25));
   {
     std::mt19937_64 rng(2026);
     data::IndexedDatasetWriter w((dir / "dirty").string(), data::dtype_for_vocab(257), 257);
@@ -124,7 +141,7 @@ GarbageCorpus garbage_corpus(const fs::path& dir, Config& c) {
     for (int64_t q = 0; q < clean.sequences(); ++q) {
       doc.resize(size_t(clean.sequence_length(q)));
       clean.read(q, 0, int64_t(doc.size()), doc.data());
-      if (garbage_docs.count(q))
+      if (g.docs.count(q))
         for (auto& t : doc)
           if (t != 256) t = int32_t(0x20 + rng() % 95);
       w.add_document(doc);
@@ -134,25 +151,7 @@ GarbageCorpus garbage_corpus(const fs::path& dir, Config& c) {
   c.mutable_data()->set_prefix((dir / "dirty").string());
   const auto dirty_order = data::BatchSource::open(c);
   for (int64_t p = 0; p < 26 * 16; p += 7) REQUIRE(dirty_order.sample_at(p) == order.sample_at(p));
-
-  g.step25 = order.global_batch_ids(24 * 16);
-  std::sort(g.step25.begin(), g.step25.end());
   return g;
-}
-
-// The run of the garbage-documents case: the tiny model on PP2, 16 sequences a step,
-// 26 steps, a checkpoint every 5 kept.
-Config garbage_run_config() {
-  Config c = testing::tiny_runtime_config(2, 1, 2);
-  c.mutable_batch()->set_micro_batch_size(2);
-  c.mutable_batch()->set_global_batch_size(16);
-  c.mutable_optimizer()->set_lr(5e-3);
-  c.mutable_optimizer()->set_min_lr(5e-4);
-  c.mutable_lr_schedule()->set_warmup_samples(32);
-  c.mutable_training()->set_train_samples(26 * 16);
-  c.mutable_checkpoint()->set_interval_steps(5);
-  c.mutable_checkpoint()->set_keep_last(0);
-  return c;
 }
 
 }  // namespace
@@ -395,17 +394,17 @@ TEST_CASE("data.skip_samples in a run: skipped from the start, accounted for, ke
 
 TEST_CASE("garbage documents spike where the sampler put them; skipping their samples removes the spike") {
   const auto dir = testing::fresh_temp_dir("garbage-docs");
-  fs::create_directories(dir);
-  Config c = garbage_run_config();
-  const auto g = garbage_corpus(dir, c);
-  const auto& garbage_samples = g.garbage_samples;
+  const GarbageCorpus corpus = garbage_corpus(dir);
+  Config c = corpus.config;
+  const auto& garbage_samples = corpus.samples;
+  const auto& garbage_steps = corpus.steps;
   c.mutable_logging()->set_run_dir((dir / "run").string());
   const auto r = run(c);
   REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
   const auto spikes = spikes_of(c);
   REQUIRE(!spikes.empty());
   CHECK(spikes.front().at("step") == 25);  // none before the garbage step
-  MESSAGE("garbage steps (any garbage sample): " << g.garbage_steps.size() << "; step 24 loss "
+  MESSAGE("garbage steps (any garbage sample): " << garbage_steps.size() << "; step 24 loss "
                                                  << r.outcome.steps[23].loss << ", step 25 loss "
                                                  << r.outcome.steps[24].loss);
 
@@ -443,6 +442,186 @@ TEST_CASE("garbage documents spike where the sampler put them; skipping their sa
   for (const auto& st : f.outcome.steps) passed_over += int64_t(st.skipped_samples.size());
   CHECK(passed_over == f.outcome.summary.skipped_samples);
   CHECK(passed_over >= 16);  // at least step 25's sixteen
+}
+
+TEST_CASE("segment sums: one segment is its microbatch's loss sum bit for bit; each names its document") {
+  // Tolerance, set before the run: a microbatch of several segments adds up to its loss
+  // sum within 1e-12 relative (the same terms grouped by segment).
+  const auto dir = testing::fresh_temp_dir("segment-sums");
+  Config c = testing::tiny_runtime_config(2, 1, 1);  // one sample a microbatch
+  c.mutable_data()->set_prefix(random_bytes_dataset(dir / "data"));  // documents of 201 tokens
+  const auto src = data::BatchSource::open(c);
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> uniform(0.5f, 6.0f);
+  int single = 0, several = 0;
+  for (int64_t id = 0; id < 40; ++id) {
+    const std::vector<int64_t> ids = {id};
+    const data::Microbatch mb = src.samples(ids);
+    std::vector<float> losses(size_t(mb.batch) * size_t(mb.seq));
+    for (size_t k = 0; k < losses.size(); ++k) losses[k] = mb.loss_mask[k] != 0 ? uniform(rng) : 0.0f;
+    const auto segments = engine::segment_losses(losses.data(), mb);
+    const double sum = model::sum_token_losses(losses.data(), int64_t(losses.size()));
+    double added = 0;
+    int64_t tokens = 0;
+    for (const auto& s : segments) {
+      added += s.loss_sum;
+      tokens += s.loss_tokens;
+    }
+    CHECK(tokens == mb.loss_tokens);
+    if (segments.size() == 1) {
+      ++single;
+      CHECK(std::memcmp(&segments[0].loss_sum, &sum, sizeof sum) == 0);
+    } else {
+      ++several;
+      CHECK(added == doctest::Approx(sum).epsilon(1e-12));
+    }
+    // Named by the sampler: the documents of the sample's loss-bearing pieces.
+    const auto docs = engine::document_losses({segments}, ids, 1, src);
+    std::vector<int64_t> named, want;
+    for (const auto& d : docs) named.push_back(d.document);
+    for (const auto& p : src.pieces_of(id))
+      if (std::min<int64_t>(p.slot + p.length - 1, mb.seq) > p.slot) want.push_back(p.document);
+    std::sort(want.begin(), want.end());
+    CHECK(named == want);
+  }
+  CHECK(single > 0);
+  CHECK(several > 0);
+  std::vector<msg::SegmentLoss> bad = {{0, 9, 1.0, 1}};
+  CHECK_THROWS_AS(engine::document_losses({bad}, {0}, 1, src), std::invalid_argument);
+}
+
+TEST_CASE("the garbage step's spike record: its documents and losses, the update-to-weight ratio; DP2 x PP2 as DP1") {
+  // Tolerances, written before the runs:
+  //  - the documents' loss tokens add up to the step's exactly, their loss sums to the
+  //    step's within 1e-9 relative (the same per-token losses grouped by document);
+  //  - update_norm, weight_norm and their ratio against the weights of the checkpoints of
+  //    steps 24 and 25: 1e-9 relative (the same squares added in another order);
+  //  - DP2 x PP2 resumed from this run's checkpoint of step 24: the same documents,
+  //    samples, token counts and loss sums bit for bit (the same weights and
+  //    microbatches on one thread a stage give the same per-token losses, added in the
+  //    global batch's order in both layouts); its norms within 1e-5 relative (its
+  //    gradients are summed over two replicas, in another order).
+  const auto dir = testing::fresh_temp_dir("garbage-record");
+  const GarbageCorpus corpus = garbage_corpus(dir);
+  Config c = corpus.config;
+  c.mutable_training()->set_train_samples(25 * 16);
+  c.mutable_checkpoint()->set_interval_steps(24);  // step 24; step 25 on exit
+  c.mutable_logging()->set_run_dir((dir / "run").string());
+  const auto r = run(c);
+  REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
+  REQUIRE(r.outcome.steps.size() == 25);
+  const auto spikes = spikes_of(c);
+  REQUIRE(!spikes.empty());
+  const auto& s = spikes.front();
+  REQUIRE(s.at("step") == 25);
+  const auto& at25 = r.outcome.steps[24];
+
+  // What the sampler says step 25 reads: a piece at slot p of n tokens predicts from
+  // its positions p .. p + n - 2 that are inputs of the window (below seq_length).
+  const auto src = data::BatchSource::open(c);
+  const int64_t T = c.batch().seq_length();
+  std::map<int64_t, int64_t> want_tokens;
+  std::map<int64_t, std::vector<int64_t>> want_samples;
+  for (const int64_t id : r.outcome.step_samples[24])  // the global batch's order
+    for (const auto& p : src.pieces_of(id)) {
+      const int64_t n = std::min<int64_t>(p.slot + p.length - 1, T) - p.slot;
+      if (n <= 0) continue;
+      want_tokens[p.document] += n;
+      auto& w = want_samples[p.document];
+      if (w.empty() || w.back() != id) w.push_back(id);
+    }
+  const auto& docs = s.at("documents");
+  REQUIRE(docs.size() == want_tokens.size());
+  int64_t tokens = 0;
+  double sum = 0;
+  size_t k = 0;
+  for (const auto& [doc, n] : want_tokens) {
+    const auto& d = docs[k++];
+    CHECK(d.at("dataset") == 0);
+    CHECK(d.at("document") == doc);
+    CHECK(d.at("loss_tokens") == n);
+    CHECK(d.at("samples").get<std::vector<int64_t>>() == want_samples[doc]);
+    CHECK(corpus.docs.count(doc) == 1);  // step 25 reads garbage only
+    tokens += n;
+    sum += d.at("loss_sum").get<double>();
+  }
+  CHECK(tokens == at25.loss_tokens);
+  CHECK(sum == doctest::Approx(at25.loss * double(at25.loss_tokens)).epsilon(1e-9));
+  // The top documents: the garbage ones of highest mean loss, highest first, each as in
+  // the full list; the worst is above the step's loss.
+  const auto& top = s.at("top_documents");
+  REQUIRE(top.size() == std::min<size_t>(10, docs.size()));
+  for (size_t i = 0; i < top.size(); ++i) {
+    CHECK(corpus.docs.count(top[i].at("document").get<int64_t>()) == 1);
+    if (i > 0) CHECK(top[i].at("loss_mean").get<double>() <= top[i - 1].at("loss_mean").get<double>());
+    const auto same = std::find_if(docs.begin(), docs.end(), [&](const auto& d) { return d.at("document") == top[i].at("document"); });
+    REQUIRE(same != docs.end());
+    CHECK(*same == top[i]);
+  }
+  for (const auto& d : docs)
+    CHECK(d.at("loss_mean").get<double>() <= top.front().at("loss_mean").get<double>());
+  CHECK(top.front().at("loss_mean").get<double>() >= at25.loss);
+
+  // ||delta W|| / ||W|| from the weights before and after step 25 (the checkpoints), on
+  // one device: every parameter once.
+  auto weights = [&](int64_t step) {
+    kernels::cpu::CpuDevice device(1);
+    model::GptStage m(c, model::StageRange::whole(c), device, 1);
+    engine::restore_stage(ckpt::Checkpoint::open(engine::checkpoint_root(c) + "/" + ckpt::step_dir_name(step)), m);
+    return std::vector<float>(m.params(), m.params() + m.param_count());
+  };
+  const auto before = weights(24), after = weights(25);
+  REQUIRE(before.size() == after.size());
+  double du = 0, dw = 0;
+  for (size_t i = 0; i < before.size(); ++i) {
+    const double d = double(after[i]) - double(before[i]);
+    du += d * d;
+    dw += double(before[i]) * double(before[i]);
+  }
+  REQUIRE(du > 0);
+  CHECK(s.at("update_norm").get<double>() == doctest::Approx(std::sqrt(du)).epsilon(1e-9));
+  CHECK(s.at("weight_norm").get<double>() == doctest::Approx(std::sqrt(dw)).epsilon(1e-9));
+  CHECK(s.at("update_weight_ratio").get<double>() == doctest::Approx(std::sqrt(du / dw)).epsilon(1e-9));
+  MESSAGE("step 25: " << docs.size() << " documents, worst " << top.front().at("document") << " at mean loss "
+                      << top.front().at("loss_mean") << " (step loss " << at25.loss << "); update/weight ratio "
+                      << s.at("update_weight_ratio"));
+
+  // DP2 x PP2 from the checkpoint of step 24, in the same run directory (its spike
+  // windows are the 24 steps before): step 25 is the same spike, a repeat of the first.
+  Config wide = c;
+  wide.mutable_parallel()->set_data(2);
+  wide.mutable_checkpoint()->set_load(engine::checkpoint_root(c) + "/" + ckpt::step_dir_name(24));
+  wide.mutable_checkpoint()->set_save_on_exit(false);
+  const auto w = run(wide);
+  REQUIRE_MESSAGE(w.outcome.status == "completed", w.outcome.error);
+  REQUIRE(w.outcome.steps.size() == 1);
+  const auto both = spikes_of(c);
+  REQUIRE(both.size() == 2);
+  const auto& s2 = both.back();
+  CHECK(s2.at("step") == 25);
+  CHECK(s2.at("repeat_of_step") == 25);
+  CHECK(s2.at("documents") == s.at("documents"));
+  CHECK(s2.at("top_documents") == s.at("top_documents"));
+  CHECK(s2.at("weight_norm").get<double>() == doctest::Approx(s.at("weight_norm").get<double>()).epsilon(1e-5));
+  CHECK(s2.at("update_norm").get<double>() == doctest::Approx(s.at("update_norm").get<double>()).epsilon(1e-5));
+  CHECK(s2.at("update_weight_ratio").get<double>() ==
+        doctest::Approx(s.at("update_weight_ratio").get<double>()).epsilon(1e-5));
+
+  // A dropped update (logging.on_spike SKIP_UPDATE, the same resume on DP1): no norms.
+  Config guarded = c;
+  guarded.mutable_logging()->set_on_spike(LoggingConfig::SKIP_UPDATE);
+  guarded.mutable_checkpoint()->set_load(engine::checkpoint_root(c) + "/" + ckpt::step_dir_name(24));
+  guarded.mutable_checkpoint()->set_save_on_exit(false);
+  const auto g = run(guarded);
+  REQUIRE_MESSAGE(g.outcome.status == "completed", g.outcome.error);
+  REQUIRE(g.outcome.steps.size() == 1);
+  CHECK(g.outcome.steps[0].skipped);
+  const auto three = spikes_of(c);
+  REQUIRE(three.size() == 3);
+  CHECK(three.back().at("update_norm").is_null());
+  CHECK(three.back().at("weight_norm").is_null());
+  CHECK(three.back().at("update_weight_ratio").is_null());
+  CHECK(three.back().at("documents") == s.at("documents"));
 }
 
 TEST_CASE("decide_rollback: the samples from the spike step's first, the cap per window, the first epoch only") {
@@ -487,10 +666,11 @@ TEST_CASE("decide_rollback: the samples from the spike step's first, the cap per
 TEST_CASE("logging.on_spike ROLLBACK: the garbage step is rolled back past and skipped, bitwise a fresh run that "
           "skips its samples, with a kill before and after the rollback") {
   const auto dir = testing::fresh_temp_dir("rollback");
-  fs::create_directories(dir);
-  Config c = garbage_run_config();
-  const auto g = garbage_corpus(dir, c);
+  const GarbageCorpus corpus = garbage_corpus(dir);
+  Config c = corpus.config;
   const auto plain = data::BatchSource::open(c);
+  auto step25 = plain.global_batch_ids(24 * 16);
+  std::sort(step25.begin(), step25.end());
   c.mutable_logging()->set_run_dir((dir / "run").string());
   c.mutable_logging()->set_on_spike(LoggingConfig::ROLLBACK);
   c.mutable_logging()->set_rollback_steps(6);  // step 25's spike goes back to the checkpoint of step 15
@@ -507,7 +687,7 @@ TEST_CASE("logging.on_spike ROLLBACK: the garbage step is rolled back past and s
   const auto& first = r.rollbacks.front();
   CHECK(first.request.spike_step == 25);
   CHECK(first.request.first_position == 24 * 16);
-  CHECK(first.request.skip_ids == g.step25);
+  CHECK(first.request.skip_ids == step25);
   CHECK(first.done.target_step == 15);
   CHECK(first.done.moved_steps == std::vector<int64_t>{20});
   const fs::path root = dir / "run" / "checkpoints";
@@ -529,7 +709,7 @@ TEST_CASE("logging.on_spike ROLLBACK: the garbage step is rolled back past and s
       if (rollback_lines++ == 0) {
         CHECK(j.at("step") == 25);
         CHECK(j.at("resume_step") == 15);
-        CHECK(j.at("skipped_samples").get<std::vector<int64_t>>() == g.step25);
+        CHECK(j.at("skipped_samples").get<std::vector<int64_t>>() == step25);
       }
     }
   CHECK(rollback_lines == int(r.rollbacks.size()));
@@ -564,8 +744,7 @@ TEST_CASE("logging.on_spike ROLLBACK: the garbage step is rolled back past and s
 
   // A fresh run told to skip the same samples from its start: the same samples in every
   // step, the same losses, and the same weights and moments at the end, bit for bit.
-  Config fresh = garbage_run_config();
-  fresh.mutable_data()->set_prefix(c.data().prefix());
+  Config fresh = corpus.config;
   fresh.mutable_logging()->set_run_dir((dir / "fresh").string());
   for (const int64_t id : skipped) fresh.mutable_data()->add_skip_samples(id);
   const auto f = run(fresh, /*collect_state=*/true);
@@ -583,9 +762,7 @@ TEST_CASE("logging.on_spike ROLLBACK: the garbage step is rolled back past and s
 
 TEST_CASE("logging.on_spike ROLLBACK: a spike that comes back past the cap stops the run, its checkpoints kept") {
   const auto dir = testing::fresh_temp_dir("rollback-cap");
-  fs::create_directories(dir);
-  Config c = garbage_run_config();
-  const auto g = garbage_corpus(dir, c);
+  Config c = garbage_corpus(dir).config;
   const auto plain = data::BatchSource::open(c);
   c.mutable_logging()->set_run_dir((dir / "run").string());
   c.mutable_logging()->set_on_spike(LoggingConfig::ROLLBACK);
