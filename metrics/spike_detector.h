@@ -3,10 +3,12 @@
 // more than `mad_k` median absolute deviations and by more than the series' floor on
 // the relative jump (metrics/robust_window.h); a non-finite loss or gradient norm is
 // a spike too. For each spike the detector produces a record with the material to
-// inspect: the step's sample IDs, per-microbatch losses and loss-bearing tokens, the
-// gradient norm (global and per pipeline stage), the LR, both series' medians and
-// MADs, and a content hash of the sample IDs, so that the same samples spiking again
-// (a recomputed step after a restart, or a repeated epoch) are recognised as a repeat.
+// inspect: the step's sample IDs, per-microbatch losses and loss-bearing tokens, its
+// documents with their losses (every one, and the ten worst by mean loss), the gradient
+// norm (global, per pipeline stage and per layer), the update-to-weight norm ratio, the
+// LR, both series' medians and MADs, and a content hash of the sample IDs, so that the
+// same samples spiking again (a recomputed step after a restart, or a repeated epoch)
+// are recognised as a repeat.
 #pragma once
 
 #include <cstdint>

@@ -500,7 +500,10 @@ TEST_CASE("the garbage step's spike record: its documents and losses, the update
   //    samples, token counts and loss sums bit for bit (the same weights and
   //    microbatches on one thread a stage give the same per-token losses, added in the
   //    global batch's order in both layouts); its norms within 1e-5 relative (its
-  //    gradients are summed over two replicas, in another order).
+  //    gradients are summed over two replicas, in another order);
+  //  - TP2 with sequence parallelism x PP2, resumed the same way: the same documents,
+  //    samples and token counts; loss sums within 1e-5 relative each, norms within 1e-5
+  //    (the row-parallel GEMMs and the vocabulary-parallel loss add in another order).
   const auto dir = testing::fresh_temp_dir("garbage-record");
   const GarbageCorpus corpus = garbage_corpus(dir);
   Config c = corpus.config;
@@ -607,6 +610,29 @@ TEST_CASE("the garbage step's spike record: its documents and losses, the update
   CHECK(s2.at("update_weight_ratio").get<double>() ==
         doctest::Approx(s.at("update_weight_ratio").get<double>()).epsilon(1e-5));
 
+  // TP2 + SP x PP2 from the same checkpoint: only the last stage's tp rank 0 reports.
+  Config sliced = c;
+  sliced.mutable_parallel()->set_tensor(2);
+  sliced.mutable_parallel()->set_sequence_parallel(true);
+  sliced.mutable_checkpoint()->set_load(engine::checkpoint_root(c) + "/" + ckpt::step_dir_name(24));
+  sliced.mutable_checkpoint()->set_save_on_exit(false);
+  const auto t = run(sliced);
+  REQUIRE_MESSAGE(t.outcome.status == "completed", t.outcome.error);
+  const auto with_tp = spikes_of(c);
+  REQUIRE(with_tp.size() == 3);
+  const auto& s3 = with_tp.back();
+  CHECK(s3.at("step") == 25);
+  REQUIRE(s3.at("documents").size() == docs.size());
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const auto& a = s3.at("documents")[i];
+    CHECK(a.at("document") == docs[i].at("document"));
+    CHECK(a.at("samples") == docs[i].at("samples"));
+    CHECK(a.at("loss_tokens") == docs[i].at("loss_tokens"));
+    CHECK(a.at("loss_sum").get<double>() == doctest::Approx(docs[i].at("loss_sum").get<double>()).epsilon(1e-5));
+  }
+  CHECK(s3.at("update_weight_ratio").get<double>() ==
+        doctest::Approx(s.at("update_weight_ratio").get<double>()).epsilon(1e-5));
+
   // A dropped update (logging.on_spike SKIP_UPDATE, the same resume on DP1): no norms.
   Config guarded = c;
   guarded.mutable_logging()->set_on_spike(LoggingConfig::SKIP_UPDATE);
@@ -616,12 +642,12 @@ TEST_CASE("the garbage step's spike record: its documents and losses, the update
   REQUIRE_MESSAGE(g.outcome.status == "completed", g.outcome.error);
   REQUIRE(g.outcome.steps.size() == 1);
   CHECK(g.outcome.steps[0].skipped);
-  const auto three = spikes_of(c);
-  REQUIRE(three.size() == 3);
-  CHECK(three.back().at("update_norm").is_null());
-  CHECK(three.back().at("weight_norm").is_null());
-  CHECK(three.back().at("update_weight_ratio").is_null());
-  CHECK(three.back().at("documents") == s.at("documents"));
+  const auto guarded_records = spikes_of(c);
+  REQUIRE(guarded_records.size() == 4);
+  CHECK(guarded_records.back().at("update_norm").is_null());
+  CHECK(guarded_records.back().at("weight_norm").is_null());
+  CHECK(guarded_records.back().at("update_weight_ratio").is_null());
+  CHECK(guarded_records.back().at("documents") == s.at("documents"));
 }
 
 TEST_CASE("decide_rollback: the samples from the spike step's first, the cap per window, the first epoch only") {
