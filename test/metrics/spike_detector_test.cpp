@@ -315,6 +315,56 @@ TEST_CASE("spike console line names what fired") {
         "spike at step 41 (grad_norm): grad norm nan (not finite) (same samples as step 7); recorded in s.jsonl");
 }
 
+TEST_CASE("spike record: every document, the ten worst by mean loss, the update norms; the line names the worst") {
+  SpikeDetector det({/*window=*/3, /*min_history=*/1, /*mad_k=*/0.0, /*loss_min_jump=*/0.3,
+                     /*grad_norm_min_jump=*/3.0});
+  auto calm = make_detail(1, 2.0, 0);
+  calm.grad_norm = 1.0;
+  REQUIRE_FALSE(det.observe(calm));
+  auto d = make_detail(2, 6.0, 8);
+  d.grad_norm = 1.0;
+  // Twelve documents: mean losses 1, 2, ..., 12 over 10 tokens each, except document
+  // 105 (mean 12.5 over 4 tokens), in (dataset, document) order as the coordinator
+  // gives them.
+  for (int64_t k = 0; k < 12; ++k) {
+    DocumentLoss doc;
+    doc.document = 100 + k;
+    doc.samples = {8 + k / 2};
+    doc.loss_tokens = k == 5 ? 4 : 10;
+    doc.loss_sum = k == 5 ? 50.0 : double(k + 1) * 10.0;
+    d.documents.push_back(doc);
+  }
+  d.update_norm = 0.03;
+  d.weight_norm = 12.0;
+  const auto r = det.observe(d);
+  REQUIRE(r);
+  REQUIRE(r->documents.size() == 12);
+  REQUIRE(r->top_documents.size() == kTopDocuments);
+  std::vector<int64_t> top;
+  for (const auto& t : r->top_documents) top.push_back(t.document);
+  CHECK(top == std::vector<int64_t>{105, 111, 110, 109, 108, 107, 106, 104, 103, 102});
+  REQUIRE(r->update_weight_ratio);
+  CHECK(*r->update_weight_ratio == 0.03 / 12.0);
+  const Json j = to_json(*r);
+  CHECK(j.at("documents").size() == 12);
+  CHECK(j.at("documents")[0].at("document") == 100);
+  CHECK(j.at("top_documents")[0].at("loss_mean").get<double>() == 12.5);
+  CHECK(j.at("top_documents")[0].at("loss_tokens") == 4);
+  CHECK(j.at("update_weight_ratio").get<double>() == 0.03 / 12.0);
+  CHECK(spike_line(*r, "s.jsonl") ==
+        "spike at step 2 (loss): loss 6.0000 is 3.00x the running median 2.0000; worst document 105 (dataset 0): "
+        "mean loss 12.5000 over 4 tokens; recorded in s.jsonl");
+  // A dropped update: no norms, and null in the record.
+  auto dropped = make_detail(3, 60.0, 16);
+  dropped.grad_norm = 1.0;
+  const auto r2 = det.observe(dropped);
+  REQUIRE(r2);
+  CHECK_FALSE(r2->update_weight_ratio);
+  CHECK(to_json(*r2).at("update_weight_ratio").is_null());
+  CHECK(to_json(*r2).at("update_norm").is_null());
+  CHECK(to_json(*r2).at("top_documents").empty());
+}
+
 TEST_CASE("spike options are checked") {
   CHECK_THROWS_WITH_AS(SpikeDetector({0, 1, 5.0, 0.3, 3.0}), "spike detector: window must be at least 1, got 0",
                        MetricsError);
