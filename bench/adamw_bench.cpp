@@ -1,0 +1,54 @@
+// AdamW on the CPU with and without the update-to-weight sums of the spike record
+// (Device::adamw_update vs adamw_update_norms, docs/performance.md): the best of 7 runs
+// of each over N elements (default 16 Mi) with T threads (default 1).
+//   adamw_bench [THREADS] [ELEMENTS]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "kernels/cpu/cpu_device.h"
+
+using namespace troupe::kernels;
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
+  const int64_t n = argc > 2 ? std::atoll(argv[2]) : int64_t(16) << 20;
+  if (threads < 1 || n < 1) {
+    std::fprintf(stderr, "usage: adamw_bench [THREADS >= 1] [ELEMENTS >= 1]\n");
+    return 2;
+  }
+  cpu::CpuDevice dev(threads);
+  const size_t count = static_cast<size_t>(n);
+  std::vector<float> p(count), g(count), m(count, 0.0f), v(count, 1e-4f);
+  for (int64_t i = 0; i < n; ++i) {
+    p[size_t(i)] = std::sin(0.1f * float(i));
+    g[size_t(i)] = 1e-2f * std::cos(0.3f * float(i));
+  }
+  AdamWArgs a;
+  a.lr = 1e-3f;
+  a.weight_decay = 0.1f;
+  a.bias_correction1 = 0.1f;
+  a.bias_correction2 = 0.05f;
+  double update_sq = 0, weight_sq = 0;
+  auto best_of_7 = [&](bool sums) {
+    double best = 1e30;
+    for (int r = 0; r < 7; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (sums)
+        dev.adamw_update_norms(p.data(), g.data(), m.data(), v.data(), n, a, &update_sq, &weight_sq);
+      else
+        dev.adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  };
+  best_of_7(false);  // warm the pages and the pool
+  best_of_7(true);
+  const double plain = best_of_7(false), fused = best_of_7(true);
+  std::printf("threads %d, %lld elements: adamw_update %.2f ms, adamw_update_norms %.2f ms (%.2fx)\n", threads,
+              static_cast<long long>(n), plain * 1e3, fused * 1e3, fused / plain);
+  return 0;
+}
