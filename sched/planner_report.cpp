@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "config/derived.h"
+#include "sched/activation_memory.h"
 #include "sched/pipeline_schedule.h"
 
 namespace troupe::sched {
@@ -294,6 +295,49 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
     o += t.str();
   }
   return o;
+}
+
+std::string render_memory_fit(const Config& c, double gpu_bytes) {
+  const auto fits = fit_recompute(c, gpu_bytes);
+  const int32_t L = c.model().layers() / std::max(1, c.parallel().pipeline());
+  const int dp = c.parallel().data();
+  const bool dist = c.parallel().distributed_optimizer();
+  std::string out = fmt::format(
+      "Memory per stage on a {} GPU, by recomputation ({} schedule, {} microbatches; docs/planner.md "
+      "\"Activation memory\")\n",
+      bytes_text(gpu_bytes), ParallelConfig::Schedule_Name(c.parallel().schedule()),
+      group_digits(config::microbatches_per_replica(c)));
+  out += fmt::format("  main state {} per GPU: {} parameters x ({}) bytes, fp32 as troupe keeps them\n",
+                     bytes_text(fits.empty() ? 0.0 : fits.front().main_state_bytes), group_digits(int64_t(params_per_gpu(c))),
+                     dist ? fmt::format("8 + 8/{}", dp) : std::string("16"));
+  Table t({"stage", "layers", "in flight", "slots", "none", "selective", "full (all layers)", "least that fits",
+           "its total"});
+  const auto schedule = build_pipeline_schedule(c.parallel().schedule(), c.parallel().pipeline(),
+                                                int32_t(config::microbatches_per_replica(c)));
+  auto total = [&](const RecomputeChoice& r, int32_t stage) {
+    const StageActivations a = stage_activations(r.applied_to(c, L), stage, schedule);
+    return fits.front().main_state_bytes + double(a.saved_bytes()) + double(a.scratch_bytes);
+  };
+  int32_t fitting = 0;
+  for (const auto& f : fits) {
+    fitting += f.fits;
+    t.row({std::to_string(f.stage), std::to_string(f.activations.layers), std::to_string(f.activations.in_flight),
+           std::to_string(f.activations.slots), bytes_text(total({ModelConfig::NONE, 0}, f.stage)),
+           bytes_text(total({ModelConfig::SELECTIVE, 0}, f.stage)), bytes_text(total({ModelConfig::FULL, L}, f.stage)),
+           f.fits ? (f.choice.mode == ModelConfig::FULL && f.choice.layers >= L
+                         ? std::string("full (uniform)")
+                         : f.choice.mode == ModelConfig::FULL ? fmt::format("full {} of {} (block)", f.choice.layers, L)
+                                                              : f.choice.str())
+                  : std::string("none fits"),
+           f.fits ? bytes_text(f.total_bytes) : "-"});
+  }
+  out += t.str();
+  out += fmt::format(
+      "  totals: main state + saved activations of the slots + the stage's shared scratch (fp32); they exclude\n"
+      "  tensor-parallel buffers, rotary tables, kernel scratch, communication buffers and allocator slack.\n"
+      "  {} of {} stages fit; order tried: none < selective < full of 1, 2, ... layers of the stage\n",
+      fitting, fits.size());
+  return out;
 }
 
 }  // namespace troupe::sched

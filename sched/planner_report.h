@@ -21,6 +21,11 @@ struct PlanInputs {
 
 std::string render_plan(const Config& c, const PlanInputs& in);
 
+// `supervisor plan --gpu-memory`: per stage, the total under NONE, SELECTIVE and FULL
+// and the least recomputation that fits `gpu_bytes` (sched::fit_recompute), or
+// "none fits".
+std::string render_memory_fit(const Config& c, double gpu_bytes);
+
 // 1234567 -> "1,234,567".
 std::string group_digits(int64_t v);
 

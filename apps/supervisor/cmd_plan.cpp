@@ -1,6 +1,7 @@
 // `supervisor plan`: a config's run arithmetic as tables (docs/planner.md).
 #include <charconv>
 #include <cmath>
+#include <optional>
 #include <cstdio>
 #include <iostream>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include "config/error.h"
 #include "config/validate.h"
 #include "sched/planner.h"
+#include "sched/activation_memory.h"
 #include "sched/planner_report.h"
 #include "sched/schedule_verifier.h"
 
@@ -25,7 +27,7 @@ namespace po = boost::program_options;
 const char* kUsage =
     "usage: supervisor plan [CONFIG] [--set PATH=VALUE]... [--megatron-args FILE]\n"
     "                       [--gpus N] [--throughput TOKENS_PER_S] [--calendar-efficiency F]\n"
-    "                       [--scaling FILE] [--token-budget T]\n\n"
+    "                       [--scaling FILE] [--token-budget T] [--gpu-memory SIZE]\n\n"
     "Prints the plan of a config: tokens per update, microbatches per data-parallel group,\n"
     "ideal pipeline idle, causal position pairs, updates and shortfall against the token\n"
     "budget, warmup, the LR at its turning points, the main-state memory ledger per GPU\n"
@@ -41,6 +43,9 @@ const char* kPlanOptions =
     "                           efficiency per step, and a ledger row per cluster size\n"
     "  --token-budget T         tokens to plan against (default training.token_budget, or\n"
     "                           train tokens rounded up to 2 significant figures)\n"
+    "  --gpu-memory SIZE        memory of one GPU (141GB, 80GiB, bytes): per stage, the least\n"
+    "                           recomputation (none < selective < full of the fewest layers)\n"
+    "                           that fits, or that none does\n"
     "  -h, --help               this text\n";
 
 // A positive number from an option value ("1.6e6", "1600000").
@@ -64,7 +69,7 @@ int64_t positive_count(const std::string& option, const std::string& text) {
 
 int plan_main(int argc, char** argv) {
   ConfigArgs config_args;
-  std::string gpus, throughput, efficiency, scaling, budget;
+  std::string gpus, throughput, efficiency, scaling, budget, gpu_memory;
   CommandLine cmd("plan");
   add_config_options(cmd.options, cmd.positional, config_args);
   cmd.options.add_options()
@@ -73,6 +78,7 @@ int plan_main(int argc, char** argv) {
       ("calendar-efficiency", po::value<std::string>(&efficiency))
       ("scaling", po::value<std::string>(&scaling))
       ("token-budget", po::value<std::string>(&budget))
+      ("gpu-memory", po::value<std::string>(&gpu_memory))
       ("help,h", "");
   if (const auto status = cmd.parse(argc, argv, std::string(kUsage) + config_options_help() + kPlanOptions))
     return *status;
@@ -98,6 +104,14 @@ int plan_main(int argc, char** argv) {
   }
   if (!budget.empty()) in.token_budget = positive_count("token-budget", budget);
   if (!scaling.empty()) in.scaling = sched::read_scaling_file(scaling);
+  std::optional<double> gpu_bytes;
+  if (!gpu_memory.empty()) {
+    try {
+      gpu_bytes = sched::parse_memory_size(gpu_memory);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("--gpu-memory: ") + e.what());
+    }
+  }
 
   std::printf("Plan for %s%s\n\n%s", loaded.describe().c_str(),
               gpus.empty() ? "" : (" on " + gpus + " GPUs").c_str(),
@@ -108,6 +122,7 @@ int plan_main(int argc, char** argv) {
   const auto schedule = sched::build_pipeline_schedule(par.schedule(), par.pipeline(),
                                                        int32_t(config::microbatches_per_replica(loaded.config)));
   std::printf("\n%s\n", sched::schedule_verdict_line(schedule, par.schedule()).c_str());
+  if (gpu_bytes) std::printf("\n%s", sched::render_memory_fit(loaded.config, *gpu_bytes).c_str());
   return 0;
 }
 
