@@ -42,8 +42,21 @@ void measure_layout(const Config& c, Section& s) {
   const auto ranks = measure_step_memory(c);
   const int dp = c.parallel().data();
   const double ledger = cpu_ledger_per_rank(c);
-  int64_t stage_off = 0, optim_off = 0, total_main = 0, total_measured = 0;
+  int64_t stage_off = 0, optim_off = 0, total_main = 0, total_measured = 0, split_off = 0, planner_off = 0;
   for (const auto& r : ranks) {
+    // The stage device's peak by category against the stage's own objects and the
+    // planner's activation figure (sched/activation_memory.h: the same formula).
+    const auto& m = r.stage_split;
+    const bool split_bad = m.weights != 4 * r.params || m.gradients != 4 * r.params || m.optimizer_state != 0;
+    split_off += split_bad;
+    planner_off += m.activations != r.planned_activations;
+    s.notes.push_back(fmt::format(
+        "{}: stage device peak {} = weights {} + gradients {} + optimizer state {} + saved activations {} + scratch "
+        "{}; the planner's saved activations {} ({:+} bytes)",
+        engine::stage_path(r.rank), format_bytes(double(m.total())), format_bytes(double(m.weights)),
+        format_bytes(double(m.gradients)), format_bytes(double(m.optimizer_state)),
+        format_bytes(double(m.activations)), format_bytes(double(m.scratch)),
+        format_bytes(double(r.planned_activations)), m.activations - r.planned_activations));
     const int64_t stage_counted = 8 * r.params + r.activations();
     const int64_t slack = r.stage_peak - stage_counted;
     const bool stage_bad = slack < 0 || slack > 64 * r.stage_allocations;
@@ -71,6 +84,10 @@ void measure_layout(const Config& c, Section& s) {
                               double(stage_off), 0));
   s.checks.push_back(check_eq("ranks whose optimizer-device peak is not its two fp32 moments (within rounding)",
                               double(optim_off), 0));
+  s.checks.push_back(check_eq("ranks whose stage-device weights or gradients are not 4 bytes x its parameters",
+                              double(split_off), 0));
+  s.checks.push_back(check_eq("ranks whose measured saved activations differ from the planner's figure",
+                              double(planner_off), 0));
   // Sum over ranks: the ledger's total plus the copies of parameters held twice (the
   // tied wte of the last stage, tensor-parallel replicas), once per data-parallel
   // replica of their stage.

@@ -16,6 +16,7 @@
 #include "engine/optimizer_shard.h"
 #include "engine/stage_worker.h"
 #include "kernels/cpu/cpu_device.h"
+#include "sched/activation_memory.h"
 
 namespace troupe::acceptance {
 
@@ -151,6 +152,7 @@ std::vector<RankMemory> measure_step_memory(const Config& c) {
   }
   on_all_ranks(ranks.size(), [&](size_t i) { workers[i]->gather_parameters(); });
 
+  const auto activation_plan = sched::activation_plan(c);
   std::vector<RankMemory> out;
   for (size_t i = 0; i < ranks.size(); ++i) {
     auto& w = *workers[i];
@@ -167,10 +169,14 @@ std::vector<RankMemory> measure_step_memory(const Config& c) {
     r.stage_scratch_bytes =
         (w.model().scratch_floats() + w.model().tp_buffer_floats() + w.model().table_floats()) * 4;
     r.stage_allocations = dev.allocated_blocks();
-    r.stage_peak = dev.peak_allocated_bytes();
+    // The ledgers' peaks hold the kernel scratch too (it only grows, and the blocks are
+    // all allocated before the step: the peak is the step's end).
+    r.stage_split = dev.memory().peak();
     r.kernel_scratch = dev.scratch_bytes();
-    r.optim_peak = optim_devices[i]->peak_allocated_bytes();
+    r.stage_peak = r.stage_split.total() - r.kernel_scratch;
     r.optim_kernel_scratch = optim_devices[i]->scratch_bytes();
+    r.optim_peak = optim_devices[i]->memory().peak().total() - r.optim_kernel_scratch;
+    r.planned_activations = activation_plan[size_t(r.rank.pp)].saved_bytes();
     out.push_back(r);
   }
   return out;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/topology.h"
+#include "kernels/memory_ledger.h"
 #include "messages/config.pb.h"
 #include "metrics/step_record.h"
 
@@ -61,6 +62,10 @@ struct RankMemory {
   int64_t kernel_scratch = 0;  // kernel scratch of the stage device (attention rows)
   int64_t optim_peak = 0;      // the optimizer shard device's high-water mark
   int64_t optim_kernel_scratch = 0;
+  // The stage device's peak by category (its memory ledger, kernel scratch included)
+  // and the planner's saved-activation bytes for the stage (sched::activation_plan).
+  kernels::MemorySplit stage_split;
+  int64_t planned_activations = 0;
 
   int64_t main_state() const { return 8 * params + 8 * shard; }  // fp32 weights, grads, m, v
   int64_t activations() const { return int64_t(slots) * slot_bytes + stage_scratch_bytes; }

@@ -36,7 +36,10 @@
 // Memory: peak RSS (getrusage) against the counted state: parameters, gradients,
 // Adam m and v (4 x 4 bytes x parameters), one activation slot and the backward
 // scratch. "base" is the RSS before the model was built (libraries, OpenBLAS); the
-// benchmark's own sgemm probe buffers are subtracted from both.
+// benchmark's own sgemm probe buffers are subtracted from both. Then the device's
+// own peak over the timed steps, split by its memory ledger (kernels/memory_ledger.h:
+// weights, gradients, optimizer state, saved activations, scratch, and their sum), in
+// MiB: exact bytes, the same in every run of a case.
 //
 //   step_bench --repeat R   runs the whole matrix R times (cases interleaved) and ends
 //                           with the per-case medians over the R runs
@@ -221,6 +224,7 @@ int run_case(const Case& k, int threads, int steps) {
   };
   double t[4];
   for (int i = 0; i < 2; ++i) one_step(t);  // warm-up: first touch, scratch growth
+  dev.memory().reset_peak();
   const double hs = double(D) / k.heads, F = k.ffn_width();
   const double n_mm = k.llama ? double(L) * (2.0 * D * D + 2.0 * D * k.kv() * hs + 3.0 * D * F) + double(D) * k.vocab
                               : double(L) * 12 * D * D + double(D) * k.vocab;
@@ -240,18 +244,23 @@ int run_case(const Case& k, int threads, int steps) {
   const int64_t n = m.param_count();
   const double counted = (4.0 * n + double(m.slot_floats()) + double(m.scratch_floats())) * 4 / (1 << 20);
   const double peak = rss_mb() - probes_mb;
+  const kernels::MemorySplit split = dev.memory().peak();
+  auto mib = [](int64_t bytes) { return double(bytes) / (1 << 20); };
   const std::string label = g_recompute == "none" ? std::string(k.name) : std::string(k.name) + "/" + g_recompute;
-  std::printf("%-11s %2d  %9.0f  %8.4f  %8.4f  %5.1f%% %5.1f%% %5.1f%%  %7.1f  %7.1f  %5.2f  %8.1f  %8.1f  %6.1f  %5.2f\n",
+  std::printf("%-11s %2d  %9.0f  %8.4f  %8.4f  %5.1f%% %5.1f%% %5.1f%%  %7.1f  %7.1f  %5.2f  %8.1f  %8.1f  %6.1f  %5.2f"
+              "  %7.2f %7.2f %7.2f %7.2f %7.2f %8.2f\n",
               label.c_str(), threads, double(BT) / t_step, t_step, t_best, 100 * t_fwd / t_step, 100 * t_bwd / t_step,
-              100 * (t_step - t_fwd - t_bwd) / t_step, gflops, sgemm, median(ratio), counted, peak, base, peak / counted);
+              100 * (t_step - t_fwd - t_bwd) / t_step, gflops, sgemm, median(ratio), counted, peak, base, peak / counted,
+              mib(split.weights), mib(split.gradients), mib(split.optimizer_state), mib(split.activations),
+              mib(split.scratch), mib(split.total()));
   return 0;
 }
 
 void header() {
   std::printf("# %s\n", kernels::cpu::compute_description().c_str());
-  std::printf("%-11s %2s  %9s  %8s  %8s  %6s %6s %6s  %7s  %7s  %5s  %8s  %8s  %6s  %5s\n", "case", "th", "tokens/s",
-              "step s", "best s", "fwd", "bwd", "opt", "GFLOP/s", "sgemm", "ratio", "state MB", "peak MB", "base",
-              "peak/state");
+  std::printf("%-11s %2s  %9s  %8s  %8s  %6s %6s %6s  %7s  %7s  %5s  %8s  %8s  %6s  %5s  %7s %7s %7s %7s %7s %8s\n",
+              "case", "th", "tokens/s", "step s", "best s", "fwd", "bwd", "opt", "GFLOP/s", "sgemm", "ratio", "state MB",
+              "peak MB", "base", "peak/state", "W MiB", "G MiB", "Adam", "acts", "scratch", "dev peak");
 }
 
 }  // namespace
@@ -352,25 +361,32 @@ int main(int argc, char** argv) {
     std::printf("\nmedians over %d runs:\n", repeat);
     header();
     for (size_t i = 0; i < lines.size(); ++i) {
-      // columns: name th tokens/s step best fwd bwd opt GFLOP/s sgemm ratio state peak base peak/state
-      std::vector<std::vector<double>> cols(13);
+      // columns: name th tokens/s step best fwd bwd opt GFLOP/s sgemm ratio state peak base peak/state,
+      // then the device's split (weights gradients Adam activations scratch peak)
+      constexpr int kCols = 19;
+      std::vector<std::vector<double>> cols(kCols);
       for (const auto& l : lines[i]) {
         char name[32];
         int th = 0;
-        double v[13];
-        if (std::sscanf(l.c_str(), "%31s %d %lf %lf %lf %lf%% %lf%% %lf%% %lf %lf %lf %lf %lf %lf %lf", name, &th, &v[0], &v[1],
-                        &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12]) == 15)
-          for (int c = 0; c < 13; ++c) cols[size_t(c)].push_back(v[c]);
+        double v[kCols];
+        if (std::sscanf(l.c_str(),
+                        "%31s %d %lf %lf %lf %lf%% %lf%% %lf%% %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", name,
+                        &th, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11],
+                        &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]) == kCols + 2)
+          for (int c = 0; c < kCols; ++c) cols[size_t(c)].push_back(v[c]);
       }
       if (cols[0].empty()) continue;
       const size_t row = i % per_case;
       const std::string& mode = modes[row % modes.size()];
       const std::string label =
           mode == "none" ? std::string(cases[i / per_case]->name) : std::string(cases[i / per_case]->name) + "/" + mode;
-      std::printf("%-11s %2d  %9.0f  %8.4f  %8.4f  %5.1f%% %5.1f%% %5.1f%%  %7.1f  %7.1f  %5.2f  %8.1f  %8.1f  %6.1f  %5.2f\n",
+      std::printf("%-11s %2d  %9.0f  %8.4f  %8.4f  %5.1f%% %5.1f%% %5.1f%%  %7.1f  %7.1f  %5.2f  %8.1f  %8.1f  %6.1f  %5.2f"
+                  "  %7.2f %7.2f %7.2f %7.2f %7.2f %8.2f\n",
                   label.c_str(), counts[row / modes.size()], median(cols[0]), median(cols[1]),
                   median(cols[2]), median(cols[3]), median(cols[4]), median(cols[5]), median(cols[6]), median(cols[7]),
-                  median(cols[8]), median(cols[9]), median(cols[10]), median(cols[11]), median(cols[12]));
+                  median(cols[8]), median(cols[9]), median(cols[10]), median(cols[11]), median(cols[12]),
+                  median(cols[13]), median(cols[14]), median(cols[15]), median(cols[16]), median(cols[17]),
+                  median(cols[18]));
     }
   }
   return 0;

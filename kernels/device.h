@@ -27,6 +27,7 @@
 
 #include "kernels/buffer.h"
 #include "kernels/dropout.h"
+#include "kernels/memory_ledger.h"
 
 namespace troupe::kernels {
 
@@ -56,6 +57,18 @@ class Device {
   virtual Buffer allocate(int64_t count, DType dtype = DType::kF32) = 0;
   // Frees memory from allocate(); called by Buffer's destructor only.
   virtual void release(void* data) = 0;
+  // allocate() with the block accounted to `category` in memory() (an implementation
+  // accounts each block to current_memory_category(), which this sets for the call).
+  Buffer allocate_as(MemoryCategory category, int64_t count, DType dtype = DType::kF32) {
+    const MemoryCategoryScope scope(category);
+    return allocate(count, dtype);
+  }
+  // What this device's memory holds by category (kernels/memory_ledger.h): every
+  // allocate() block at the bytes asked for (count x dtype size; the device's rounding
+  // of a block, under 64 bytes on the CPU and 256 on CUDA, is the allocator's slack
+  // and not counted), and the device's grow-once kernel scratch at its capacity. A
+  // device that wraps another returns the wrapped one's.
+  virtual MemoryLedger& memory() { return memory_; }
   // device -> device; on CUDA `src` may be another GPU's memory (a peer copy)
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
@@ -273,6 +286,9 @@ class Device {
                                   const AdamWArgs& args, double* update_sq, double* weight_sq) = 0;
   // sum of x[i]^2 in double, in an order fixed by n alone.
   virtual double sum_squares(const float* x, int64_t n) = 0;
+
+ private:
+  MemoryLedger memory_;
 };
 
 // A host copy of the n floats at `p` in `device`'s memory (waits for the device).

@@ -19,9 +19,13 @@ using kernels::Buffer;
 using kernels::DType;
 
 struct GptStage::Slot {
+  // What the forward keeps for the backward (kActivations in the device's memory ledger):
   Buffer acts;  // every saved float activation (layout in the constructor; each block carves its own)
   Buffer ints;  // tokens | positions | targets | doc_start, each [B*T] at capacity
   Buffer mask;  // loss_mask [B*T]
+  // What the backward hands to the previous stage (kScratch): the input gradient [BT, D]
+  // (non-first stages).
+  Buffer dinput;
   int B = 0, T = 0;
   int64_t first_slot = -1;  // the microbatch's (dropout masks; -1: none)
   bool forwarded = false;
@@ -34,7 +38,6 @@ struct GptStage::Slot {
   // Last stage: lnf [BT, D] (the final norm's output) | the final norm's saved floats |
   // logits [BT, ld] | lse [BT] | losses [BT].
   int64_t lnf = 0, lnf_saved = 0, logits = 0, lse = 0, losses = 0;
-  int64_t dinput = 0;
 };
 
 namespace {
@@ -76,8 +79,8 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
                                 " tokens do not split over " + std::to_string(tp_.size()) +
                                 " tensor-parallel ranks");
   const int64_t BTr = tp_.rows(BT);  // residual-stream rows held here
-  params_ = device_.allocate(registry_.total(), DType::kF32);
-  grads_ = device_.allocate(registry_.total(), DType::kF32);
+  params_ = device_.allocate_as(kernels::MemoryCategory::kWeights, registry_.total(), DType::kF32);
+  grads_ = device_.allocate_as(kernels::MemoryCategory::kGradients, registry_.total(), DType::kF32);
   init_parameters();
 
   // The layers, over the two buffers.
@@ -131,18 +134,16 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
       s.losses = off;
       off += BT;
     }
-    if (!is_first()) {
-      // [BTr, D] used; sized [BT, D] so that a reader taking B*T rows (a runtime that
-      // does not know about sequence shards) stays inside the slot.
-      s.dinput = off;
-      off += BT * D;
-    }
-    slot_floats_ = off;
-    s.acts = device_.allocate(off, DType::kF32);
-    s.ints = device_.allocate(4 * BT, DType::kI32);
-    s.mask = device_.allocate(BT, DType::kF32);
+    slot_saved_floats_ = off + 5 * BT;  // + ints + mask
+    using kernels::MemoryCategory;
+    s.acts = device_.allocate_as(MemoryCategory::kActivations, off, DType::kF32);
+    s.ints = device_.allocate_as(MemoryCategory::kActivations, 4 * BT, DType::kI32);
+    s.mask = device_.allocate_as(MemoryCategory::kActivations, BT, DType::kF32);
+    // [BTr, D] used; sized [BT, D] so that a reader taking B*T rows (a runtime that
+    // does not know about sequence shards) stays inside it.
+    if (!is_first()) s.dinput = device_.allocate_as(MemoryCategory::kScratch, BT * D, DType::kF32);
   }
-  slot_floats_ += 5 * BT;  // ints + mask
+  slot_floats_ = slot_saved_floats_ + (is_first() ? 0 : BT * D);
   // The widest per-token scratch any layer needs; the loss's gathered partials are
   // counted on every stage so that the figure does not depend on the cut.
   int64_t width = 3 * int64_t(tp_.size());
@@ -161,7 +162,7 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
     add(replay_saved_off_, layer_stride);
     add(replay_out_off_, BTr * D);
   }
-  scratch_ = device_.allocate(scratch_floats_, DType::kF32);
+  scratch_ = device_.allocate_as(kernels::MemoryCategory::kScratch, scratch_floats_, DType::kF32);
   const std::vector<layers::TpContext::Span> partial = partial_grads();
   int64_t staged = 1;
   for (const auto& sp : partial) staged += sp.n;
@@ -416,7 +417,7 @@ void GptStage::backward(int slot, const float* grad_output, const std::function<
   if (is_first())
     embedding_->backward(dres, tokens, seq);
   else
-    device_.copy(acts + s.dinput, dres_mine, size_t(Nr) * size_t(D) * sizeof(float));
+    device_.copy(s.dinput.f32(), dres_mine, size_t(Nr) * size_t(D) * sizeof(float));
   s.forwarded = false;
 }
 
@@ -429,7 +430,7 @@ const float* GptStage::output(int slot) const {
 const float* GptStage::input_grad(int slot) const {
   const Slot& s = check_slot(slot, "GptStage::input_grad");
   if (is_first()) throw std::logic_error("GptStage::input_grad: the first stage has no input activations");
-  return s.acts.f32() + s.dinput;
+  return s.dinput.f32();
 }
 
 const float* GptStage::logits(int slot) const {

@@ -179,8 +179,11 @@ class GptStage {
   const float* logits(int slot) const;
   const float* token_losses(int slot) const;
 
-  // Floats held per activation slot, and in the scratch shared by all slots.
+  // Floats held per activation slot (what the forward saves, plus the input gradient
+  // handed back on non-first stages), of those the saved ones (kActivations in the
+  // device's memory ledger: 4 bytes each), and the scratch shared by all slots.
   int64_t slot_floats() const { return slot_floats_; }
+  int64_t slot_saved_floats() const { return slot_saved_floats_; }
   int64_t scratch_floats() const { return scratch_floats_; }
   // Tensor-parallel buffers besides the scratch: ones [BT] for the QKV bias pieces and,
   // with sequence parallelism, the LayerNorm gradient staging (0 without TP).
@@ -230,7 +233,7 @@ class GptStage {
   // Host staging, sized once: microbatch IDs on the way in, per-token losses out.
   std::vector<int32_t> host_ints_;
   std::vector<float> host_losses_;
-  int64_t slot_floats_ = 0, scratch_floats_ = 0;
+  int64_t slot_floats_ = 0, slot_saved_floats_ = 0, scratch_floats_ = 0;
 };
 
 }  // namespace troupe::model

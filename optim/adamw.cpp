@@ -56,8 +56,8 @@ AdamW::AdamW(kernels::Device& device, AdamWHyper hyper, std::vector<model::Decay
   if (covered != range.end - range.begin)
     throw std::invalid_argument("AdamW: the decay spans cover " + std::to_string(covered) + " of the " +
                                 std::to_string(range.end - range.begin) + " elements of the range");
-  m_ = device_.allocate(range.end - range.begin);
-  v_ = device_.allocate(range.end - range.begin);
+  m_ = device_.allocate_as(kernels::MemoryCategory::kOptimizerState, range.end - range.begin);
+  v_ = device_.allocate_as(kernels::MemoryCategory::kOptimizerState, range.end - range.begin);
   const size_t slots = std::max<size_t>(1, measured_pieces_);
   auto u = device_.allocate_host(slots * sizeof(double));
   update_host_ = {u, static_cast<double*>(u.get())};

@@ -28,40 +28,24 @@ Buffer CpuDevice::allocate(int64_t count, DType dtype) {
   void* p = std::aligned_alloc(64, bytes);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, bytes);
-  {
-    std::lock_guard lock(alloc_mu_);
-    block_bytes_[p] = int64_t(bytes);
-    live_bytes_ += int64_t(bytes);
-    peak_bytes_ = std::max(peak_bytes_, live_bytes_);
-  }
+  memory().add(p, count * int64_t(dtype_size(dtype)), current_memory_category());
   return Buffer(this, p, count, dtype);
 }
 
 void CpuDevice::release(void* data) {
-  {
-    std::lock_guard lock(alloc_mu_);
-    const auto it = block_bytes_.find(data);
-    if (it != block_bytes_.end()) {
-      live_bytes_ -= it->second;
-      block_bytes_.erase(it);
-    }
-  }
+  memory().remove(data);
   std::free(data);
 }
 
-int64_t CpuDevice::allocated_bytes() const {
-  std::lock_guard lock(alloc_mu_);
-  return live_bytes_;
-}
-
-int64_t CpuDevice::peak_allocated_bytes() const {
-  std::lock_guard lock(alloc_mu_);
-  return peak_bytes_;
-}
-
 int64_t CpuDevice::allocated_blocks() const {
-  std::lock_guard lock(alloc_mu_);
-  return int64_t(block_bytes_.size());
+  return const_cast<CpuDevice*>(this)->memory().blocks() - (scratch_accounted_ > 0 ? 1 : 0);
+}
+
+void CpuDevice::account_kernel_scratch() {
+  const int64_t now = scratch_bytes();
+  if (now == scratch_accounted_) return;
+  memory().add(&scratch_, now, MemoryCategory::kScratch);
+  scratch_accounted_ = now;
 }
 
 int64_t CpuDevice::scratch_bytes() const {
@@ -116,11 +100,13 @@ void CpuDevice::linear_backward(float* dinp, float* dweight, float* dbias, const
 void CpuDevice::attention_forward(float* out, float* att, const float* qkv,
                                   const int32_t* doc_start, int B, int T, int C, int NH, const DropoutMask& drop) {
   cpu::attention_forward(pool_, scratch_, out, att, qkv, doc_start, B, T, C, NH, drop);
+  account_kernel_scratch();
 }
 void CpuDevice::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                    const float* att, const int32_t* doc_start, int B, int T, int C,
                                    int NH, const DropoutMask& drop) {
   cpu::attention_backward(pool_, scratch_, dqkv, dout, qkv, att, doc_start, B, T, C, NH, drop);
+  account_kernel_scratch();
 }
 void CpuDevice::dropout(float* out, const float* in, const float* add, int64_t first_row, int64_t rows, int cols,
                         int T, const DropoutMask& drop) {
@@ -144,11 +130,13 @@ void CpuDevice::swiglu_backward(float* dgate, float* dup, const float* dout, con
 void CpuDevice::gqa_attention_forward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B,
                                       int T, int NH, int KV, int hs, const DropoutMask& drop) {
   cpu::gqa_attention_forward(pool_, scratch_, out, att, qkv, doc_start, B, T, NH, KV, hs, drop);
+  account_kernel_scratch();
 }
 void CpuDevice::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
                                        const int32_t* doc_start, int B, int T, int NH, int KV, int hs,
                                        const DropoutMask& drop) {
   cpu::gqa_attention_backward(pool_, scratch_, dqkv, dout, qkv, att, doc_start, B, T, NH, KV, hs, drop);
+  account_kernel_scratch();
 }
 void CpuDevice::gelu_forward(float* out, const float* inp, int64_t n) { cpu::gelu_forward(pool_, out, inp, n); }
 void CpuDevice::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
@@ -172,7 +160,12 @@ void CpuDevice::adamw_update(float* param, const float* grad, float* m, float* v
 void CpuDevice::adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n,
                                    const AdamWArgs& args, double* update_sq, double* weight_sq) {
   cpu::adamw_update_norms(pool_, scratch_, param, grad, m, v, n, args, update_sq, weight_sq);
+  account_kernel_scratch();
 }
-double CpuDevice::sum_squares(const float* x, int64_t n) { return cpu::sum_squares(pool_, scratch_, x, n); }
+double CpuDevice::sum_squares(const float* x, int64_t n) {
+  const double s = cpu::sum_squares(pool_, scratch_, x, n);
+  account_kernel_scratch();
+  return s;
+}
 
 }  // namespace troupe::kernels::cpu

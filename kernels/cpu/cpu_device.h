@@ -17,8 +17,6 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
-#include <unordered_map>
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/thread_pool.h"
@@ -116,22 +114,20 @@ class CpuDevice final : public Device {
                                    const int32_t* targets, const float* mask, float scale, int N,
                                    int V, int ld, int vocab_begin) override;
 
-  // Memory accounting (the acceptance ladder's capacity rung): bytes of the
-  // allocate() blocks alive now and the most alive at once, each block counted at
-  // its 64-byte-rounded size; and the bytes kernel scratch holds (attention rows,
-  // sum_squares partials: std::vectors that only grow). scratch_bytes() reads the
-  // scratch without a lock: call it while no kernel of this device runs.
-  int64_t allocated_bytes() const;
-  int64_t peak_allocated_bytes() const;
+  // Memory accounting (memory(): kernels/memory_ledger.h): each allocate() block at
+  // the bytes asked for (it is rounded up to 64 bytes), and the kernel scratch (attention rows, sum_squares
+  // partials: std::vectors that only grow) as one kScratch entry, accounted again
+  // right after each kernel that may have grown it. scratch_bytes() is that kernel
+  // scratch (read without a lock: call it while no kernel of this device runs).
   int64_t allocated_blocks() const;  // allocate() blocks alive now
   int64_t scratch_bytes() const;
 
  private:
   ThreadPool pool_;
   Scratch scratch_;
-  mutable std::mutex alloc_mu_;
-  std::unordered_map<void*, int64_t> block_bytes_;
-  int64_t live_bytes_ = 0, peak_bytes_ = 0;
+  int64_t scratch_accounted_ = 0;  // kernel scratch bytes memory() holds
+  // Re-accounts the kernel scratch when a kernel grew it (the calling thread, after the kernel).
+  void account_kernel_scratch();
 };
 
 }  // namespace troupe::kernels::cpu

@@ -158,6 +158,7 @@ void* CudaDevice::scratch(Slot slot, size_t bytes) {
   const size_t want = (bytes + 255) / 256 * 256;
   TROUPE_CUDA_CHECK(cudaMalloc(&r.ptr, want == 0 ? 256 : want));
   r.bytes = want == 0 ? 256 : want;
+  memory().add(&r, int64_t(r.bytes), MemoryCategory::kScratch);
   return r.ptr;
 }
 
@@ -201,10 +202,12 @@ Buffer CudaDevice::allocate(int64_t count, DType dtype) {
     cudaFree(p);
     throw;
   }
+  memory().add(p, count * int64_t(dtype_size(dtype)), current_memory_category());
   return Buffer(this, p, count, dtype);
 }
 
 void CudaDevice::release(void* data) {
+  memory().remove(data);
   cudaSetDevice(options_.device);
   cudaFree(data);  // waits for the device; errors cannot be reported from a destructor
 }

@@ -27,6 +27,7 @@ class TimedDevice final : public Device {
   std::string describe() const override { return inner_.describe() + " (timed)"; }
   Buffer allocate(int64_t count, DType dtype) override { return inner_.allocate(count, dtype); }
   void release(void* data) override { inner_.release(data); }
+  MemoryLedger& memory() override { return inner_.memory(); }
   void copy(void* dst, const void* src, size_t bytes) override;
   void copy_from_host(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;

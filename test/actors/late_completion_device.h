@@ -40,6 +40,7 @@ class LateCompletionDevice final : public kernels::Device {
   std::string describe() const override { return "CPU device with GPU-like late completion (test)"; }
   kernels::Buffer allocate(int64_t count, kernels::DType dtype) override { return inner_.allocate(count, dtype); }
   void release(void* data) override { inner_.release(data); }
+  kernels::MemoryLedger& memory() override { return inner_.memory(); }
   void copy(void* dst, const void* src, size_t bytes) override { inner_.copy(dst, src, bytes); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { inner_.copy_from_host(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
