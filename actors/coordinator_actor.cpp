@@ -416,6 +416,7 @@ void finish_train_step(Self* self) {
   r.input_tokens = counts.input_tokens;
   r.loss_tokens = counts.loss_tokens;
   r.padding_tokens = counts.padding_tokens;
+  r.stage_memory = ledger.stage_memory();
   r.wall_time = step_end_time(ledger);
   r.step_time_s = std::max(0.0, r.wall_time - std::max(st.last_train_end, st.step_issued_at));
   st.last_train_end = r.wall_time;

@@ -248,6 +248,7 @@ void parameters_gathered(Self* self) {
   auto& s = self->state;
   s.timing.sync_s = s.worker->sync_seconds();
   s.timing.end_time = unix_now();
+  s.timing.memory = s.worker->memory_peak();
   const auto& r = s.args.rank;
   msg::StageDone done{s.step, s.kind, r.dp, r.pp, r.tp, std::move(s.timing), s.update_sums};
   if (s.queued && s.queued->previous_done_may_wait)

@@ -9,6 +9,8 @@
 #include "config/derived.h"
 #include "engine/document_losses.h"
 #include "engine/rank_device.h"
+#include "sched/activation_memory.h"
+#include "sched/pipeline_schedule.h"
 
 namespace troupe::engine {
 namespace {
@@ -20,8 +22,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int activation_slots(ParallelConfig::Schedule schedule, int pipeline, int pp, int microbatches) {
-  if (schedule == ParallelConfig::GPIPE) return microbatches;
-  return std::max(1, std::min(microbatches, pipeline - pp + 1));
+  const auto ops = sched::build_pipeline_schedule(schedule, pipeline, microbatches);
+  return sched::activation_slots(schedule, sched::peak_in_flight(ops.ops[size_t(pp)]), microbatches);
 }
 
 int threads_per_stage(const Config& c) {
@@ -59,6 +61,7 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::share
   model_ = std::make_unique<model::GptStage>(c, model::StageRange::pipeline(c, rank.pp, p), *device_,
                                              activation_slots(c.parallel().schedule(), p, rank.pp, m),
                                              model::StageShape::from_config(c), std::move(tp));
+  planned_activations_ = sched::activation_plan(c)[size_t(rank.pp)].saved_bytes();
   const size_t n = size_t(model_->param_count());
   if (distributed_) {
     const auto chunk = comm::chunk_range(n, comms_.data_parallel->size(), comms_.data_parallel->rank());
@@ -69,9 +72,22 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::share
 }
 
 void StageWorker::begin_step() {
+  device_->memory().reset_peak();
   model_->zero_grads();
   model_->reset_tp_comm_seconds();
   buckets_.clear();
+}
+
+msg::StageMemory StageWorker::memory_peak() {
+  const kernels::MemorySplit peak = device_->memory().peak();
+  msg::StageMemory m;
+  m.weights = peak.weights;
+  m.gradients = peak.gradients;
+  m.optimizer_state = peak.optimizer_state;
+  m.activations = peak.activations;
+  m.scratch = peak.scratch;
+  m.planned_activations = planned_activations_;
+  return m;
 }
 
 bool StageWorker::overlaps_reduction() const {

@@ -100,8 +100,13 @@ class StageWorker {
   bool is_first() const { return model_->is_first(); }
   bool is_last() const { return model_->is_last(); }
 
-  // Zeroes the gradients: the start of every training step.
+  // Zeroes the gradients and starts measuring the device's memory peak afresh: the
+  // start of every training step.
   void begin_step();
+  // The device's memory at its highest since begin_step, by category, beside the
+  // planner's saved-activation bytes for this stage (sched::stage_activations). With
+  // a device shared with the optimizer shard, its moments are in optimizer_state.
+  msg::StageMemory memory_peak();
 
   // Forward of microbatch `mb` (slot mb mod slots). `input` ([B*T, D], the previous
   // stage's output) is copied before this returns; null on the first stage. Nothing
@@ -195,6 +200,7 @@ class StageWorker {
   std::unique_ptr<model::GptStage> model_;
   model::FlatRange shard_;
   double sync_s_ = 0;
+  int64_t planned_activations_ = 0;  // sched::stage_activations(c, pp).saved_bytes()
   std::shared_ptr<float> staging_;  // [param_count] page-locked host copy (GPU devices only)
   std::vector<model::FlatRange> buckets_;  // this step's, in issue order (blocks, last first)
   kernels::Buffer inboxes_[2];  // by Inbox (device memory)

@@ -148,6 +148,17 @@ std::vector<msg::StageTiming> StepLedger::timings() const {
   return out;
 }
 
+std::vector<metrics::StageMemoryRecord> StepLedger::stage_memory() const {
+  std::vector<metrics::StageMemoryRecord> out;
+  const auto ranks = topo_.all_ranks();
+  for (size_t i = 0; i < stages_.size() && i < ranks.size(); ++i) {
+    const msg::StageMemory m = stages_[i] ? stages_[i]->memory : msg::StageMemory{};
+    out.push_back({stage_path(ranks[i]), m.weights, m.gradients, m.optimizer_state, m.activations, m.scratch,
+                   m.planned_activations});
+  }
+  return out;
+}
+
 std::string StepLedger::missing() const {
   std::vector<std::string> parts;
   for (int32_t d = 0; d < topo_.dp; ++d) {

@@ -13,6 +13,7 @@
 #include "data/batch.h"
 #include "engine/topology.h"
 #include "messages/runtime.h"
+#include "metrics/step_record.h"
 
 namespace troupe::engine {
 
@@ -62,6 +63,9 @@ class StepLedger {
   msg::UpdateSums update_sums() const;
   // Timings of every stage in rank order.
   std::vector<msg::StageTiming> timings() const;
+  // Every stage's memory peak (StageTiming::memory) in rank order, named by its path:
+  // the step record's stage_memory.
+  std::vector<metrics::StageMemoryRecord> stage_memory() const;
 
   // What is still missing, for the watchdog's report ("loss dp1/mb3, stage stage/dp0/pp1/tp0").
   std::string missing() const;

@@ -181,7 +181,17 @@ struct ShardApplied {
   UpdateSums sums;  // of this shard's update (handed on in the stage's StageDone)
 };
 
-// What one stage did in one step. Busy intervals are in seconds on the process's
+// What one stage rank's device held at its highest during one training step, by
+// category (kernels/memory_ledger.h; the stage resets the peak when the step starts),
+// beside the planner's figure for the stage's saved activations
+// (sched/activation_memory.h). Bytes; the five parts add up to the peak.
+struct StageMemory {
+  int64_t weights = 0, gradients = 0, optimizer_state = 0, activations = 0, scratch = 0;
+  int64_t planned_activations = 0;
+  int64_t peak() const { return weights + gradients + optimizer_state + activations + scratch; }
+};
+
+// What one stage did in one step (and what its device held: memory). Busy intervals are in seconds on the process's
 // steady clock (comparable across the stages of one process).
 struct StageTiming {
   std::vector<std::pair<double, double>> busy;  // [start, end) of each op, in op order
@@ -194,6 +204,7 @@ struct StageTiming {
   // parameters gathered (Train), its last op run (Eval). The coordinator dates a step by
   // these, not by when it closes the step, which a held StageDone delays.
   double end_time = 0;
+  StageMemory memory;  // Train steps (zero for Eval)
 };
 
 // stage -> coordinator: the stage finished step `step` (weights updated for Train).

@@ -63,8 +63,27 @@ Json to_json(const StartupRecord& r) {
   return j;
 }
 
+namespace {
+
+// The step's "memory": one object per stage rank (docs/metrics.md, "Memory").
+Json memory_json(const std::vector<StageMemoryRecord>& stages) {
+  Json out = Json::array();
+  for (const auto& m : stages)
+    out.push_back({{"stage", m.stage},
+                   {"peak", m.peak()},
+                   {"weights", m.weights},
+                   {"gradients", m.gradients},
+                   {"optimizer_state", m.optimizer_state},
+                   {"activations", m.activations},
+                   {"scratch", m.scratch},
+                   {"planned_activations", m.planned_activations}});
+  return out;
+}
+
+}  // namespace
+
 Json to_json(const StepRecord& r) {
-  return {{"type", "step"},
+  Json j = {{"type", "step"},
           {"time", r.wall_time},
           {"step", r.step},
           {"consumed_samples", r.consumed_samples},
@@ -82,6 +101,8 @@ Json to_json(const StepRecord& r) {
           {"recomputed", r.recomputed},
           {"samples_hash", r.samples_hash ? Json(hex16(*r.samples_hash)) : Json(nullptr)},
           {"skipped_samples", r.skipped_samples}};
+  if (!r.stage_memory.empty()) j["memory"] = memory_json(r.stage_memory);
+  return j;
 }
 
 Json to_json(const EvalRecord& r) {
@@ -178,6 +199,25 @@ StepRecord step_from_json(const Json& j) {
       if (!id.is_number_integer())
         throw MetricsError("step record: field \"skipped_samples\": expected integers, got " + id.dump());
       r.skipped_samples.push_back(id.get<int64_t>());
+    }
+  }
+  // Written since the memory ledger; absent in older files.
+  if (const auto mem = j.find("memory"); mem != j.end()) {
+    if (!mem->is_array()) throw MetricsError("step record: field \"memory\": expected a list, got " + mem->dump());
+    for (const auto& m : *mem) {
+      if (!m.is_object() || !m.contains("stage") || !m["stage"].is_string())
+        throw MetricsError("step record: field \"memory\": expected objects with a \"stage\", got " + m.dump());
+      StageMemoryRecord x;
+      x.stage = m["stage"].get<std::string>();
+      x.weights = typed<int64_t>(m, "weights");
+      x.gradients = typed<int64_t>(m, "gradients");
+      x.optimizer_state = typed<int64_t>(m, "optimizer_state");
+      x.activations = typed<int64_t>(m, "activations");
+      x.scratch = typed<int64_t>(m, "scratch");
+      x.planned_activations = typed<int64_t>(m, "planned_activations");
+      if (typed<int64_t>(m, "peak") != x.peak())
+        throw MetricsError("step record: memory of " + x.stage + ": \"peak\" is not the sum of its five parts");
+      r.stage_memory.push_back(std::move(x));
     }
   }
   return r;

@@ -10,6 +10,16 @@
 
 namespace troupe::metrics {
 
+// What one stage rank's device held at its highest during a step, by category
+// (docs/metrics.md, "Memory"), in bytes; the five parts add up to peak(). Beside it the
+// planner's saved-activation bytes for the stage (sched/activation_memory.h).
+struct StageMemoryRecord {
+  std::string stage;  // actor path, "stage/dp0/pp1/tp0"
+  int64_t weights = 0, gradients = 0, optimizer_state = 0, activations = 0, scratch = 0;
+  int64_t planned_activations = 0;
+  int64_t peak() const { return weights + gradients + optimizer_state + activations + scratch; }
+};
+
 // One optimizer update, successful or skipped (docs/numerics.md: "Loss of a step",
 // "Clipping and skipped updates").
 struct StepRecord {
@@ -43,6 +53,9 @@ struct StepRecord {
   // order; data::BatchSource::skipped_in): with the step's own samples they account
   // for every position of the unfiltered sample order.
   std::vector<int64_t> skipped_samples;
+  // Every stage rank's device memory at its peak in this step, in rank order. Empty in
+  // files written before it existed.
+  std::vector<StageMemoryRecord> stage_memory;
 };
 
 // Throughput of a step: non-padding input tokens per second of step time. 0 when

@@ -239,7 +239,9 @@ typename Inspector::result_type inspect(Inspector& f, StageTiming& x) {
   if constexpr (!Inspector::writes_state)
     for (const auto& [a, b] : x.busy) busy.insert(busy.end(), {a, b});
   return f(caf::meta::type_name("troupe::msg::StageTiming"), wire::raw(busy), wire::raw(x.backward),
-           wire::raw(x.waits), x.compute_s, x.wait_s, x.sync_s, x.end_time, caf::meta::load_callback([&]() -> caf::error {
+           wire::raw(x.waits), x.compute_s, x.wait_s, x.sync_s, x.end_time, x.memory.weights, x.memory.gradients,
+           x.memory.optimizer_state, x.memory.activations, x.memory.scratch, x.memory.planned_activations,
+           caf::meta::load_callback([&]() -> caf::error {
              x.busy.clear();
              for (size_t i = 0; i + 1 < busy.size(); i += 2) x.busy.emplace_back(busy[i], busy[i + 1]);
              return caf::none;
