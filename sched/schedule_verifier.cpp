@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "config/derived.h"
+#include "sched/schedule_mutation.h"
 
 namespace troupe::sched {
 namespace {
@@ -214,8 +215,12 @@ PipelineSchedule verified_pipeline_schedule(ParallelConfig::Schedule kind, int32
 }
 
 PipelineSchedule verified_pipeline_schedule(const Config& c) {
-  return verified_pipeline_schedule(c.parallel().schedule(), c.parallel().pipeline(),
-                                    int32_t(config::microbatches_per_replica(c)));
+  const auto kind = c.parallel().schedule();
+  auto s = build_pipeline_schedule(kind, c.parallel().pipeline(), int32_t(config::microbatches_per_replica(c)));
+  // Test-only: a deliberately broken list (sched/schedule_mutation.h); none outside tests.
+  if (const auto m = schedule_mutation_from_env()) apply_schedule_mutation(*m, s);
+  require_valid_schedule(s, kind);
+  return s;
 }
 
 std::string schedule_verdict_line(const PipelineSchedule& s, ParallelConfig::Schedule kind) {

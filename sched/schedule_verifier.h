@@ -63,7 +63,8 @@ void require_valid_schedule(const PipelineSchedule& s, ParallelConfig::Schedule 
 PipelineSchedule verified_pipeline_schedule(ParallelConfig::Schedule kind, int32_t stages, int32_t microbatches);
 // The same for a run's config: parallel.schedule, parallel.pipeline stages and the
 // microbatches per replica. run_training calls it before any actor starts, and every
-// stage actor takes its own list from it.
+// stage actor takes its own list from it. Test-only: the mutation named by
+// TROUPE_TEST_SCHEDULE_MUTATION (sched/schedule_mutation.h) is applied before the check.
 PipelineSchedule verified_pipeline_schedule(const Config& c);
 
 // One line for `supervisor plan`: "pipeline schedule 1F1B verified (p = 4, m = 8):
