@@ -235,3 +235,29 @@ TEST_CASE("generation on the GPU: each step's logits match the CPU device's (GPT
     }
   }
 }
+
+// The CUDA device's memory ledger (kernels/memory_ledger.h) through a whole update:
+// the same weights, gradients, Adam moments and saved activations as the CPU device
+// holds for the same model (both keep them in fp32 and count the bytes asked for);
+// only the scratch differs (each device's own kernel scratch).
+TEST_CASE("the CUDA device's memory ledger: the CPU's weights, gradients, moments and saved activations") {
+  REQUIRE_GPU();
+  const Config c = gpu_config();
+  const auto mbs = packed_batches(kSeq);
+  CudaDevice gpu;
+  kernels::cpu::CpuDevice cpu(1);
+  optim::ReferenceTrainer on_gpu(c, gpu), on_cpu(c, cpu);
+  gpu.memory().reset_peak();
+  cpu.memory().reset_peak();
+  on_gpu.step(mbs);
+  on_cpu.step(mbs);
+  const kernels::MemorySplit g = gpu.memory().peak(), h = cpu.memory().peak();
+  CHECK(g.weights == 4 * on_gpu.model().param_count());
+  CHECK(g.weights == h.weights);
+  CHECK(g.gradients == h.gradients);
+  CHECK(g.optimizer_state == h.optimizer_state);
+  CHECK(g.optimizer_state == 8 * on_gpu.model().param_count());
+  CHECK(g.activations == h.activations);
+  CHECK(g.activations == 4 * on_gpu.model().slot_saved_floats());  // one slot
+  CHECK(g.scratch >= 4 * on_gpu.model().scratch_floats());         // + the device's kernel scratch
+}
