@@ -209,13 +209,19 @@ StepRecord step_from_json(const Json& j) {
         throw MetricsError("step record: field \"memory\": expected objects with a \"stage\", got " + m.dump());
       StageMemoryRecord x;
       x.stage = m["stage"].get<std::string>();
-      x.weights = typed<int64_t>(m, "weights");
-      x.gradients = typed<int64_t>(m, "gradients");
-      x.optimizer_state = typed<int64_t>(m, "optimizer_state");
-      x.activations = typed<int64_t>(m, "activations");
-      x.scratch = typed<int64_t>(m, "scratch");
-      x.planned_activations = typed<int64_t>(m, "planned_activations");
-      if (typed<int64_t>(m, "peak") != x.peak())
+      int64_t peak = 0;
+      try {
+        x.weights = typed<int64_t>(m, "weights");
+        x.gradients = typed<int64_t>(m, "gradients");
+        x.optimizer_state = typed<int64_t>(m, "optimizer_state");
+        x.activations = typed<int64_t>(m, "activations");
+        x.scratch = typed<int64_t>(m, "scratch");
+        x.planned_activations = typed<int64_t>(m, "planned_activations");
+        peak = typed<int64_t>(m, "peak");
+      } catch (const MetricsError& e) {
+        throw MetricsError("step record: memory of " + x.stage + ": " + std::string(e.what()).substr(13));
+      }
+      if (peak != x.peak())
         throw MetricsError("step record: memory of " + x.stage + ": \"peak\" is not the sum of its five parts");
       r.stage_memory.push_back(std::move(x));
     }

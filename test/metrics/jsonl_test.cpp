@@ -87,6 +87,35 @@ TEST_CASE("step record JSON: fields, derived throughput, non-finite values") {
                        "field \"loss\": expected a number or \"nan\"/\"inf\"/\"-inf\", got \"lots\"", MetricsError);
 }
 
+TEST_CASE("step record JSON: each stage's memory peak, written and read back; a peak that is not its parts refused") {
+  StepRecord r = make_step(2);
+  CHECK_FALSE(to_json(r).contains("memory"));  // no stages reported: no field (older files have none)
+  r.stage_memory = {{"stage/dp0/pp0/tp0", 400, 400, 800, 3000, 123, 3000},
+                    {"stage/dp0/pp1/tp0", 380, 380, 760, 2500, 456, 2500}};
+  const auto j = to_json(r);
+  REQUIRE(j["memory"].size() == 2);
+  CHECK(j["memory"][0]["stage"] == "stage/dp0/pp0/tp0");
+  CHECK(j["memory"][0]["peak"] == 400 + 400 + 800 + 3000 + 123);
+  CHECK(j["memory"][1]["scratch"] == 456);
+  const StepRecord back = step_from_json(Json::parse(j.dump()));
+  REQUIRE(back.stage_memory.size() == 2);
+  for (size_t k = 0; k < 2; ++k) {
+    CHECK(back.stage_memory[k].stage == r.stage_memory[k].stage);
+    CHECK(back.stage_memory[k].peak() == r.stage_memory[k].peak());
+    CHECK(back.stage_memory[k].optimizer_state == r.stage_memory[k].optimizer_state);
+    CHECK(back.stage_memory[k].planned_activations == r.stage_memory[k].planned_activations);
+  }
+  Json bad = j;
+  bad["memory"][1]["peak"] = 1;
+  CHECK_THROWS_WITH_AS(step_from_json(bad),
+                       "step record: memory of stage/dp0/pp1/tp0: \"peak\" is not the sum of its five parts",
+                       MetricsError);
+  bad = j;
+  bad["memory"][0].erase("activations");
+  CHECK_THROWS_WITH_AS(step_from_json(bad), "step record: memory of stage/dp0/pp0/tp0: missing field \"activations\"",
+                       MetricsError);
+}
+
 TEST_CASE("metrics.jsonl: one object per line, every kind of event, read back in order") {
   ScratchDir dir;
   const std::string path = dir / "metrics.jsonl";
