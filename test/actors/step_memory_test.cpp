@@ -3,7 +3,7 @@
 // and gradients are the stage's parameter bytes, the Adam moments (the rank's
 // optimizer shard shares the stage's device) twice that without data parallelism,
 // the saved activations are exactly the planner's figure for the stage, and they
-// shrink under recomputation.
+// shrink from NONE to SELECTIVE to FULL, for GPT-2 and Llama.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -14,6 +14,7 @@
 #include "metrics/jsonl_log.h"
 #include "metrics/run_dir.h"
 #include "test/actors/parity_check.h"
+#include "test/support/tiny_runtime_config.h"
 
 using namespace troupe;
 using namespace troupe::testing;
@@ -27,13 +28,15 @@ std::vector<metrics::StepRecord> jsonl_steps(const Config& c) {
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("step records carry each stage's memory peak, split, beside the planner's activations") {
+void check_family(bool llama) {
+  CAPTURE(llama);
   std::vector<int64_t> activations_by_mode;
-  for (const auto mode : {ModelConfig::NONE, ModelConfig::FULL}) {
+  for (const auto mode : {ModelConfig::NONE, ModelConfig::SELECTIVE, ModelConfig::FULL}) {
     CAPTURE(ModelConfig::Recompute_Name(mode));
-    Config c = with_steps(parity_layout(1, 2, std::string("troupe-step-memory-") + ModelConfig::Recompute_Name(mode)), 2);
+    Config c = with_steps(parity_layout(1, 2, std::string("troupe-step-memory-") + (llama ? "llama-" : "gpt2-") +
+                                                  ModelConfig::Recompute_Name(mode)),
+                          2);
+    if (llama) c = as_llama(c);
     c.mutable_model()->set_recompute(mode);
     std::filesystem::remove_all(c.logging().run_dir());  // metrics.jsonl of this run only
     const auto r = run(c);
@@ -70,5 +73,16 @@ TEST_CASE("step records carry each stage's memory peak, split, beside the planne
         CHECK(a.optimizer_state == b.optimizer_state);
       }
   }
-  CHECK(activations_by_mode[1] < activations_by_mode[0]);
+  CHECK(activations_by_mode[1] < activations_by_mode[0]);  // SELECTIVE < NONE
+  CHECK(activations_by_mode[2] < activations_by_mode[1]);  // FULL < SELECTIVE
+}
+
+}  // namespace
+
+TEST_CASE("step records carry each stage's memory peak, split, beside the planner's activations (GPT-2)") {
+  check_family(false);
+}
+
+TEST_CASE("step records carry each stage's memory peak, split, beside the planner's activations (Llama)") {
+  check_family(true);
 }
