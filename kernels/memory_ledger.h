@@ -29,7 +29,11 @@ struct MemorySplit {
   int64_t& at(MemoryCategory c);
   int64_t at(MemoryCategory c) const;
   int64_t total() const { return weights + gradients + optimizer_state + activations + scratch; }
-  bool operator==(const MemorySplit&) const = default;
+  // Spelled out: the .cu files that include device.h compile as C++17.
+  bool operator==(const MemorySplit& o) const {
+    return weights == o.weights && gradients == o.gradients && optimizer_state == o.optimizer_state &&
+           activations == o.activations && scratch == o.scratch;
+  }
 };
 
 class MemoryLedger {
