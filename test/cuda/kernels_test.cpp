@@ -598,19 +598,33 @@ TEST_CASE("cross-entropy over padded logits with a loss mask, and its vocabulary
   CHECK(rel_err(joined, ref) <= 1e-5);
 }
 
+namespace {
+
+// n elements of an AdamW step's inputs (weights, gradients, both moments; v >= 0) and
+// its arguments (the third update of beta 0.9 / 0.95, decay 0.1, a gradient scale).
+struct AdamWInputs {
+  std::vector<float> p, g, m, v;
+  kernels::AdamWArgs a;
+};
+AdamWInputs adamw_inputs(size_t n) {
+  AdamWInputs in{randn(n, 1, 0.5f), randn(n, 2, 1e-2f), randn(n, 3, 1e-3f), randn(n, 4, 1e-2f), {}};
+  for (auto& x : in.v) x = x * x;
+  in.a.lr = 3e-4f;
+  in.a.weight_decay = 0.1f;
+  in.a.bias_correction1 = float(1 - std::pow(0.9, 3));
+  in.a.bias_correction2 = float(1 - std::pow(0.95, 3));
+  in.a.grad_scale = 0.7f;
+  return in;
+}
+
+}  // namespace
+
 TEST_CASE("AdamW on fp32 master weights") {
   REQUIRE_GPU();
   const size_t n = 100003;
   CpuDevice cpu(2);
   CudaDevice gpu;
-  auto p = randn(n, 1, 0.5f), g = randn(n, 2, 1e-2f), m = randn(n, 3, 1e-3f), v = randn(n, 4, 1e-2f);
-  for (auto& x : v) x = x * x;
-  kernels::AdamWArgs a;
-  a.lr = 3e-4f;
-  a.weight_decay = 0.1f;
-  a.bias_correction1 = float(1 - std::pow(0.9, 3));
-  a.bias_correction2 = float(1 - std::pow(0.95, 3));
-  a.grad_scale = 0.7f;
+  auto [p, g, m, v, a] = adamw_inputs(n);
   auto gp = upload(gpu, p), gg = upload(gpu, g), gm = upload(gpu, m), gv = upload(gpu, v);
   cpu.adamw_update(p.data(), g.data(), m.data(), v.data(), int64_t(n), a);
   gpu.adamw_update(gp.f32(), gg.f32(), gm.f32(), gv.f32(), int64_t(n), a);
@@ -629,14 +643,7 @@ TEST_CASE("AdamW fused with the update-to-weight sums: the plain update's bits, 
   const size_t n = 2 * 65536 + 4097;
   CpuDevice cpu(2);
   CudaDevice gpu;
-  auto p = randn(n, 1, 0.5f), g = randn(n, 2, 1e-2f), m = randn(n, 3, 1e-3f), v = randn(n, 4, 1e-2f);
-  for (auto& x : v) x = x * x;
-  kernels::AdamWArgs a;
-  a.lr = 3e-4f;
-  a.weight_decay = 0.1f;
-  a.bias_correction1 = float(1 - std::pow(0.9, 3));
-  a.bias_correction2 = float(1 - std::pow(0.95, 3));
-  a.grad_scale = 0.7f;
+  auto [p, g, m, v, a] = adamw_inputs(n);
   auto gp = upload(gpu, p), gg = upload(gpu, g), gm = upload(gpu, m), gv = upload(gpu, v);
   auto fp = upload(gpu, p), fm = upload(gpu, m), fv = upload(gpu, v);
   auto cp = p, cm = m, cv = v;
