@@ -31,10 +31,17 @@ std::variant<RollbackRequest, std::string> decide_rollback(const Config& c, cons
   if (int64_t(near.size()) >= lg.rollback_limit()) {
     std::string steps;
     for (const int64_t s : near) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+    // The same step spiking on other samples each time points away from the data.
+    const bool same_step = std::all_of(near.begin(), near.end(), [&](int64_t s) { return s == spike_step; });
     return fmt::format("logging.on_spike ROLLBACK: step {} is a spike, and {} rollback(s) already happened within "
                        "logging.rollback_window_steps = {} (spikes at steps {}; logging.rollback_limit = {}): the "
-                       "run stops here",
-                       spike_step, near.size(), lg.rollback_window_steps(), steps, lg.rollback_limit());
+                       "run stops here{}",
+                       spike_step, near.size(), lg.rollback_window_steps(), steps, lg.rollback_limit(),
+                       same_step ? fmt::format(" (step {} spiked again on other samples each time: that points at the "
+                                               "optimizer settings, such as the peak LR or the warmup, more than at "
+                                               "the data)",
+                                               spike_step)
+                                 : std::string());
   }
   const int64_t count = rollback_skip_count(c);
   // Positions of the first epoch under the current skip list: skipping a sample of a

@@ -805,8 +805,9 @@ TEST_CASE("logging.on_spike ROLLBACK: a spike that comes back past the cap stops
   const std::string newest = (dir / "run" / "checkpoints" / "step_00000020").string();
   CHECK(r.outcome.error ==
         "logging.on_spike ROLLBACK: step 25 is a spike, and 1 rollback(s) already happened within "
-        "logging.rollback_window_steps = 1000 (spikes at steps 25; logging.rollback_limit = 1): the run stops here; "
-        "the newest complete checkpoint is " + newest);
+        "logging.rollback_window_steps = 1000 (spikes at steps 25; logging.rollback_limit = 1): the run stops here "
+        "(step 25 spiked again on other samples each time: that points at the optimizer settings, such as the peak "
+        "LR or the warmup, more than at the data); the newest complete checkpoint is " + newest);
   CHECK(fs::exists(fs::path(newest) / "manifest.pb"));
   const auto lines = metrics::read_jsonl(metrics::run_dir_layout(c.logging().run_dir()).metrics).objects;
   REQUIRE(!lines.empty());
