@@ -31,9 +31,10 @@ double shortest(float f) {
   return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
 }
 
-// The norms' epsilon of a manifest's config. The manifest's canonical text spells out
-// every field, so an unset model.norm_eps (which means "layernorm_eps") comes back
-// set to 0, a value validation never lets a run have: 0 reads as unset.
+// The norms' epsilon of a manifest's config. Manifests written before the canonical
+// text spelled out the epsilon used (canonical_config_text) hold an unset
+// model.norm_eps (which means "layernorm_eps") as 0, a value validation never lets a
+// run have: 0 reads as unset.
 float norm_eps_of(const ModelConfig& m) {
   return m.has_norm_eps() && m.norm_eps() > 0 ? m.norm_eps() : m.layernorm_eps();
 }

@@ -94,6 +94,9 @@ uint64_t fnv1a64(std::string_view bytes) {
 
 std::string canonical_config_text(const Config& config) {
   Config full = config;
+  // model.norm_eps has no default of its own (unset means layernorm_eps): spelled out
+  // with the value the run used, so a reader never takes the filled-in 0 for it.
+  if (!full.model().has_norm_eps()) full.mutable_model()->set_norm_eps(full.model().layernorm_eps());
   fill_defaults(full);
   std::string text;
   google::protobuf::TextFormat::PrintToString(full, &text);

@@ -16,7 +16,8 @@ uint64_t fnv1a64(std::string_view bytes);
 
 // The config in canonical protobuf text format: a copy with every unset singular
 // field of every (sub)message set to its default, printed by TextFormat. Configs
-// that differ only in which defaults were spelled out print identically.
+// that differ only in which defaults were spelled out print identically. model.norm_eps,
+// whose unset value means layernorm_eps, is written as that epsilon (not as 0).
 std::string canonical_config_text(const Config& config);
 
 // Sets manifest.config_text (canonical) and config_hash (fnv1a64 of that text).

@@ -84,8 +84,8 @@ void open_hf_dir(const std::string& dir, GenerateSource& s) {
 void open_checkpoint(const std::string& dir, GenerateSource& s, std::vector<std::string>* report) {
   const Checkpoint ck = ckpt::open_checkpoint_path(dir, report);
   s.config = ckpt::manifest_config(ck.manifest(), ck.dir());
-  // The manifest spells every field out: an unset norm_eps (meaning layernorm_eps)
-  // comes back as 0, which no run can have.
+  // Older manifests spell an unset norm_eps (meaning layernorm_eps) as 0, which no run
+  // can have (ckpt/manifest.h, canonical_config_text).
   if (s.config.model().has_norm_eps() && s.config.model().norm_eps() == 0) s.config.mutable_model()->clear_norm_eps();
   s.config.mutable_parallel()->set_tensor(1);  // one whole model, whatever layout wrote it
   s.config.mutable_parallel()->set_pipeline(1);

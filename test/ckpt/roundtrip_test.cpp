@@ -1,6 +1,8 @@
 // Writing and reading back: shard files, manifest fields, determinism, config hash.
 #include <doctest/doctest.h>
 
+#include <google/protobuf/text_format.h>
+
 #include <google/protobuf/util/message_differencer.h>
 
 #include "ckpt/commit.h"
@@ -30,6 +32,21 @@ TEST_CASE("canonical config text fills defaults, so spelling out a default does 
   CHECK(canonical_config_text(a) == canonical_config_text(b));
   CHECK(canonical_config_text(a).find("heads: 4") != std::string::npos);
   CHECK(canonical_config_text(a).find("keep_last: 3") != std::string::npos);
+  // An unset model.norm_eps (meaning layernorm_eps) is written as the epsilon the run used,
+  // never as the 0 that filling in every field would give it; a set one stays as set.
+  {
+    Config unset = a;
+    unset.mutable_model()->clear_norm_eps();
+    unset.mutable_model()->set_layernorm_eps(2e-5f);
+    Config back;
+    REQUIRE(google::protobuf::TextFormat::ParseFromString(canonical_config_text(unset), &back));
+    CHECK(back.model().has_norm_eps());
+    CHECK(back.model().norm_eps() == 2e-5f);
+    Config set = unset;
+    set.mutable_model()->set_norm_eps(1e-6f);
+    REQUIRE(google::protobuf::TextFormat::ParseFromString(canonical_config_text(set), &back));
+    CHECK(back.model().norm_eps() == 1e-6f);
+  }
   Config c = a;
   c.mutable_model()->set_width(96);
   CHECK(fnv1a64(canonical_config_text(a)) != fnv1a64(canonical_config_text(c)));
