@@ -62,6 +62,25 @@ std::optional<std::string> single_value_problem(const std::string& text) {
   return std::nullopt;
 }
 
+// Replaces the repeated scalar `field` of `msg` by the list `value` ("[a, b]", text
+// format), parsed into a scratch message so nothing else can come in with it.
+template <class Fail>
+void set_list(pb::Message& msg, const pb::FieldDescriptor& field, const std::string& value, Fail fail) {
+  if (!value_tokens(value)) throw fail("a --set value takes no comment ('#')");
+  std::unique_ptr<pb::Message> scratch(msg.New());
+  FirstError errors;
+  pb::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(field.name() + ": " + value, scratch.get()) || !errors.message.empty())
+    throw fail(fmt::format("wrong type or value ({})", errors.message.empty() ? "cannot parse" : errors.message));
+  std::vector<const pb::FieldDescriptor*> set;
+  scratch->GetReflection()->ListFields(*scratch, &set);
+  if (set.size() > 1 || (set.size() == 1 && set[0] != &field))
+    throw fail(fmt::format("\"{}\" is not a single list", value));
+  msg.GetReflection()->ClearField(&msg, &field);
+  msg.MergeFrom(*scratch);  // the field is empty now: MergeFrom puts the list in
+}
+
 }  // namespace
 
 void apply_override(Config& cfg, std::string_view assignment, Origins* origins) {
@@ -99,6 +118,14 @@ void apply_override(Config& cfg, std::string_view assignment, Origins* origins) 
       throw fail(here, fmt::format("unknown field ({} has no field named \"{}\")",
                                    desc->name(), part));
     const bool is_message = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE;
+    // A repeated scalar field is set whole, as a list: name=[v1, v2] (name=[] empties it).
+    if (last && field->is_repeated() && !is_message) {
+      if (index >= 0 || value.size() < 2 || value.front() != '[' || value.back() != ']')
+        throw fail(here, fmt::format("is a list: give it whole, e.g. {}=[1, 2] ({}=[] empties it)", here, here));
+      set_list(*msg, *field, value, [&](const std::string& what) { return fail(here, what); });
+      if (origins) origins->set(here, where);
+      return;
+    }
     if (field->is_repeated() != (index >= 0))
       throw fail(here, field->is_repeated()
                            ? fmt::format("is repeated: give an index, e.g. {}[0]", part)
@@ -122,7 +149,6 @@ void apply_override(Config& cfg, std::string_view assignment, Origins* origins) 
       continue;
     }
     if (is_message) throw fail(here, "is a message: set one of its fields (name.field=value)");
-    if (index >= 0) throw fail(here, "repeated scalar fields are not settable with --set");
     // Parse "name: value" as text format into a scratch message of the same type,
     // then copy just that field, so the value cannot smuggle in other fields.
     std::string text_value = value;

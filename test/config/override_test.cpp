@@ -114,3 +114,25 @@ TEST_CASE("the overridden config is validated with the --set as its location") {
         "--set batch.global_batch_size=10: batch.global_batch_size: 10 is not divisible by "
         "micro_batch_size x parallel.data = 4");
 }
+
+TEST_CASE("a repeated scalar field is set whole, as a list") {
+  Config c;
+  apply_override(c, "data.skip_samples=[16, 17, 203]");
+  CHECK(std::vector<int64_t>(c.data().skip_samples().begin(), c.data().skip_samples().end()) ==
+        std::vector<int64_t>{16, 17, 203});
+  apply_override(c, "data.skip_samples=[5]");  // replaced, not appended
+  CHECK(std::vector<int64_t>(c.data().skip_samples().begin(), c.data().skip_samples().end()) ==
+        std::vector<int64_t>{5});
+  apply_override(c, "data.skip_samples=[]");
+  CHECK(c.data().skip_samples_size() == 0);
+  CHECK(set_error("data.skip_samples=7") ==
+        "--set data.skip_samples=7: data.skip_samples: is a list: give it whole, e.g. data.skip_samples=[1, 2] "
+        "(data.skip_samples=[] empties it)");
+  CHECK(set_error("data.skip_samples[0]=7") ==
+        "--set data.skip_samples[0]=7: data.skip_samples: is a list: give it whole, e.g. data.skip_samples=[1, 2] "
+        "(data.skip_samples=[] empties it)");
+  CHECK(set_error("data.skip_samples=[1, x]") ==
+        "--set data.skip_samples=[1, x]: data.skip_samples: wrong type or value (Expected integer, got: x)");
+  CHECK(set_error("data.skip_samples=[1] split: \"1,0,0\"").find("data.skip_samples: is a list") != std::string::npos);
+  CHECK(set_error("data.skip_samples=[1 # two]").find("takes no comment") != std::string::npos);
+}
