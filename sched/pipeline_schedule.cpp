@@ -29,7 +29,62 @@ std::vector<PipelineOp> one_f_one_b_stage(int32_t p, int32_t k, int32_t m) {
   return ops;
 }
 
+// Stage k's i-th forward (or, with the chunks reversed, backward) of the interleaved
+// schedule.
+PipelineOp interleaved_op(OpKind kind, int64_t i, int32_t p, int32_t v) {
+  const int64_t group = i / (int64_t(p) * v), within = i % (int64_t(p) * v);
+  const int32_t chunk = int32_t(within / p);
+  return {kind, int32_t(group * p + within % p), kind == OpKind::Forward ? chunk : v - 1 - chunk};
+}
+
 }  // namespace
+
+OpLink op_source(const PipelineSchedule& s, int32_t k, const PipelineOp& op) {
+  const int32_t p = s.stages, v = s.chunks;
+  if (op.kind == OpKind::Forward) {
+    if (k > 0) return {k - 1, op};
+    if (op.chunk > 0) return {p - 1, {op.kind, op.microbatch, op.chunk - 1}};
+  } else {
+    if (k < p - 1) return {k + 1, op};
+    if (op.chunk < v - 1) return {0, {op.kind, op.microbatch, op.chunk + 1}};
+  }
+  return {};
+}
+
+OpLink op_destination(const PipelineSchedule& s, int32_t k, const PipelineOp& op) {
+  const int32_t p = s.stages, v = s.chunks;
+  if (op.kind == OpKind::Forward) {
+    if (k < p - 1) return {k + 1, op};
+    if (op.chunk < v - 1) return {0, {op.kind, op.microbatch, op.chunk + 1}};
+  } else {
+    if (k > 0) return {k - 1, op};
+    if (op.chunk > 0) return {p - 1, {op.kind, op.microbatch, op.chunk - 1}};
+  }
+  return {};
+}
+
+PipelineSchedule build_interleaved_schedule(int32_t p, int32_t m, int32_t v) {
+  if (p < 2 || v < 2 || m < 1 || m % p != 0)
+    throw std::invalid_argument("the interleaved schedule needs p >= 2 stages, v >= 2 chunks a stage and a multiple "
+                                "of p microbatches (p = " + std::to_string(p) + ", v = " + std::to_string(v) +
+                                ", m = " + std::to_string(m) + ")");
+  PipelineSchedule s{p, m, {}, v};
+  const int64_t total = int64_t(m) * v;
+  for (int32_t k = 0; k < p; ++k) {
+    std::vector<PipelineOp> ops;
+    ops.reserve(size_t(2 * total));
+    const int64_t warmup = std::min<int64_t>(2 * (p - k - 1) + int64_t(v - 1) * p, total);
+    int64_t next_f = 0, next_b = 0;
+    for (; next_f < warmup; ++next_f) ops.push_back(interleaved_op(OpKind::Forward, next_f, p, v));
+    while (next_f < total) {
+      ops.push_back(interleaved_op(OpKind::Forward, next_f++, p, v));
+      ops.push_back(interleaved_op(OpKind::Backward, next_b++, p, v));
+    }
+    while (next_b < total) ops.push_back(interleaved_op(OpKind::Backward, next_b++, p, v));
+    s.ops.push_back(std::move(ops));
+  }
+  return s;
+}
 
 PipelineSchedule build_pipeline_schedule(ParallelConfig::Schedule kind, int32_t stages,
                                          int32_t microbatches) {
@@ -60,15 +115,16 @@ ScheduleTiming simulate_schedule(const PipelineSchedule& s, double forward_time,
 
 ScheduleTiming simulate_schedule(const PipelineSchedule& s, const std::vector<double>& forward_time,
                                  const std::vector<double>& backward_time) {
-  const int32_t p = s.stages, m = s.microbatches;
+  const int32_t p = s.stages, m = s.microbatches, v = s.chunks;
   if (forward_time.size() != size_t(p) || backward_time.size() != size_t(p))
     throw std::invalid_argument("simulate_schedule: " + std::to_string(forward_time.size()) + " forward and " +
                                 std::to_string(backward_time.size()) + " backward times for " + std::to_string(p) +
                                 " stages");
   constexpr double kNotYet = std::numeric_limits<double>::infinity();
-  // done[kind][k][i]: finish time of op kind on stage k for microbatch i.
-  std::vector<std::vector<double>> done_f(p, std::vector<double>(m, kNotYet));
-  std::vector<std::vector<double>> done_b(p, std::vector<double>(m, kNotYet));
+  // done[kind][k][c m + i]: finish time of op kind on stage k for microbatch i of chunk c.
+  std::vector<std::vector<double>> done_f(p, std::vector<double>(size_t(m) * v, kNotYet));
+  std::vector<std::vector<double>> done_b(p, std::vector<double>(size_t(m) * v, kNotYet));
+  auto at = [m](const PipelineOp& op) { return size_t(op.chunk) * size_t(m) + size_t(op.microbatch); };
   ScheduleTiming t;
   t.start.assign(p, {});
   std::vector<size_t> next(p, 0);
@@ -83,16 +139,14 @@ ScheduleTiming simulate_schedule(const PipelineSchedule& s, const std::vector<do
     for (int32_t k = 0; k < p; ++k) {
       if (next[k] == s.ops[k].size()) continue;
       const PipelineOp op = s.ops[k][next[k]];
-      double ready;
-      if (op.kind == OpKind::Forward)
-        ready = k == 0 ? 0.0 : done_f[k - 1][op.microbatch];
-      else
-        ready = std::max(done_f[k][op.microbatch],
-                         k == p - 1 ? 0.0 : done_b[k + 1][op.microbatch]);
+      const OpLink src = op_source(s, k, op);
+      const double input =
+          src.stage < 0 ? 0.0 : (op.kind == OpKind::Forward ? done_f : done_b)[size_t(src.stage)][at(src.op)];
+      const double ready = op.kind == OpKind::Forward ? input : std::max(done_f[k][at(op)], input);
       if (ready == kNotYet) continue;
       const double begin = std::max(ready, free_at[k]);
-      const double dur = op.kind == OpKind::Forward ? forward_time[size_t(k)] : backward_time[size_t(k)];
-      (op.kind == OpKind::Forward ? done_f : done_b)[k][op.microbatch] = begin + dur;
+      const double dur = (op.kind == OpKind::Forward ? forward_time[size_t(k)] : backward_time[size_t(k)]) / v;
+      (op.kind == OpKind::Forward ? done_f : done_b)[k][at(op)] = begin + dur;
       free_at[k] = begin + dur;
       t.start[k].push_back(begin);
       busy += dur;
@@ -107,8 +161,8 @@ ScheduleTiming simulate_schedule(const PipelineSchedule& s, const std::vector<do
   return t;
 }
 
-double ideal_idle_fraction(int64_t stages, int64_t microbatches) {
-  return double(stages - 1) / (double(microbatches) + double(stages - 1));
+double ideal_idle_fraction(int64_t stages, int64_t microbatches, int64_t chunks) {
+  return double(stages - 1) / (double(chunks) * double(microbatches) + double(stages - 1));
 }
 
 std::string to_string(const PipelineOp& op) {

@@ -13,19 +13,37 @@ namespace troupe::sched {
 
 enum class OpKind : uint8_t { Forward, Backward };
 
+// One op of a stage: the forward or backward of a microbatch through one of the
+// stage's model chunks (0 with one chunk a stage). With v chunks a stage, stage k's
+// chunk c is virtual stage c p + k: chunk c of the last stage feeds chunk c + 1 of
+// the first.
 struct PipelineOp {
   OpKind kind;
   int32_t microbatch;
+  int32_t chunk = 0;
   bool operator==(const PipelineOp&) const = default;
 };
 
-// ops[k] is stage k's ordered op list; every stage sees each microbatch once forward
-// and once backward.
+// ops[k] is stage k's ordered op list; every stage sees each (microbatch, chunk) once
+// forward and once backward.
 struct PipelineSchedule {
   int32_t stages = 0;
   int32_t microbatches = 0;
   std::vector<std::vector<PipelineOp>> ops;
+  int32_t chunks = 1;  // model chunks per stage (v)
 };
+
+// Where an op's input comes from and where its output goes, as the neighbour's op of
+// the same microbatch: a forward receives from the previous virtual stage and sends to
+// the next, a backward the other way. `stage` is -1 for none (the first virtual
+// stage's forward reads the loader's microbatch, the last one's backward starts from
+// the loss).
+struct OpLink {
+  int32_t stage = -1;
+  PipelineOp op{OpKind::Forward, 0, 0};
+};
+OpLink op_source(const PipelineSchedule& s, int32_t stage, const PipelineOp& op);
+OpLink op_destination(const PipelineSchedule& s, int32_t stage, const PipelineOp& op);
 
 // GPIPE: all forwards in microbatch order, then all backwards in microbatch order.
 // ONE_F_ONE_B (non-interleaved): stage k runs min(p-k-1, m) warm-up forwards, then
@@ -34,14 +52,22 @@ struct PipelineSchedule {
 PipelineSchedule build_pipeline_schedule(ParallelConfig::Schedule kind, int32_t stages,
                                          int32_t microbatches);
 
+// The interleaved 1F1B schedule (Megatron-LM's, v >= 2 model chunks a stage, p >= 2
+// stages, m a multiple of p). Stage k's i-th forward is microbatch (i / pv) p + i mod p
+// of chunk (i / p) mod v (groups of p microbatches through each chunk in turn), its
+// i-th backward the same with the chunks in reverse; it runs min(2(p - k - 1) + (v - 1)p,
+// mv) warm-up forwards, then one forward and one backward in turn, then the remaining
+// backwards. Ideal idle (p - 1)/(vm + p - 1). Throws std::invalid_argument otherwise.
+PipelineSchedule build_interleaved_schedule(int32_t stages, int32_t microbatches, int32_t chunks);
+
 // Most microbatches whose forward has run but whose backward has not, on one stage.
 int32_t peak_in_flight(const std::vector<PipelineOp>& stage_ops);
 
 // Simulated execution of the op lists with a forward taking `forward_time` and a
-// backward `backward_time` units, every op starting as soon as its stage is free and
-// its input exists (forward of mb i on stage k after stage k-1's; backward of mb i on
-// stage k after stage k+1's). Idle fraction = 1 - busy / (stages * makespan); for
-// balanced stages it equals the ideal (p-1)/(m+p-1) of both schedules.
+// backward `backward_time` units (a chunk's op 1/v of them), every op starting as soon
+// as its stage is free and its input exists (op_source). Idle fraction = 1 - busy /
+// (stages * makespan); for balanced stages it equals the ideal (p-1)/(m+p-1) of GPipe
+// and 1F1B, and (p-1)/(vm+p-1) of the interleaved schedule.
 struct ScheduleTiming {
   double makespan = 0;
   double idle_fraction = 0;
@@ -56,9 +82,9 @@ ScheduleTiming simulate_schedule(const PipelineSchedule& s, double forward_time 
 ScheduleTiming simulate_schedule(const PipelineSchedule& s, const std::vector<double>& forward_time,
                                  const std::vector<double>& backward_time);
 
-// The closed form (p-1)/(m+p-1).
-double ideal_idle_fraction(int64_t stages, int64_t microbatches);
+// The closed form (p-1)/(m+p-1); with v chunks a stage (interleaved) (p-1)/(vm+p-1).
+double ideal_idle_fraction(int64_t stages, int64_t microbatches, int64_t chunks = 1);
 
-std::string to_string(const PipelineOp& op);  // "F3" / "B3"
+std::string to_string(const PipelineOp& op);  // "F3" / "B3" (the chunk is not named)
 
 }  // namespace troupe::sched

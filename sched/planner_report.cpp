@@ -8,9 +8,11 @@
 #include "config/derived.h"
 #include "sched/activation_memory.h"
 #include "sched/pipeline_schedule.h"
+#include "sched/schedule_verifier.h"
 
 namespace troupe::sched {
 namespace {
+
 
 // A table of text cells. With a header (a numeric table) the first column is
 // left-aligned and the others right-aligned; without one (label: value lines) every
@@ -75,6 +77,40 @@ const char* style_name(LrScheduleConfig::DecayStyle s) {
     case LrScheduleConfig::CONSTANT: return "constant";
   }
   return "?";
+}
+
+// The interleaved 1F1B schedule for v = 2..4 chunks a stage (sched/pipeline_schedule.h):
+// the closed-form and simulated idle, the verifier's verdict and stage 0's in-flight
+// (microbatch, chunk) pairs, each holding 1/v of a stage's activations. Planned and
+// verified here; the stage actors run one chunk a stage (parallel.schedule has no
+// interleaved kind yet).
+std::string interleaved_section(const Config& c, int64_t pp, int64_t mb) {
+  std::string o = fmt::format("\nInterleaved 1F1B, v model chunks a stage: ideal idle (p-1)/(vm+p-1), p = {}, m = {} "
+                              "(planned and verified; the stage actors do not run it yet)\n",
+                              pp, group_digits(mb));
+  const int64_t per_stage = c.model().layers() / pp;
+  std::vector<std::string> why_not;
+  Table t({"chunks v", "idle", "simulated", "schedule", "stage 0 in flight"});
+  bool any = false;
+  for (int32_t v = 2; v <= 4; ++v) {
+    if (per_stage % v != 0) {
+      why_not.push_back(fmt::format("v = {}: {} layers a stage", v, per_stage));
+      continue;
+    }
+    if (mb % pp != 0 || mb > 4096) {
+      why_not.push_back(fmt::format("v = {}: m = {} {}", v, mb, mb % pp != 0 ? "not a multiple of p" : "too many to simulate"));
+      continue;
+    }
+    const auto s = build_interleaved_schedule(int32_t(pp), int32_t(mb), v);
+    const auto r = verify_schedule(s, ParallelConfig::ONE_F_ONE_B);
+    any = true;
+    t.row({std::to_string(v), percent(ideal_idle_fraction(pp, mb, v)), percent(simulate_schedule(s).idle_fraction),
+           r.ok ? "verified" : "REFUSED: " + r.error,
+           r.ok ? fmt::format("{} x 1/{} of a stage", r.peak_in_flight[0], v) : "-"});
+  }
+  if (any) o += t.str();
+  for (const auto& w : why_not) o += "  not for " + w + "\n";
+  return o;
 }
 
 }  // namespace
@@ -147,6 +183,8 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
     t.row({fmt::format("{} (double)", group_digits(2 * mb)), percent(ideal_idle_fraction(pp, 2 * mb))});
     o += t.str();
   }
+
+  if (pp > 1) o += interleaved_section(c, pp, mb);
 
   o += "\nCausal attention position pairs per sequence, L(L+1)/2\n";
   {

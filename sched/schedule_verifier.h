@@ -13,7 +13,11 @@
 //      and for the op that sends what it receives;
 //   5. buffered messages (received, not yet consumed) within buffer_bound(), at
 //      their worst over every execution the waits allow.
-// v = 1 (one chunk per stage): every op is chunk 0.
+// With v > 1 chunks a stage (the interleaved schedule: ONE_F_ONE_B over a schedule of
+// v chunks) ops are (microbatch, chunk) pairs, chunk c of stage k is virtual stage
+// c p + k, and two more channels close the ring: activations from the last stage to
+// the first, gradients back (sched/pipeline_schedule.h, op_source). With v = 1 every op
+// is chunk 0.
 #pragma once
 
 #include <cstdint>
@@ -26,19 +30,23 @@
 
 namespace troupe::sched {
 
-// GPIPE: m. ONE_F_ONE_B: min(p - k, m) at stage k.
-int32_t in_flight_bound(ParallelConfig::Schedule kind, int32_t stages, int32_t stage, int32_t microbatches);
+// GPIPE: m v. ONE_F_ONE_B: min(p - k, m) at stage k; interleaved (v > 1): min(2(p - k - 1)
+// + (v - 1)p + 1, m v), its warm-up forwards and the first of the steady state.
+int32_t in_flight_bound(ParallelConfig::Schedule kind, int32_t stages, int32_t stage, int32_t microbatches,
+                        int32_t chunks = 1);
 
 // Messages a stage may hold received but not yet consumed, per direction:
 // activations from stage k-1 at most in_flight_bound(k-1) (stage k-1 cannot run a
 // forward past its bound without a gradient, and stage k must have run a forward to
 // send one); gradients from stage k+1 at most in_flight_bound(k) (stage k+1 only sends
 // gradients of forwards stage k already ran and has not yet run backward). 0 for the
-// first stage's activations and the last stage's gradients.
+// first stage's activations and the last stage's gradients with one chunk a stage; with
+// v > 1 the first stage's activations come from the last stage (bound: its in-flight
+// bound) and the last stage's gradients from the first (bound: its own).
 int32_t activation_buffer_bound(ParallelConfig::Schedule kind, int32_t stages, int32_t stage,
-                                int32_t microbatches);
+                                int32_t microbatches, int32_t chunks = 1);
 int32_t gradient_buffer_bound(ParallelConfig::Schedule kind, int32_t stages, int32_t stage,
-                              int32_t microbatches);
+                              int32_t microbatches, int32_t chunks = 1);
 
 struct ScheduleReport {
   bool ok = false;
@@ -56,7 +64,7 @@ struct ScheduleViolation : std::invalid_argument {
 };
 
 // verify_schedule, throwing ScheduleViolation("pipeline schedule <kind> (p = P, m = M,
-// v = 1): <error>") on a violation.
+// v = V): <error>") on a violation.
 void require_valid_schedule(const PipelineSchedule& s, ParallelConfig::Schedule kind);
 
 // The op lists the runtime runs: build_pipeline_schedule, then require_valid_schedule.
@@ -66,6 +74,9 @@ PipelineSchedule verified_pipeline_schedule(ParallelConfig::Schedule kind, int32
 // stage actor takes its own list from it. Test-only: the mutation named by
 // TROUPE_TEST_SCHEDULE_MUTATION (sched/schedule_mutation.h) is applied before the check.
 PipelineSchedule verified_pipeline_schedule(const Config& c);
+
+// "INTERLEAVED_1F1B" for ONE_F_ONE_B over v > 1 chunks, else the kind's name.
+std::string schedule_name(ParallelConfig::Schedule kind, int32_t chunks);
 
 // One line for `supervisor plan`: "pipeline schedule 1F1B verified (p = 4, m = 8):
 // in flight per stage 4 3 2 1 (bound p - k), ..." or the violation.

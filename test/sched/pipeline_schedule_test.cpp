@@ -127,3 +127,19 @@ TEST_CASE("bad schedule sizes are refused") {
   CHECK_THROWS_AS(sched::build_pipeline_schedule(ParallelConfig::GPIPE, 0, 4), std::invalid_argument);
   CHECK_THROWS_AS(sched::build_pipeline_schedule(ParallelConfig::GPIPE, 2, 0), std::invalid_argument);
 }
+
+TEST_CASE("interleaved 1F1B: simulated idle against (p-1)/(vm+p-1), balanced chunks") {
+  for (int p = 2; p <= 8; ++p)
+    for (int v = 2; v <= 4; ++v)
+      for (int m = p; m <= 4 * p; m += p) {
+        const auto s = sched::build_interleaved_schedule(p, m, v);
+        const double sim = sched::simulate_schedule(s).idle_fraction;
+        const double ideal = sched::ideal_idle_fraction(p, m, v);
+        CAPTURE(p);
+        CAPTURE(v);
+        CAPTURE(m);
+        CHECK(sim == doctest::Approx(ideal).epsilon(1e-12));
+        // Fewer bubbles than plain 1F1B of the same p and m.
+        CHECK(sim < sched::ideal_idle_fraction(p, m));
+      }
+}

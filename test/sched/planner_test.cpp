@@ -313,3 +313,27 @@ TEST_CASE("a measured rate beyond int64 prints in e-notation, not wrapped") {
   CHECK(text.find("Calendar for the token budget at 1.0000e+30 tokens/s") != std::string::npos);
   CHECK_FALSE(prints_negative(text));
 }
+
+TEST_CASE("the plan's interleaved 1F1B section: closed form, simulation and verdict per v; why a v does not apply") {
+  // 8 layers on 2 stages (4 a stage: v = 2 and 4 divide it, 3 does not), 4 microbatches.
+  Config c;
+  c.mutable_model()->set_layers(8);
+  c.mutable_parallel()->set_pipeline(2);
+  c.mutable_batch()->set_micro_batch_size(1);
+  c.mutable_batch()->set_global_batch_size(4);
+  REQUIRE(config::microbatches_per_replica(c) == 4);
+  PlanInputs in;
+  const std::string text = render_plan(c, in);
+  const auto at = text.find("Interleaved 1F1B, v model chunks a stage: ideal idle (p-1)/(vm+p-1), p = 2, m = 4");
+  REQUIRE(at != std::string::npos);
+  const std::string section = text.substr(at, text.find("\n\n", at) - at);
+  MESSAGE(section);
+  // v = 2: (p-1)/(vm+p-1) = 1/9; stage 0 holds 2(p-1) + (v-1)p + 1 = 5 chunk activations.
+  CHECK(section.find("11.1%      11.1%  verified  5 x 1/2 of a stage") != std::string::npos);
+  // v = 4: 1/17 = 5.9%; 2 + 6 + 1 = 9 in flight.
+  CHECK(section.find("5.9%       5.9%  verified  9 x 1/4 of a stage") != std::string::npos);
+  CHECK(section.find("not for v = 3: 4 layers a stage") != std::string::npos);
+  // One stage: no section.
+  c.mutable_parallel()->set_pipeline(1);
+  CHECK(render_plan(c, in).find("Interleaved") == std::string::npos);
+}

@@ -232,3 +232,128 @@ TEST_CASE("the plan's verdict line") {
   CHECK(sched::schedule_verdict_line(s, ParallelConfig::GPIPE) ==
         "pipeline schedule GPIPE REFUSED (p = 2, m = 2): stage 1 B1 never runs");
 }
+
+namespace {
+
+// runs_through for schedules of v chunks a stage: every (microbatch, chunk) forward
+// once and backward once after it on every stage, and the simulation gets through.
+bool runs_through_chunks(const sched::PipelineSchedule& s) {
+  const size_t slots = size_t(s.microbatches) * size_t(s.chunks);
+  for (const auto& ops : s.ops) {
+    std::vector<int> f(slots, 0), b(slots, 0);
+    for (const auto& op : ops) {
+      if (op.microbatch < 0 || op.microbatch >= s.microbatches || op.chunk < 0 || op.chunk >= s.chunks) return false;
+      const size_t i = size_t(op.chunk) * size_t(s.microbatches) + size_t(op.microbatch);
+      if (op.kind == OpKind::Forward) ++f[i];
+      else if (f[i] == 0) return false;
+      else ++b[i];
+    }
+    for (size_t i = 0; i < slots; ++i)
+      if (f[i] != 1 || b[i] != 1) return false;
+  }
+  try {
+    sched::simulate_schedule(s);
+  } catch (const std::logic_error&) {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("interleaved 1F1B: every schedule for p <= 16, v <= 4, m <= 64 verifies with its in-flight bound reached") {
+  const auto kind = ParallelConfig::ONE_F_ONE_B;
+  int schedules = 0;
+  for (int p = 2; p <= 16; ++p)
+    for (int v = 2; v <= 4; ++v)
+      for (int m = p; m <= 64; m += p) {
+        const auto s = sched::build_interleaved_schedule(p, m, v);
+        REQUIRE(s.chunks == v);
+        const auto r = sched::verify_schedule(s, kind);
+        if (!r.ok) FAIL_CHECK("p " << p << " v " << v << " m " << m << ": " << r.error);
+        REQUIRE(r.peak_in_flight.size() == size_t(p));
+        for (int k = 0; k < p; ++k) {
+          const int bound = std::min(2 * (p - k - 1) + (v - 1) * p + 1, m * v);
+          CHECK(r.in_flight_bound[size_t(k)] == bound);
+          CHECK(r.peak_in_flight[size_t(k)] == bound);  // the bound is tight
+          CHECK(r.peak_buffered_activations[size_t(k)] <= sched::activation_buffer_bound(kind, p, k, m, v));
+          CHECK(r.peak_buffered_gradients[size_t(k)] <= sched::gradient_buffer_bound(kind, p, k, m, v));
+        }
+        ++schedules;
+      }
+  MESSAGE(schedules << " interleaved schedules verified");
+  // Sizes it does not build.
+  CHECK_THROWS_AS(sched::build_interleaved_schedule(1, 4, 2), std::invalid_argument);
+  CHECK_THROWS_AS(sched::build_interleaved_schedule(4, 6, 2), std::invalid_argument);
+  CHECK_THROWS_AS(sched::build_interleaved_schedule(4, 8, 1), std::invalid_argument);
+}
+
+TEST_CASE("interleaved 1F1B: op order of p = 2, v = 2, m = 4, and its violations named with the chunk") {
+  const auto s = sched::build_interleaved_schedule(2, 4, 2);
+  auto text = [](const std::vector<PipelineOp>& ops) {
+    std::string out;
+    for (const auto& op : ops) out += sched::to_string(op) + "c" + std::to_string(op.chunk) + " ";
+    return out;
+  };
+  // Stage 0: 2(p - 1) + (v - 1)p = 4 warm-up forwards (microbatches 0, 1 through chunk 0,
+  // then through chunk 1), then one forward and one backward in turn; backwards start
+  // with chunk 1 (the last virtual stage is stage 1's chunk 1).
+  CHECK(text(s.ops[0]) == "F0c0 F1c0 F0c1 F1c1 F2c0 B0c1 F3c0 B1c1 F2c1 B0c0 F3c1 B1c0 B2c1 B3c1 B2c0 B3c0 ");
+  CHECK(text(s.ops[1]) == "F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 F2c0 B0c0 F3c0 B1c0 F2c1 B2c1 F3c1 B3c1 B2c0 B3c0 ");
+  // Stage 1's chunk-0 forwards of microbatches 0 and 1 swapped: stage 1 receives them
+  // out of the order stage 0 sent them (the named ops carry their chunk).
+  auto swapped = s;
+  std::swap(swapped.ops[1][0], swapped.ops[1][1]);
+  CHECK(error_of(swapped, ParallelConfig::ONE_F_ONE_B) ==
+        "stage 1 receives chunk 0 F1 before chunk 0 F0 but stage 0 sends chunk 0 F0 first");
+  // Chunk 0's forwards of microbatches 2 and 3 swapped on both stages: the channel from
+  // stage 0 to stage 1 stays in order, the wrap-around one from stage 1 (chunk 0) to
+  // stage 0 (chunk 1) does not.
+  auto wrapped = s;
+  std::swap(wrapped.ops[0][4], wrapped.ops[0][6]);
+  std::swap(wrapped.ops[1][6], wrapped.ops[1][8]);
+  CHECK(error_of(wrapped, ParallelConfig::ONE_F_ONE_B) ==
+        "stage 0 receives chunk 1 F2 before chunk 1 F3 but stage 1 sends chunk 0 F3 first");
+  auto dropped = s;
+  dropped.ops[0].erase(dropped.ops[0].begin() + 5);  // B0 of chunk 1
+  CHECK(error_of(dropped, ParallelConfig::ONE_F_ONE_B) == "stage 0 chunk 1 B0 never runs");
+  try {
+    sched::require_valid_schedule(dropped, ParallelConfig::ONE_F_ONE_B);
+    FAIL("refused nothing");
+  } catch (const sched::ScheduleViolation& e) {
+    CHECK(std::string(e.what()) == "pipeline schedule INTERLEAVED_1F1B (p = 2, m = 4, v = 2): stage 0 chunk 1 B0 never runs");
+  }
+  CHECK(sched::schedule_verdict_line(s, ParallelConfig::ONE_F_ONE_B)
+            .find("pipeline schedule INTERLEAVED_1F1B verified (p = 2, m = 4, v = 2): in flight per stage 5 3 (bound "
+                  "min(2(p - k - 1) + (v - 1)p + 1, m v))") == 0);
+}
+
+TEST_CASE("interleaved 1F1B, exhaustively: every swap, drop and duplicate of small schedules is judged right") {
+  const auto kind = ParallelConfig::ONE_F_ONE_B;
+  for (int p = 2; p <= 3; ++p)
+    for (int v = 2; v <= 3; ++v)
+      for (int m = p; m <= 2 * p; m += p) {
+        const auto base = sched::build_interleaved_schedule(p, m, v);
+        for (int k = 0; k < p; ++k) {
+          const size_t n = base.ops[size_t(k)].size();
+          for (size_t a = 0; a < n; ++a) {
+            auto dropped = base;
+            dropped.ops[size_t(k)].erase(dropped.ops[size_t(k)].begin() + long(a));
+            CHECK(sched::verify_schedule(dropped, kind).error.find("never runs") != std::string::npos);
+            auto doubled = base;
+            doubled.ops[size_t(k)].insert(doubled.ops[size_t(k)].begin() + long(a), base.ops[size_t(k)][a]);
+            CHECK(sched::verify_schedule(doubled, kind).error.find("runs twice") != std::string::npos);
+            for (size_t b = a + 1; b < n; ++b) {
+              auto s = base;
+              std::swap(s.ops[size_t(k)][a], s.ops[size_t(k)][b]);
+              const auto r = sched::verify_schedule(s, kind);
+              const bool runs = runs_through_chunks(s);
+              if (r.ok) CHECK(runs);
+              if (!runs) CHECK_FALSE(r.ok);
+              if (runs && !r.ok)  // refused for FIFO order or the bound only
+                CHECK((r.error.find("receives") != std::string::npos || r.error.find("in flight") != std::string::npos));
+            }
+          }
+        }
+      }
+}
