@@ -26,19 +26,22 @@ std::string error_of(const sched::PipelineSchedule& s, ParallelConfig::Schedule 
   return r.error;
 }
 
-// An independent check of rules 2 and 4 for the exhaustive mutation test: each
-// stage's list a permutation with B after F, and the timing simulation (which
-// throws on a deadlock) gets through.
+// An independent check of rules 2 and 4 for the exhaustive mutation tests: each
+// stage's list a permutation of the (microbatch, chunk) ops with B after F, and the
+// timing simulation (which throws on a deadlock) gets through.
 bool runs_through(const sched::PipelineSchedule& s) {
+  const size_t slots = size_t(s.microbatches) * size_t(s.chunks);
   for (const auto& ops : s.ops) {
-    std::vector<int> f(size_t(s.microbatches), 0), b(size_t(s.microbatches), 0);
+    std::vector<int> f(slots, 0), b(slots, 0);
     for (const auto& op : ops) {
-      if (op.kind == OpKind::Forward) ++f[size_t(op.microbatch)];
-      else if (f[size_t(op.microbatch)] == 0) return false;
-      else ++b[size_t(op.microbatch)];
+      if (op.microbatch < 0 || op.microbatch >= s.microbatches || op.chunk < 0 || op.chunk >= s.chunks) return false;
+      const size_t i = size_t(op.chunk) * size_t(s.microbatches) + size_t(op.microbatch);
+      if (op.kind == OpKind::Forward) ++f[i];
+      else if (f[i] == 0) return false;
+      else ++b[i];
     }
-    for (int j = 0; j < s.microbatches; ++j)
-      if (f[size_t(j)] != 1 || b[size_t(j)] != 1) return false;
+    for (size_t i = 0; i < slots; ++i)
+      if (f[i] != 1 || b[i] != 1) return false;
   }
   try {
     sched::simulate_schedule(s);
@@ -46,6 +49,35 @@ bool runs_through(const sched::PipelineSchedule& s) {
     return false;
   }
   return true;
+}
+
+// Every drop, duplicate and swap of two ops of one stage of `base`: a dropped or
+// doubled op is refused as such; a swapped list is accepted exactly when it is still a
+// permutation with B after F, FIFO on every channel, deadlock-free and within the
+// bound. The independent check covers all but FIFO and the bound, so accepted => runs
+// through, and runs through => accepted or refused for FIFO order or the bound only.
+void judge_every_mutation(const sched::PipelineSchedule& base, ParallelConfig::Schedule kind) {
+  for (int k = 0; k < base.stages; ++k) {
+    const size_t n = base.ops[size_t(k)].size();
+    for (size_t a = 0; a < n; ++a) {
+      auto dropped = base;
+      dropped.ops[size_t(k)].erase(dropped.ops[size_t(k)].begin() + long(a));
+      CHECK(sched::verify_schedule(dropped, kind).error.find("never runs") != std::string::npos);
+      auto doubled = base;
+      doubled.ops[size_t(k)].insert(doubled.ops[size_t(k)].begin() + long(a), base.ops[size_t(k)][a]);
+      CHECK(sched::verify_schedule(doubled, kind).error.find("runs twice") != std::string::npos);
+      for (size_t b = a + 1; b < n; ++b) {
+        auto s = base;
+        std::swap(s.ops[size_t(k)][a], s.ops[size_t(k)][b]);
+        const auto r = sched::verify_schedule(s, kind);
+        const bool runs = runs_through(s);
+        if (r.ok) CHECK(runs);
+        if (!runs) CHECK_FALSE(r.ok);
+        if (runs && !r.ok)
+          CHECK((r.error.find("receives") != std::string::npos || r.error.find("in flight") != std::string::npos));
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -173,36 +205,9 @@ TEST_CASE("a dropped or duplicated op is refused") {
 }
 
 TEST_CASE("exhaustively: every swap, drop and duplicate of small schedules is judged right") {
-  // A swapped list is accepted exactly when it is still a permutation with B after F,
-  // FIFO on every channel, deadlock-free and within the bound; the independent check
-  // covers all but FIFO and the bound, so accepted => runs through, and runs through
-  // with the channels in order and the bound kept => accepted.
   for (auto kind : kKinds)
     for (int p = 1; p <= 4; ++p)
-      for (int m = 1; m <= 5; ++m) {
-        const auto base = sched::build_pipeline_schedule(kind, p, m);
-        for (int k = 0; k < p; ++k) {
-          const size_t n = base.ops[size_t(k)].size();
-          for (size_t a = 0; a < n; ++a) {
-            auto dropped = base;
-            dropped.ops[size_t(k)].erase(dropped.ops[size_t(k)].begin() + long(a));
-            CHECK(sched::verify_schedule(dropped, kind).error.find("never runs") != std::string::npos);
-            auto doubled = base;
-            doubled.ops[size_t(k)].insert(doubled.ops[size_t(k)].begin() + long(a), base.ops[size_t(k)][a]);
-            CHECK(sched::verify_schedule(doubled, kind).error.find("runs twice") != std::string::npos);
-            for (size_t b = a + 1; b < n; ++b) {
-              auto s = base;
-              std::swap(s.ops[size_t(k)][a], s.ops[size_t(k)][b]);
-              const auto r = sched::verify_schedule(s, kind);
-              if (r.ok) CHECK(runs_through(s));
-              if (!runs_through(s)) CHECK_FALSE(r.ok);
-              if (runs_through(s) && !r.ok)  // refused for FIFO order or the bound only
-                CHECK((r.error.find("receives") != std::string::npos ||
-                       r.error.find("in flight") != std::string::npos));
-            }
-          }
-        }
-      }
+      for (int m = 1; m <= 5; ++m) judge_every_mutation(sched::build_pipeline_schedule(kind, p, m), kind);
 }
 
 TEST_CASE("a broken list is refused at startup with the schedule named") {
@@ -233,33 +238,6 @@ TEST_CASE("the plan's verdict line") {
         "pipeline schedule GPIPE REFUSED (p = 2, m = 2): stage 1 B1 never runs");
 }
 
-namespace {
-
-// runs_through for schedules of v chunks a stage: every (microbatch, chunk) forward
-// once and backward once after it on every stage, and the simulation gets through.
-bool runs_through_chunks(const sched::PipelineSchedule& s) {
-  const size_t slots = size_t(s.microbatches) * size_t(s.chunks);
-  for (const auto& ops : s.ops) {
-    std::vector<int> f(slots, 0), b(slots, 0);
-    for (const auto& op : ops) {
-      if (op.microbatch < 0 || op.microbatch >= s.microbatches || op.chunk < 0 || op.chunk >= s.chunks) return false;
-      const size_t i = size_t(op.chunk) * size_t(s.microbatches) + size_t(op.microbatch);
-      if (op.kind == OpKind::Forward) ++f[i];
-      else if (f[i] == 0) return false;
-      else ++b[i];
-    }
-    for (size_t i = 0; i < slots; ++i)
-      if (f[i] != 1 || b[i] != 1) return false;
-  }
-  try {
-    sched::simulate_schedule(s);
-  } catch (const std::logic_error&) {
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 TEST_CASE("interleaved 1F1B: every schedule for p <= 16, v <= 4, m <= 64 verifies with its in-flight bound reached") {
   const auto kind = ParallelConfig::ONE_F_ONE_B;
@@ -329,31 +307,8 @@ TEST_CASE("interleaved 1F1B: op order of p = 2, v = 2, m = 4, and its violations
 }
 
 TEST_CASE("interleaved 1F1B, exhaustively: every swap, drop and duplicate of small schedules is judged right") {
-  const auto kind = ParallelConfig::ONE_F_ONE_B;
   for (int p = 2; p <= 3; ++p)
     for (int v = 2; v <= 3; ++v)
-      for (int m = p; m <= 2 * p; m += p) {
-        const auto base = sched::build_interleaved_schedule(p, m, v);
-        for (int k = 0; k < p; ++k) {
-          const size_t n = base.ops[size_t(k)].size();
-          for (size_t a = 0; a < n; ++a) {
-            auto dropped = base;
-            dropped.ops[size_t(k)].erase(dropped.ops[size_t(k)].begin() + long(a));
-            CHECK(sched::verify_schedule(dropped, kind).error.find("never runs") != std::string::npos);
-            auto doubled = base;
-            doubled.ops[size_t(k)].insert(doubled.ops[size_t(k)].begin() + long(a), base.ops[size_t(k)][a]);
-            CHECK(sched::verify_schedule(doubled, kind).error.find("runs twice") != std::string::npos);
-            for (size_t b = a + 1; b < n; ++b) {
-              auto s = base;
-              std::swap(s.ops[size_t(k)][a], s.ops[size_t(k)][b]);
-              const auto r = sched::verify_schedule(s, kind);
-              const bool runs = runs_through_chunks(s);
-              if (r.ok) CHECK(runs);
-              if (!runs) CHECK_FALSE(r.ok);
-              if (runs && !r.ok)  // refused for FIFO order or the bound only
-                CHECK((r.error.find("receives") != std::string::npos || r.error.find("in flight") != std::string::npos));
-            }
-          }
-        }
-      }
+      for (int m = p; m <= 2 * p; m += p)
+        judge_every_mutation(sched::build_interleaved_schedule(p, m, v), ParallelConfig::ONE_F_ONE_B);
 }
