@@ -140,9 +140,14 @@ std::vector<RunBook::Rollback> RunBook::rollbacks() const {
   return rollbacks_;
 }
 
+void RunBook::earlier_rollbacks(std::vector<int64_t> spike_steps) {
+  std::lock_guard lock(mu_);
+  earlier_rollback_spikes_ = std::move(spike_steps);
+}
+
 std::vector<int64_t> RunBook::rollback_spikes() const {
   std::lock_guard lock(mu_);
-  std::vector<int64_t> out;
+  std::vector<int64_t> out = earlier_rollback_spikes_;
   for (const auto& r : rollbacks_) out.push_back(r.request.spike_step);
   return out;
 }

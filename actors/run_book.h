@@ -69,8 +69,11 @@ class RunBook {
   std::optional<Rollback> take_rollback();
   // Every rollback of the run so far, oldest first.
   std::vector<Rollback> rollbacks() const;
-  // Their spike steps (for the cap of logging.rollback_limit).
+  // Their spike steps (for the cap of logging.rollback_limit), after those of the
+  // earlier processes of a resumed run (earlier_rollbacks).
   std::vector<int64_t> rollback_spikes() const;
+  // The spike steps of the rollbacks that earlier processes of the run recorded.
+  void earlier_rollbacks(std::vector<int64_t> spike_steps);
 
   // The outcome so far (steps of the current timeline, in order).
   RunOutcome outcome() const;
@@ -88,6 +91,7 @@ class RunBook {
   std::vector<Recovery> recoveries_;
   std::vector<Rollback> rollbacks_;
   std::optional<Rollback> pending_rollback_;
+  std::vector<int64_t> earlier_rollback_spikes_;
   std::optional<Clock::time_point> failed_at_, restarted_at_, ready_at_, fired_at_;
   bool awaiting_first_step_ = false;
   const Clock::time_point created_ = Clock::now();

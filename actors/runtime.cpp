@@ -278,6 +278,15 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   auto faults = std::make_shared<engine::FaultPlan>(c);
   auto directory = std::make_shared<Directory>();
   auto book = std::make_shared<RunBook>();
+  // A resumed run counts the rollbacks of its earlier processes against the cap
+  // (logging.rollback_limit): read before this process writes its own lines.
+  if (first_checkpoint && c.logging().on_spike() == LoggingConfig::ROLLBACK) {
+    try {
+      book->earlier_rollbacks(engine::earlier_rollback_spikes(run_dir.layout.metrics));
+    } catch (const std::exception& e) {
+      spdlog::warn("logging.on_spike ROLLBACK: the earlier rollbacks are not counted: {}", e.what());
+    }
+  }
   auto inbox = std::make_shared<MetricsInbox>();
 
   MetricsArgs margs;

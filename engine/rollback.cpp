@@ -11,10 +11,20 @@
 #include "ckpt/manifest.h"
 #include "ckpt/reader.h"
 #include "engine/checkpointing.h"
+#include "metrics/jsonl_log.h"
 #include "util/durable_file.h"
 
 namespace troupe::engine {
 namespace fs = std::filesystem;
+
+std::vector<int64_t> earlier_rollback_spikes(const std::string& metrics_path) {
+  std::vector<int64_t> steps;
+  if (!fs::is_regular_file(metrics_path)) return steps;
+  for (const auto& j : metrics::read_jsonl(metrics_path).objects)
+    if (j.value("type", "") == "rollback" && j.contains("step") && j.at("step").is_number_integer())
+      steps.push_back(j.at("step").get<int64_t>());
+  return steps;
+}
 
 int64_t rollback_skip_count(const Config& c) {
   const int64_t s = c.logging().rollback_skip_samples();

@@ -813,4 +813,13 @@ TEST_CASE("logging.on_spike ROLLBACK: a spike that comes back past the cap stops
   REQUIRE(!lines.empty());
   CHECK(lines.back().at("type") == "summary");
   CHECK(lines.back().at("status") == "failed");
+
+  // Resumed by a new process: the rollback of the first one (its metrics.jsonl line)
+  // counts against the cap, so the spike stops the run at once instead of looping.
+  Config resumed = c;
+  resumed.mutable_checkpoint()->set_load("latest");
+  const auto again = run(resumed);
+  CHECK(again.outcome.status == "failed");
+  CHECK(again.rollbacks.empty());
+  CHECK(again.outcome.error.find("step 25 is a spike, and 1 rollback(s) already happened") != std::string::npos);
 }
