@@ -823,3 +823,41 @@ TEST_CASE("logging.on_spike ROLLBACK: a spike that comes back past the cap stops
   CHECK(again.rollbacks.empty());
   CHECK(again.outcome.error.find("step 25 is a spike, and 1 rollback(s) already happened") != std::string::npos);
 }
+
+TEST_CASE("logging.on_spike ROLLBACK under DP2 with dropout: bitwise the fresh run that skips the same samples") {
+  // Dropout's masks are keyed by a sample's slot in the run's order of trained samples
+  // (data::Microbatch::first_slot), which skipping shifts the same way in both runs.
+  const auto dir = testing::fresh_temp_dir("rollback-dp2");
+  const GarbageCorpus corpus = garbage_corpus(dir);
+  Config base = corpus.config;
+  base.mutable_parallel()->set_data(2);
+  base.mutable_parallel()->set_pipeline(1);
+  base.mutable_model()->set_hidden_dropout(0.1f);
+  base.mutable_model()->set_attention_dropout(0.1f);
+  Config c = base;
+  c.mutable_logging()->set_run_dir((dir / "run").string());
+  c.mutable_logging()->set_on_spike(LoggingConfig::ROLLBACK);
+  c.mutable_logging()->set_rollback_limit(10);
+  const auto r = run(c, /*collect_state=*/true);
+  REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
+  REQUIRE(!r.rollbacks.empty());
+  CHECK(r.rollbacks.front().request.spike_step == 25);
+  CHECK(r.rollbacks.front().done.target_step == 20);
+  std::vector<int64_t> skipped;
+  for (const auto& rb : r.rollbacks) skipped.insert(skipped.end(), rb.request.skip_ids.begin(), rb.request.skip_ids.end());
+  std::sort(skipped.begin(), skipped.end());
+  Config fresh = base;
+  fresh.mutable_logging()->set_run_dir((dir / "fresh").string());
+  for (const int64_t id : skipped) fresh.mutable_data()->add_skip_samples(id);
+  const auto f = run(fresh, /*collect_state=*/true);
+  REQUIRE_MESSAGE(f.outcome.status == "completed", f.outcome.error);
+  REQUIRE(f.outcome.steps.size() == r.outcome.steps.size());
+  for (size_t k = 0; k < f.outcome.steps.size(); ++k) {
+    CAPTURE(k);
+    CHECK(f.outcome.step_samples[k] == r.outcome.step_samples[k]);
+    CHECK(f.outcome.steps[k].loss == r.outcome.steps[k].loss);
+  }
+  REQUIRE(r.state);
+  REQUIRE(f.state);
+  testing::check_same_state(*r.state, *f.state);
+}
