@@ -81,7 +81,8 @@ const char* style_name(LrScheduleConfig::DecayStyle s) {
 
 // The interleaved 1F1B schedule for v = 2..4 chunks a stage (sched/pipeline_schedule.h):
 // the closed-form and simulated idle, the verifier's verdict and stage 0's in-flight
-// (microbatch, chunk) pairs, each holding 1/v of a stage's activations. Planned and
+// (microbatch, chunk) pairs, each holding 1/v of a stage's activations, against the
+// min(p, m) whole microbatches 1F1B keeps there. Planned and
 // verified here; the stage actors run one chunk a stage (parallel.schedule has no
 // interleaved kind yet).
 std::string interleaved_section(const Config& c, int64_t pp, int64_t mb) {
@@ -90,7 +91,7 @@ std::string interleaved_section(const Config& c, int64_t pp, int64_t mb) {
                               pp, group_digits(mb));
   const int64_t per_stage = c.model().layers() / pp;
   std::vector<std::string> why_not;
-  Table t({"chunks v", "idle", "simulated", "schedule", "stage 0 in flight"});
+  Table t({"chunks v", "idle", "simulated", "schedule", "stage 0 in flight", "activations vs 1F1B"});
   bool any = false;
   for (int32_t v = 2; v <= 4; ++v) {
     if (per_stage % v != 0) {
@@ -106,7 +107,9 @@ std::string interleaved_section(const Config& c, int64_t pp, int64_t mb) {
     any = true;
     t.row({std::to_string(v), percent(ideal_idle_fraction(pp, mb, v)), percent(simulate_schedule(s).idle_fraction),
            r.ok ? "verified" : "REFUSED: " + r.error,
-           r.ok ? fmt::format("{} x 1/{} of a stage", r.peak_in_flight[0], v) : "-"});
+           r.ok ? fmt::format("{} x 1/{} of a stage", r.peak_in_flight[0], v) : "-",
+           // Stage 0 holds the most: its chunk activations against 1F1B's min(p, m) whole ones.
+           r.ok ? fmt::format("{:.2f}x", double(r.peak_in_flight[0]) / v / double(std::min(pp, mb))) : "-"});
   }
   if (any) o += t.str();
   for (const auto& w : why_not) o += "  not for " + w + "\n";

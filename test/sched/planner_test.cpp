@@ -329,9 +329,10 @@ TEST_CASE("the plan's interleaved 1F1B section: closed form, simulation and verd
   const std::string section = text.substr(at, text.find("\n\n", at) - at);
   MESSAGE(section);
   // v = 2: (p-1)/(vm+p-1) = 1/9; stage 0 holds 2(p-1) + (v-1)p + 1 = 5 chunk activations.
-  CHECK(section.find("11.1%      11.1%  verified  5 x 1/2 of a stage") != std::string::npos);
-  // v = 4: 1/17 = 5.9%; 2 + 6 + 1 = 9 in flight.
-  CHECK(section.find("5.9%       5.9%  verified  9 x 1/4 of a stage") != std::string::npos);
+  // Against 1F1B's 2 whole microbatches: 2.5 / 2 = 1.25x the activations.
+  CHECK(section.find("11.1%      11.1%  verified  5 x 1/2 of a stage                1.25x") != std::string::npos);
+  // v = 4: 1/17 = 5.9%; 2 + 6 + 1 = 9 in flight, 2.25 / 2.
+  CHECK(section.find("5.9%       5.9%  verified  9 x 1/4 of a stage                1.12x") != std::string::npos);
   CHECK(section.find("not for v = 3: 4 layers a stage") != std::string::npos);
   // One stage: no section.
   c.mutable_parallel()->set_pipeline(1);
