@@ -302,7 +302,10 @@ const std::map<std::string, const char*>& reasons() {
       {"lr-warmup-iters", "troupe counts the schedule in samples; use --lr-warmup-samples"},
       {"lr-warmup-fraction", "troupe counts the schedule in samples; use --lr-warmup-samples"},
       {"rampup-batch-size", "troupe keeps the global batch fixed"},
-      {"num-layers-per-virtual-pipeline-stage", "troupe's pipeline is not interleaved"},
+      {"num-layers-per-virtual-pipeline-stage",
+       "troupe's stage actors do not run the interleaved schedule yet (supervisor plan shows its idle and memory)"},
+      {"virtual-pipeline-model-parallel-size",
+       "troupe's stage actors do not run the interleaved schedule yet (supervisor plan shows its idle and memory)"},
   };
   return table;
 }

@@ -210,3 +210,11 @@ TEST_CASE("a mix of the two families' features is refused with what is missing")
         "m.args:1: --num-query-groups: has no effect without --group-query-attention (Megatron-LM ignores it); "
         "add that flag or drop this one");
 }
+
+TEST_CASE("the virtual-pipeline flags are refused with the reason") {
+  CHECK(import_error("--virtual-pipeline-model-parallel-size 2\n--num-layers-per-virtual-pipeline-stage 4") ==
+        "m.args: unsupported Megatron-LM flags: --virtual-pipeline-model-parallel-size (line 1: troupe's stage "
+        "actors do not run the interleaved schedule yet (supervisor plan shows its idle and memory)), "
+        "--num-layers-per-virtual-pipeline-stage (line 2: troupe's stage actors do not run the interleaved schedule "
+        "yet (supervisor plan shows its idle and memory))");
+}
