@@ -22,8 +22,9 @@
 #include "config/text_format.h"
 #include "config/validate.h"
 #include "data/batch_source.h"
+#include "engine/checkpointing.h"
+#include "engine/rollback.h"
 #include "metrics/json_records.h"
-#include "metrics/jsonl_log.h"
 #include "metrics/run_history.h"
 
 namespace troupe::actors {
@@ -133,15 +134,7 @@ std::vector<int64_t> samples_reading(const Config& c, const std::vector<int64_t>
 // rolled-back spike, so the replay drops a spike's update as the run's last timeline
 // did at most (a run stopped at the rollback cap): SKIP_UPDATE.
 void with_rollback_skips(Config& run, const fs::path& metrics_path) {
-  if (!fs::is_regular_file(metrics_path)) return;
-  std::vector<int64_t> skip(run.data().skip_samples().begin(), run.data().skip_samples().end());
-  for (const auto& j : metrics::read_jsonl(metrics_path.string()).objects)
-    if (j.value("type", "") == "rollback")
-      for (const auto& id : j.at("skipped_samples")) skip.push_back(id.get<int64_t>());
-  std::sort(skip.begin(), skip.end());
-  skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
-  run.mutable_data()->clear_skip_samples();
-  for (const int64_t id : skip) run.mutable_data()->add_skip_samples(id);
+  for (const auto& r : engine::recorded_rollbacks(metrics_path.string())) engine::add_skip_samples(run, r.skipped_samples);
   if (run.logging().on_spike() == LoggingConfig::ROLLBACK) run.mutable_logging()->set_on_spike(LoggingConfig::SKIP_UPDATE);
 }
 
@@ -169,17 +162,9 @@ Config replay_config(const Config& run, const ReplayOptions& o, const std::strin
   if (o.dump && from_step < o.step - 1) ck->set_interval_steps(int32_t(o.step - 1));
   c.clear_faults();  // the run's injected failures recover bitwise; replaying them only costs time
 
-  for (const int64_t id : o.skip_samples) c.mutable_data()->add_skip_samples(id);
-  if (!o.skip_documents.empty())
-    for (const int64_t id : samples_reading(c, o.skip_documents)) c.mutable_data()->add_skip_samples(id);
-  {
-    // One list, sorted, each ID once (the config check refuses repeats).
-    std::vector<int64_t> skip(c.data().skip_samples().begin(), c.data().skip_samples().end());
-    std::sort(skip.begin(), skip.end());
-    skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
-    c.mutable_data()->clear_skip_samples();
-    for (const int64_t id : skip) c.mutable_data()->add_skip_samples(id);
-  }
+  // One list, sorted, each ID once (the config check refuses repeats).
+  engine::add_skip_samples(c, o.skip_samples);
+  if (!o.skip_documents.empty()) engine::add_skip_samples(c, samples_reading(c, o.skip_documents));
   if (o.lr_scale != 1.0) {
     if (!(o.lr_scale > 0)) throw std::invalid_argument(fmt::format("--lr-scale must be positive, got {}", o.lr_scale));
     c.mutable_optimizer()->set_lr(run.optimizer().lr() * o.lr_scale);

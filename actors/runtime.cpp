@@ -282,7 +282,9 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   // (logging.rollback_limit): read before this process writes its own lines.
   if (first_checkpoint && c.logging().on_spike() == LoggingConfig::ROLLBACK) {
     try {
-      book->earlier_rollbacks(engine::earlier_rollback_spikes(run_dir.layout.metrics));
+      std::vector<int64_t> spikes;
+      for (const auto& r : engine::recorded_rollbacks(run_dir.layout.metrics)) spikes.push_back(r.spike_step);
+      book->earlier_rollbacks(std::move(spikes));
     } catch (const std::exception& e) {
       spdlog::warn("logging.on_spike ROLLBACK: the earlier rollbacks are not counted: {}", e.what());
     }

@@ -237,6 +237,14 @@ void Checkpoint::read_into(const std::string& name, TensorKind kind, const Regio
   }
 }
 
+Checkpoint open_step(const std::string& root, int64_t step) {
+  const std::string dir = root + "/" + step_dir_name(step);
+  Checkpoint c = Checkpoint::open(dir, Checkpoint::Verify::kStrict);
+  if (c.step() != step) throw CheckpointError(dir + ": manifest says step " + std::to_string(c.step()));
+  check_counters(c.manifest(), dir + "/" + std::string(kManifestFile));
+  return c;
+}
+
 LoadOutcome load_latest(const std::string& root) {
   LoadOutcome out;
   int64_t latest = -1;  // -1: no readable `latest`
@@ -266,14 +274,8 @@ LoadOutcome load_latest(const std::string& root) {
     candidates.assign(steps.rbegin(), steps.rend());
   }
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const std::string dir = root + "/" + step_dir_name(candidates[i]);
-    const int64_t step = candidates[i];
     try {
-      Checkpoint c = Checkpoint::open(dir, Checkpoint::Verify::kStrict);
-      if (c.step() != step)
-        throw CheckpointError(dir + ": manifest says step " + std::to_string(c.step()));
-      check_counters(c.manifest(), dir + "/" + std::string(kManifestFile));
-      out.checkpoint.emplace(std::move(c));
+      out.checkpoint.emplace(open_step(root, candidates[i]));
       return out;
     } catch (const CheckpointError& e) {
       out.damage_found = true;

@@ -109,6 +109,11 @@ struct LoadOutcome {
   bool damage_found = false;
 };
 
+// ROOT/step_N opened as a candidate to resume from: verified strictly, its manifest
+// naming step N and keeping the counter rules (check_counters). Throws CheckpointError
+// saying what is wrong.
+Checkpoint open_step(const std::string& root, int64_t step);
+
 // The newest complete checkpoint under ROOT: the one ROOT/latest names, verified;
 // when it is damaged, the newest older step directory that verifies. Directories
 // newer than `latest` were never committed and are ignored. Without a readable

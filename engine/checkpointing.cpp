@@ -26,6 +26,12 @@ std::string checkpoint_root(const Config& c) {
   return (std::filesystem::path(c.logging().run_dir()) / "checkpoints").string();
 }
 
+std::string unused_name_beside(const std::string& path, const std::string& suffix) {
+  std::string name = path + suffix;
+  for (int n = 1; std::filesystem::exists(name); ++n) name = fmt::format("{}{}-{}", path, suffix, n);
+  return name;
+}
+
 std::string set_aside_earlier_checkpoints(const Config& c) {
   if (!c.checkpoint().load().empty()) return "";
   const std::filesystem::path root = checkpoint_root(c);
@@ -33,12 +39,7 @@ std::string set_aside_earlier_checkpoints(const Config& c) {
   if (!std::filesystem::is_directory(root, ec) || std::filesystem::is_empty(root, ec)) return "";
   const auto stamp = std::chrono::duration_cast<std::chrono::seconds>(
                          std::chrono::system_clock::now().time_since_epoch()).count();
-  auto aside = root;
-  aside += fmt::format(".previous-{}", stamp);
-  for (int n = 1; std::filesystem::exists(aside); ++n) {
-    aside = root;
-    aside += fmt::format(".previous-{}-{}", stamp, n);
-  }
+  const std::filesystem::path aside = unused_name_beside(root.string(), fmt::format(".previous-{}", stamp));
   std::filesystem::rename(root, aside);
   spdlog::warn("checkpoint: a fresh start (checkpoint.load is empty); the earlier checkpoints in {} were moved to {}",
                root.string(), aside.string());
@@ -216,16 +217,22 @@ CheckpointManifest make_manifest(const Config& c, const TrainingPosition& pos,
   return m;
 }
 
-bool add_checkpoint_skips(Config& c, const CheckpointManifest& m) {
+bool add_skip_samples(Config& c, std::span<const int64_t> ids) {
   std::vector<int64_t> skip(c.data().skip_samples().begin(), c.data().skip_samples().end());
-  const size_t given = skip.size();
-  skip.insert(skip.end(), m.data_position().skip_samples().begin(), m.data_position().skip_samples().end());
   std::sort(skip.begin(), skip.end());
   skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
-  if (skip.size() == given) return false;
+  const size_t given = skip.size();
+  skip.insert(skip.end(), ids.begin(), ids.end());
+  std::sort(skip.begin(), skip.end());
+  skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
   c.mutable_data()->clear_skip_samples();
   for (const int64_t id : skip) c.mutable_data()->add_skip_samples(id);
-  return true;
+  return skip.size() > given;
+}
+
+bool add_checkpoint_skips(Config& c, const CheckpointManifest& m) {
+  const auto& listed = m.data_position().skip_samples();
+  return add_skip_samples(c, std::span<const int64_t>(listed.data(), size_t(listed.size())));
 }
 
 TrainingPosition position_of(const CheckpointManifest& m) {

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,10 @@ namespace troupe::engine {
 
 // The checkpoint root of a config: checkpoint.dir, or RUN_DIR/checkpoints.
 std::string checkpoint_root(const Config& c);
+
+// PATH + suffix, or PATH + suffix + "-N" for the first N that names nothing yet: where
+// checkpoints that leave a root's timeline are put (never deleted).
+std::string unused_name_beside(const std::string& path, const std::string& suffix);
 
 // A fresh start (checkpoint.load empty) into a checkpoint root that already holds
 // checkpoints of an earlier run: that root is renamed to ROOT.previous-<unix time>
@@ -117,9 +122,11 @@ struct TrainingPosition {
 CheckpointManifest make_manifest(const Config& c, const TrainingPosition& pos,
                                        std::vector<ShardFile> shards);
 TrainingPosition position_of(const CheckpointManifest& m);
+// Adds `ids` to c.data.skip_samples, leaving the list sorted with each ID once (the
+// one place a skip list grows: a resume, a rollback, a replay). Returns whether it grew.
+bool add_skip_samples(Config& c, std::span<const int64_t> ids);
 // Adds the samples the checkpoint's run skipped (data_position.skip_samples) to
-// c.data.skip_samples, sorted and unique, so a resume keeps skipping them. Returns
-// whether the list grew.
+// c.data.skip_samples, so a resume keeps skipping them. Returns whether the list grew.
 bool add_checkpoint_skips(Config& c, const CheckpointManifest& m);
 
 }  // namespace troupe::engine

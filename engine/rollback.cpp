@@ -8,22 +8,27 @@
 #include "ckpt/commit.h"
 #include "ckpt/error.h"
 #include "ckpt/format.h"
-#include "ckpt/manifest.h"
 #include "ckpt/reader.h"
 #include "engine/checkpointing.h"
+#include "metrics/error.h"
 #include "metrics/jsonl_log.h"
 #include "util/durable_file.h"
 
 namespace troupe::engine {
 namespace fs = std::filesystem;
 
-std::vector<int64_t> earlier_rollback_spikes(const std::string& metrics_path) {
-  std::vector<int64_t> steps;
-  if (!fs::is_regular_file(metrics_path)) return steps;
+std::vector<RecordedRollback> recorded_rollbacks(const std::string& metrics_path) {
+  std::vector<RecordedRollback> out;
+  if (!fs::is_regular_file(metrics_path)) return out;
   for (const auto& j : metrics::read_jsonl(metrics_path).objects)
-    if (j.value("type", "") == "rollback" && j.contains("step") && j.at("step").is_number_integer())
-      steps.push_back(j.at("step").get<int64_t>());
-  return steps;
+    if (j.value("type", "") == "rollback") {
+      const auto step = j.find("step"), ids = j.find("skipped_samples");
+      if (step == j.end() || !step->is_number_integer() || ids == j.end() || !ids->is_array())
+        throw metrics::MetricsError(metrics_path + ": a rollback line without an integer step and a skipped_samples "
+                                                   "list: " + j.dump());
+      out.push_back({step->get<int64_t>(), ids->get<std::vector<int64_t>>()});
+    }
+  return out;
 }
 
 int64_t rollback_skip_count(const Config& c) {
@@ -96,13 +101,10 @@ RollbackDone roll_back_checkpoints(const Config& c, int64_t spike_step) {
   const auto steps = ckpt::list_step_dirs(root.string());
   for (auto s = steps.rbegin(); s != steps.rend(); ++s) {
     if (*s > at_most) continue;
-    const std::string dir = (root / ckpt::step_dir_name(*s)).string();
     try {
-      const auto ck = ckpt::Checkpoint::open(dir, ckpt::Checkpoint::Verify::kStrict);
-      ckpt::check_counters(ck.manifest(), dir + "/" + std::string(ckpt::kManifestFile));
-      if (ck.step() != *s) throw ckpt::CheckpointError(fmt::format("{}: manifest says step {}", dir, ck.step()));
-      d.target_step = ck.step();
-      d.target_dir = dir;
+      ckpt::open_step(root.string(), *s);
+      d.target_step = *s;
+      d.target_dir = (root / ckpt::step_dir_name(*s)).string();
       break;
     } catch (const ckpt::CheckpointError& e) {
       d.report.push_back(e.what());
@@ -118,12 +120,7 @@ RollbackDone roll_back_checkpoints(const Config& c, int64_t spike_step) {
   const fs::path latest = root / std::string(ckpt::kLatestFile);
   const bool drop_latest = d.target_dir.empty() && fs::exists(latest);
   if (!later.empty() || drop_latest) {
-    fs::path aside = root;
-    aside += fmt::format(".rolled-back-{}", spike_step);
-    for (int n = 1; fs::exists(aside); ++n) {
-      aside = root;
-      aside += fmt::format(".rolled-back-{}-{}", spike_step, n);
-    }
+    const fs::path aside = unused_name_beside(root.string(), fmt::format(".rolled-back-{}", spike_step));
     fs::create_directories(aside, ec);
     if (ec) throw ckpt::CheckpointError(fmt::format("{}: cannot create: {}", aside.string(), ec.message()));
     d.aside_dir = aside.string();
@@ -143,12 +140,7 @@ RollbackDone roll_back_checkpoints(const Config& c, int64_t spike_step) {
 }
 
 Config rolled_back_config(Config c, const RollbackRequest& r, const RollbackDone& d) {
-  std::vector<int64_t> skip(c.data().skip_samples().begin(), c.data().skip_samples().end());
-  skip.insert(skip.end(), r.skip_ids.begin(), r.skip_ids.end());
-  std::sort(skip.begin(), skip.end());
-  skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
-  c.mutable_data()->clear_skip_samples();
-  for (const int64_t id : skip) c.mutable_data()->add_skip_samples(id);
+  add_skip_samples(c, r.skip_ids);
   c.mutable_checkpoint()->set_load(d.target_dir);
   return c;
 }

@@ -39,11 +39,15 @@ std::variant<RollbackRequest, std::string> decide_rollback(const Config& c, cons
                                                            int64_t spike_step, int64_t consumed_before,
                                                            const std::vector<int64_t>& earlier_spikes);
 
-// The spike steps of the rollbacks earlier processes of a run recorded (the "rollback"
-// lines of its metrics.jsonl at `metrics_path`, oldest first; none when the file is
-// missing), so that a resumed run counts them against logging.rollback_limit. Throws
+// The rollbacks a run recorded: the "rollback" lines of its metrics.jsonl at
+// `metrics_path`, oldest first (none when the file is missing). A resumed run counts
+// their spikes against logging.rollback_limit; a replay skips their samples. Throws
 // metrics::MetricsError for a file that does not read.
-std::vector<int64_t> earlier_rollback_spikes(const std::string& metrics_path);
+struct RecordedRollback {
+  int64_t spike_step = 0;
+  std::vector<int64_t> skipped_samples;
+};
+std::vector<RecordedRollback> recorded_rollbacks(const std::string& metrics_path);
 
 // The samples a rollback skips: logging.rollback_skip_samples, 0 meaning one global batch.
 int64_t rollback_skip_count(const Config& c);
