@@ -1,8 +1,7 @@
 #include "actors/run_book.h"
 
 #include <algorithm>
-
-#include <fmt/format.h>
+#include <utility>
 
 namespace troupe::actors {
 
@@ -119,20 +118,15 @@ RunOutcome RunBook::outcome() const {
 void RunBook::rolled_back(const engine::RollbackRequest& r, const engine::RollbackDone& d) {
   std::lock_guard lock(mu_);
   rollbacks_.push_back({r, d});
-  pending_rollback_ = rollbacks_.back();
+  rollback_pending_ = true;
   outcome_.status = "rollback";
-  outcome_.error = fmt::format("step {} is a spike: the run starts again from step {}", r.spike_step, d.target_step);
 }
 
 std::optional<RunBook::Rollback> RunBook::take_rollback() {
   std::lock_guard lock(mu_);
-  auto r = std::move(pending_rollback_);
-  pending_rollback_.reset();
-  if (r) {
-    outcome_.status.clear();
-    outcome_.error.clear();
-  }
-  return r;
+  if (!std::exchange(rollback_pending_, false)) return std::nullopt;
+  outcome_.status.clear();
+  return rollbacks_.back();
 }
 
 std::vector<RunBook::Rollback> RunBook::rollbacks() const {

@@ -90,7 +90,7 @@ class RunBook {
   std::vector<metrics::FailureRecord> failures_;
   std::vector<Recovery> recoveries_;
   std::vector<Rollback> rollbacks_;
-  std::optional<Rollback> pending_rollback_;
+  bool rollback_pending_ = false;  // rollbacks_.back() is still to be carried out
   std::vector<int64_t> earlier_rollback_spikes_;
   std::optional<Clock::time_point> failed_at_, restarted_at_, ready_at_, fired_at_;
   bool awaiting_first_step_ = false;
