@@ -154,6 +154,34 @@ GarbageCorpus garbage_corpus(const fs::path& dir) {
   return g;
 }
 
+// Every sample the run's rollbacks skipped, ascending.
+std::vector<int64_t> rollback_skips(const actors::RunResult& r) {
+  std::vector<int64_t> skipped;
+  for (const auto& rb : r.rollbacks) skipped.insert(skipped.end(), rb.request.skip_ids.begin(), rb.request.skip_ids.end());
+  std::sort(skipped.begin(), skipped.end());
+  return skipped;
+}
+
+// The reference a rollback must equal: `fresh` (the run's config without ROLLBACK) told
+// to skip `skipped` from its start trains the same samples in every step with the
+// same losses as `r`, and ends with its weights and Adam moments, bit for bit.
+void check_same_as_fresh_run_skipping(const actors::RunResult& r, Config fresh, const std::vector<int64_t>& skipped,
+                                      const fs::path& run_dir) {
+  fresh.mutable_logging()->set_run_dir(run_dir.string());
+  for (const int64_t id : skipped) fresh.mutable_data()->add_skip_samples(id);
+  const auto f = run(fresh, /*collect_state=*/true);
+  REQUIRE_MESSAGE(f.outcome.status == "completed", f.outcome.error);
+  REQUIRE(f.outcome.steps.size() == r.outcome.steps.size());
+  for (size_t k = 0; k < f.outcome.steps.size(); ++k) {
+    CAPTURE(k);
+    CHECK(f.outcome.step_samples[k] == r.outcome.step_samples[k]);
+    CHECK(f.outcome.steps[k].loss == r.outcome.steps[k].loss);
+  }
+  REQUIRE(r.state);
+  REQUIRE(f.state);
+  testing::check_same_state(*r.state, *f.state);
+}
+
 }  // namespace
 
 TEST_CASE("a run resumed onto random bytes spikes at the switch and not before") {
@@ -719,9 +747,7 @@ TEST_CASE("logging.on_spike ROLLBACK: the garbage step is rolled back past and s
   const fs::path root = dir / "run" / "checkpoints";
   CHECK(first.done.aside_dir == root.string() + ".rolled-back-25");
   CHECK(fs::exists(fs::path(first.done.aside_dir) / "step_00000020" / "manifest.pb"));
-  std::vector<int64_t> skipped;  // every rollback's samples
-  for (const auto& rb : r.rollbacks) skipped.insert(skipped.end(), rb.request.skip_ids.begin(), rb.request.skip_ids.end());
-  std::sort(skipped.begin(), skipped.end());
+  const std::vector<int64_t> skipped = rollback_skips(r);
   MESSAGE(r.rollbacks.size() << " rollback(s), " << skipped.size() << " samples skipped");
 
   // Recorded: the spike, the rollback event, the skip list in the last checkpoint.
@@ -770,20 +796,7 @@ TEST_CASE("logging.on_spike ROLLBACK: the garbage step is rolled back past and s
 
   // A fresh run told to skip the same samples from its start: the same samples in every
   // step, the same losses, and the same weights and moments at the end, bit for bit.
-  Config fresh = corpus.config;
-  fresh.mutable_logging()->set_run_dir((dir / "fresh").string());
-  for (const int64_t id : skipped) fresh.mutable_data()->add_skip_samples(id);
-  const auto f = run(fresh, /*collect_state=*/true);
-  REQUIRE_MESSAGE(f.outcome.status == "completed", f.outcome.error);
-  REQUIRE(f.outcome.steps.size() == 26);
-  for (size_t k = 0; k < 26; ++k) {
-    CAPTURE(k);
-    CHECK(f.outcome.step_samples[k] == r.outcome.step_samples[k]);
-    CHECK(f.outcome.steps[k].loss == r.outcome.steps[k].loss);
-  }
-  REQUIRE(r.state);
-  REQUIRE(f.state);
-  testing::check_same_state(*r.state, *f.state);
+  check_same_as_fresh_run_skipping(r, corpus.config, skipped, dir / "fresh");
 }
 
 TEST_CASE("logging.on_spike ROLLBACK: a spike that comes back past the cap stops the run, its checkpoints kept") {
@@ -843,21 +856,5 @@ TEST_CASE("logging.on_spike ROLLBACK under DP2 with dropout: bitwise the fresh r
   REQUIRE(!r.rollbacks.empty());
   CHECK(r.rollbacks.front().request.spike_step == 25);
   CHECK(r.rollbacks.front().done.target_step == 20);
-  std::vector<int64_t> skipped;
-  for (const auto& rb : r.rollbacks) skipped.insert(skipped.end(), rb.request.skip_ids.begin(), rb.request.skip_ids.end());
-  std::sort(skipped.begin(), skipped.end());
-  Config fresh = base;
-  fresh.mutable_logging()->set_run_dir((dir / "fresh").string());
-  for (const int64_t id : skipped) fresh.mutable_data()->add_skip_samples(id);
-  const auto f = run(fresh, /*collect_state=*/true);
-  REQUIRE_MESSAGE(f.outcome.status == "completed", f.outcome.error);
-  REQUIRE(f.outcome.steps.size() == r.outcome.steps.size());
-  for (size_t k = 0; k < f.outcome.steps.size(); ++k) {
-    CAPTURE(k);
-    CHECK(f.outcome.step_samples[k] == r.outcome.step_samples[k]);
-    CHECK(f.outcome.steps[k].loss == r.outcome.steps[k].loss);
-  }
-  REQUIRE(r.state);
-  REQUIRE(f.state);
-  testing::check_same_state(*r.state, *f.state);
+  check_same_as_fresh_run_skipping(r, base, rollback_skips(r), dir / "fresh");
 }
