@@ -189,7 +189,9 @@ void print_startup(const Config& c, const std::string& source, const std::string
   spdlog::info("training: {} samples = {} updates, seed {}", c.training().train_samples(), config::full_updates(c),
                c.training().seed());
   spdlog::info("topology: DP{} x PP{} x TP{} ({} schedule, {} optimizer), {} actors:", topo.dp, topo.pp, topo.tp,
-               ParallelConfig::Schedule_Name(c.parallel().schedule()),
+               c.parallel().schedule() == ParallelConfig::INTERLEAVED_1F1B
+                   ? fmt::format("INTERLEAVED_1F1B, {} chunks a stage", c.parallel().virtual_stages())
+                   : ParallelConfig::Schedule_Name(c.parallel().schedule()),
                c.parallel().distributed_optimizer() ? "distributed" : "replicated",
                engine::all_paths(topo).size());
   spdlog::info("  {}", join(engine::all_paths(topo)));

@@ -24,8 +24,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using msg::StepKind;
 
-// Messages for one (kind, step, microbatch) wait here until their op runs.
+// Microbatches for one (kind, step, microbatch) wait here until their last op has run;
+// activations and gradients for one (kind, step, microbatch, chunk) until their op runs.
 using Key = std::tuple<StepKind, int64_t, int32_t>;
+using ChunkKey = std::tuple<StepKind, int64_t, int32_t, int32_t>;
 
 struct StageState {
   StageArgs args;
@@ -37,7 +39,13 @@ struct StageState {
   // Which carrier takes activations to and from the neighbours (set up with the worker;
   // told where they live when wired).
   std::optional<engine::PipelineTransport> transport;
+  // The verified schedule (every stage's lists: an op's neighbour is op_source /
+  // op_destination of it) and this stage's own list.
+  sched::PipelineSchedule schedule;
   std::vector<sched::PipelineOp> train_ops;
+  // Per op of train_ops: whether it is its chunk's last backward of the step (its
+  // blocks' gradients are final after it: StageWorker::backward's buckets).
+  std::vector<bool> last_of_chunk;
 
   coordinator_actor coordinator;
   optimizer_actor optimizer;
@@ -71,11 +79,11 @@ struct StageState {
   // it was in, and those must not be stashed again.
   int64_t last_finished_step = 0;
   std::vector<bool> forwarded;  // this step's microbatches whose forward has run
-  // An evaluation pass's microbatches whose activations the next stage (same process)
-  // has copied out of this stage's output slot: the forward of mb + slots, which
-  // rewrites that slot, waits for mb's (training needs none: the backward of mb, which
-  // comes first, needs the next stage's gradient of mb).
-  std::set<int32_t> eval_consumed;
+  // An evaluation pass's (microbatch, chunk)s whose activations the next stage (same
+  // process) has copied out of this stage's output slot: the forward of mb + slots,
+  // which rewrites that slot, waits for mb's (training needs none: the backward of mb,
+  // which comes first, needs the next stage's gradient of mb).
+  std::set<std::pair<int32_t, int32_t>> eval_consumed;
 
   // Bookkeeping a training step owes others but nobody needs before its last op: the
   // last stage's loss reports and the credit of the step's last forward. Held until the
@@ -92,11 +100,11 @@ struct StageState {
   };
   std::vector<HeldLoss> held_losses;
   std::optional<int32_t> held_credit;
-  int32_t last_train_forward = -1;  // the microbatch of train_ops' last forward op
+  int32_t last_train_forward = -1;  // the microbatch of train_ops' last forward of chunk 0
 
   std::map<Key, std::shared_ptr<const data::Microbatch>> batches;
-  std::map<Key, msg::Activations> inputs;
-  std::map<Key, msg::Activations> grads;
+  std::map<ChunkKey, msg::Activations> inputs;
+  std::map<ChunkKey, msg::Activations> grads;
 };
 
 using Self = stage_actor::stateful_base<StageState>;
@@ -115,20 +123,27 @@ void maybe_fault(Self* self, Fault::Phase phase) {
 // Tells the transport where the neighbours live once they are wired.
 bool in_other_process(const stage_actor& peer, const caf::node_id& here) { return peer && peer.node() != here; }
 
-// Whether an evaluation forward of `mb` may rewrite its output slot: the next stage,
-// in this process, has copied out what the slot's previous microbatch left there.
-bool eval_slot_free(const StageState& st, int32_t mb) {
-  const int slots = st.worker->model().slots();
-  if (st.kind != StepKind::Eval || st.worker->is_last() || mb < slots || st.transport->next_remote()) return true;
-  return st.eval_consumed.count(mb - slots) > 0;
+// Whether an evaluation forward of (mb, chunk) may rewrite its output slot: the next
+// stage, in this process, has copied out what the slot's previous microbatch left there.
+bool eval_slot_free(const StageState& st, int32_t mb, int32_t chunk) {
+  const int slots = st.worker->model().chunk_slots(chunk);
+  if (st.kind != StepKind::Eval || st.worker->chunk_is_last(chunk) || mb < slots || st.transport->next_remote())
+    return true;
+  return st.eval_consumed.count({mb - slots, chunk}) > 0;
 }
 
 bool op_ready(const StageState& st, const sched::PipelineOp& op) {
   const Key key{st.kind, st.step, op.microbatch};
+  const ChunkKey chunk_key{st.kind, st.step, op.microbatch, op.chunk};
   if (op.kind == sched::OpKind::Forward)
-    return st.batches.count(key) && (st.worker->is_first() || st.inputs.count(key)) &&
-           eval_slot_free(st, op.microbatch);
-  return st.worker->is_last() || st.grads.count(key);
+    return st.batches.count(key) && (st.worker->chunk_is_first(op.chunk) || st.inputs.count(chunk_key)) &&
+           eval_slot_free(st, op.microbatch, op.chunk);
+  return st.worker->chunk_is_last(op.chunk) || st.grads.count(chunk_key);
+}
+
+// The chunk of the neighbour's op that takes what `op` of this stage hands over.
+int32_t destination_chunk(const StageState& st, const sched::PipelineOp& op) {
+  return sched::op_destination(st.schedule, st.args.rank.pp, op).op.chunk;
 }
 
 // Sends `m`, which points into this stage's device memory, once the device has written
@@ -151,17 +166,20 @@ void to_neighbour(Self* self, const stage_actor& to, Msg m, bool via_comm) {
     hand_over(self, to, std::move(m));
 }
 
-void run_forward(Self* self, int32_t mb) {
+void run_forward(Self* self, const sched::PipelineOp& op) {
   auto& st = self->state;
+  const int32_t mb = op.microbatch, chunk = op.chunk;
   const Key key{st.kind, st.step, mb};
+  const ChunkKey chunk_key{st.kind, st.step, mb, chunk};
   maybe_fault(self, Fault::FORWARD);
   const auto& batch = st.batches.at(key);
-  const float* input = st.worker->is_first() ? nullptr : st.transport->recv_forward(st.kind, st.inputs.at(key));
-  const int64_t loss_tokens = st.worker->forward(mb, *batch, input);
-  st.inputs.erase(key);
+  const bool first = st.worker->chunk_is_first(chunk);
+  const float* input = first ? nullptr : st.transport->recv_forward(st.kind, st.inputs.at(chunk_key));
+  const int64_t loss_tokens = st.worker->forward(mb, *batch, input, chunk);
+  st.inputs.erase(chunk_key);
   if (st.kind == StepKind::Train) st.forwarded[size_t(mb)] = true;
   const auto& r = st.args.rank;
-  if (st.worker->is_last()) {
+  if (st.worker->chunk_is_last(chunk)) {
     // Every tensor-parallel rank of the last stage computes the same loss (the
     // vocab-parallel cross-entropy combines its pieces): rank 0 reports it, after the
     // step's last op (send_losses).
@@ -170,15 +188,17 @@ void run_forward(Self* self, int32_t mb) {
                                 int64_t(batch->batch) * batch->seq,
                                 st.kind == StepKind::Train ? batch : nullptr});
   } else {
-    auto out = st.transport->send_forward(st.kind, mb, *batch);
+    auto out = st.transport->send_forward(st.kind, mb, *batch, chunk);
     const bool via_comm = out.via_comm;
-    to_neighbour(self, st.next, msg::ActivationsReady{st.step, st.kind, mb, std::move(out)}, via_comm);
+    to_neighbour(self, st.next,
+                 msg::ActivationsReady{st.step, st.kind, mb, std::move(out), destination_chunk(st, op)}, via_comm);
   }
   // Evaluation has no backward to pace the previous stage's slots: once this device has
   // copied the input out (the forward's first kernel), that slot may be rewritten.
-  if (st.kind == StepKind::Eval && !st.worker->is_first() && !st.transport->prev_remote())
-    send_when_done(st.worker->device(), st.prev, eval_consumed_atom::value, st.step, mb);
-  if (st.worker->is_first() && st.kind == StepKind::Train && r.tp == 0) {
+  if (st.kind == StepKind::Eval && !first && !st.transport->prev_remote())
+    send_when_done(st.worker->device(), st.prev, eval_consumed_atom::value, st.step, mb,
+                   sched::op_source(st.schedule, r.pp, op).op.chunk);
+  if (first && st.kind == StepKind::Train && r.tp == 0) {
     // The loader's next microbatch after the last forward belongs to the next step,
     // which starts only after this one's update: its credit can wait (held_credit).
     if (mb == st.last_train_forward)
@@ -186,27 +206,33 @@ void run_forward(Self* self, int32_t mb) {
     else
       self->send(st.loader, credit_atom::value, st.step, mb);
   }
-  if (st.kind == StepKind::Eval) st.batches.erase(key);
+  // Its last op on this stage: the last chunk's forward.
+  if (st.kind == StepKind::Eval && chunk == st.worker->chunks() - 1) st.batches.erase(key);
 }
 
-void run_backward(Self* self, int32_t mb) {
+void run_backward(Self* self, const sched::PipelineOp& op, bool last_of_chunk) {
   auto& st = self->state;
+  const int32_t mb = op.microbatch, chunk = op.chunk;
   const Key key{st.kind, st.step, mb};
+  const ChunkKey chunk_key{st.kind, st.step, mb, chunk};
   maybe_fault(self, Fault::BACKWARD);
   // Before the backward adds to the gradients (the NaN stays): after it, a bucket of the
   // last backward may already be on its way.
   engine::inject_nan_gradient(st.args.faults.get(), st.path, st.step, mb, st.worker->device(),
                               st.worker->model().grads());
-  const float* grad = st.worker->is_last() ? nullptr : st.transport->recv_backward(st.grads.at(key));
-  // The step's last op: its blocks' gradients are final as they are computed (buckets).
-  st.worker->backward(mb, grad, /*last_of_step=*/st.next_op == st.ops.size());
-  st.grads.erase(key);
-  if (!st.worker->is_first()) {
-    auto dx = st.transport->send_backward(mb, *st.batches.at(key));
+  const float* grad = st.worker->chunk_is_last(chunk) ? nullptr : st.transport->recv_backward(st.grads.at(chunk_key));
+  // The chunk's last backward of the step: its blocks' gradients are final as they are
+  // computed (buckets).
+  st.worker->backward(mb, grad, last_of_chunk, chunk);
+  st.grads.erase(chunk_key);
+  if (!st.worker->chunk_is_first(chunk)) {
+    auto dx = st.transport->send_backward(mb, *st.batches.at(key), chunk);
     const bool via_comm = dx.via_comm;
-    to_neighbour(self, st.prev, msg::GradientsReady{st.step, mb, std::move(dx)}, via_comm);
+    to_neighbour(self, st.prev, msg::GradientsReady{st.step, mb, std::move(dx), destination_chunk(st, op)},
+                 via_comm);
   }
-  st.batches.erase(key);
+  // Its last op on this stage: chunk 0's backward (every other chunk's comes before it).
+  if (chunk == 0) st.batches.erase(key);
 }
 
 void start_queued(Self* self);
@@ -297,14 +323,15 @@ void advance(Self* self) {
   auto& st = self->state;
   if (st.step < 0 || st.waiting_for_update) return;
   while (st.next_op < st.ops.size() && op_ready(st, st.ops[st.next_op])) {
-    const auto op = st.ops[st.next_op++];
+    const size_t index = st.next_op++;
+    const auto op = st.ops[index];
     const auto t0 = Clock::now();
     st.timing.wait_s += since(st.idle_since, t0);
     st.timing.waits.push_back(since(st.idle_since, t0));
     if (op.kind == sched::OpKind::Forward)
-      run_forward(self, op.microbatch);
+      run_forward(self, op);
     else
-      run_backward(self, op.microbatch);
+      run_backward(self, op, st.kind == StepKind::Train && st.last_of_chunk[index]);
     const auto t1 = Clock::now();
     st.timing.busy.emplace_back(clock_seconds(t0), clock_seconds(t1));
     st.timing.backward.push_back(op.kind == sched::OpKind::Backward);
@@ -342,8 +369,7 @@ void start_step(Self* self, const msg::RunStep& rs) {
     st.forwarded.assign(size_t(rs.microbatches), false);
     st.worker->begin_step();
   } else {
-    st.ops.clear();
-    for (int32_t i = 0; i < rs.microbatches; ++i) st.ops.push_back({sched::OpKind::Forward, i});
+    st.ops = sched::forward_pass_order(st.topo.pp, rs.microbatches, st.worker->chunks());
     st.eval_consumed.clear();
   }
   advance(self);
@@ -380,9 +406,16 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
   }
   // The same verified lists run_training checked before starting the actors
   // (sched/schedule_verifier.h): this stage walks exactly its own.
-  st.train_ops = sched::verified_pipeline_schedule(c).ops[size_t(st.args.rank.pp)];
+  st.schedule = sched::verified_pipeline_schedule(c);
+  st.train_ops = st.schedule.ops[size_t(st.args.rank.pp)];
+  st.last_of_chunk.assign(st.train_ops.size(), false);
+  std::set<int32_t> chunk_seen;
+  for (size_t i = st.train_ops.size(); i-- > 0;) {
+    const auto& op = st.train_ops[i];
+    if (op.kind == sched::OpKind::Backward && chunk_seen.insert(op.chunk).second) st.last_of_chunk[i] = true;
+  }
   for (const auto& op : st.train_ops)
-    if (op.kind == sched::OpKind::Forward) st.last_train_forward = op.microbatch;
+    if (op.kind == sched::OpKind::Forward && op.chunk == 0) st.last_train_forward = op.microbatch;
   return {
       [self](wire_atom, const Registry& peers) {
         auto& s = self->state;
@@ -390,8 +423,14 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
         s.coordinator = typed_handle<coordinator_actor>(peers.at(engine::coordinator_path()));
         s.optimizer = typed_handle<optimizer_actor>(peers.at(engine::optim_path(r)));
         s.loader = typed_handle<loader_actor>(peers.at(engine::loader_path(r.dp)));
-        if (r.pp + 1 < s.topo.pp) s.next = typed_handle<stage_actor>(peers.at(engine::stage_path({r.dp, r.pp + 1, r.tp})));
-        if (r.pp > 0) s.prev = typed_handle<stage_actor>(peers.at(engine::stage_path({r.dp, r.pp - 1, r.tp})));
+        // With model chunks (interleaved) the pipeline is a ring: the last stage's
+        // chunk c feeds the first stage's chunk c + 1.
+        const bool ring = s.worker->chunks() > 1;
+        const int p = s.topo.pp;
+        if (r.pp + 1 < p || ring)
+          s.next = typed_handle<stage_actor>(peers.at(engine::stage_path({r.dp, (r.pp + 1) % p, r.tp})));
+        if (r.pp > 0 || ring)
+          s.prev = typed_handle<stage_actor>(peers.at(engine::stage_path({r.dp, (r.pp + p - 1) % p, r.tp})));
         s.transport->set_remote(in_other_process(s.prev, self->node()), in_other_process(s.next, self->node()));
         return wired_atom::value;
       },
@@ -413,19 +452,19 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
       [self](msg::ActivationsReady& a) {
         auto& s = self->state;
         s.transport->arrived_forward(a.kind, a.x);
-        s.inputs[{a.kind, a.step, a.microbatch}] = a.x;
+        s.inputs[{a.kind, a.step, a.microbatch, a.chunk}] = a.x;
         advance(self);
       },
-      [self](eval_consumed_atom, int64_t step, int32_t mb) {
+      [self](eval_consumed_atom, int64_t step, int32_t mb, int32_t chunk) {
         auto& s = self->state;
         if (s.kind != StepKind::Eval || step != s.step) return;  // a pass already over
-        s.eval_consumed.insert(mb);
+        s.eval_consumed.insert({mb, chunk});
         advance(self);
       },
       [self](msg::GradientsReady& g) {
         auto& s = self->state;
         s.transport->arrived_backward(g.dx);
-        s.grads[{StepKind::Train, g.step, g.microbatch}] = g.dx;
+        s.grads[{StepKind::Train, g.step, g.microbatch, g.chunk}] = g.dx;
         advance(self);
       },
       [self](const msg::ShardApplied& a) {

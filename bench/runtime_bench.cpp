@@ -4,10 +4,12 @@
 //    actors (supervisor, coordinator, loader, stage, optimizer shard, metrics) and by
 //    the compute core in a plain loop (optim::ReferenceTrainer), both with the same
 //    compute threads. Median step time after warm-up; goal: actors at most 5% slower.
-// 2. Pipeline idle: PP2, 8 microbatches, 1F1B, balanced stages (a small vocabulary so
-//    the head does not weigh on the last stage), one compute thread per stage. Idle =
-//    1 - busy / (stages x span) from every op's busy interval; goal: within 5 points
-//    of the ideal (p-1)/(m+p-1) = 1/9.
+// 2. Pipeline idle: PP2, 8 microbatches, 1F1B and INTERLEAVED_1F1B with 2 chunks a
+//    stage, balanced stages (a small vocabulary so the head does not weigh on the last
+//    stage), one compute thread per stage. Idle = 1 - busy / (stages x span) from every
+//    op's busy interval, beside the closed form ((p-1)/(m+p-1) = 1/9, (p-1)/(vm+p-1) =
+//    1/17) and the schedule simulated with the measured op times; goal: within 5 points
+//    of the ideal.
 //
 // 3. Checkpoint overhead: steps that run while a checkpoint is being written against
 //    normal steps (time between step completions, so waiting for a lagging checkpoint
@@ -218,17 +220,26 @@ void overhead(const Options& o) {
   std::printf("\n");
 }
 
-void pipeline_idle(const Options& o) {
+// One schedule's measured and simulated idle on PP2 (`v` chunks a stage).
+struct IdleRow {
+  std::string name;
+  double measured = 0, ideal = 0, simulated = 0, step_s = 0;
+  double fwd[2] = {0, 0}, bwd[2] = {0, 0};  // ms per op (a chunk's op under interleaving)
+};
+
+IdleRow pipeline_idle_of(const Options& o, ParallelConfig::Schedule schedule, int v) {
   Config c = model_config("small", o);
   c.mutable_model()->set_vocab_size(257);  // balanced stages: a light head
   c.mutable_parallel()->set_pipeline(2);
-  c.mutable_parallel()->set_schedule(ParallelConfig::ONE_F_ONE_B);
+  c.mutable_parallel()->set_schedule(schedule);
+  c.mutable_parallel()->set_virtual_stages(v);
   c.mutable_batch()->set_micro_batch_size(1);
   c.mutable_batch()->set_global_batch_size(8);
   c.mutable_device()->set_threads(2);  // one compute thread per stage
   c.mutable_logging()->set_run_dir(o.run_dir + "/pipeline");
+  std::filesystem::remove_all(c.logging().run_dir());
   const auto r = run_actors(c);
-  std::vector<double> idle, fwd[2], bwd[2];
+  std::vector<double> idle, fwd[2], bwd[2], step;
   for (size_t s = size_t(o.warmup); s < r.outcome.step_timings.size(); ++s) {
     const auto& ranks = r.outcome.step_timings[s];
     double lo = 1e300, hi = -1e300, busy = 0;
@@ -241,23 +252,38 @@ void pipeline_idle(const Options& o) {
         (ranks[k].backward[i] ? bwd : fwd)[k].push_back(b - a);
       }
     idle.push_back(1.0 - busy / (double(ranks.size()) * (hi - lo)));
+    step.push_back(hi - lo);
   }
-  // The schedule simulated with each stage's measured op times: the idle the
-  // imbalance between the stages implies. Measured minus simulated is what the
-  // runtime adds (message hops, waiting for a thread, the step's start and end).
-  const auto sim = sched::simulate_schedule(sched::build_pipeline_schedule(ParallelConfig::ONE_F_ONE_B, 2, 8),
-                                            std::vector<double>{median(fwd[0]), median(fwd[1])},
-                                            std::vector<double>{median(bwd[0]), median(bwd[1])});
-  std::printf("## Pipeline idle: PP2, 8 microbatches, 1F1B, one compute thread per stage\n\n");
-  std::printf("| quantity | value |\n| --- | ---: |\n");
-  std::printf("| measured idle fraction (median over %zu steps) | %.1f%% |\n", idle.size(), 100 * median(idle));
-  std::printf("| ideal (p-1)/(m+p-1) | %.1f%% |\n", 100 * sched::ideal_idle_fraction(2, 8));
-  std::printf("| simulated with each stage's measured op times (the stage imbalance) | %.1f%% |\n",
-              100 * sim.idle_fraction);
-  std::printf("| added by the runtime (measured - simulated) | %.1f points |\n",
-              100 * (median(idle) - sim.idle_fraction));
-  std::printf("| forward ms per microbatch, stage 0 / stage 1 | %.2f / %.2f |\n", 1e3 * median(fwd[0]), 1e3 * median(fwd[1]));
-  std::printf("| backward ms per microbatch, stage 0 / stage 1 | %.2f / %.2f |\n", 1e3 * median(bwd[0]), 1e3 * median(bwd[1]));
+  // The schedule simulated with each stage's measured op times (a stage's op = v chunk
+  // ops): the idle the imbalance between the stages implies. Measured minus simulated is
+  // what the runtime adds (message hops, waiting for a thread, the step's start and end).
+  const auto sim = sched::simulate_schedule(sched::build_pipeline_schedule(c),
+                                            std::vector<double>{v * median(fwd[0]), v * median(fwd[1])},
+                                            std::vector<double>{v * median(bwd[0]), v * median(bwd[1])});
+  IdleRow row;
+  row.name = v > 1 ? "INTERLEAVED_1F1B v=" + std::to_string(v) : ParallelConfig::Schedule_Name(schedule);
+  row.measured = median(idle);
+  row.ideal = sched::ideal_idle_fraction(2, 8, v);
+  row.simulated = sim.idle_fraction;
+  row.step_s = median(step);
+  for (int k = 0; k < 2; ++k) {
+    row.fwd[k] = 1e3 * median(fwd[k]);
+    row.bwd[k] = 1e3 * median(bwd[k]);
+  }
+  return row;
+}
+
+void pipeline_idle(const Options& o) {
+  std::printf("## Pipeline idle: PP2, 8 microbatches, one compute thread per stage (small, vocabulary 257)\n\n");
+  std::printf("| schedule | measured idle (median over steps) | ideal closed form | simulated with measured op times | "
+              "measured - simulated | ops span per step (ms) | fwd ms stage 0 / 1 | bwd ms stage 0 / 1 |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const auto& [kind, v] : {std::pair{ParallelConfig::ONE_F_ONE_B, 1}, {ParallelConfig::INTERLEAVED_1F1B, 2}}) {
+    const IdleRow r = pipeline_idle_of(o, kind, v);
+    std::printf("| %s | %.1f%% | %.1f%% | %.1f%% | %.1f points | %.1f | %.2f / %.2f | %.2f / %.2f |\n", r.name.c_str(),
+                100 * r.measured, 100 * r.ideal, 100 * r.simulated, 100 * (r.measured - r.simulated), 1e3 * r.step_s,
+                r.fwd[0], r.fwd[1], r.bwd[0], r.bwd[1]);
+  }
   std::printf("\n");
 }
 

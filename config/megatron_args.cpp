@@ -138,6 +138,17 @@ const std::map<std::string, Flag>& flags() {
       // Parallel layout.
       {"tensor-model-parallel-size",
        int32_flag("parallel.tensor", [](Config& c, int32_t v) { c.mutable_parallel()->set_tensor(v); })},
+      // Megatron's virtual pipeline: the interleaved schedule with v chunks a stage
+      // (settle_virtual_pipeline; --num-layers-per-virtual-pipeline-stage N gives
+      // v = layers / (pipeline x N) once both are known).
+      {"virtual-pipeline-model-parallel-size", {true, [](const Context& c) {
+         const int32_t v = int32_t(c.integer(1, 1 << 20));
+         c.cfg.mutable_parallel()->set_virtual_stages(v);
+         c.cfg.mutable_parallel()->set_schedule(v > 1 ? ParallelConfig::INTERLEAVED_1F1B : ParallelConfig::ONE_F_ONE_B);
+         c.mark("parallel.virtual_stages");
+         c.mark("parallel.schedule");
+       }}},
+      {"num-layers-per-virtual-pipeline-stage", {true, [](const Context& c) { c.integer(1, 1 << 20); }}},
       {"pipeline-model-parallel-size",
        int32_flag("parallel.pipeline", [](Config& c, int32_t v) { c.mutable_parallel()->set_pipeline(v); })},
       {"context-parallel-size",
@@ -302,10 +313,6 @@ const std::map<std::string, const char*>& reasons() {
       {"lr-warmup-iters", "troupe counts the schedule in samples; use --lr-warmup-samples"},
       {"lr-warmup-fraction", "troupe counts the schedule in samples; use --lr-warmup-samples"},
       {"rampup-batch-size", "troupe keeps the global batch fixed"},
-      {"num-layers-per-virtual-pipeline-stage",
-       "troupe's stage actors do not run the interleaved schedule yet (supervisor plan shows its idle and memory)"},
-      {"virtual-pipeline-model-parallel-size",
-       "troupe's stage actors do not run the interleaved schedule yet (supervisor plan shows its idle and memory)"},
   };
   return table;
 }
@@ -392,6 +399,36 @@ void settle_dropout(const std::vector<Occurrence>& occurrences, ParsedConfig& ou
   }
 }
 
+// --num-layers-per-virtual-pipeline-stage N: v = num-layers / (pipeline x N) model
+// chunks a stage, known once every flag is applied. Megatron refuses it beside
+// --virtual-pipeline-model-parallel-size, and so does this.
+void settle_virtual_pipeline(const std::vector<Occurrence>& occurrences, ParsedConfig& out, const std::string& source) {
+  const Occurrence *per = nullptr, *size = nullptr;
+  for (const auto& o : occurrences) {
+    if (o.name == "num-layers-per-virtual-pipeline-stage") per = &o;
+    if (o.name == "virtual-pipeline-model-parallel-size") size = &o;
+  }
+  if (!per) return;
+  if (size)
+    throw ConfigError(fmt::format("{}:{}: --num-layers-per-virtual-pipeline-stage: give it or "
+                                  "--virtual-pipeline-model-parallel-size (line {}), not both",
+                                  source, per->line, size->line));
+  const int64_t n = std::stoll(*per->value);
+  auto& par = *out.config.mutable_parallel();
+  const int64_t layers = out.config.model().layers(), p = par.pipeline();
+  if (layers % (p * n) != 0)
+    throw ConfigError(fmt::format("{}:{}: --num-layers-per-virtual-pipeline-stage: {} layers a chunk do not divide "
+                                  "--num-layers {} over --pipeline-model-parallel-size {}",
+                                  source, per->line, n, layers, p));
+  const int32_t v = int32_t(layers / (p * n));
+  par.set_virtual_stages(v);
+  par.set_schedule(v > 1 ? ParallelConfig::INTERLEAVED_1F1B : ParallelConfig::ONE_F_ONE_B);
+  const std::string where = fmt::format("{}:{} (--num-layers-per-virtual-pipeline-stage {}: {} layers / ({} x {}))",
+                                        source, per->line, n, layers, p, n);
+  out.origins.set("parallel.virtual_stages", where);
+  out.origins.set("parallel.schedule", where);
+}
+
 }  // namespace
 
 ParsedConfig parse_megatron_args(std::string_view text, const std::string& source_name) {
@@ -444,6 +481,7 @@ ParsedConfig parse_megatron_args(std::string_view text, const std::string& sourc
     flags().at(occ.name).apply(Context{out.config, out.origins, source_name, occ});
   settle_family(occurrences, out, source_name);
   settle_dropout(occurrences, out, source_name);
+  settle_virtual_pipeline(occurrences, out, source_name);
   return out;
 }
 

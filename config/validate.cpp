@@ -111,18 +111,73 @@ void check_family(const Config& c, Checker& k) {
            {"parallel.tensor"});
 }
 
+// The pipeline schedule's own needs: the interleaved one splits each stage into
+// parallel.virtual_stages chunks and walks groups of p microbatches.
+void check_schedule(const Config& c, Checker& k) {
+  const auto& p = c.parallel();
+  const int v = p.virtual_stages();
+  if (v < 1) {
+    k.fail("parallel.virtual_stages", fmt::format("{} is not a chunk count (1 or more)", v));
+    return;
+  }
+  if (p.schedule() == ParallelConfig::ZB_H1)
+    k.fail("parallel.schedule", "ZB_H1: the stage actors do not run the split backward yet (supervisor plan shows "
+                                "its idle)");
+  if (p.schedule() != ParallelConfig::INTERLEAVED_1F1B) {
+    if (v > 1)
+      k.fail("parallel.virtual_stages",
+             fmt::format("{} model chunks a stage need parallel.schedule INTERLEAVED_1F1B (it is {})", v,
+                         ParallelConfig::Schedule_Name(p.schedule())),
+             {"parallel.schedule"});
+    return;
+  }
+  if (p.pipeline() < 2)
+    k.fail("parallel.schedule", "INTERLEAVED_1F1B needs parallel.pipeline >= 2", {"parallel.pipeline"});
+  if (v < 2)
+    k.fail("parallel.virtual_stages", "INTERLEAVED_1F1B needs 2 or more model chunks a stage", {"parallel.schedule"});
+  if (p.pipeline() >= 1 && c.model().layers() % (p.pipeline() * v) != 0)
+    k.fail("parallel.virtual_stages",
+           fmt::format("model.layers {} does not divide into parallel.pipeline {} x {} model chunks",
+                       c.model().layers(), p.pipeline(), v),
+           {"model.layers", "parallel.pipeline"});
+  const int64_t per_step = int64_t(c.batch().micro_batch_size()) * std::max(1, p.data());
+  if (per_step > 0 && c.batch().global_batch_size() % per_step == 0 && p.pipeline() >= 2) {
+    const int64_t m = c.batch().global_batch_size() / per_step;
+    if (m % p.pipeline() != 0)
+      k.fail("parallel.schedule",
+             fmt::format("INTERLEAVED_1F1B walks groups of parallel.pipeline = {} microbatches; the {} microbatches "
+                         "per replica (global_batch_size / (micro_batch_size x data)) are not a multiple",
+                         p.pipeline(), m),
+             {"batch.global_batch_size", "parallel.pipeline"});
+  }
+  if (c.cluster().workers() > 0)
+    k.fail("parallel.schedule",
+           fmt::format("INTERLEAVED_1F1B runs in one process only: the last stage's chunks feed the first stage's, "
+                       "a link cluster mode does not have (cluster.workers is {})",
+                       c.cluster().workers()),
+           {"cluster.workers"});
+}
+
 // Recomputation's layer count against the layers of a pipeline stage (Megatron's rules).
 void check_recompute(const Config& c, Checker& k) {
   const auto& m = c.model();
   if (m.recompute() != ModelConfig::FULL) return;
-  const int per_stage = m.layers() / c.parallel().pipeline();
+  // Under the interleaved schedule the count is per model chunk, as Megatron applies it.
+  const int chunks =
+      c.parallel().schedule() == ParallelConfig::INTERLEAVED_1F1B ? std::max(1, c.parallel().virtual_stages()) : 1;
+  if (chunks < 1 || c.parallel().pipeline() < 1 || m.layers() % (c.parallel().pipeline() * chunks) != 0) return;
+  const int per_stage = m.layers() / c.parallel().pipeline() / chunks;
   const int n = m.recompute_num_layers();
   if (m.recompute_method() == ModelConfig::BLOCK) {
     if (n < 1 || n > per_stage)
       k.fail("model.recompute_num_layers",
-             fmt::format("{} is outside [1, {}], the layers of a pipeline stage (model.layers / parallel.pipeline; "
-                         "BLOCK recomputes that many of each stage's layers)",
-                         n, per_stage),
+             chunks > 1 ? fmt::format("{} is outside [1, {}], the layers of a model chunk (model.layers / "
+                                      "(parallel.pipeline x parallel.virtual_stages); BLOCK recomputes that many of "
+                                      "each chunk's layers)",
+                                      n, per_stage)
+                        : fmt::format("{} is outside [1, {}], the layers of a pipeline stage (model.layers / "
+                                      "parallel.pipeline; BLOCK recomputes that many of each stage's layers)",
+                                      n, per_stage),
              {"model.recompute_method"});
   } else if (n < 1 || per_stage % n != 0) {
     k.fail("model.recompute_num_layers",
@@ -391,6 +446,7 @@ void check_relations(const Config& c, Checker& k) {
     k.fail("model.layers", fmt::format("{} is not divisible by parallel.pipeline = {}",
                                        m.layers(), p.pipeline()),
            {"parallel.pipeline"});
+  check_schedule(c, k);
   if (p.sequence_parallel() && b.seq_length() % p.tensor() != 0)
     k.fail("parallel.sequence_parallel",
            fmt::format("needs batch.seq_length ({}) divisible by parallel.tensor = {}",

@@ -25,15 +25,17 @@ PipelineTransport::PipelineTransport(std::string path, std::shared_ptr<StageWork
                                      std::shared_ptr<comm::Communicator> next)
     : path_(std::move(path)), worker_(std::move(worker)), prev_(std::move(prev)), next_(std::move(next)) {}
 
-msg::Activations PipelineTransport::send_forward(msg::StepKind kind, int32_t mb, const data::Microbatch& batch) {
-  if (!next_remote_) return handle(worker_->output(mb), batch);
-  return send_via_comm(next_, kNextPeer, forward_tag(kind), worker_->output(mb), worker_->activation_rows(batch),
-                       kind == msg::StepKind::Eval);
+msg::Activations PipelineTransport::send_forward(msg::StepKind kind, int32_t mb, const data::Microbatch& batch,
+                                                 int32_t chunk) {
+  if (!next_remote_) return handle(worker_->output(mb, chunk), batch);
+  return send_via_comm(next_, kNextPeer, forward_tag(kind), worker_->output(mb, chunk),
+                       worker_->activation_rows(batch), kind == msg::StepKind::Eval);
 }
 
-msg::Activations PipelineTransport::send_backward(int32_t mb, const data::Microbatch& batch) {
-  if (!prev_remote_) return handle(worker_->input_grad(mb), batch);
-  return send_via_comm(prev_, kPrevPeer, kBackwardTag, worker_->input_grad(mb), worker_->activation_rows(batch), false);
+msg::Activations PipelineTransport::send_backward(int32_t mb, const data::Microbatch& batch, int32_t chunk) {
+  if (!prev_remote_) return handle(worker_->input_grad(mb, chunk), batch);
+  return send_via_comm(prev_, kPrevPeer, kBackwardTag, worker_->input_grad(mb, chunk),
+                       worker_->activation_rows(batch), false);
 }
 
 void PipelineTransport::arrived_forward(msg::StepKind kind, msg::Activations& x) {

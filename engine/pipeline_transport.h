@@ -46,10 +46,12 @@ class PipelineTransport {
   // next stage; StageWorker::activation_rows rows (B*T, or this rank's sequence shard
   // under sequence parallelism) of width() floats. Over a device communicator an evaluation pass also makes the device's
   // later work wait for the send (no backward guards the slot then).
-  msg::Activations send_forward(msg::StepKind kind, int32_t mb, const data::Microbatch& batch);
-  // After the backward of `mb` (not on the first stage): its input gradient, for the
-  // previous stage.
-  msg::Activations send_backward(int32_t mb, const data::Microbatch& batch);
+  // `chunk`: the model chunk the forward ran (the interleaved schedule: the last
+  // stage's chunk c feeds the first stage's chunk c + 1, in this process only).
+  msg::Activations send_forward(msg::StepKind kind, int32_t mb, const data::Microbatch& batch, int32_t chunk = 0);
+  // After the backward of `mb` (not on the first stage's chunk 0): its input gradient,
+  // for the previous virtual stage.
+  msg::Activations send_backward(int32_t mb, const data::Microbatch& batch, int32_t chunk = 0);
 
   // A neighbour's message has arrived: over Gloo the values are received into host
   // memory now (x.data set); otherwise nothing happens.

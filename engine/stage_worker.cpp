@@ -26,6 +26,14 @@ int activation_slots(ParallelConfig::Schedule schedule, int pipeline, int pp, in
   return sched::activation_slots(schedule, sched::peak_in_flight(ops.ops[size_t(pp)]), microbatches);
 }
 
+std::vector<int> chunk_activation_slots(const Config& c, int pp) {
+  const auto plan = sched::activation_plan(c);
+  const auto& slots = plan.at(size_t(pp)).chunk_slots;
+  return {slots.begin(), slots.end()};
+}
+
+model::StageLayers stage_layers(const Config& c, const Rank& r) { return model::StageLayers::pipeline(c, r.pp); }
+
 int threads_per_stage(const Config& c) {
   int total = c.device().threads();
   if (total <= 0) total = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -36,8 +44,7 @@ int threads_per_stage(const Config& c) {
 model::TensorSlice tensor_slice(const Config& c, const Rank& r) { return {r.tp, c.parallel().tensor()}; }
 
 model::ParameterRegistry stage_registry(const Config& c, const Rank& r) {
-  return model::ParameterRegistry(c, model::StageRange::pipeline(c, r.pp, c.parallel().pipeline()),
-                                  tensor_slice(c, r));
+  return model::ParameterRegistry(c, stage_layers(c, r), tensor_slice(c, r));
 }
 
 StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::shared_ptr<kernels::Device> device)
@@ -46,8 +53,6 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::share
       distributed_(c.parallel().distributed_optimizer()),
       width_(c.model().width()),
       device_(device ? std::move(device) : make_rank_device(c, rank)) {
-  const int p = c.parallel().pipeline();
-  const int m = int(config::microbatches_per_replica(c));
   model::TensorParallel tp;
   if (c.parallel().tensor() > 1) {
     if (!comms_.tensor_parallel || comms_.tensor_parallel->size() != c.parallel().tensor() ||
@@ -58,10 +63,11 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::share
     tp.group = comms_.tensor_parallel;
     tp.sequence_parallel = c.parallel().sequence_parallel();
   }
-  model_ = std::make_unique<model::GptStage>(c, model::StageRange::pipeline(c, rank.pp, p), *device_,
-                                             activation_slots(c.parallel().schedule(), p, rank.pp, m),
+  const auto plan = sched::activation_plan(c).at(size_t(rank.pp));
+  model_ = std::make_unique<model::GptStage>(c, stage_layers(c, rank), *device_,
+                                             std::vector<int>(plan.chunk_slots.begin(), plan.chunk_slots.end()),
                                              model::StageShape::from_config(c), std::move(tp));
-  planned_activations_ = sched::activation_plan(c)[size_t(rank.pp)].saved_bytes();
+  planned_activations_ = plan.saved_bytes();
   const size_t n = size_t(model_->param_count());
   if (distributed_) {
     const auto chunk = comm::chunk_range(n, comms_.data_parallel->size(), comms_.data_parallel->rank());
@@ -111,29 +117,30 @@ void StageWorker::reserve_losses(int microbatches) {
   loss_capacity_ = microbatches;
 }
 
-int64_t StageWorker::forward(int mb, const data::Microbatch& batch, const float* input) {
-  const int64_t loss_tokens = model_->issue_forward(slot(mb), batch, input);
-  if (is_last()) {
+int64_t StageWorker::forward(int mb, const data::Microbatch& batch, const float* input, int chunk) {
+  const int64_t loss_tokens = model_->issue_forward(slot(mb, chunk), batch, input);
+  if (chunk_is_last(chunk)) {
     if (mb < 0 || mb >= loss_capacity_)
       throw std::logic_error("StageWorker::forward: microbatch " + std::to_string(mb) + " outside the " +
                              std::to_string(loss_capacity_) + " reserved for losses (reserve_losses)");
     device_->copy_to_host_async(loss_host_.get() + int64_t(mb) * loss_stride_,
-                                model_->token_losses(slot(mb)), size_t(batch.batch) * size_t(batch.seq) * sizeof(float));
+                                model_->token_losses(slot(mb, chunk)),
+                                size_t(batch.batch) * size_t(batch.seq) * sizeof(float));
   }
   return loss_tokens;
 }
 
-void StageWorker::backward(int mb, const float* grad_output, bool last_of_step) {
-  if (!last_of_step || !overlaps_reduction()) return model_->backward(slot(mb), grad_output);
+void StageWorker::backward(int mb, const float* grad_output, bool last_of_chunk, int chunk) {
+  if (!last_of_chunk || !overlaps_reduction()) return model_->backward(slot(mb, chunk), grad_output);
   const std::span<float> all(model_->grads(), size_t(model_->param_count()));
-  model_->backward(slot(mb), grad_output, [&](model::FlatRange block) {
+  model_->backward(slot(mb, chunk), grad_output, [&](model::FlatRange block) {
     comms_.data_parallel->issue_reduce_scatter_sum_part(all, size_t(block.begin), size_t(block.end));
     buckets_.push_back(block);
   });
 }
 
-const float* StageWorker::output(int mb) const { return model_->output(slot(mb)); }
-const float* StageWorker::input_grad(int mb) const { return model_->input_grad(slot(mb)); }
+const float* StageWorker::output(int mb, int chunk) const { return model_->output(slot(mb, chunk)); }
+const float* StageWorker::input_grad(int mb, int chunk) const { return model_->input_grad(slot(mb, chunk)); }
 
 float* StageWorker::inbox(Inbox side, int64_t n) {
   kernels::Buffer& b = inboxes_[int(side)];

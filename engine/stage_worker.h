@@ -55,6 +55,12 @@ namespace troupe::engine {
 // round-robin slots (slot = microbatch mod slots) GPipe uses one per microbatch and
 // 1F1B uses p - pp + 1 (its peak of p - pp in flight, plus one), at most m.
 int activation_slots(ParallelConfig::Schedule schedule, int pipeline, int pp, int microbatches);
+// Per model chunk of stage `pp` of c's schedule (one entry without interleaving; with
+// it, proven from the op lists: sched/slot_reuse.h). The planner's ledger counts the same.
+std::vector<int> chunk_activation_slots(const Config& c, int pp);
+
+// The layers of rank r's stage: its range, or its model chunks (parallel.virtual_stages).
+model::StageLayers stage_layers(const Config& c, const Rank& r);
 
 // Compute threads for each stage device: the configured threads (0: the machine's
 // cores) divided among the stage ranks that run at once, at least 1.
@@ -99,6 +105,11 @@ class StageWorker {
   float* inbox(Inbox side, int64_t n);
   bool is_first() const { return model_->is_first(); }
   bool is_last() const { return model_->is_last(); }
+  // Model chunks (parallel.virtual_stages under the interleaved schedule; else 1) and
+  // whether a chunk starts from the tokens / ends in the loss (GptStage::chunk_is_*).
+  int chunks() const { return model_->chunks(); }
+  bool chunk_is_first(int chunk) const { return model_->chunk_is_first(chunk); }
+  bool chunk_is_last(int chunk) const { return model_->chunk_is_last(chunk); }
 
   // Zeroes the gradients and starts measuring the device's memory peak afresh: the
   // start of every training step.
@@ -108,26 +119,31 @@ class StageWorker {
   // a device shared with the optimizer shard, its moments are in optimizer_state.
   msg::StageMemory memory_peak();
 
-  // Forward of microbatch `mb` (slot mb mod slots). `input` ([B*T, D], the previous
-  // stage's output) is copied before this returns; null on the first stage. Nothing
-  // waits for the device: on the last stage the microbatch's per-token losses are
-  // read back into losses() (its row mb) as the device gets there, and the return
-  // value is its loss-bearing tokens (0 on other stages).
-  int64_t forward(int mb, const data::Microbatch& batch, const float* input);
+  // Forward of microbatch `mb` through model chunk `chunk` (slot mb mod the chunk's
+  // slots). `input` ([B*T, D], the previous virtual stage's output) is copied before
+  // this returns; null on the first stage's chunk 0. Nothing waits for the device: on
+  // the last stage's last chunk the microbatch's per-token losses are read back into
+  // losses() (its row mb) as the device gets there, and the return value is its
+  // loss-bearing tokens (0 elsewhere).
+  int64_t forward(int mb, const data::Microbatch& batch, const float* input, int chunk = 0);
   // Room in losses() for `microbatches` microbatches; called when a step starts. More
   // than before takes new host memory (handles already taken keep the old one).
   void reserve_losses(int microbatches);
   LossReadback losses() const { return {loss_host_, loss_stride_}; }
-  // Backward of microbatch `mb`; `grad_output` ([B*T, D]) null on the last stage.
-  // `last_of_step`: this is the step's last backward on this stage, so each block's
-  // gradients are final once its kernels are issued: with device communicators and the
-  // distributed optimizer, each block's part of the data-parallel reduce-scatter is
-  // issued right then and overlaps the earlier blocks' backward (gradient buckets);
-  // reduce_gradients() issues the rest.
-  void backward(int mb, const float* grad_output, bool last_of_step = false);
-  // Valid until the forward of microbatch mb + slots (see activation_slots).
-  const float* output(int mb) const;
-  const float* input_grad(int mb) const;
+  // Backward of microbatch `mb` through chunk `chunk`; `grad_output` ([B*T, D]) null
+  // on the last stage's last chunk. `last_of_chunk`: this is the step's last backward
+  // of the chunk on this stage (with one chunk: the step's last backward), so each of
+  // its blocks' gradients is final once its kernels are issued: with device
+  // communicators and the distributed optimizer, each block's part of the
+  // data-parallel reduce-scatter is issued right then and overlaps the earlier blocks'
+  // backward (gradient buckets); reduce_gradients() issues the rest. The chunks' last
+  // backwards come in descending chunk order (the interleaved schedule runs chunk 0's
+  // last), so the buckets descend through the flat buffer either way.
+  void backward(int mb, const float* grad_output, bool last_of_chunk = false, int chunk = 0);
+  // Valid until the forward (output) / backward (input gradient) of microbatch mb +
+  // the chunk's slots (see activation_slots).
+  const float* output(int mb, int chunk = 0) const;
+  const float* input_grad(int mb, int chunk = 0) const;
   int64_t width() const { return width_; }
   // Rows of output(mb) / input_grad(mb) (and of the input and output gradient handed
   // in) for a microbatch: B*T, or this rank's sequence shard B*T / TP under sequence
@@ -173,7 +189,9 @@ class StageWorker {
   double tp_comm_seconds() const { return model_->tp_comm_seconds(); }
 
  private:
-  int slot(int mb) const { return mb % model_->slots(); }
+  int slot(int mb, int chunk = 0) const {
+    return model_->slot_base(chunk) + mb % model_->chunk_slots(chunk);
+  }
   // The tied-embedding group (first and last stage, pp > 1) when the head is tied to
   // the token embedding; null otherwise (an untied head's gradient is its own).
   comm::Communicator* tied_embedding_group() const;

@@ -60,7 +60,7 @@ using stage_actor = caf::typed_actor<
     caf::reacts_to<loader_atom, caf::actor>,                 // the coordinator: its loader restarted
     caf::reacts_to<msg::ActivationsReady>,                   // the previous stage (forward)
     caf::reacts_to<msg::GradientsReady>,                     // the next stage (backward)
-    caf::reacts_to<eval_consumed_atom, int64_t, int32_t>,    // the next stage: an evaluation slot is free
+    caf::reacts_to<eval_consumed_atom, int64_t, int32_t, int32_t>,  // the next stage: an evaluation slot (step, mb, chunk) is free
     caf::reacts_to<msg::ShardApplied>,                       // its optimizer shard
     caf::reacts_to<grads_on_host_atom, int64_t>,             // its device's when_done (host-staged
     caf::reacts_to<params_on_host_atom, int64_t>,            // collectives)

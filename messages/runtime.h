@@ -5,6 +5,7 @@
 //   loader[dp] --MicrobatchReady--> stage[dp][*]          (one handle, every stage of the replica)
 //   stage[dp][p] --ActivationsReady--> stage[dp][p+1]      (forward)
 //   stage[dp][p] <--GradientsReady-- stage[dp][p+1]        (backward)
+//   (interleaved: also stage[dp][last] --ActivationsReady--> stage[dp][0] and back)
 //   stage[dp][last] --LossReport--> coordinator
 //   stage --GradShardReady--> optim shard --NormPartial--> coordinator
 //   coordinator --UpdateCommand--> optim shards --ShardApplied--> stage
@@ -80,18 +81,24 @@ struct Activations {
 };
 
 // stage[dp][p] -> stage[dp][p+1]: the output of stage p for one microbatch.
+// `chunk`: the receiver's model chunk that takes them (0 without interleaving; under
+// the interleaved schedule the last stage's chunk c feeds the first stage's c + 1).
 struct ActivationsReady {
   int64_t step = 0;
   StepKind kind = StepKind::Train;
   int32_t microbatch = 0;
   Activations x;
+  int32_t chunk = 0;
 };
 
-// stage[dp][p+1] -> stage[dp][p]: d(loss)/d(stage p's output) for one microbatch.
+// stage[dp][p+1] -> stage[dp][p]: d(loss)/d(stage p's output) for one microbatch
+// (`chunk`: the receiver's, as above; the first stage's chunk c feeds the last stage's
+// chunk c - 1 backwards).
 struct GradientsReady {
   int64_t step = 0;
   int32_t microbatch = 0;
   Activations dx;
+  int32_t chunk = 0;
 };
 
 // One packed segment of a microbatch row (data/packing.h: segment k of a row is piece

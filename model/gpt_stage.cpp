@@ -27,15 +27,18 @@ struct GptStage::Slot {
   // (non-first stages).
   Buffer dinput;
   int B = 0, T = 0;
+  int chunk = 0;        // the model chunk whose microbatches this slot holds
+  int first_block = 0;  // the chunk's first block in blocks_, and its block count
+  int layers = 0;
   int64_t first_slot = -1;  // the microbatch's (dropout masks; -1: none)
   bool forwarded = false;
   int64_t loss_tokens = 0;  // of this microbatch (last stage)
   int64_t global_loss_tokens = 0;
   // Offsets into acts (capacity layout).
-  int64_t residual = 0;  // (layers + 1) x [Nr, D]; residual 0 is the stage input
-  int64_t layers = 0;    // first block's saved activations; each block takes layer_stride
+  int64_t residual = 0;  // (layers + 1) x [Nr, D]; residual 0 is the chunk's input
+  int64_t saved = 0;     // first block's saved activations; each block takes layer_stride
   int64_t layer_stride = 0;
-  // Last stage: lnf [BT, D] (the final norm's output) | the final norm's saved floats |
+  // The last chunk of the last stage: lnf [BT, D] (the final norm's output) | the final norm's saved floats |
   // logits [BT, ld] | lse [BT] | losses [BT].
   int64_t lnf = 0, lnf_saved = 0, logits = 0, lse = 0, losses = 0;
 };
@@ -53,16 +56,24 @@ std::string where(const data::Microbatch& mb, int64_t i, int T) {
 
 GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, int slots, StageShape shape,
                    TensorParallel tp)
+    : GptStage(c, StageLayers::single(range), device, std::vector<int>{slots}, shape, std::move(tp)) {}
+
+GptStage::GptStage(const Config& c, StageLayers stage_layers, kernels::Device& device, std::vector<int> chunk_slots,
+                   StageShape shape, TensorParallel tp)
     : seed_(c.training().seed()),
       device_(device),
-      registry_(c, range, TensorSlice{tp.rank(), tp.size()}),
+      registry_(c, std::move(stage_layers), TensorSlice{tp.rank(), tp.size()}),
       shape_(shape),
-      last_(range.has_head(c)),
+      last_(registry_.layers().has_head(c)),
       D_(c.model().width()),
       V_(c.model().vocab_size()),
       P_(c.model().max_positions()),
       tp_(device, std::move(tp), int64_t(shape.micro_batch) * shape.seq) {
-  if (slots < 1) throw std::invalid_argument("GptStage: slots must be >= 1");
+  if (int(chunk_slots.size()) != chunks())
+    throw std::invalid_argument("GptStage: " + std::to_string(chunk_slots.size()) + " slot counts for " +
+                                std::to_string(chunks()) + " model chunks");
+  for (const int n : chunk_slots)
+    if (n < 1) throw std::invalid_argument("GptStage: slots must be >= 1");
   if (shape.micro_batch < 1 || shape.seq < 1)
     throw std::invalid_argument("GptStage: micro batch and sequence length must be positive");
   const int NH = c.model().heads();
@@ -90,12 +101,17 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
   float* G = grads_.f32();
   if (is_first())
     embedding_ = std::make_unique<layers::Embedding>(arch.embedding, embedding_weights(registry_, P, G), tp_);
-  if (arch.rope && range.layers() > 0) rope_ = std::make_unique<layers::Rope>(*arch.rope, device_);
-  blocks_.reserve(size_t(range.layers()));
-  for (int l = range.first_layer; l < range.last_layer; ++l) {
-    BlockConfig block = block_config(arch, l);
-    block.attention.rope = rope_.get();
-    blocks_.push_back(std::make_unique<Block>(block, block_weights(registry_, l, P, G), tp_, cap));
+  if (arch.rope && layers().layers() > 0) rope_ = std::make_unique<layers::Rope>(*arch.rope, device_);
+  blocks_.reserve(size_t(layers().layers()));
+  int64_t L = 0;  // blocks of the largest chunk
+  for (const StageRange& range : layers().chunks) {
+    chunk_first_block_.push_back(int(blocks_.size()));
+    L = std::max<int64_t>(L, range.layers());
+    for (int l = range.first_layer; l < range.last_layer; ++l) {
+      BlockConfig block = block_config(arch, l);
+      block.attention.rope = rope_.get();
+      blocks_.push_back(std::make_unique<Block>(block, block_weights(registry_, l, P, G), tp_, cap));
+    }
   }
   if (last_) {
     final_norm_ = layers::make_norm(arch.final_norm, final_norm_weights(registry_, P, G), device_, BTr);
@@ -103,10 +119,10 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
     loss_ = std::make_unique<layers::Loss>(arch.loss, tp_);
   }
 
-  const int64_t L = range.layers();
   const int64_t layer_stride = L > 0 ? blocks_.front()->saved_floats() : 0;
   // Full recomputation (model.recompute FULL): UNIFORM replays every layer, BLOCK the
-  // first recompute_num_layers of the stage; the others keep their saved activations.
+  // first recompute_num_layers of the stage (of each chunk); the others keep their
+  // saved activations.
   const auto& m = c.model();
   int64_t stored = 0;
   for (int64_t l = 0; l < L; ++l) {
@@ -114,15 +130,26 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
                         (m.recompute_method() == ModelConfig::UNIFORM || l < m.recompute_num_layers());
     stored_at_.push_back(replay ? -1 : stored++);
   }
-  slots_.resize(size_t(slots));
+  for (int ch = 0; ch < chunks(); ++ch) {
+    slot_base_.push_back(int(slots_.size()));
+    chunk_slots_.push_back(chunk_slots[size_t(ch)]);
+    for (int i = 0; i < chunk_slots[size_t(ch)]; ++i) {
+      Slot& s = slots_.emplace_back();
+      s.chunk = ch;
+      s.first_block = chunk_first_block_[size_t(ch)];
+      s.layers = layers().chunks[size_t(ch)].layers();
+    }
+  }
   for (auto& s : slots_) {
+    const int64_t chunk_stored = std::count_if(stored_at_.begin(), stored_at_.begin() + s.layers,
+                                               [](int64_t at) { return at >= 0; });
     int64_t off = 0;
     s.residual = off;
-    off += (L + 1) * BTr * D;
-    s.layers = off;
+    off += (s.layers + 1) * BTr * D;
+    s.saved = off;
     s.layer_stride = layer_stride;
-    off += stored * layer_stride;
-    if (last_) {
+    off += chunk_stored * layer_stride;
+    if (slot_is_last(s)) {
       s.lnf = off;
       off += BT * D;
       s.lnf_saved = off;
@@ -134,16 +161,19 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
       s.losses = off;
       off += BT;
     }
-    slot_saved_floats_ = off + 5 * BT;  // + ints + mask
+    const int64_t saved_floats = off + 5 * BT;  // + ints + mask
     using kernels::MemoryCategory;
     s.acts = device_.allocate_as(MemoryCategory::kActivations, off, DType::kF32);
     s.ints = device_.allocate_as(MemoryCategory::kActivations, 4 * BT, DType::kI32);
     s.mask = device_.allocate_as(MemoryCategory::kActivations, BT, DType::kF32);
     // [BTr, D] used; sized [BT, D] so that a reader taking B*T rows (a runtime that
     // does not know about sequence shards) stays inside it.
-    if (!is_first()) s.dinput = device_.allocate_as(MemoryCategory::kScratch, BT * D, DType::kF32);
+    if (!slot_is_first(s)) s.dinput = device_.allocate_as(MemoryCategory::kScratch, BT * D, DType::kF32);
+    const int64_t floats = saved_floats + (slot_is_first(s) ? 0 : BT * D);
+    slot_saved_floats_ = std::max(slot_saved_floats_, saved_floats);
+    slot_floats_ = std::max(slot_floats_, floats);
+    all_slot_floats_ += floats;
   }
-  slot_floats_ = slot_saved_floats_ + (is_first() ? 0 : BT * D);
   // The widest per-token scratch any layer needs; the loss's gathered partials are
   // counted on every stage so that the figure does not depend on the cut.
   int64_t width = 3 * int64_t(tp_.size());
@@ -172,6 +202,9 @@ GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, i
 }
 
 GptStage::~GptStage() = default;
+
+bool GptStage::slot_is_first(const Slot& s) const { return chunk_is_first(s.chunk); }
+bool GptStage::slot_is_last(const Slot& s) const { return chunk_is_last(s.chunk); }
 
 int GptStage::slots() const { return int(slots_.size()); }
 
@@ -208,7 +241,7 @@ float* GptStage::residual(Slot& s, int l) const {
 float* GptStage::block_saved(Slot& s, int l) const {
   const int64_t at = stored_at_[size_t(l)];
   if (at < 0) return const_cast<float*>(scratch_.f32()) + replay_saved_off_;  // replayed in backward
-  return s.acts.f32() + s.layers + at * s.layer_stride;
+  return s.acts.f32() + s.saved + at * s.layer_stride;
 }
 
 layers::Workspace GptStage::workspace() {
@@ -277,7 +310,7 @@ void GptStage::load_microbatch(Slot& s, const data::Microbatch& mb) {
       doc_start[size_t(b) * T + t] = start;
     }
   }
-  if (last_) {
+  if (slot_is_last(s)) {
     check_size("targets", mb.targets.size());
     check_size("loss_mask", mb.loss_mask.size());
     int64_t count = 0;
@@ -327,7 +360,7 @@ double sum_token_losses(const float* losses, int64_t n) {
 StageLoss GptStage::forward(int slot, const data::Microbatch& mb, const float* input) {
   StageLoss out;
   out.loss_tokens = issue_forward(slot, mb, input);
-  if (last_) {
+  if (slot_is_last(slots_[size_t(slot)])) {
     const Slot& s = slots_[size_t(slot)];
     const int64_t n = int64_t(s.B) * s.T;
     device_.copy_to_host(host_losses_.data(), token_losses(slot), size_t(n) * sizeof(float));
@@ -338,9 +371,10 @@ StageLoss GptStage::forward(int slot, const data::Microbatch& mb, const float* i
 
 int64_t GptStage::issue_forward(int slot, const data::Microbatch& mb, const float* input) {
   Slot& s = check_slot(slot, "GptStage::forward");
-  if (is_first() != (input == nullptr))
-    throw std::invalid_argument(is_first() ? "GptStage::forward: the first stage takes no input activations"
-                                           : "GptStage::forward: a non-first stage needs input activations");
+  const bool first = slot_is_first(s), last = slot_is_last(s);
+  if (first != (input == nullptr))
+    throw std::invalid_argument(first ? "GptStage::forward: the first stage takes no input activations"
+                                      : "GptStage::forward: a non-first stage (or chunk) needs input activations");
   s.forwarded = false;
   load_microbatch(s, mb);
   const int B = s.B, T = s.T, BT = B * T, D = D_;
@@ -354,30 +388,31 @@ int64_t GptStage::issue_forward(int slot, const data::Microbatch& mb, const floa
   const layers::Workspace ws = workspace();
 
   const layers::Sequence seq{doc_start, positions, B, T, s.first_slot};
-  if (is_first())
+  if (first)
     embedding_->forward(residual(s, 0), tokens, seq, ws.small);
   else
     device_.copy(residual(s, 0), input, size_t(Nr) * size_t(D) * sizeof(float));
 
-  for (int l = 0; l < range().layers(); ++l)
-    blocks_[size_t(l)]->forward(block_saved(s, l), residual(s, l + 1), residual(s, l), seq, ws);
+  for (int l = 0; l < s.layers; ++l)
+    blocks_[size_t(s.first_block + l)]->forward(block_saved(s, l), residual(s, l + 1), residual(s, l), seq, ws);
 
-  if (last_) {
+  if (last) {
     float* lnf = acts + s.lnf;  // [BT, D], this rank's rows written by the norm
-    final_norm_->forward(acts + s.lnf_saved, lnf + tp_.first_row(BT) * D, residual(s, range().layers()), int(Nr));
+    final_norm_->forward(acts + s.lnf_saved, lnf + tp_.first_row(BT) * D, residual(s, s.layers), int(Nr));
     head_->forward(acts + s.logits, lnf, BT);
     loss_->forward(acts + s.losses, acts + s.lse, acts + s.logits, targets, s.mask.f32(), BT, ws);
   }
   s.forwarded = true;
-  return last_ ? s.loss_tokens : 0;
+  return last ? s.loss_tokens : 0;
 }
 
 void GptStage::backward(int slot, const float* grad_output, const std::function<void(FlatRange)>& block_done) {
   Slot& s = check_slot(slot, "GptStage::backward");
   if (!s.forwarded) throw std::logic_error("GptStage::backward: slot " + std::to_string(slot) + " holds no forward");
-  if (last_ != (grad_output == nullptr))
-    throw std::invalid_argument(last_ ? "GptStage::backward: the last stage takes no output gradient"
-                                      : "GptStage::backward: a non-last stage needs the output gradient");
+  const bool first = slot_is_first(s), last = slot_is_last(s);
+  if (last != (grad_output == nullptr))
+    throw std::invalid_argument(last ? "GptStage::backward: the last stage takes no output gradient"
+                                     : "GptStage::backward: a non-last stage (or chunk) needs the output gradient");
   const int B = s.B, T = s.T, BT = B * T, D = D_;
   const int64_t Nr = tp_.rows(BT);
   const size_t cap = size_t(shape_.micro_batch) * size_t(shape_.seq);
@@ -390,31 +425,33 @@ void GptStage::backward(int slot, const float* grad_output, const std::function<
   float* dres = scratch_.f32();                // [BT, D] gradient of the residual stream (all rows)
   float* dres_mine = dres + tp_.first_row(BT) * D;  // [Nr, D] the rows this rank holds
 
-  if (last_) {
+  if (last) {
     float* logits = acts + s.logits;
     const float scale = s.global_loss_tokens > 0 ? 1.0f / float(s.global_loss_tokens) : 0.0f;
     // dlogits (in place) = loss_mask / global_loss_tokens * (softmax - onehot)
     loss_->backward(logits, logits, acts + s.lse, targets, s.mask.f32(), scale, BT);
     const float* dlnf = head_->backward(ws.small, logits, acts + s.lnf, BT);
     device_.fill_zero(dres_mine, size_t(Nr) * size_t(D) * sizeof(float));
-    final_norm_->backward(acts + s.lnf_saved, dres_mine, dlnf, residual(s, range().layers()), int(Nr));
+    final_norm_->backward(acts + s.lnf_saved, dres_mine, dlnf, residual(s, s.layers), int(Nr));
   } else {
     device_.copy(dres_mine, grad_output, size_t(Nr) * size_t(D) * sizeof(float));
   }
 
   const layers::Sequence seq{doc_start, positions, B, T, s.first_slot};
-  for (int l = range().layers() - 1; l >= 0; --l) {
+  const int first_layer = layers().chunks[size_t(s.chunk)].first_layer;
+  for (int l = s.layers - 1; l >= 0; --l) {
+    Block& block = *blocks_[size_t(s.first_block + l)];
     // Full recomputation: the block's forward again from its kept input (the same
     // kernels on the same inputs, the same dropout masks: the same bits), into the
     // replay buffers, then its backward from there.
     if (stored_at_[size_t(l)] < 0)
-      blocks_[size_t(l)]->forward(block_saved(s, l), scratch_.f32() + replay_out_off_, residual(s, l), seq, ws);
-    blocks_[size_t(l)]->backward(block_saved(s, l), dres, residual(s, l), seq, ws);
-    const BlockOffsets& o = registry_.block(range().first_layer + l);
+      block.forward(block_saved(s, l), scratch_.f32() + replay_out_off_, residual(s, l), seq, ws);
+    block.backward(block_saved(s, l), dres, residual(s, l), seq, ws);
+    const BlockOffsets& o = registry_.block(first_layer + l);
     if (block_done) block_done({o.begin, o.end});
   }
 
-  if (is_first())
+  if (first)
     embedding_->backward(dres, tokens, seq);
   else
     device_.copy(s.dinput.f32(), dres_mine, size_t(Nr) * size_t(D) * sizeof(float));
@@ -423,25 +460,25 @@ void GptStage::backward(int slot, const float* grad_output, const std::function<
 
 const float* GptStage::output(int slot) const {
   const Slot& s = check_slot(slot, "GptStage::output");
-  if (last_) throw std::logic_error("GptStage::output: the last stage returns a loss, not activations");
-  return residual(const_cast<Slot&>(s), range().layers());
+  if (slot_is_last(s)) throw std::logic_error("GptStage::output: the last stage returns a loss, not activations");
+  return residual(const_cast<Slot&>(s), s.layers);
 }
 
 const float* GptStage::input_grad(int slot) const {
   const Slot& s = check_slot(slot, "GptStage::input_grad");
-  if (is_first()) throw std::logic_error("GptStage::input_grad: the first stage has no input activations");
+  if (slot_is_first(s)) throw std::logic_error("GptStage::input_grad: the first stage has no input activations");
   return s.dinput.f32();
 }
 
 const float* GptStage::logits(int slot) const {
   const Slot& s = check_slot(slot, "GptStage::logits");
-  if (!last_) throw std::logic_error("GptStage::logits: only the last stage computes logits");
+  if (!slot_is_last(s)) throw std::logic_error("GptStage::logits: only the last stage computes logits");
   return s.acts.f32() + s.logits;
 }
 
 const float* GptStage::token_losses(int slot) const {
   const Slot& s = check_slot(slot, "GptStage::token_losses");
-  if (!last_) throw std::logic_error("GptStage::token_losses: only the last stage computes the loss");
+  if (!slot_is_last(s)) throw std::logic_error("GptStage::token_losses: only the last stage computes the loss");
   return s.acts.f32() + s.losses;
 }
 

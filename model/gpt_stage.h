@@ -21,7 +21,7 @@
 // microbatch order.
 //
 // Activation slots: the stage holds `slots` in-flight microbatches (1F1B needs up
-// to p - k at stage k, GPipe m). forward(slot, ...) saves in that slot everything
+// to p - k at stage k, GPipe m; with model chunks, each chunk has slots of its own). forward(slot, ...) saves in that slot everything
 // backward(slot) needs; a slot is free again once its backward has run. Slots are
 // allocated up front; forward and backward allocate nothing.
 //
@@ -112,6 +112,14 @@ class GptStage {
   // Parameters are initialised from (training.seed, tensor name) (model/init.h).
   GptStage(const Config& c, StageRange range, kernels::Device& device, int slots,
            StageShape shape, TensorParallel tp = {});
+  // A stage of several model chunks (the interleaved schedule; model/stage_range.h):
+  // chunk c gets chunk_slots[c] activation slots of its own, numbered after the
+  // earlier chunks' (slot_base(c) + i). A slot belongs to one chunk: forward(slot)
+  // runs that chunk's blocks (the embedding first on chunk 0 of the first stage; the
+  // final norm, head and loss after the last chunk of the last stage), and its input,
+  // output and gradients are that chunk's. One chunk: the constructor above.
+  GptStage(const Config& c, StageLayers layers, kernels::Device& device, std::vector<int> chunk_slots,
+           StageShape shape, TensorParallel tp = {});
   GptStage(const Config& c, StageRange range, kernels::Device& device, int slots = 1)
       : GptStage(c, range, device, slots, StageShape::from_config(c)) {}
   ~GptStage();
@@ -119,10 +127,20 @@ class GptStage {
   GptStage& operator=(const GptStage&) = delete;
 
   const ParameterRegistry& registry() const { return registry_; }
+  // The one layer range of a single-chunk stage (std::logic_error with several).
   StageRange range() const { return registry_.range(); }
-  bool is_first() const { return range().has_embedding(); }
+  const StageLayers& layers() const { return registry_.layers(); }
+  bool is_first() const { return layers().has_embedding(); }
   bool is_last() const { return last_; }
-  int slots() const;
+  int slots() const;  // over every chunk
+  int chunks() const { return layers().count(); }
+  int chunk_slots(int chunk) const { return chunk_slots_.at(size_t(chunk)); }
+  int slot_base(int chunk) const { return slot_base_.at(size_t(chunk)); }
+  // Whether chunk `chunk` takes the microbatch's tokens (no input activations) /
+  // ends in the loss (no output gradient): chunk 0 of the first stage / the last
+  // chunk of the last stage.
+  bool chunk_is_first(int chunk) const { return is_first() && chunk == 0; }
+  bool chunk_is_last(int chunk) const { return last_ && chunk == chunks() - 1; }
   StageShape shape() const { return shape_; }
   kernels::Device& device() { return device_; }
   const TensorParallel& tensor_parallel() const { return tp_.collectives().config(); }
@@ -181,10 +199,13 @@ class GptStage {
 
   // Floats held per activation slot (what the forward saves, plus the input gradient
   // handed back on non-first stages), of those the saved ones (kActivations in the
-  // device's memory ledger: 4 bytes each), and the scratch shared by all slots.
+  // device's memory ledger: 4 bytes each), and the scratch shared by all slots. With
+  // several chunks: the largest slot's (the last stage's last chunk keeps the logits);
+  // all_slot_floats() adds up every slot.
   int64_t slot_floats() const { return slot_floats_; }
   int64_t slot_saved_floats() const { return slot_saved_floats_; }
   int64_t scratch_floats() const { return scratch_floats_; }
+  int64_t all_slot_floats() const { return all_slot_floats_; }
   // Tensor-parallel buffers besides the scratch: ones [BT] for the QKV bias pieces and,
   // with sequence parallelism, the LayerNorm gradient staging (0 without TP).
   int64_t tp_buffer_floats() const { return tp_.buffer_floats(); }
@@ -196,9 +217,13 @@ class GptStage {
   Slot& check_slot(int slot, const char* what);
   const Slot& check_slot(int slot, const char* what) const;
   void load_microbatch(Slot& s, const data::Microbatch& mb);
-  // The slot's residual stream at block boundary l (0: the stage input), [Nr, D].
+  // The slot's residual stream at its chunk's block boundary l (0: the chunk's input), [Nr, D].
   float* residual(Slot& s, int l) const;
+  // Where the chunk's l-th block saves its activations (the replay buffer when full
+  // recomputation replays it).
   float* block_saved(Slot& s, int l) const;
+  bool slot_is_first(const Slot& s) const;
+  bool slot_is_last(const Slot& s) const;
   layers::Workspace workspace();
   // Gradients that the tensor-parallel group sums after the last backward (Block::partial_grads).
   std::vector<layers::TpContext::Span> partial_grads() const;
@@ -216,7 +241,9 @@ class GptStage {
   // first stage, one Block per layer of the range, final norm, head and loss on the last.
   std::unique_ptr<layers::Embedding> embedding_;
   std::unique_ptr<layers::Rope> rope_;  // rotary tables the blocks share (LLAMA)
-  std::vector<std::unique_ptr<Block>> blocks_;
+  std::vector<std::unique_ptr<Block>> blocks_;  // every chunk's, in chunk order
+  std::vector<int> chunk_first_block_;           // chunk c's blocks start at this index
+  std::vector<int> chunk_slots_, slot_base_;     // per chunk
   std::unique_ptr<layers::Norm> final_norm_;
   std::unique_ptr<layers::Head> head_;
   std::unique_ptr<layers::Loss> loss_;
@@ -226,14 +253,16 @@ class GptStage {
   // recompute (selective recomputation) | one block's saved floats and its output
   // [BTr, D] (full recomputation: where a recomputed block replays its forward).
   kernels::Buffer scratch_;
-  // Per local layer: its place among the layers whose saved activations live in the
-  // slot, or -1 when full recomputation replays it in backward (model.recompute).
+  // Per layer of a chunk (the l-th block of every chunk alike: Megatron applies
+  // recompute_num_layers per model chunk): its place among the layers whose saved
+  // activations live in the slot, or -1 when full recomputation replays it in backward
+  // (model.recompute).
   std::vector<int64_t> stored_at_;
   int64_t masked_off_ = -1, recompute_off_ = -1, replay_saved_off_ = -1, replay_out_off_ = -1;
   // Host staging, sized once: microbatch IDs on the way in, per-token losses out.
   std::vector<int32_t> host_ints_;
   std::vector<float> host_losses_;
-  int64_t slot_floats_ = 0, slot_saved_floats_ = 0, scratch_floats_ = 0;
+  int64_t slot_floats_ = 0, slot_saved_floats_ = 0, scratch_floats_ = 0, all_slot_floats_ = 0;
 };
 
 }  // namespace troupe::model

@@ -10,11 +10,19 @@ namespace troupe::model {
 const char* decay_group_name(DecayGroup g) { return g == DecayGroup::kDecay ? "decay" : "no_decay"; }
 
 ParameterRegistry::ParameterRegistry(const Config& c, StageRange range, TensorSlice slice)
-    : range_(range), slice_(slice) {
+    : ParameterRegistry(c, StageLayers::single(range), slice) {}
+
+ParameterRegistry::ParameterRegistry(const Config& c, StageLayers layers, TensorSlice slice)
+    : range_(std::move(layers)), slice_(slice) {
   const auto& m = c.model();
-  if (range.first_layer < 0 || range.last_layer > m.layers() || range.first_layer > range.last_layer)
-    throw std::invalid_argument("stage " + range.str() + " is outside the model's " +
-                                std::to_string(m.layers()) + " layers");
+  if (range_.chunks.empty()) throw std::invalid_argument("a stage needs at least one layer range");
+  int previous_end = 0;
+  for (const auto& range : range_.chunks) {
+    if (range.first_layer < previous_end || range.last_layer > m.layers() || range.first_layer > range.last_layer)
+      throw std::invalid_argument("stage " + range_.str() + " is outside the model's " +
+                                  std::to_string(m.layers()) + " layers or not ascending");
+    previous_end = range.last_layer;
+  }
   const int T = slice.size, t = slice.rank;
   if (T < 1 || t < 0 || t >= T)
     throw std::invalid_argument("tensor-parallel rank " + std::to_string(t) + " of " + std::to_string(T) +
@@ -60,7 +68,7 @@ void ParameterRegistry::add_gpt2(const Config& c) {
     wte_ = add_vocab_table(c, embedding_name_);
     wpe_ = add("wpe.weight", {m.max_positions(), D}, W, N, std);
   }
-  for (int l = range_.first_layer; l < range_.last_layer; ++l) {
+  for (const int l : range_.layer_ids()) {
     const std::string p = "h." + std::to_string(l) + ".";
     BlockOffsets b;
     b.begin = total_;
@@ -110,7 +118,7 @@ void ParameterRegistry::add_llama(const Config& c) {
   const int64_t KVt = kv_split ? KV / T : KV;
 
   if (range_.has_embedding()) wte_ = add_vocab_table(c, embedding_name_);
-  for (int l = range_.first_layer; l < range_.last_layer; ++l) {
+  for (const int l : range_.layer_ids()) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     // Linear weights in nn.Linear's layout [out, in]: column-parallel ones split rows
     // (out), row-parallel ones split columns (in).
@@ -182,6 +190,19 @@ int64_t ParameterRegistry::add_slice(std::string name, std::vector<int64_t> glob
   total_ += t.numel;
   tensors_.push_back(std::move(t));
   return tensors_.back().offset;
+}
+
+StageRange ParameterRegistry::range() const {
+  if (range_.chunks.size() != 1)
+    throw std::logic_error("ParameterRegistry::range: the stage holds " + range_.str() + " (" +
+                           std::to_string(range_.chunks.size()) + " model chunks), not one range");
+  return range_.chunks.front();
+}
+
+const BlockOffsets& ParameterRegistry::block(int layer) const {
+  const int i = range_.index_of(layer);
+  if (i < 0) throw std::out_of_range("layer " + std::to_string(layer) + " is not held by the stage holding " + range_.str());
+  return blocks_[size_t(i)];
 }
 
 const ParamTensor* ParameterRegistry::find(std::string_view name) const {

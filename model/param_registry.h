@@ -135,13 +135,20 @@ class ParameterRegistry {
   // Throws std::invalid_argument when heads, ffn width or padded vocab do not split
   // evenly over slice.size.
   ParameterRegistry(const Config& c, StageRange range, TensorSlice slice = {});
+  // A stage of several model chunks (the interleaved schedule): the embedding when
+  // chunk 0 starts at layer 0, every chunk's blocks in chunk order, the final norm and
+  // head when the last chunk ends at the last layer.
+  ParameterRegistry(const Config& c, StageLayers layers, TensorSlice slice = {});
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   // The tensor called `name`; throws std::out_of_range naming it and the stage.
   const ParamTensor& at(std::string_view name) const;
   const ParamTensor* find(std::string_view name) const;
   int64_t total() const { return total_; }
-  StageRange range() const { return range_; }
+  // The layers held, by model chunk; range(): the one range of a single-chunk stage
+  // (std::logic_error with several chunks).
+  const StageLayers& layers() const { return range_; }
+  StageRange range() const;
   TensorSlice slice() const { return slice_; }
   // Vocabulary rows of wte held here: [vocab_begin(), vocab_begin() + vocab_rows()).
   int64_t vocab_begin() const { return vocab_begin_; }
@@ -153,8 +160,8 @@ class ParameterRegistry {
   // Ranges whose squares make up this object's share of the global gradient norm.
   std::vector<FlatRange> norm_ranges() const;
 
-  // Offsets of block `layer` (a global layer index inside the range).
-  const BlockOffsets& block(int layer) const { return blocks_.at(size_t(layer - range_.first_layer)); }
+  // Offsets of block `layer` (a global layer index held here).
+  const BlockOffsets& block(int layer) const;
   // The token embedding's tensor (wte / embed_tokens; -1 when not held), GPT-2's
   // positions (-1 when not held or LLAMA), the final norm's scale and shift (-1: RMSNorm).
   int64_t wte_offset() const { return wte_; }
@@ -185,7 +192,7 @@ class ParameterRegistry {
                     std::vector<int64_t> shape, DecayGroup g, InitKind init, float std,
                     int64_t valid_rows = -1);
 
-  StageRange range_;
+  StageLayers range_;
   TensorSlice slice_;
   int64_t vocab_begin_ = 0, vocab_rows_ = 0;
   std::vector<ParamTensor> tensors_;

@@ -7,6 +7,7 @@
 
 #include "config/derived.h"
 #include "sched/planner.h"
+#include "sched/slot_reuse.h"
 
 namespace troupe::sched {
 
@@ -57,9 +58,11 @@ int64_t layer_floats(const Shape& s, bool selective) {
 StageActivations stage_activations(const Config& c, int32_t stage, const PipelineSchedule& schedule) {
   const auto& m = c.model();
   const int32_t p = c.parallel().pipeline();
-  if (p < 1 || m.layers() % p != 0)
+  const int32_t v = std::max(1, schedule.chunks);
+  if (p < 1 || m.layers() % (p * v) != 0)
     throw std::invalid_argument("model.layers " + std::to_string(m.layers()) + " do not split into parallel.pipeline " +
-                                std::to_string(p) + " equal stages");
+                                std::to_string(p) + (v > 1 ? " x " + std::to_string(v) + " virtual" : std::string()) +
+                                " equal stages");
   if (stage < 0 || stage >= p || size_t(stage) >= schedule.ops.size())
     throw std::invalid_argument("pipeline stage " + std::to_string(stage) + " is outside [0, " + std::to_string(p) +
                                 ")");
@@ -68,7 +71,10 @@ StageActivations stage_activations(const Config& c, int32_t stage, const Pipelin
   StageActivations a;
   a.stage = stage;
   a.layers = m.layers() / p;
-  const int32_t L = a.layers;
+  a.chunks = v;
+  // Per chunk (the whole stage with one chunk); BLOCK recomputes the first
+  // recompute_num_layers of each chunk.
+  const int32_t L = a.layers / v;
   if (m.recompute() != ModelConfig::FULL)
     a.stored_layers = L;
   else if (m.recompute_method() == ModelConfig::UNIFORM)
@@ -76,15 +82,21 @@ StageActivations stage_activations(const Config& c, int32_t stage, const Pipelin
   else
     a.stored_layers = L - std::min(L, std::max(0, m.recompute_num_layers()));
   a.in_flight = peak_in_flight(schedule.ops[size_t(stage)]);
-  a.slots = activation_slots(c.parallel().schedule(), a.in_flight, schedule.microbatches);
+  if (v == 1)
+    a.chunk_slots = {activation_slots(c.parallel().schedule(), a.in_flight, schedule.microbatches)};
+  else
+    a.chunk_slots = chunk_activation_slots(schedule, stage);
+  a.slots = 0;
+  for (const int32_t n : a.chunk_slots) a.slots += n;
   const bool first = stage == 0, last = stage == p - 1;
 
   const int64_t layer = layer_floats(s, selective);
-  int64_t slot = (L + 1) * s.r * s.D + a.stored_layers * layer;
-  if (last) slot += s.n * s.D + norm_floats(s) + s.n * (config::padded_vocab(c) / s.TP) + 2 * s.n;
-  slot += 5 * s.n;  // tokens, positions, targets, document starts (int32), loss mask
+  const int64_t chunk_slot = (L + 1) * s.r * s.D + a.stored_layers * layer + 5 * s.n;  // + token ints, loss mask
+  const int64_t head = last ? s.n * s.D + norm_floats(s) + s.n * (config::padded_vocab(c) / s.TP) + 2 * s.n : 0;
   a.layer_bytes = 4 * layer;
-  a.slot_bytes = 4 * slot;
+  a.slot_bytes = 4 * (chunk_slot + head);  // the largest slot: the last chunk's
+  for (int32_t ch = 0; ch < v; ++ch)
+    a.saved_total_bytes += int64_t(a.chunk_slots[size_t(ch)]) * 4 * (chunk_slot + (ch == v - 1 ? head : 0));
 
   // The scratch the slots share (GptStage's scratch_): dres and small [n, D], big
   // [n, widest layer scratch], then hidden dropout's masked rows, the selective
@@ -96,15 +108,16 @@ StageActivations stage_activations(const Config& c, int32_t stage, const Pipelin
   if (m.hidden_dropout() > 0) scratch += s.n * s.D;
   if (selective && L > 0) scratch += std::max(att_floats(s), s.n * s.Ft);
   if (a.stored_layers < L) scratch += layer_floats(s, false) + s.r * s.D;
-  if (!first) scratch += int64_t(a.slots) * s.n * s.D;  // each slot's input gradient
+  // Each slot's input gradient (every chunk but the first stage's chunk 0).
+  const int32_t handing_back = first ? a.slots - a.chunk_slots.front() : a.slots;
+  scratch += int64_t(handing_back) * s.n * s.D;
   a.scratch_bytes = 4 * scratch;
   return a;
 }
 
 std::vector<StageActivations> activation_plan(const Config& c) {
   const int32_t p = c.parallel().pipeline();
-  const auto schedule =
-      build_pipeline_schedule(c.parallel().schedule(), p, int32_t(config::microbatches_per_replica(c)));
+  const auto schedule = build_pipeline_schedule(c);
   std::vector<StageActivations> out;
   for (int32_t k = 0; k < p; ++k) out.push_back(stage_activations(c, k, schedule));
   return out;
@@ -129,12 +142,12 @@ Config RecomputeChoice::applied_to(const Config& c, int32_t stage_layers) const 
 
 std::vector<StageFit> fit_recompute(const Config& c, double gpu_bytes) {
   const int32_t p = c.parallel().pipeline();
-  const auto schedule =
-      build_pipeline_schedule(c.parallel().schedule(), p, int32_t(config::microbatches_per_replica(c)));
+  const auto schedule = build_pipeline_schedule(c);
   const double per = params_per_gpu(c);
   const int dp = c.parallel().data();
   const double main = c.parallel().distributed_optimizer() ? per * (8.0 + 8.0 / dp) : per * 16.0;
-  const int32_t L = c.model().layers() / std::max(1, p);
+  // FULL BLOCK counts layers per model chunk (all of a stage's with one chunk).
+  const int32_t L = c.model().layers() / std::max(1, p) / std::max(1, schedule.chunks);
   std::vector<RecomputeChoice> candidates{{ModelConfig::NONE, 0}, {ModelConfig::SELECTIVE, 0}};
   for (int32_t k = 1; k <= L; ++k) candidates.push_back({ModelConfig::FULL, k});
   std::vector<StageFit> out;

@@ -37,20 +37,26 @@ namespace troupe::sched {
 // neighbour by pointer outlives the next forward into its slot.
 int32_t activation_slots(ParallelConfig::Schedule kind, int32_t in_flight, int32_t microbatches);
 
+// With v model chunks a stage (the interleaved schedule) every slot holds one chunk's
+// L / v layers, each chunk has slots of its own (sched/slot_reuse.h), and only the last
+// stage's last chunk's slots hold the head's part.
 struct StageActivations {
   int32_t stage = 0;
   int32_t layers = 0;          // transformer layers of the stage
-  int32_t stored_layers = 0;   // of those, the ones whose activations a slot keeps
+  int32_t chunks = 1;          // model chunks (v)
+  int32_t stored_layers = 0;   // of a chunk's layers, the ones whose activations a slot keeps
   int32_t in_flight = 0;       // peak in flight, from the stage's op list
-  int32_t slots = 0;           // activation_slots(kind, in_flight, m)
+  int32_t slots = 0;           // activation_slots(kind, in_flight, m); with chunks their sum
+  std::vector<int32_t> chunk_slots;  // per chunk
   int64_t layer_bytes = 0;     // one stored layer's saved bytes, per slot
-  int64_t slot_bytes = 0;      // everything one slot saves
+  int64_t slot_bytes = 0;      // everything one slot saves (the largest slot with chunks)
+  int64_t saved_total_bytes = 0;  // every slot's
   // Bytes of the temporaries the slots share (dres, the layers' workspace, the hidden
   // dropout's masked rows, the recompute and replay buffers) plus the input gradient
   // each slot hands back (non-first stages). Excludes tensor-parallel buffers, the
   // rotary tables and the device's kernel scratch.
   int64_t scratch_bytes = 0;
-  int64_t saved_bytes() const { return int64_t(slots) * slot_bytes; }
+  int64_t saved_bytes() const { return saved_total_bytes; }
 };
 
 // Stage `stage` of c's pipeline under c's own model.recompute settings, with the

@@ -4,6 +4,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "config/derived.h"
+
 namespace troupe::sched {
 namespace {
 
@@ -86,10 +88,29 @@ PipelineSchedule build_interleaved_schedule(int32_t p, int32_t m, int32_t v) {
   return s;
 }
 
+PipelineSchedule build_pipeline_schedule(const Config& c) {
+  const auto& par = c.parallel();
+  const auto m = int32_t(config::microbatches_per_replica(c));
+  if (par.schedule() == ParallelConfig::INTERLEAVED_1F1B)
+    return build_interleaved_schedule(par.pipeline(), m, par.virtual_stages());
+  return build_pipeline_schedule(par.schedule(), par.pipeline(), m);
+}
+
+std::vector<PipelineOp> forward_pass_order(int32_t stages, int32_t microbatches, int32_t chunks) {
+  std::vector<PipelineOp> ops;
+  const int32_t group = chunks > 1 ? std::max(1, stages) : std::max(1, microbatches);
+  for (int32_t g = 0; g < microbatches; g += group)
+    for (int32_t c = 0; c < std::max(1, chunks); ++c)
+      for (int32_t j = g; j < std::min(microbatches, g + group); ++j) ops.push_back({OpKind::Forward, j, c});
+  return ops;
+}
+
 PipelineSchedule build_pipeline_schedule(ParallelConfig::Schedule kind, int32_t stages,
                                          int32_t microbatches) {
   if (stages < 1 || microbatches < 1)
     throw std::invalid_argument("pipeline schedule needs at least one stage and one microbatch");
+  if (kind == ParallelConfig::INTERLEAVED_1F1B)
+    throw std::invalid_argument("the INTERLEAVED_1F1B schedule needs its chunks a stage (build_interleaved_schedule)");
   PipelineSchedule s{stages, microbatches, {}};
   s.ops.reserve(stages);
   for (int32_t k = 0; k < stages; ++k)

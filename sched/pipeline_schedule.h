@@ -49,8 +49,19 @@ OpLink op_destination(const PipelineSchedule& s, int32_t stage, const PipelineOp
 // ONE_F_ONE_B (non-interleaved): stage k runs min(p-k-1, m) warm-up forwards, then
 // alternates one forward / one backward, then drains the remaining backwards; it holds
 // at most p-k microbatches' activations at once.
+// INTERLEAVED_1F1B needs its chunk count: build_interleaved_schedule or the Config form.
 PipelineSchedule build_pipeline_schedule(ParallelConfig::Schedule kind, int32_t stages,
                                          int32_t microbatches);
+// The schedule of a run's config: parallel.schedule over parallel.pipeline stages, the
+// microbatches per replica and (INTERLEAVED_1F1B) parallel.virtual_stages chunks.
+// Unverified: the runtime takes it from verified_pipeline_schedule (schedule_verifier.h).
+PipelineSchedule build_pipeline_schedule(const Config& c);
+// The order of an evaluation pass's forwards on every stage (no backward): m
+// microbatches through the stage's chunks, in groups of p microbatches through each
+// chunk in turn (with one chunk: microbatch order). Each forward's input comes from an
+// op earlier in the same order on the stage it comes from, so every stage walking it
+// cannot deadlock.
+std::vector<PipelineOp> forward_pass_order(int32_t stages, int32_t microbatches, int32_t chunks);
 
 // The interleaved 1F1B schedule (Megatron-LM's, v >= 2 model chunks a stage, p >= 2
 // stages, m a multiple of p). Stage k's i-th forward is microbatch (i / pv) p + i mod p

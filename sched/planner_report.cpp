@@ -353,8 +353,7 @@ std::string render_memory_fit(const Config& c, double gpu_bytes) {
                      dist ? fmt::format("8 + 8/{}", dp) : std::string("16"));
   Table t({"stage", "layers", "in flight", "slots", "none", "selective", "full (all layers)", "least that fits",
            "its total"});
-  const auto schedule = build_pipeline_schedule(c.parallel().schedule(), c.parallel().pipeline(),
-                                                int32_t(config::microbatches_per_replica(c)));
+  const auto schedule = build_pipeline_schedule(c);
   auto total = [&](const RecomputeChoice& r, int32_t stage) {
     const StageActivations a = stage_activations(r.applied_to(c, L), stage, schedule);
     return fits.front().main_state_bytes + double(a.saved_bytes()) + double(a.scratch_bytes);

@@ -249,7 +249,7 @@ PipelineSchedule verified_pipeline_schedule(ParallelConfig::Schedule kind, int32
 
 PipelineSchedule verified_pipeline_schedule(const Config& c) {
   const auto kind = c.parallel().schedule();
-  auto s = build_pipeline_schedule(kind, c.parallel().pipeline(), int32_t(config::microbatches_per_replica(c)));
+  auto s = build_pipeline_schedule(c);
   // Test-only: a deliberately broken list (sched/schedule_mutation.h); none outside tests.
   if (const auto m = schedule_mutation_from_env()) apply_schedule_mutation(*m, s);
   require_valid_schedule(s, kind);
@@ -257,7 +257,7 @@ PipelineSchedule verified_pipeline_schedule(const Config& c) {
 }
 
 std::string schedule_name(ParallelConfig::Schedule kind, int32_t chunks) {
-  return chunks > 1 && kind == ParallelConfig::ONE_F_ONE_B ? std::string("INTERLEAVED_1F1B")
+  return chunks > 1 && kind == ParallelConfig::ONE_F_ONE_B ? ParallelConfig::Schedule_Name(ParallelConfig::INTERLEAVED_1F1B)
                                                            : ParallelConfig::Schedule_Name(kind);
 }
 

@@ -184,7 +184,7 @@ typename Inspector::result_type inspect(Inspector& f, Activations& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActivationsReady& x) {
   auto kind = uint8_t(x.kind);
-  return f(caf::meta::type_name("troupe::msg::ActivationsReady"), x.step, kind, x.microbatch, x.x,
+  return f(caf::meta::type_name("troupe::msg::ActivationsReady"), x.step, kind, x.microbatch, x.x, x.chunk,
            caf::meta::load_callback([&]() -> caf::error {
              x.kind = StepKind(kind);
              return caf::none;
@@ -193,7 +193,7 @@ typename Inspector::result_type inspect(Inspector& f, ActivationsReady& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, GradientsReady& x) {
-  return f(caf::meta::type_name("troupe::msg::GradientsReady"), x.step, x.microbatch, x.dx);
+  return f(caf::meta::type_name("troupe::msg::GradientsReady"), x.step, x.microbatch, x.dx, x.chunk);
 }
 
 template <class Inspector>

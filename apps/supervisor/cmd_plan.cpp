@@ -119,8 +119,7 @@ int plan_main(int argc, char** argv) {
   // The op lists a run would execute, checked as `supervisor run` checks them before
   // starting (docs/runtime.md "The schedule verifier").
   const auto& par = loaded.config.parallel();
-  const auto schedule = sched::build_pipeline_schedule(par.schedule(), par.pipeline(),
-                                                       int32_t(config::microbatches_per_replica(loaded.config)));
+  const auto schedule = sched::build_pipeline_schedule(loaded.config);
   std::printf("\n%s\n", sched::schedule_verdict_line(schedule, par.schedule()).c_str());
   if (gpu_bytes) std::printf("\n%s", sched::render_memory_fit(loaded.config, *gpu_bytes).c_str());
   return 0;

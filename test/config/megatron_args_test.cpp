@@ -211,10 +211,23 @@ TEST_CASE("a mix of the two families' features is refused with what is missing")
         "add that flag or drop this one");
 }
 
-TEST_CASE("the virtual-pipeline flags are refused with the reason") {
+TEST_CASE("the virtual-pipeline flags import to the interleaved schedule") {
+  auto parsed = [](const std::string& text) { return parse_megatron_args(text, "m.args").config.parallel(); };
+  const auto a = parsed("--num-layers 8\n--pipeline-model-parallel-size 2\n--virtual-pipeline-model-parallel-size 2");
+  CHECK(a.schedule() == ParallelConfig::INTERLEAVED_1F1B);
+  CHECK(a.virtual_stages() == 2);
+  // N layers a chunk: v = 8 / (2 x 2), whatever order the flags come in.
+  const auto b = parsed("--num-layers-per-virtual-pipeline-stage 2\n--num-layers 8\n--pipeline-model-parallel-size 2");
+  CHECK(b.schedule() == ParallelConfig::INTERLEAVED_1F1B);
+  CHECK(b.virtual_stages() == 2);
+  // One chunk a stage is the plain schedule.
+  const auto c = parsed("--num-layers 8\n--pipeline-model-parallel-size 2\n--num-layers-per-virtual-pipeline-stage 4");
+  CHECK(c.schedule() == ParallelConfig::ONE_F_ONE_B);
+  CHECK(c.virtual_stages() == 1);
+  CHECK(import_error("--num-layers 8\n--pipeline-model-parallel-size 2\n--num-layers-per-virtual-pipeline-stage 3") ==
+        "m.args:3: --num-layers-per-virtual-pipeline-stage: 3 layers a chunk do not divide --num-layers 8 over "
+        "--pipeline-model-parallel-size 2");
   CHECK(import_error("--virtual-pipeline-model-parallel-size 2\n--num-layers-per-virtual-pipeline-stage 4") ==
-        "m.args: unsupported Megatron-LM flags: --virtual-pipeline-model-parallel-size (line 1: troupe's stage "
-        "actors do not run the interleaved schedule yet (supervisor plan shows its idle and memory)), "
-        "--num-layers-per-virtual-pipeline-stage (line 2: troupe's stage actors do not run the interleaved schedule "
-        "yet (supervisor plan shows its idle and memory))");
+        "m.args:2: --num-layers-per-virtual-pipeline-stage: give it or --virtual-pipeline-model-parallel-size (line "
+        "1), not both");
 }

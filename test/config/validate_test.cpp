@@ -26,6 +26,30 @@ TEST_CASE("model: width % heads, heads % tensor, ffn % tensor, layers % pipeline
         "t.textproto:1: model.layers: 3 is not divisible by parallel.pipeline = 2");
 }
 
+TEST_CASE("the interleaved schedule: chunks, stages, microbatches, one process; ZB_H1 not run yet") {
+  CHECK(load_error("model { layers: 8 }\nparallel { pipeline: 2 schedule: INTERLEAVED_1F1B virtual_stages: 2 }") ==
+        "(no error)");
+  CHECK(load_error("parallel { virtual_stages: 2 }") ==
+        "t.textproto:1: parallel.virtual_stages: 2 model chunks a stage need parallel.schedule INTERLEAVED_1F1B (it "
+        "is ONE_F_ONE_B)");
+  CHECK(load_error("parallel { virtual_stages: 0 }") ==
+        "t.textproto:1: parallel.virtual_stages: 0 is not a chunk count (1 or more)");
+  CHECK(load_error("model { layers: 8 }\nparallel { schedule: INTERLEAVED_1F1B virtual_stages: 2 }") ==
+        "t.textproto:2: parallel.schedule: INTERLEAVED_1F1B needs parallel.pipeline >= 2");
+  CHECK(load_error("model { layers: 8 }\nparallel { pipeline: 2 schedule: INTERLEAVED_1F1B }") ==
+        "t.textproto:2: parallel.virtual_stages: INTERLEAVED_1F1B needs 2 or more model chunks a stage");
+  CHECK(load_error("model { layers: 4 }\nparallel { pipeline: 2 schedule: INTERLEAVED_1F1B virtual_stages: 4 }") ==
+        "t.textproto:2: parallel.virtual_stages: model.layers 4 does not divide into parallel.pipeline 2 x 4 model "
+        "chunks");
+  CHECK(load_error("model { layers: 8 }\nbatch { global_batch_size: 6 }\n"
+                   "parallel { pipeline: 4 schedule: INTERLEAVED_1F1B virtual_stages: 2 }") ==
+        "t.textproto:3: parallel.schedule: INTERLEAVED_1F1B walks groups of parallel.pipeline = 4 microbatches; the 6 "
+        "microbatches per replica (global_batch_size / (micro_batch_size x data)) are not a multiple");
+  CHECK(load_error("model { layers: 8 }\nparallel { pipeline: 2 schedule: ZB_H1 }") ==
+        "t.textproto:2: parallel.schedule: ZB_H1: the stage actors do not run the split backward yet (supervisor "
+        "plan shows its idle)");
+}
+
 TEST_CASE("padded vocab always splits across tensor-parallel ranks") {
   Config c;
   c.mutable_parallel()->set_tensor(8);
