@@ -421,6 +421,25 @@ void check_eval_samples(const Config& c, Checker& k) {
            related);
 }
 
+// The zero-bubble schedule (ZB-H1): its weight passes fill a pipeline's cool-down, and
+// they read each linear layer's input where the forward kept it in the slot, which
+// recomputation does not (docs/compute.md, "Split backward").
+void check_zero_bubble(const Config& c, Checker& k) {
+  const auto& p = c.parallel();
+  if (p.schedule() != ParallelConfig::ZB_H1) return;
+  if (p.pipeline() < 2)
+    k.fail("parallel.schedule", fmt::format("ZB_H1 needs parallel.pipeline >= 2 (got {}): its weight passes fill "
+                                            "the pipeline's bubble, and one stage has none",
+                                            p.pipeline()),
+           {"parallel.pipeline"});
+  if (c.model().recompute() != ModelConfig::NONE)
+    k.fail("parallel.schedule",
+           fmt::format("ZB_H1 needs model.recompute NONE (got {}): the weight pass reads the activations that "
+                       "recomputation does not keep",
+                       ModelConfig::Recompute_Name(c.model().recompute())),
+           {"model.recompute"});
+}
+
 // Rules that combine fields; every field they read is known to be in range.
 void check_relations(const Config& c, Checker& k) {
   const auto& m = c.model();
@@ -435,6 +454,7 @@ void check_relations(const Config& c, Checker& k) {
            {"parallel.tensor"});
   check_family(c, k);
   check_recompute(c, k);
+  check_zero_bubble(c, k);
   const int64_t ffn = ffn_width(m);
   if (ffn % p.tensor() != 0)
     k.fail("model.ffn_width",

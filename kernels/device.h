@@ -135,7 +135,9 @@ class Device {
   // dinp[N, C] = dout[N, OC] * weight^T, then, when gelu_pre[N, C] is given,
   //   dinp *= gelu'(gelu_pre) (the backward of a GELU that produced inp from gelu_pre);
   // dweight[C, OC] += inp^T * dout;  dbias[OC] += column sums of dout.
-  // dinp may be null (no input gradient wanted).
+  // dinp may be null (no input gradient wanted); dweight may be null (the weight
+  // gradient left for later: ZB-H1's split backward issues it as
+  // gemm(true, false, C, OC, N, 1, inp, C, dout, OC, 1, dweight, OC), the same GEMM).
   virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, const float* gelu_pre,
                                int N, int C, int OC) = 0;

@@ -23,6 +23,8 @@ int64_t Block::scratch_width() const { return std::max(attention_->scratch_width
 
 int64_t Block::recompute_floats() const { return std::max(attention_->recompute_floats(), mlp_->recompute_floats()); }
 
+int64_t Block::deferred_floats() const { return attention_->deferred_floats() + mlp_->deferred_floats(); }
+
 Block::Saved Block::carve(float* saved) const {
   const int64_t n = cap_.tokens(), rows = tp_.rows(n);
   layers::Carver c(saved);

@@ -42,10 +42,14 @@ class Block {
   int64_t scratch_width() const;
   // Floats of Workspace::recompute its layers need (selective recomputation; else 0).
   int64_t recompute_floats() const;
+  // Floats of output gradients a backward with Workspace::defer keeps for the weight
+  // pass (the attention's, then the MLP's; weight_grad_queue.h).
+  int64_t deferred_floats() const;
   // out[Nr, D] = block(x[Nr, D]); N = B*T tokens. out may not alias x.
   void forward(float* saved, float* out, const float* x, const layers::Sequence& seq, const layers::Workspace& ws);
   // dres[N, D]: rows [first_row, first_row + Nr) hold d loss / d out on entry and
-  // d loss / d x on return; the other rows are scratch. x as given to forward.
+  // d loss / d x on return; the other rows are scratch. x as given to forward. With
+  // ws.defer the linears' weight GEMMs are queued there, not issued.
   void backward(float* saved, float* dres, const float* x, const layers::Sequence& seq, const layers::Workspace& ws);
   // The gradients of replicated weights that hold this rank's share only until the
   // group sums them: the norms' under sequence parallelism (layers/norm.h), and the

@@ -12,6 +12,7 @@
 #include "model/layers/loss.h"
 #include "model/layers/norm.h"
 #include "model/layers/rope.h"
+#include "model/layers/weight_grad_queue.h"
 
 namespace troupe::model {
 
@@ -32,6 +33,13 @@ struct GptStage::Slot {
   int layers = 0;
   int64_t first_slot = -1;  // the microbatch's (dropout masks; -1: none)
   bool forwarded = false;
+  // Split backward (ZB-H1): the output gradients kept for the weight pass
+  // (kActivations), the queued weight GEMMs, and the queue's size after each block
+  // (from the last block down); awaiting_weight from backward_input to backward_weight.
+  Buffer deferred;
+  layers::WeightGradQueue queue;
+  std::vector<size_t> block_marks;
+  bool awaiting_weight = false;
   int64_t loss_tokens = 0;  // of this microbatch (last stage)
   int64_t global_loss_tokens = 0;
   // Offsets into acts (capacity layout).
@@ -124,6 +132,19 @@ GptStage::GptStage(const Config& c, StageLayers stage_layers, kernels::Device& d
   // first recompute_num_layers of the stage (of each chunk); the others keep their
   // saved activations.
   const auto& m = c.model();
+  // The split backward's weight pass reads the linears' inputs in the slot, which
+  // recomputation keeps elsewhere (config/validate.cpp refuses the pair first).
+  split_ = c.parallel().schedule() == ParallelConfig::ZB_H1;
+  if (split_ && m.recompute() != ModelConfig::NONE)
+    throw std::invalid_argument("GptStage: parallel.schedule ZB_H1 needs model.recompute NONE (the weight pass "
+                                "reads the activations recomputation does not keep)");
+  if (split_ && chunks() > 1)
+    throw std::invalid_argument("GptStage: parallel.schedule ZB_H1 runs one model chunk a stage, not " +
+                                std::to_string(chunks()));
+  if (split_) {
+    if (is_first()) slot_deferred_floats_ += layers::Embedding::deferred_floats(BT, D_);
+    for (const auto& b : blocks_) slot_deferred_floats_ += b->deferred_floats();
+  }
   int64_t stored = 0;
   for (int64_t l = 0; l < L; ++l) {
     const bool replay = m.recompute() == ModelConfig::FULL &&
@@ -161,8 +182,12 @@ GptStage::GptStage(const Config& c, StageLayers stage_layers, kernels::Device& d
       s.losses = off;
       off += BT;
     }
-    const int64_t saved_floats = off + 5 * BT;  // + ints + mask
+    const int64_t saved_floats = off + 5 * BT + slot_deferred_floats_;  // + ints + mask + the weight pass's
     using kernels::MemoryCategory;
+    if (split_) {
+      s.deferred = device_.allocate_as(MemoryCategory::kActivations, slot_deferred_floats_, DType::kF32);
+      s.block_marks.reserve(size_t(L));
+    }
     s.acts = device_.allocate_as(MemoryCategory::kActivations, off, DType::kF32);
     s.ints = device_.allocate_as(MemoryCategory::kActivations, 4 * BT, DType::kI32);
     s.mask = device_.allocate_as(MemoryCategory::kActivations, BT, DType::kF32);
@@ -371,6 +396,9 @@ StageLoss GptStage::forward(int slot, const data::Microbatch& mb, const float* i
 
 int64_t GptStage::issue_forward(int slot, const data::Microbatch& mb, const float* input) {
   Slot& s = check_slot(slot, "GptStage::forward");
+  if (s.awaiting_weight)
+    throw std::logic_error("GptStage::forward: slot " + std::to_string(slot) +
+                           " still holds what its backward_weight needs");
   const bool first = slot_is_first(s), last = slot_is_last(s);
   if (first != (input == nullptr))
     throw std::invalid_argument(first ? "GptStage::forward: the first stage takes no input activations"
@@ -413,6 +441,46 @@ void GptStage::backward(int slot, const float* grad_output, const std::function<
   if (last != (grad_output == nullptr))
     throw std::invalid_argument(last ? "GptStage::backward: the last stage takes no output gradient"
                                      : "GptStage::backward: a non-last stage (or chunk) needs the output gradient");
+  run_backward(s, grad_output, block_done, nullptr);
+}
+
+void GptStage::backward_input(int slot, const float* grad_output) {
+  Slot& s = check_slot(slot, "GptStage::backward_input");
+  if (!split_)
+    throw std::logic_error("GptStage::backward_input: the stage was not built for the split backward "
+                           "(parallel.schedule ZB_H1)");
+  if (!s.forwarded)
+    throw std::logic_error("GptStage::backward_input: slot " + std::to_string(slot) + " holds no forward");
+  const bool last = slot_is_last(s);
+  if (last != (grad_output == nullptr))
+    throw std::invalid_argument(last ? "GptStage::backward_input: the last stage takes no output gradient"
+                                     : "GptStage::backward_input: a non-last stage needs the output gradient");
+  s.queue.reset(s.deferred.f32(), slot_deferred_floats_);
+  s.block_marks.clear();
+  run_backward(s, grad_output, {}, &s.queue);
+  s.awaiting_weight = true;
+}
+
+void GptStage::backward_weight(int slot, const std::function<void(FlatRange)>& block_done) {
+  Slot& s = check_slot(slot, "GptStage::backward_weight");
+  if (!s.awaiting_weight)
+    throw std::logic_error("GptStage::backward_weight: slot " + std::to_string(slot) +
+                           " has no backward_input waiting for its weight pass");
+  // The head's GEMM (last stage) comes before the last block's mark, the embedding's
+  // scatter (first stage) after the first block's.
+  const int first_layer = layers().chunks[size_t(s.chunk)].first_layer;
+  for (size_t i = 0; i < s.block_marks.size(); ++i) {
+    s.queue.run_until(s.block_marks[i]);
+    const BlockOffsets& o = registry_.block(first_layer + s.layers - 1 - int(i));
+    if (block_done) block_done({o.begin, o.end});
+  }
+  s.queue.run();
+  s.awaiting_weight = false;
+}
+
+void GptStage::run_backward(Slot& s, const float* grad_output, const std::function<void(FlatRange)>& block_done,
+                            layers::WeightGradQueue* defer) {
+  const bool first = slot_is_first(s), last = slot_is_last(s);
   const int B = s.B, T = s.T, BT = B * T, D = D_;
   const int64_t Nr = tp_.rows(BT);
   const size_t cap = size_t(shape_.micro_batch) * size_t(shape_.seq);
@@ -421,7 +489,8 @@ void GptStage::backward(int slot, const float* grad_output, const std::function<
   const int32_t* targets = tokens + 2 * cap;
   const int32_t* doc_start = tokens + 3 * cap;
   float* acts = s.acts.f32();
-  const layers::Workspace ws = workspace();
+  layers::Workspace ws = workspace();
+  ws.defer = defer;
   float* dres = scratch_.f32();                // [BT, D] gradient of the residual stream (all rows)
   float* dres_mine = dres + tp_.first_row(BT) * D;  // [Nr, D] the rows this rank holds
 
@@ -430,7 +499,7 @@ void GptStage::backward(int slot, const float* grad_output, const std::function<
     const float scale = s.global_loss_tokens > 0 ? 1.0f / float(s.global_loss_tokens) : 0.0f;
     // dlogits (in place) = loss_mask / global_loss_tokens * (softmax - onehot)
     loss_->backward(logits, logits, acts + s.lse, targets, s.mask.f32(), scale, BT);
-    const float* dlnf = head_->backward(ws.small, logits, acts + s.lnf, BT);
+    const float* dlnf = head_->backward(ws.small, logits, acts + s.lnf, BT, defer);
     device_.fill_zero(dres_mine, size_t(Nr) * size_t(D) * sizeof(float));
     final_norm_->backward(acts + s.lnf_saved, dres_mine, dlnf, residual(s, s.layers), int(Nr));
   } else {
@@ -449,10 +518,11 @@ void GptStage::backward(int slot, const float* grad_output, const std::function<
     block.backward(block_saved(s, l), dres, residual(s, l), seq, ws);
     const BlockOffsets& o = registry_.block(first_layer + l);
     if (block_done) block_done({o.begin, o.end});
+    if (defer) s.block_marks.push_back(defer->size());
   }
 
   if (first)
-    embedding_->backward(dres, tokens, seq);
+    embedding_->backward(dres, tokens, seq, defer);
   else
     device_.copy(s.dinput.f32(), dres_mine, size_t(Nr) * size_t(D) * sizeof(float));
   s.forwarded = false;

@@ -83,6 +83,7 @@ namespace troupe::model {
 class Block;
 namespace layers {
 class Embedding;
+class WeightGradQueue;
 class Rope;
 class Norm;
 class Head;
@@ -186,6 +187,25 @@ class GptStage {
   void backward(int slot, const float* grad_output = nullptr,
                 const std::function<void(FlatRange)>& block_done = {});
 
+  // The same backward split in two passes (ZB-H1, parallel.schedule ZB_H1; the stage
+  // must have been built with that schedule, so its slots hold what the second pass
+  // needs; docs/compute.md, "Split backward"):
+  //   backward_input(slot, grad_output): everything but the weight-gradient GEMMs of
+  //     the linear layers (and the embedding's scatter-add): the input gradient
+  //     (input_grad(slot) on return), the norms' and biases' gradients. Each linear's
+  //     output gradient is kept in the slot (slot_deferred_floats()).
+  //   backward_weight(slot, block_done): the deferred GEMMs, in the order backward()
+  //     issues them; block_done as backward's (blocks from last to first), called here
+  //     since here the blocks' gradients are complete. The slot is free afterwards.
+  // backward_input then backward_weight adds the same bits to grads() as backward(),
+  // and any interleaving of other microbatches' passes between them leaves each
+  // parameter's additions in microbatch order as long as each pass kind runs in
+  // microbatch order (the norms' and biases' in B order, the rest in W order).
+  void backward_input(int slot, const float* grad_output = nullptr);
+  void backward_weight(int slot, const std::function<void(FlatRange)>& block_done = {});
+  // Whether the stage was built for the split backward (parallel.schedule ZB_H1).
+  bool split_backward() const { return split_; }
+
   const float* output(int slot) const;      // non-last stages
   const float* input_grad(int slot) const;  // non-first stages
 
@@ -202,8 +222,11 @@ class GptStage {
   // device's memory ledger: 4 bytes each), and the scratch shared by all slots. With
   // several chunks: the largest slot's (the last stage's last chunk keeps the logits);
   // all_slot_floats() adds up every slot.
+  // Under the split backward the saved floats include slot_deferred_floats(), the
+  // output gradients kept from backward_input to backward_weight.
   int64_t slot_floats() const { return slot_floats_; }
   int64_t slot_saved_floats() const { return slot_saved_floats_; }
+  int64_t slot_deferred_floats() const { return slot_deferred_floats_; }
   int64_t scratch_floats() const { return scratch_floats_; }
   int64_t all_slot_floats() const { return all_slot_floats_; }
   // Tensor-parallel buffers besides the scratch: ones [BT] for the QKV bias pieces and,
@@ -225,6 +248,10 @@ class GptStage {
   bool slot_is_first(const Slot& s) const;
   bool slot_is_last(const Slot& s) const;
   layers::Workspace workspace();
+  // The backward of a slot; with defer, the weight GEMMs are queued there instead
+  // (backward_input), marks[l] the queue's size after local block l.
+  void run_backward(Slot& s, const float* grad_output, const std::function<void(FlatRange)>& block_done,
+                    layers::WeightGradQueue* defer);
   // Gradients that the tensor-parallel group sums after the last backward (Block::partial_grads).
   std::vector<layers::TpContext::Span> partial_grads() const;
 
@@ -263,6 +290,8 @@ class GptStage {
   std::vector<int32_t> host_ints_;
   std::vector<float> host_losses_;
   int64_t slot_floats_ = 0, slot_saved_floats_ = 0, scratch_floats_ = 0, all_slot_floats_ = 0;
+  int64_t slot_deferred_floats_ = 0;
+  bool split_ = false;
 };
 
 }  // namespace troupe::model

@@ -18,7 +18,7 @@ void qkv_pieces_backward(kernels::Device& dev, float* dln1, float* dw, float* db
     const float* dj = dqkv + j * Dt;
     const float* wj = w + int64_t(j) * D * Dt;
     dev.gemm(false, true, N, D, Dt, 1.0f, dj, ld, wj, Dt, j == 0 ? 0.0f : 1.0f, dln1, D);
-    dev.gemm(true, false, D, Dt, N, 1.0f, ln1, D, dj, ld, 1.0f, dw + int64_t(j) * D * Dt, Dt);
+    if (dw) dev.gemm(true, false, D, Dt, N, 1.0f, ln1, D, dj, ld, 1.0f, dw + int64_t(j) * D * Dt, Dt);
   }
   dev.gemm(true, false, 1, ld, N, 1.0f, ones, 1, dqkv, ld, 1.0f, db, ld);
 }

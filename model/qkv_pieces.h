@@ -16,7 +16,7 @@ void qkv_pieces_forward(kernels::Device& dev, float* qkv, const float* ln1, cons
                         const float* b, const float* ones, int N, int D, int Dt);
 
 // dln1[N, D] = sum_j dqkv[:, j-th block] W_j^T (overwritten);
-// dW_j[D, Dt] += ln1^T dqkv[:, j-th block];  db[3Dt] += column sums of dqkv.
+// dW_j[D, Dt] += ln1^T dqkv[:, j-th block] (not when dw is null);  db[3Dt] += column sums of dqkv.
 void qkv_pieces_backward(kernels::Device& dev, float* dln1, float* dw, float* db, const float* dqkv,
                          const float* ln1, const float* w, const float* ones, int N, int D, int Dt);
 

@@ -59,7 +59,7 @@ void linear_backward(ThreadPool& pool, float* dinp, float* dweight, float* dbias
     };
     gemm_split(pool, false, true, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C, none, after);
   }
-  gemm(pool, true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
+  if (dweight) gemm(pool, true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
   if (dbias) bias_backward(pool, dbias, dout, N, OC);
 }
 

@@ -377,10 +377,12 @@ void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, cons
     gemm_rm(false, true, N, C, OC, 1.0f, d, ld, 0, w, lw, 0, 0.0f, dinp, C, 0, 1);
     if (gelu_pre) launch::gelu_backward(dinp, gelu_pre, dinp, int64_t(N) * C, compute_);
   }
-  int64_t lx = 0;
-  const void* x = operand(kOperandA, inp, N, C, C, &lx);
-  // dweight[C, OC] += inp[N, C]^T * dout[N, OC]
-  gemm_rm(true, false, C, OC, N, 1.0f, x, lx, 0, d, ld, 0, 1.0f, dweight, OC, 0, 1);
+  if (dweight) {
+    int64_t lx = 0;
+    const void* x = operand(kOperandA, inp, N, C, C, &lx);
+    // dweight[C, OC] += inp[N, C]^T * dout[N, OC]
+    gemm_rm(true, false, C, OC, N, 1.0f, x, lx, 0, d, ld, 0, 1.0f, dweight, OC, 0, 1);
+  }
   if (dbias) {
     auto* s = static_cast<float*>(scratch(kReduce, size_t(launch::column_reduce_scratch(N, OC)) * sizeof(float)));
     launch::bias_backward(dbias, dout, N, OC, s, compute_);

@@ -76,9 +76,9 @@ float* MultiHeadAttention::backward(float* saved, float* dout, const float* x, c
     tp_.device().attention_forward(s.y, att, s.qkv, seq.doc_start, seq.B, seq.T, Dt_, NHt_, probs);
   }
   float* dproj = dropout_backward_rows(tp_, dropout_mask(output_dropout_, seq, 0), seq, dout, ws.masked, D_);
-  row_parallel_backward(tp_, dy, dproj, s.y, w_.proj_w, w_.proj_b, nullptr, N, Dt_, D_);
+  row_parallel_backward(tp_, dy, dproj, s.y, w_.proj_w, w_.proj_b, nullptr, N, Dt_, D_, ws.defer);
   tp_.device().attention_backward(dqkv, dy, s.qkv, att, seq.doc_start, seq.B, seq.T, Dt_, NHt_, probs);
-  return column_parallel_qkv_backward(tp_, ws.small, dqkv, x, w_.qkv_w, w_.qkv_b, N, D_, Dt_);
+  return column_parallel_qkv_backward(tp_, ws.small, dqkv, x, w_.qkv_w, w_.qkv_b, N, D_, Dt_, ws.defer);
 }
 
 }  // namespace troupe::model::layers

@@ -56,6 +56,9 @@ class Attention {
   virtual int64_t scratch_width() const = 0;
   // Floats of Workspace::recompute it needs (selective recomputation; 0 otherwise).
   virtual int64_t recompute_floats() const { return 0; }
+  // Floats of output gradients its backward keeps for the weight pass when it defers
+  // its weight GEMMs (Workspace::defer; weight_grad_queue.h), at capacity.
+  virtual int64_t deferred_floats() const = 0;
   // out[Nr, D] = residual[Nr, D] + dropout(attention(x)), x[N, D] the normed input with
   // this rank's rows filled (completed in place under SP and kept for backward).
   virtual void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
@@ -85,6 +88,8 @@ class MultiHeadAttention final : public Attention {
   int64_t saved_floats() const override;
   int64_t scratch_width() const override { return 3 * int64_t(Dt_); }
   int64_t recompute_floats() const override { return selective_ ? att_floats() : 0; }
+  // d proj's input [cap, D] (gathered) | dqkv [cap, 3Dt].
+  int64_t deferred_floats() const override { return cap_.tokens() * (D_ + 3 * int64_t(Dt_)); }
   void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
                const Workspace& ws) override;
   float* backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) override;

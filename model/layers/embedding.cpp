@@ -28,17 +28,24 @@ void Embedding::forward(float* out, const int32_t* tokens, const Sequence& seq, 
   if (m.on()) dev.dropout(out, out, nullptr, tp_.first_row(N), tp_.rows(N), c_.width, seq.T, m);
 }
 
-void Embedding::backward(float* dout, const int32_t* tokens, const Sequence& seq) {
+void Embedding::backward(float* dout, const int32_t* tokens, const Sequence& seq, WeightGradQueue* defer) {
   kernels::Device& dev = tp_.device();
   const int N = seq.tokens();
-  const int32_t* positions = seq.positions;
   dropout_backward_rows(tp_, dropout_mask(c_.dropout, seq, 0), seq, dout, dout, c_.width);
   tp_.gather_sequence(dout, N, c_.width);
-  if (tp_.size() == 1 && w_.wpe)
-    dev.embedding_backward(w_.wte.grad, w_.wpe.grad, dout, tokens, positions, N, c_.width);
-  else
-    dev.embedding_backward_shard(w_.wte.grad, w_.wpe.grad, dout, tokens, positions, N, c_.width, c_.vocab.begin,
-                                 c_.vocab.rows);
+  auto scatter = [this, &dev, tokens, positions = seq.positions, N](const float* d) {
+    if (tp_.size() == 1 && w_.wpe)
+      dev.embedding_backward(w_.wte.grad, w_.wpe.grad, d, tokens, positions, N, c_.width);
+    else
+      dev.embedding_backward_shard(w_.wte.grad, w_.wpe.grad, d, tokens, positions, N, c_.width, c_.vocab.begin,
+                                   c_.vocab.rows);
+  };
+  if (!defer) {
+    scatter(dout);
+    return;
+  }
+  const float* kept = defer->keep(dev, dout, int64_t(N) * c_.width);
+  defer->push([scatter, kept] { scatter(kept); });
 }
 
 }  // namespace troupe::model::layers

@@ -11,6 +11,7 @@
 #include "model/layers/dropout.h"
 #include "model/layers/layer.h"
 #include "model/layers/tp_context.h"
+#include "model/layers/weight_grad_queue.h"
 
 namespace troupe::model::layers {
 
@@ -40,7 +41,11 @@ class Embedding {
   // completed in place under SP).
   // d wte[tokens[n] - begin] += dout[n] for this rank's tokens, in token order;
   // d wpe[positions[n]] += dout[n].
-  void backward(float* dout, const int32_t* tokens, const Sequence& seq);
+  // defer (the split backward's input pass): the masked, completed dout is kept there
+  // and the scatter-adds queued (they are weight gradients: the weight pass's).
+  void backward(float* dout, const int32_t* tokens, const Sequence& seq, WeightGradQueue* defer = nullptr);
+  // Floats the deferred backward keeps: dout [cap, D].
+  static int64_t deferred_floats(int64_t cap_tokens, int width) { return cap_tokens * width; }
 
  private:
   EmbeddingConfig c_;

@@ -93,13 +93,15 @@ float* GroupedQueryAttention::backward(float* saved, float* dout, const float* x
     dev.gqa_attention_forward(s.y, att, s.qkv, seq.doc_start, seq.B, seq.T, NHt_, KVl_, hs_, probs);
   }
   float* dproj = dropout_backward_rows(tp_, dropout_mask(output_dropout_, seq, 0), seq, dout, ws.masked, D_);
-  row_parallel_nt_backward(tp_, dy, dproj, s.y, w_.proj_w, N, Dt, D_);
+  row_parallel_nt_backward(tp_, dy, dproj, s.y, w_.proj_w, N, Dt, D_, ws.defer);
   dev.gqa_attention_backward(dqkv, dy, s.qkv, att, seq.doc_start, seq.B, seq.T, NHt_, KVl_, hs_, probs);
   rope_.backward(dqkv, seq.positions, N, NHt_ + KVl_, W);
+  // The weight pass reads dqkv after the scratch is reused: kept in the slot's region.
+  const float* kept = ws.defer ? ws.defer->keep(dev, dqkv, int64_t(N) * W) : dqkv;
   float* dx = ws.small;  // [N, D]; dy is spent
-  linear_nt_backward(dev, dx, false, dqkv, W, x, w_.q_w, N, D_, Dt);
-  linear_nt_backward(dev, dx, true, dqkv + Dt, W, x, k_, N, D_, KVs);
-  linear_nt_backward(dev, dx, true, dqkv + Dt + KVs, W, x, v_, N, D_, KVs);
+  linear_nt_backward(dev, dx, false, kept, W, x, w_.q_w, N, D_, Dt, ws.defer);
+  linear_nt_backward(dev, dx, true, kept + Dt, W, x, k_, N, D_, KVs, ws.defer);
+  linear_nt_backward(dev, dx, true, kept + Dt + KVs, W, x, v_, N, D_, KVs, ws.defer);
   return tp_.complete_input_grad(dx, N, D_);
 }
 

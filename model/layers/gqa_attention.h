@@ -25,6 +25,8 @@ class GroupedQueryAttention final : public Attention {
   GroupedQueryAttention(const AttentionConfig& c, AttentionWeights w, TpContext& tp, Capacity cap);
   int64_t saved_floats() const override;
   int64_t scratch_width() const override { return qkv_width(); }
+  // d o_proj's output [cap, D] (gathered) | dqkv [cap, q | k | v width].
+  int64_t deferred_floats() const override { return cap_.tokens() * (D_ + qkv_width()); }
   int64_t recompute_floats() const override { return selective_ ? att_floats() : 0; }
   void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
                const Workspace& ws) override;

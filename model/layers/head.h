@@ -9,6 +9,7 @@
 
 #include "model/layers/layer.h"
 #include "model/layers/tp_context.h"
+#include "model/layers/weight_grad_queue.h"
 
 namespace troupe::model::layers {
 
@@ -27,7 +28,8 @@ class Head {
   void forward(float* logits, float* x, int N);
   // dx[N, D] = dlogits[:, 0:valid] w[0:valid] (overwritten);  dw[0:valid] += dlogits^T x.
   // Returns this rank's rows [Nr, D] of the group's completed dx.
-  float* backward(float* dx, const float* dlogits, const float* x, int N);
+  // defer: the weight GEMM queued there (dlogits and x are the slot's) instead of issued.
+  float* backward(float* dx, const float* dlogits, const float* x, int N, WeightGradQueue* defer = nullptr);
 
  private:
   HeadConfig c_;

@@ -56,12 +56,16 @@ struct Capacity {
 // masked [N, D] (the hidden-dropout backward's masked gradient; null when the model
 // has no hidden dropout), recompute (what selectively recomputing layers hold instead
 // of their slot: the largest recompute_floats() of the stage's layers; null without
-// selective recomputation).
+// selective recomputation), defer (the split backward's input pass: where the linear
+// layers queue their weight-gradient GEMMs instead of issuing them,
+// weight_grad_queue.h; null: the whole backward at once).
+class WeightGradQueue;
 struct Workspace {
   float* small = nullptr;
   float* big = nullptr;
   float* masked = nullptr;
   float* recompute = nullptr;
+  WeightGradQueue* defer = nullptr;
 };
 
 // The rows of the token embedding (and so the logit columns of a head tied or not)

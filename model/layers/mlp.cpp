@@ -52,8 +52,8 @@ float* GeluMlp::backward(float* saved, float* dout, const float* x, const Sequen
   }
   float* dh = ws.big;  // [N, Ft]: d g W_proj^T times gelu'(h)
   float* dproj = dropout_backward_rows(tp_, dropout_mask(output_dropout_, seq, 0), seq, dout, ws.masked, D_);
-  row_parallel_backward(tp_, dh, dproj, g, w_.proj_w, w_.proj_b, h, N, Ft_, D_);
-  return column_parallel_backward(tp_, ws.small, dh, x, w_.fc_w, w_.fc_b, N, D_, Ft_);
+  row_parallel_backward(tp_, dh, dproj, g, w_.proj_w, w_.proj_b, h, N, Ft_, D_, ws.defer);
+  return column_parallel_backward(tp_, ws.small, dh, x, w_.fc_w, w_.fc_b, N, D_, Ft_, ws.defer);
 }
 
 }  // namespace troupe::model::layers

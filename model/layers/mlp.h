@@ -44,6 +44,9 @@ class Mlp {
   virtual int64_t scratch_width() const = 0;
   // Floats of Workspace::recompute it needs (selective recomputation; 0 otherwise).
   virtual int64_t recompute_floats() const { return 0; }
+  // Floats of output gradients its backward keeps for the weight pass when it defers
+  // its weight GEMMs (Workspace::defer; weight_grad_queue.h), at capacity.
+  virtual int64_t deferred_floats() const = 0;
   // out[Nr, D] = residual[Nr, D] + dropout(mlp(x)), x[N, D] with this rank's rows
   // filled (completed in place under SP and kept for backward); N = seq.tokens(). out
   // may not alias residual.
@@ -65,6 +68,8 @@ class GeluMlp final : public Mlp {
   int64_t saved_floats() const override { return (selective_ ? 1 : 2) * cap_.tokens() * Ft_; }
   int64_t scratch_width() const override { return Ft_; }
   int64_t recompute_floats() const override { return selective_ ? cap_.tokens() * Ft_ : 0; }
+  // d c_proj's output [cap, D] (gathered) | dh [cap, Ft].
+  int64_t deferred_floats() const override { return cap_.tokens() * (D_ + int64_t(Ft_)); }
   void forward(float* saved, float* out, float* x, const float* residual, const Sequence& seq,
                const Workspace& ws) override;
   float* backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) override;

@@ -10,9 +10,21 @@ void column_parallel_forward(TpContext& tp, float* out, float* gelu_out, float* 
   tp.device().linear_forward(out, gelu_out, x, w.value, b.value, nullptr, N, K, OC);
 }
 
+namespace {
+
+// dw[K, OC] += x[N, K]^T dout[N, OC], queued on defer (dout kept) when there is one:
+// the GEMM Device::linear_backward issues for its dweight.
+void linear_weight_grad(kernels::Device& dev, WeightGradQueue* defer, float* dw, const float* dout,
+                        const float* x, int N, int K, int OC) {
+  defer->gemm(dev, true, false, K, OC, N, x, K, defer->keep(dev, dout, int64_t(N) * OC), OC, dw, OC);
+}
+
+}  // namespace
+
 float* column_parallel_backward(TpContext& tp, float* dx, const float* dout, const float* x, Weight w, Weight b,
-                                int N, int K, int OC) {
-  tp.device().linear_backward(dx, w.grad, b.grad, dout, x, w.value, nullptr, N, K, OC);
+                                int N, int K, int OC, WeightGradQueue* defer) {
+  tp.device().linear_backward(dx, defer ? nullptr : w.grad, b.grad, dout, x, w.value, nullptr, N, K, OC);
+  if (defer) linear_weight_grad(tp.device(), defer, w.grad, dout, x, N, K, OC);
   return tp.complete_input_grad(dx, N, K);
 }
 
@@ -27,11 +39,19 @@ void column_parallel_qkv_forward(TpContext& tp, float* qkv, float* x, Weight w, 
 }
 
 float* column_parallel_qkv_backward(TpContext& tp, float* dx, const float* dqkv, const float* x, Weight w,
-                                    Weight b, int N, int K, int OCp) {
-  if (tp.size() == 1)
-    tp.device().linear_backward(dx, w.grad, b.grad, dqkv, x, w.value, nullptr, N, K, 3 * OCp);
-  else
-    qkv_pieces_backward(tp.device(), dx, w.grad, b.grad, dqkv, x, w.value, tp.ones(), N, K, OCp);
+                                    Weight b, int N, int K, int OCp, WeightGradQueue* defer) {
+  kernels::Device& dev = tp.device();
+  if (tp.size() == 1) {
+    dev.linear_backward(dx, defer ? nullptr : w.grad, b.grad, dqkv, x, w.value, nullptr, N, K, 3 * OCp);
+    if (defer) linear_weight_grad(dev, defer, w.grad, dqkv, x, N, K, 3 * OCp);
+  } else {
+    qkv_pieces_backward(dev, dx, defer ? nullptr : w.grad, b.grad, dqkv, x, w.value, tp.ones(), N, K, OCp);
+    if (defer) {  // the pieces' GEMMs of qkv_pieces_backward, in its order
+      const float* kept = defer->keep(dev, dqkv, int64_t(N) * 3 * OCp);
+      for (int j = 0; j < 3; ++j)
+        defer->gemm(dev, true, false, K, OCp, N, x, K, kept + j * OCp, 3 * OCp, w.grad + int64_t(j) * K * OCp, OCp);
+    }
+  }
   return tp.complete_input_grad(dx, N, K);
 }
 
@@ -55,9 +75,10 @@ void row_parallel_forward(TpContext& tp, float* out, const float* x, Weight w, W
 }
 
 void row_parallel_backward(TpContext& tp, float* dx, float* dout, const float* x, Weight w, Weight b,
-                           const float* gelu_pre, int N, int K, int D) {
+                           const float* gelu_pre, int N, int K, int D, WeightGradQueue* defer) {
   tp.gather_sequence(dout, N, D);
-  tp.device().linear_backward(dx, w.grad, b.grad, dout, x, w.value, gelu_pre, N, K, D);
+  tp.device().linear_backward(dx, defer ? nullptr : w.grad, b.grad, dout, x, w.value, gelu_pre, N, K, D);
+  if (defer) linear_weight_grad(tp.device(), defer, w.grad, dout, x, N, K, D);
 }
 
 void linear_nt_forward(kernels::Device& dev, float* out, int64_t ldo, const float* x, Weight w, int N, int K,
@@ -66,9 +87,12 @@ void linear_nt_forward(kernels::Device& dev, float* out, int64_t ldo, const floa
 }
 
 void linear_nt_backward(kernels::Device& dev, float* dx, bool accumulate, const float* dout, int64_t lddout,
-                        const float* x, Weight w, int N, int K, int OC) {
+                        const float* x, Weight w, int N, int K, int OC, WeightGradQueue* defer) {
   dev.gemm(false, false, N, K, OC, 1.0f, dout, int(lddout), w.value, K, accumulate ? 1.0f : 0.0f, dx, K);
-  dev.gemm(true, false, OC, K, N, 1.0f, dout, int(lddout), x, K, 1.0f, w.grad, K);
+  if (defer)  // dout as the caller keeps it (the slot's, or kept by the caller first)
+    defer->gemm(dev, true, false, OC, K, N, dout, int(lddout), x, K, w.grad, K);
+  else
+    dev.gemm(true, false, OC, K, N, 1.0f, dout, int(lddout), x, K, 1.0f, w.grad, K);
 }
 
 void row_parallel_nt_forward(TpContext& tp, float* out, const float* x, Weight w, const float* residual, int N,
@@ -90,9 +114,11 @@ void row_parallel_nt_forward(TpContext& tp, float* out, const float* x, Weight w
   if (residual) dev.add(out, out, residual, rows * D);
 }
 
-void row_parallel_nt_backward(TpContext& tp, float* dx, float* dout, const float* x, Weight w, int N, int K, int D) {
+void row_parallel_nt_backward(TpContext& tp, float* dx, float* dout, const float* x, Weight w, int N, int K, int D,
+                              WeightGradQueue* defer) {
   tp.gather_sequence(dout, N, D);
-  linear_nt_backward(tp.device(), dx, false, dout, D, x, w, N, K, D);
+  const float* kept = defer ? defer->keep(tp.device(), dout, int64_t(N) * D) : dout;
+  linear_nt_backward(tp.device(), dx, false, kept, D, x, w, N, K, D, defer);
 }
 
 }  // namespace troupe::model::layers

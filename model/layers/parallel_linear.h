@@ -16,6 +16,7 @@
 
 #include "model/layers/layer.h"
 #include "model/layers/tp_context.h"
+#include "model/layers/weight_grad_queue.h"
 
 namespace troupe::model::layers {
 
@@ -26,8 +27,11 @@ void column_parallel_forward(TpContext& tp, float* out, float* gelu_out, float* 
                              int K, int OC);
 // dx[N, K] = dout[N, OC] w^T (overwritten);  dw[K, OC] +=, db[OC] +=.
 // Returns this rank's rows [Nr, K] of the group's completed dx (dx itself at TP = 1).
+// Every backward here takes `defer`: when not null, dw's GEMM is queued there (dout
+// kept in its region, x read later where it is: in the slot) instead of issued now;
+// biases are added now either way (weight_grad_queue.h).
 float* column_parallel_backward(TpContext& tp, float* dx, const float* dout, const float* x, Weight w, Weight b,
-                                int N, int K, int OC);
+                                int N, int K, int OC, WeightGradQueue* defer = nullptr);
 
 // The column-parallel projection whose output columns are `3` blocks, each split over
 // the ranks (attention's q | k | v): rank t holds three pieces [K, OCp] and a [3 OCp]
@@ -37,7 +41,7 @@ float* column_parallel_backward(TpContext& tp, float* dx, const float* dout, con
 void column_parallel_qkv_forward(TpContext& tp, float* qkv, float* x, Weight w, Weight b, int N, int K, int OCp);
 // dx[N, K] = dqkv w^T; dw +=, db +=. Returns this rank's rows [Nr, K] of the completed dx.
 float* column_parallel_qkv_backward(TpContext& tp, float* dx, const float* dqkv, const float* x, Weight w,
-                                    Weight b, int N, int K, int OCp);
+                                    Weight b, int N, int K, int OCp, WeightGradQueue* defer = nullptr);
 
 // out[Nr, D] = residual[Nr, D] + b[D] + sum over ranks of x[N, K] w[K, D]; residual
 // may be null (nothing added: a dropout site adds it after, layers/dropout.h).
@@ -48,7 +52,7 @@ void row_parallel_forward(TpContext& tp, float* out, const float* x, Weight w, W
 // dx[N, K] = dout w^T, times gelu'(gelu_pre[N, K]) when given (overwritten);
 // dw[K, D] +=, db[D] += (the replicated bias: the same on every rank).
 void row_parallel_backward(TpContext& tp, float* dx, float* dout, const float* x, Weight w, Weight b,
-                           const float* gelu_pre, int N, int K, int D);
+                           const float* gelu_pre, int N, int K, int D, WeightGradQueue* defer = nullptr);
 
 // ---- nn.Linear layout (Llama): weights [out, in], no biases ---------------------
 // The same splits with the weight transposed: a column-parallel weight holds rows
@@ -60,7 +64,7 @@ void linear_nt_forward(kernels::Device& dev, float* out, int64_t ldo, const floa
 // dx[N, K] = dout w (overwritten), or += when accumulate; dw[OC, K] += dout^T x.
 // dout[N, OC] has row stride lddout.
 void linear_nt_backward(kernels::Device& dev, float* dx, bool accumulate, const float* dout, int64_t lddout,
-                        const float* x, Weight w, int N, int K, int OC);
+                        const float* x, Weight w, int N, int K, int OC, WeightGradQueue* defer = nullptr);
 
 // out[Nr, D] = residual[Nr, D] + sum over ranks of x[N, K] w[D, K]^T; residual may be
 // null (nothing added). partial: [N, D] scratch (used under SP only). out may not
@@ -69,6 +73,7 @@ void row_parallel_nt_forward(TpContext& tp, float* out, const float* x, Weight w
                              int K, int D, float* partial);
 // dout[N, D] with this rank's rows filled (all-gathered in place first under SP).
 // dx[N, K] = dout w (overwritten); dw[D, K] += dout^T x.
-void row_parallel_nt_backward(TpContext& tp, float* dx, float* dout, const float* x, Weight w, int N, int K, int D);
+void row_parallel_nt_backward(TpContext& tp, float* dx, float* dout, const float* x, Weight w, int N, int K, int D,
+                              WeightGradQueue* defer = nullptr);
 
 }  // namespace troupe::model::layers

@@ -50,11 +50,12 @@ float* SwiGluMlp::backward(float* saved, float* dout, const float* x, const Sequ
   }
   float* dh = ws.big;  // [N, Ft]
   float* dproj = dropout_backward_rows(tp_, dropout_mask(output_dropout_, seq, 0), seq, dout, ws.masked, D_);
-  row_parallel_nt_backward(tp_, dh, dproj, h, w_.proj_w, N, Ft_, D_);
-  dev.swiglu_backward(gate, up, dh, gate, up, int64_t(N) * Ft_);  // gate, up <- dgate, dup
+  row_parallel_nt_backward(tp_, dh, dproj, h, w_.proj_w, N, Ft_, D_, ws.defer);
+  // gate, up <- dgate, dup, in the slot: the weight pass reads them there.
+  dev.swiglu_backward(gate, up, dh, gate, up, int64_t(N) * Ft_);
   float* dx = ws.small;  // [N, D]
-  linear_nt_backward(dev, dx, false, gate, Ft_, x, w_.fc_w, N, D_, Ft_);
-  linear_nt_backward(dev, dx, true, up, Ft_, x, w_.up_w, N, D_, Ft_);
+  linear_nt_backward(dev, dx, false, gate, Ft_, x, w_.fc_w, N, D_, Ft_, ws.defer);
+  linear_nt_backward(dev, dx, true, up, Ft_, x, w_.up_w, N, D_, Ft_, ws.defer);
   return tp_.complete_input_grad(dx, N, D_);
 }
 

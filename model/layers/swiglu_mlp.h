@@ -20,6 +20,8 @@ class SwiGluMlp final : public Mlp {
                const Workspace& ws) override;
   float* backward(float* saved, float* dout, const float* x, const Sequence& seq, const Workspace& ws) override;
   int64_t recompute_floats() const override { return selective_ ? cap_.tokens() * Ft_ : 0; }
+  // d down_proj's output [cap, D] (gathered); dgate and dup stay in the slot.
+  int64_t deferred_floats() const override { return cap_.tokens() * D_; }
 
  private:
   MlpWeights w_;

@@ -462,3 +462,13 @@ TEST_CASE("logging.on_spike ROLLBACK: its counts positive, its checkpoints reach
   CHECK(load_error("cluster { workers: 2 }\nlogging { on_spike: ROLLBACK }").find("ROLLBACK runs in one process only") !=
         std::string::npos);
 }
+
+TEST_CASE("parallel.schedule ZB_H1: two stages at least, no recomputation") {
+  CHECK(load_error("parallel { schedule: ZB_H1 }") ==
+        "t.textproto:1: parallel.schedule: ZB_H1 needs parallel.pipeline >= 2 (got 1): its weight passes fill the "
+        "pipeline's bubble, and one stage has none");
+  CHECK(load_error("parallel { schedule: ZB_H1 pipeline: 2 }\nmodel { recompute: SELECTIVE }") ==
+        "t.textproto:1: parallel.schedule: ZB_H1 needs model.recompute NONE (got SELECTIVE): the weight pass reads "
+        "the activations that recomputation does not keep");
+  CHECK(load_error("parallel { schedule: ZB_H1 pipeline: 2 }\nmodel { hidden_dropout: 0.1 }") == "(no error)");
+}
