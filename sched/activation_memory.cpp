@@ -91,7 +91,14 @@ StageActivations stage_activations(const Config& c, int32_t stage, const Pipelin
   const bool first = stage == 0, last = stage == p - 1;
 
   const int64_t layer = layer_floats(s, selective);
-  const int64_t chunk_slot = (L + 1) * s.r * s.D + a.stored_layers * layer + 5 * s.n;  // + token ints, loss mask
+  // ZB_H1's split backward keeps each deferred weight GEMM's output gradient in the
+  // slot (docs/compute.md, "Split backward"): per layer the attention's n D + its qkv
+  // gradient, the MLP's n D + (GELU) n Ft; the first stage's embedding gradient n D.
+  int64_t deferred = 0;
+  if (c.parallel().schedule() == ParallelConfig::ZB_H1)
+    deferred = L * (s.n * s.D + s.n * qkv_width(s) + s.n * s.D + (s.llama ? 0 : s.n * s.Ft)) + (first ? s.n * s.D : 0);
+  a.deferred_bytes = 4 * deferred;
+  const int64_t chunk_slot = (L + 1) * s.r * s.D + a.stored_layers * layer + 5 * s.n + deferred;  // + token ints, loss mask
   const int64_t head = last ? s.n * s.D + norm_floats(s) + s.n * (config::padded_vocab(c) / s.TP) + 2 * s.n : 0;
   a.layer_bytes = 4 * layer;
   a.slot_bytes = 4 * (chunk_slot + head);  // the largest slot: the last chunk's

@@ -19,7 +19,10 @@
 // and one slot: the residual stream (L + 1) r D, the layers whose activations it
 // keeps (FULL: UNIFORM none, BLOCK the layers past the first recompute_num_layers),
 // on the last stage ln_f's output n D, its statistics, the logits n (padded vocab /
-// TP), lse and losses 2 n; the token ints and loss mask 5 n.
+// TP), lse and losses 2 n; the token ints and loss mask 5 n. Under ZB_H1 a slot also
+// keeps the output gradients its weight pass reads: per layer 2 n D + n x (qkv width)
+// + n Ft (GELU; SwiGLU none), and n D on the first stage.
+// ZB_H1's in-flight count runs from the forward to the weight pass (peak_in_flight).
 #pragma once
 
 #include <cstdint>
@@ -50,6 +53,7 @@ struct StageActivations {
   std::vector<int32_t> chunk_slots;  // per chunk
   int64_t layer_bytes = 0;     // one stored layer's saved bytes, per slot
   int64_t slot_bytes = 0;      // everything one slot saves (the largest slot with chunks)
+  int64_t deferred_bytes = 0;  // of those, ZB_H1's output gradients kept for the weight pass
   int64_t saved_total_bytes = 0;  // every slot's
   // Bytes of the temporaries the slots share (dres, the layers' workspace, the hidden
   // dropout's masked rows, the recompute and replay buffers) plus the input gradient

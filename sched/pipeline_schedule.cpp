@@ -31,6 +31,25 @@ std::vector<PipelineOp> one_f_one_b_stage(int32_t p, int32_t k, int32_t m) {
   return ops;
 }
 
+std::vector<PipelineOp> zb_h1_stage(int32_t p, int32_t k, int32_t m) {
+  std::vector<PipelineOp> ops;
+  ops.reserve(size_t(3 * m));
+  const int32_t warmup = std::min(p - k - 1, m), in_flight = std::min(p, m);
+  int32_t next_f = 0, next_b = 0, next_w = 0;
+  for (; next_f < warmup; ++next_f) ops.push_back({OpKind::Forward, next_f});
+  while (next_f < m) {  // steady state: F B, then W once min(p, m) are in flight
+    ops.push_back({OpKind::Forward, next_f++});
+    ops.push_back({OpKind::Backward, next_b++});
+    if (next_f - next_w >= in_flight) ops.push_back({OpKind::Weight, next_w++});
+  }
+  while (next_b < m) {  // cool-down: each B with a W behind it
+    ops.push_back({OpKind::Backward, next_b++});
+    ops.push_back({OpKind::Weight, next_w++});
+  }
+  while (next_w < m) ops.push_back({OpKind::Weight, next_w++});  // the held-back W's
+  return ops;
+}
+
 // Stage k's i-th forward (or, with the chunks reversed, backward) of the interleaved
 // schedule.
 PipelineOp interleaved_op(OpKind kind, int64_t i, int32_t p, int32_t v) {
@@ -43,6 +62,7 @@ PipelineOp interleaved_op(OpKind kind, int64_t i, int32_t p, int32_t v) {
 
 OpLink op_source(const PipelineSchedule& s, int32_t k, const PipelineOp& op) {
   const int32_t p = s.stages, v = s.chunks;
+  if (op.kind == OpKind::Weight) return {};
   if (op.kind == OpKind::Forward) {
     if (k > 0) return {k - 1, op};
     if (op.chunk > 0) return {p - 1, {op.kind, op.microbatch, op.chunk - 1}};
@@ -55,6 +75,7 @@ OpLink op_source(const PipelineSchedule& s, int32_t k, const PipelineOp& op) {
 
 OpLink op_destination(const PipelineSchedule& s, int32_t k, const PipelineOp& op) {
   const int32_t p = s.stages, v = s.chunks;
+  if (op.kind == OpKind::Weight) return {};
   if (op.kind == OpKind::Forward) {
     if (k < p - 1) return {k + 1, op};
     if (op.chunk < v - 1) return {0, {op.kind, op.microbatch, op.chunk + 1}};
@@ -114,33 +135,58 @@ PipelineSchedule build_pipeline_schedule(ParallelConfig::Schedule kind, int32_t 
   PipelineSchedule s{stages, microbatches, {}};
   s.ops.reserve(stages);
   for (int32_t k = 0; k < stages; ++k)
-    s.ops.push_back(kind == ParallelConfig::GPIPE ? gpipe_stage(microbatches)
-                                                  : one_f_one_b_stage(stages, k, microbatches));
+    s.ops.push_back(kind == ParallelConfig::GPIPE   ? gpipe_stage(microbatches)
+                    : kind == ParallelConfig::ZB_H1 ? zb_h1_stage(stages, k, microbatches)
+                                                    : one_f_one_b_stage(stages, k, microbatches));
   return s;
 }
 
-int32_t peak_in_flight(const std::vector<PipelineOp>& stage_ops) {
+namespace {
+
+// Most forwards whose `until` op has not run yet.
+int32_t peak_live(const std::vector<PipelineOp>& stage_ops, OpKind until) {
   int32_t live = 0, peak = 0;
   for (const auto& op : stage_ops) {
-    live += op.kind == OpKind::Forward ? 1 : -1;
+    live += op.kind == OpKind::Forward ? 1 : op.kind == until ? -1 : 0;
     peak = std::max(peak, live);
   }
   return peak;
 }
 
-ScheduleTiming simulate_schedule(const PipelineSchedule& s, double forward_time,
-                                 double backward_time) {
-  return simulate_schedule(s, std::vector<double>(size_t(s.stages), forward_time),
-                           std::vector<double>(size_t(s.stages), backward_time));
+}  // namespace
+
+int32_t peak_in_flight(const std::vector<PipelineOp>& stage_ops) {
+  const bool split = std::any_of(stage_ops.begin(), stage_ops.end(),
+                                 [](const PipelineOp& op) { return op.kind == OpKind::Weight; });
+  return peak_live(stage_ops, split ? OpKind::Weight : OpKind::Backward);
+}
+
+int32_t peak_awaiting_backward(const std::vector<PipelineOp>& stage_ops) {
+  return peak_live(stage_ops, OpKind::Backward);
+}
+
+ScheduleTiming simulate_schedule(const PipelineSchedule& s, double forward_time, double backward_time,
+                                 double weight_time) {
+  const size_t p = size_t(std::max(0, s.stages));
+  return simulate_schedule(s, std::vector<double>(p, forward_time), std::vector<double>(p, backward_time),
+                           std::vector<double>(p, weight_time));
 }
 
 ScheduleTiming simulate_schedule(const PipelineSchedule& s, const std::vector<double>& forward_time,
                                  const std::vector<double>& backward_time) {
+  return simulate_schedule(s, forward_time, backward_time, std::vector<double>(forward_time.size(), 1.0));
+}
+
+ScheduleTiming simulate_schedule(const PipelineSchedule& s, const std::vector<double>& forward_time,
+                                 const std::vector<double>& backward_time, const std::vector<double>& weight_time) {
   const int32_t p = s.stages, m = s.microbatches, v = s.chunks;
   if (forward_time.size() != size_t(p) || backward_time.size() != size_t(p))
     throw std::invalid_argument("simulate_schedule: " + std::to_string(forward_time.size()) + " forward and " +
                                 std::to_string(backward_time.size()) + " backward times for " + std::to_string(p) +
                                 " stages");
+  if (weight_time.size() != size_t(p))
+    throw std::invalid_argument("simulate_schedule: " + std::to_string(weight_time.size()) + " weight-pass times for " +
+                                std::to_string(p) + " stages");
   constexpr double kNotYet = std::numeric_limits<double>::infinity();
   // done[kind][k][c m + i]: finish time of op kind on stage k for microbatch i of chunk c.
   std::vector<std::vector<double>> done_f(p, std::vector<double>(size_t(m) * v, kNotYet));
@@ -163,11 +209,16 @@ ScheduleTiming simulate_schedule(const PipelineSchedule& s, const std::vector<do
       const OpLink src = op_source(s, k, op);
       const double input =
           src.stage < 0 ? 0.0 : (op.kind == OpKind::Forward ? done_f : done_b)[size_t(src.stage)][at(src.op)];
-      const double ready = op.kind == OpKind::Forward ? input : std::max(done_f[k][at(op)], input);
+      const double ready = op.kind == OpKind::Forward  ? input
+                           : op.kind == OpKind::Weight ? done_b[k][at(op)]
+                                                       : std::max(done_f[k][at(op)], input);
       if (ready == kNotYet) continue;
       const double begin = std::max(ready, free_at[k]);
-      const double dur = (op.kind == OpKind::Forward ? forward_time[size_t(k)] : backward_time[size_t(k)]) / v;
-      (op.kind == OpKind::Forward ? done_f : done_b)[k][at(op)] = begin + dur;
+      const double dur = (op.kind == OpKind::Forward    ? forward_time[size_t(k)]
+                          : op.kind == OpKind::Backward ? backward_time[size_t(k)]
+                                                        : weight_time[size_t(k)]) /
+                         v;
+      if (op.kind != OpKind::Weight) (op.kind == OpKind::Forward ? done_f : done_b)[k][at(op)] = begin + dur;
       free_at[k] = begin + dur;
       t.start[k].push_back(begin);
       busy += dur;
@@ -186,8 +237,14 @@ double ideal_idle_fraction(int64_t stages, int64_t microbatches, int64_t chunks)
   return double(stages - 1) / (double(chunks) * double(microbatches) + double(stages - 1));
 }
 
+double zero_bubble_idle_fraction(int64_t stages, int64_t microbatches) {
+  const double p = double(stages), m = double(microbatches);
+  if (microbatches >= stages) return (p - 1) / (3 * m + p - 1);
+  return 1.0 - 3 * m / (2 * (m + p) - 1);
+}
+
 std::string to_string(const PipelineOp& op) {
-  std::string out(1, op.kind == OpKind::Forward ? 'F' : 'B');
+  std::string out(1, op.kind == OpKind::Forward ? 'F' : op.kind == OpKind::Backward ? 'B' : 'W');
   out += std::to_string(op.microbatch);
   return out;
 }

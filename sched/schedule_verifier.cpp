@@ -25,6 +25,7 @@ std::string op_label(const PipelineOp& op, int32_t v) {
 
 const char* bound_formula(ParallelConfig::Schedule kind, int32_t v) {
   if (kind == ParallelConfig::GPIPE) return v > 1 ? "m v" : "m";
+  if (kind == ParallelConfig::ZB_H1) return "min(p, m)";
   return v > 1 ? "min(2(p - k - 1) + (v - 1)p + 1, m v)" : "min(p - k, m)";
 }
 
@@ -34,15 +35,19 @@ size_t slot(const PipelineOp& op, int32_t m) { return size_t(op.chunk) * size_t(
 // Rule 1 and 2 for one stage; "" when it holds. Each check runs over the whole list
 // before the next, so that a duplicated op is reported as such and not as the
 // in-flight excess it also causes.
-std::string check_stage(const Ops& ops, int32_t k, int32_t m, int32_t v, int32_t bound, ParallelConfig::Schedule kind) {
-  std::vector<int32_t> pos_f(size_t(m) * v, -1), pos_b(size_t(m) * v, -1);
+std::string check_stage(const Ops& ops, int32_t k, int32_t m, int32_t v, int32_t bound, int32_t b_bound,
+                        ParallelConfig::Schedule kind) {
+  const bool split = kind == ParallelConfig::ZB_H1;  // weight passes of their own
+  std::vector<int32_t> pos_f(size_t(m) * v, -1), pos_b(size_t(m) * v, -1), pos_w(size_t(m) * v, -1);
   for (size_t i = 0; i < ops.size(); ++i) {
     const auto& op = ops[i];
     if (op.microbatch < 0 || op.microbatch >= m)
       return fmt::format("{} (op {}) names a microbatch outside [0, {})", op_text(k, op, v), i, m);
     if (op.chunk < 0 || op.chunk >= v)
       return fmt::format("{} (op {}) names a chunk outside [0, {})", op_text(k, op, v), i, v);
-    auto& pos = (op.kind == OpKind::Forward ? pos_f : pos_b)[slot(op, m)];
+    if (op.kind == OpKind::Weight && !split)
+      return fmt::format("{} (op {}) is a weight pass, which only ZB_H1 runs", op_text(k, op, v), i);
+    auto& pos = (op.kind == OpKind::Forward ? pos_f : op.kind == OpKind::Backward ? pos_b : pos_w)[slot(op, m)];
     if (pos >= 0) return fmt::format("{} runs twice (ops {} and {})", op_text(k, op, v), pos, i);
     pos = int32_t(i);
   }
@@ -51,18 +56,31 @@ std::string check_stage(const Ops& ops, int32_t k, int32_t m, int32_t v, int32_t
       const PipelineOp f{OpKind::Forward, j, c}, b{OpKind::Backward, j, c};
       if (pos_f[slot(f, m)] < 0) return op_text(k, f, v) + " never runs";
       if (pos_b[slot(b, m)] < 0) return op_text(k, b, v) + " never runs";
+      if (const PipelineOp w{OpKind::Weight, j, c}; split && pos_w[slot(w, m)] < 0) return op_text(k, w, v) + " never runs";
     }
   for (size_t i = 0; i < ops.size(); ++i)
     if (ops[i].kind == OpKind::Backward && pos_f[slot(ops[i], m)] > int32_t(i))
       return v > 1 ? fmt::format("stage {} chunk {}: B{} before F{}", k, ops[i].chunk, ops[i].microbatch,
                                  ops[i].microbatch)
                    : fmt::format("stage {}: B{} before F{}", k, ops[i].microbatch, ops[i].microbatch);
-  int32_t live = 0;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].kind == OpKind::Weight && pos_b[slot(ops[i], m)] > int32_t(i))
+      return v > 1 ? fmt::format("stage {} chunk {}: W{} before B{}", k, ops[i].chunk, ops[i].microbatch,
+                                 ops[i].microbatch)
+                   : fmt::format("stage {}: W{} before B{}", k, ops[i].microbatch, ops[i].microbatch);
+  // In flight until the weight pass (ZB_H1) or the backward; under ZB_H1 also the
+  // forwards awaiting their backward, against 1F1B's bound.
+  int32_t live = 0, awaiting = 0;
   for (const auto& op : ops) {
-    live += op.kind == OpKind::Forward ? 1 : -1;
+    live += op.kind == OpKind::Forward ? 1 : op.kind == (split ? OpKind::Weight : OpKind::Backward) ? -1 : 0;
+    awaiting += op.kind == OpKind::Forward ? 1 : op.kind == OpKind::Backward ? -1 : 0;
     if (live > bound)
       return fmt::format("{} puts {} activations in flight, over the bound {} = {}", op_text(k, op, v), live,
                          bound_formula(kind, v), bound);
+    if (split && awaiting > b_bound)
+      return fmt::format("{} puts {} activations in flight before their input-gradient pass, over the bound "
+                         "min(p - k, m) = {}",
+                         op_text(k, op, v), awaiting, b_bound);
   }
   return "";
 }
@@ -111,7 +129,8 @@ std::string check_deadlock(const PipelineSchedule& s) {
       const auto& op = ops[next[size_t(k)]];
       const OpLink from = op_source(s, k, op);  // the op this one waits for on a neighbour
       if (from.stage >= 0 && !is_done(from.stage, from.op)) break;
-      (op.kind == OpKind::Forward ? done_f : done_b)[size_t(k)][slot(op, m)] = 1;
+      // A weight pass waits for its own stage's backward only, earlier in the list (rule 2).
+      if (op.kind != OpKind::Weight) (op.kind == OpKind::Forward ? done_f : done_b)[size_t(k)][slot(op, m)] = 1;
       ++next[size_t(k)];
       if (const int32_t woken = op_destination(s, k, op).stage; woken >= 0) work.push_back(woken);
     }
@@ -162,7 +181,7 @@ int32_t peak_buffered(const PipelineSchedule& s, int32_t k, int32_t sender, OpKi
     peak = std::max(peak, sent - consumed);
     if (i == own.size()) break;
     if (own[i].kind == kind && op_source(s, k, own[i]).stage == sender) ++consumed;
-    (own[i].kind == OpKind::Forward ? done_f : done_b)[slot(own[i], m)] = 1;
+    if (own[i].kind != OpKind::Weight) (own[i].kind == OpKind::Forward ? done_f : done_b)[slot(own[i], m)] = 1;
   }
   return peak;
 }
@@ -178,19 +197,26 @@ int32_t in_flight_bound(ParallelConfig::Schedule kind, int32_t stages, int32_t s
                         int32_t chunks) {
   const int32_t total = microbatches * chunks;
   if (kind == ParallelConfig::GPIPE) return total;
+  if (kind == ParallelConfig::ZB_H1) return std::min(stages, microbatches);
   if (chunks == 1) return std::min(stages - stage, microbatches);
   return std::min(2 * (stages - stage - 1) + (chunks - 1) * stages + 1, total);
+}
+
+int32_t backward_bound(ParallelConfig::Schedule kind, int32_t stages, int32_t stage, int32_t microbatches,
+                       int32_t chunks) {
+  if (kind == ParallelConfig::ZB_H1) return std::min(stages - stage, microbatches);
+  return in_flight_bound(kind, stages, stage, microbatches, chunks);
 }
 
 int32_t activation_buffer_bound(ParallelConfig::Schedule kind, int32_t stages, int32_t stage,
                                 int32_t microbatches, int32_t chunks) {
   const int32_t sender = activation_sender(stages, stage, chunks);
-  return sender < 0 ? 0 : in_flight_bound(kind, stages, sender, microbatches, chunks);
+  return sender < 0 ? 0 : backward_bound(kind, stages, sender, microbatches, chunks);
 }
 
 int32_t gradient_buffer_bound(ParallelConfig::Schedule kind, int32_t stages, int32_t stage,
                               int32_t microbatches, int32_t chunks) {
-  return gradient_sender(stages, stage, chunks) < 0 ? 0 : in_flight_bound(kind, stages, stage, microbatches, chunks);
+  return gradient_sender(stages, stage, chunks) < 0 ? 0 : backward_bound(kind, stages, stage, microbatches, chunks);
 }
 
 ScheduleReport verify_schedule(const PipelineSchedule& s, ParallelConfig::Schedule kind) {
@@ -204,7 +230,9 @@ ScheduleReport verify_schedule(const PipelineSchedule& s, ParallelConfig::Schedu
     return fail(fmt::format("needs at least one stage, one microbatch and one chunk (p = {}, m = {}, v = {})", p, m, v));
   if (s.ops.size() != size_t(p)) return fail(fmt::format("{} op lists for {} stages", s.ops.size(), p));
   for (int32_t k = 0; k < p; ++k)
-    if (auto e = check_stage(s.ops[size_t(k)], k, m, v, in_flight_bound(kind, p, k, m, v), kind); !e.empty())
+    if (auto e = check_stage(s.ops[size_t(k)], k, m, v, in_flight_bound(kind, p, k, m, v),
+                             backward_bound(kind, p, k, m, v), kind);
+        !e.empty())
       return fail(std::move(e));
   for (int32_t k = 0; k + 1 < p; ++k) {
     if (auto e = check_channel(s, k, k + 1, OpKind::Forward); !e.empty()) return fail(std::move(e));

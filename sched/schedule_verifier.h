@@ -7,7 +7,10 @@
 //   1. shape: one op list per stage, microbatches in [0, m);
 //   2. per stage: every microbatch forward once and backward once, backward after
 //      forward, in-flight activations (forwards whose backward has not run) within
-//      in_flight_bound();
+//      in_flight_bound(); under ZB_H1 also weight once, weight after backward, in
+//      flight counted until the weight pass (within in_flight_bound()) and forwards
+//      awaiting their backward within backward_bound() (weight passes appear in no
+//      other schedule);
 //   3. FIFO: the order of sends on each channel equals the order of its receives;
 //   4. no deadlock: every op can run, each waiting only for its stage's previous op
 //      and for the op that sends what it receives;
@@ -31,9 +34,15 @@
 namespace troupe::sched {
 
 // GPIPE: m v. ONE_F_ONE_B: min(p - k, m) at stage k; interleaved (v > 1): min(2(p - k - 1)
-// + (v - 1)p + 1, m v), its warm-up forwards and the first of the steady state.
+// + (v - 1)p + 1, m v), its warm-up forwards and the first of the steady state. ZB_H1:
+// min(p, m) at every stage, counted until the weight pass (stage 0's 1F1B peak).
 int32_t in_flight_bound(ParallelConfig::Schedule kind, int32_t stages, int32_t stage, int32_t microbatches,
                         int32_t chunks = 1);
+// Forwards whose Backward op has not run: in_flight_bound for every kind but ZB_H1,
+// whose input-gradient passes keep 1F1B's min(p - k, m) (each of these microbatches
+// holds its slot's whole activations; past B, only what W reads).
+int32_t backward_bound(ParallelConfig::Schedule kind, int32_t stages, int32_t stage, int32_t microbatches,
+                       int32_t chunks = 1);
 
 // Messages a stage may hold received but not yet consumed, per direction:
 // activations from stage k-1 at most in_flight_bound(k-1) (stage k-1 cannot run a

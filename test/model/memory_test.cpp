@@ -91,7 +91,12 @@ std::vector<StagePeak> step_peaks(const Config& c) {
     for (int k = p - 1; k >= 0; --k) {
       auto& s = *stages[size_t(k)];
       const int slot = int(j) % s.slots();
-      s.backward(slot, g);
+      if (s.split_backward()) {  // ZB_H1: the input pass, then at once the weight pass
+        s.backward_input(slot, g);
+        s.backward_weight(slot);
+      } else {
+        s.backward(slot, g);
+      }
       if (!s.is_first()) g = s.input_grad(slot);
     }
   }
@@ -156,6 +161,30 @@ void check_family(Config c) {
 }  // namespace
 
 TEST_CASE("stage memory: the ledger's split against the planner, GPT-2") { check_family(tiny_config()); }
+
+TEST_CASE("stage memory under ZB_H1: the slots keep the weight pass's gradients, as the planner counts them") {
+  for (Config c : {tiny_config(), tiny_llama_config()}) {
+    CAPTURE(ModelConfig::Architecture_Name(c.model().architecture()));
+    c.mutable_model()->set_layers(4);
+    c.mutable_parallel()->set_pipeline(2);
+    Config one_f_one_b = c;
+    one_f_one_b.mutable_parallel()->set_schedule(ParallelConfig::ONE_F_ONE_B);
+    c.mutable_parallel()->set_schedule(ParallelConfig::ZB_H1);
+    const auto zb = step_peaks(c), base = step_peaks(one_f_one_b);
+    for (size_t k = 0; k < 2; ++k) {
+      CAPTURE(k);
+      const StagePeak& s = zb[k];
+      CHECK(s.split.activations == s.plan.saved_bytes());
+      CHECK(s.split.scratch == s.plan.scratch_bytes + s.tables + s.kernel_scratch);
+      CHECK(s.plan.deferred_bytes > 0);
+      CHECK(s.plan.slot_bytes == base[k].plan.slot_bytes + s.plan.deferred_bytes);
+      // Stage 0 in flight min(p, m) = 2 either way; stage 1 holds one more under ZB_H1
+      // (microbatches past their input pass, waiting for W).
+      CHECK(s.plan.in_flight == 2);
+      CHECK(base[k].plan.in_flight == 2 - int(k));
+    }
+  }
+}
 
 TEST_CASE("stage memory: the ledger's split against the planner, Llama (grouped-query)") {
   check_family(tiny_llama_config());
