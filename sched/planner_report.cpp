@@ -4,6 +4,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "config/derived.h"
 #include "sched/activation_memory.h"
@@ -116,6 +117,26 @@ std::string interleaved_section(const Config& c, int64_t pp, int64_t mb) {
   return o;
 }
 
+// ZB-H1 beside 1F1B (sched/pipeline_schedule.h), equal F, B and W times (1F1B's
+// backward is B + W): the closed forms and the simulated op lists, and the verdict.
+std::string zero_bubble_section(int64_t pp, int64_t mb) {
+  std::string o = fmt::format("\nZero-bubble ZB-H1 beside 1F1B, equal F, B and W times (1F1B's backward = B + W), "
+                              "p = {}, m = {}\n",
+                              pp, group_digits(mb));
+  if (mb > 4096) return o + "  not simulated: m = " + group_digits(mb) + " too many\n";
+  Table t({"schedule", "idle", "simulated", "schedule check", "in flight per stage"});
+  const auto f1b1 = build_pipeline_schedule(ParallelConfig::ONE_F_ONE_B, int32_t(pp), int32_t(mb));
+  const auto zb = build_pipeline_schedule(ParallelConfig::ZB_H1, int32_t(pp), int32_t(mb));
+  const auto rf = verify_schedule(f1b1, ParallelConfig::ONE_F_ONE_B);
+  const auto rz = verify_schedule(zb, ParallelConfig::ZB_H1);
+  t.row({"1F1B", percent(ideal_idle_fraction(pp, mb)), percent(simulate_schedule(f1b1, 1.0, 2.0).idle_fraction),
+         rf.ok ? "verified" : "REFUSED: " + rf.error, rf.ok ? fmt::format("{}", fmt::join(rf.peak_in_flight, " ")) : "-"});
+  t.row({"ZB_H1", percent(zero_bubble_idle_fraction(pp, mb)),
+         percent(simulate_schedule(zb, 1.0, 1.0, 1.0).idle_fraction), rz.ok ? "verified" : "REFUSED: " + rz.error,
+         rz.ok ? fmt::format("{} (to W; to B as 1F1B)", fmt::join(rz.peak_in_flight, " ")) : "-"});
+  return o + t.str();
+}
+
 }  // namespace
 
 std::string group_digits(int64_t v) {
@@ -159,7 +180,9 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
     t.row({"TP x PP x CP x DP", fmt::format("{} x {} x {} x {} = {} GPUs", tp, pp, cp, dp,
                                             group_digits(tp * pp * cp * dp))});
     t.row({"sequence parallel", p.sequence_parallel() ? "on" : "off"});
-    t.row({"pipeline schedule", p.schedule() == ParallelConfig::GPIPE ? "GPipe" : "1F1B"});
+    t.row({"pipeline schedule", p.schedule() == ParallelConfig::GPIPE   ? "GPipe"
+                                : p.schedule() == ParallelConfig::ZB_H1 ? "ZB-H1"
+                                                                        : "1F1B"});
     t.row({"distributed optimizer", p.distributed_optimizer() ? "on" : "off"});
     o += t.str();
   }
@@ -188,6 +211,7 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
   }
 
   if (pp > 1) o += interleaved_section(c, pp, mb);
+  if (pp > 1) o += zero_bubble_section(pp, mb);
 
   o += "\nCausal attention position pairs per sequence, L(L+1)/2\n";
   {

@@ -338,3 +338,21 @@ TEST_CASE("the plan's interleaved 1F1B section: closed form, simulation and verd
   c.mutable_parallel()->set_pipeline(1);
   CHECK(render_plan(c, in).find("Interleaved") == std::string::npos);
 }
+
+TEST_CASE("the plan's ZB-H1 section: closed form and simulated idle beside 1F1B, both verified") {
+  // p = 2, m = 4, F = B = W: 1F1B (p-1)/(m+p-1) = 1/5; ZB-H1 (p-1)/(3m+p-1) = 1/13.
+  Config c;
+  c.mutable_model()->set_layers(8);
+  c.mutable_parallel()->set_pipeline(2);
+  c.mutable_batch()->set_micro_batch_size(1);
+  c.mutable_batch()->set_global_batch_size(4);
+  PlanInputs in;
+  const std::string text = render_plan(c, in);
+  const auto at = text.find("Zero-bubble ZB-H1 beside 1F1B, equal F, B and W times (1F1B's backward = B + W), p = 2, m = 4");
+  REQUIRE(at != std::string::npos);
+  const std::string section = text.substr(at, text.find("\n\n", at) - at);
+  MESSAGE(section);
+  CHECK(section.find("1F1B      20.0%      20.0%        verified                       2 1") != std::string::npos);
+  CHECK(section.find("ZB_H1      7.7%       7.7%        verified  2 2 (to W; to B as 1F1B)") != std::string::npos);
+  CHECK(section.find("2 2 (to W; to B as 1F1B)") != std::string::npos);
+}
