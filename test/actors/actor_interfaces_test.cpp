@@ -36,7 +36,7 @@ static_assert(!accepts<loader_actor, credit_atom, int64_t, int64_t>);  // the mi
 static_assert(!accepts<loader_actor, ping_atom>);
 
 // stage: the step's inputs; the loader's credit is not for it.
-static_assert(accepts<stage_actor, eval_consumed_atom, int64_t, int32_t>);
+static_assert(accepts<stage_actor, eval_consumed_atom, int64_t, int32_t, int32_t>);
 static_assert(accepts<stage_actor, msg::MicrobatchReady>);
 static_assert(accepts<stage_actor, msg::ShardApplied>);
 static_assert(!accepts<stage_actor, credit_atom, int64_t, int32_t>);
