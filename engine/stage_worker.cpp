@@ -26,12 +26,6 @@ int activation_slots(ParallelConfig::Schedule schedule, int pipeline, int pp, in
   return sched::activation_slots(schedule, sched::peak_in_flight(ops.ops[size_t(pp)]), microbatches);
 }
 
-std::vector<int> chunk_activation_slots(const Config& c, int pp) {
-  const auto plan = sched::activation_plan(c);
-  const auto& slots = plan.at(size_t(pp)).chunk_slots;
-  return {slots.begin(), slots.end()};
-}
-
 model::StageLayers stage_layers(const Config& c, const Rank& r) { return model::StageLayers::pipeline(c, r.pp); }
 
 int threads_per_stage(const Config& c) {
@@ -63,7 +57,9 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::share
     tp.group = comms_.tensor_parallel;
     tp.sequence_parallel = c.parallel().sequence_parallel();
   }
-  const auto plan = sched::activation_plan(c).at(size_t(rank.pp));
+  // This stage's slots per chunk, as the planner's ledger counts them (only this stage:
+  // under interleaving each stage's count is a happens-before analysis of the op lists).
+  const auto plan = sched::stage_activations(c, rank.pp, sched::build_pipeline_schedule(c));
   model_ = std::make_unique<model::GptStage>(c, stage_layers(c, rank), *device_,
                                              std::vector<int>(plan.chunk_slots.begin(), plan.chunk_slots.end()),
                                              model::StageShape::from_config(c), std::move(tp));

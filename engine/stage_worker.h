@@ -55,10 +55,6 @@ namespace troupe::engine {
 // round-robin slots (slot = microbatch mod slots) GPipe uses one per microbatch and
 // 1F1B uses p - pp + 1 (its peak of p - pp in flight, plus one), at most m.
 int activation_slots(ParallelConfig::Schedule schedule, int pipeline, int pp, int microbatches);
-// Per model chunk of stage `pp` of c's schedule (one entry without interleaving; with
-// it, proven from the op lists: sched/slot_reuse.h). The planner's ledger counts the same.
-std::vector<int> chunk_activation_slots(const Config& c, int pp);
-
 // The layers of rank r's stage: its range, or its model chunks (parallel.virtual_stages).
 model::StageLayers stage_layers(const Config& c, const Rank& r);
 
