@@ -44,7 +44,8 @@ struct StageState {
   sched::PipelineSchedule schedule;
   std::vector<sched::PipelineOp> train_ops;
   // Per op of train_ops: whether it is its chunk's last backward of the step (its
-  // blocks' gradients are final after it: StageWorker::backward's buckets).
+  // blocks' gradients are final after it: StageWorker::backward's buckets), or under
+  // the split backward (ZB_H1) the step's last weight pass.
   std::vector<bool> last_of_chunk;
 
   coordinator_actor coordinator;
@@ -133,6 +134,9 @@ bool eval_slot_free(const StageState& st, int32_t mb, int32_t chunk) {
 }
 
 bool op_ready(const StageState& st, const sched::PipelineOp& op) {
+  // A weight pass reads only its own stage's slot, which its backward (earlier in the
+  // list: sched/schedule_verifier.h) filled.
+  if (op.kind == sched::OpKind::Weight) return true;
   const Key key{st.kind, st.step, op.microbatch};
   const ChunkKey chunk_key{st.kind, st.step, op.microbatch, op.chunk};
   if (op.kind == sched::OpKind::Forward)
@@ -222,8 +226,12 @@ void run_backward(Self* self, const sched::PipelineOp& op, bool last_of_chunk) {
                               st.worker->model().grads());
   const float* grad = st.worker->chunk_is_last(chunk) ? nullptr : st.transport->recv_backward(st.grads.at(chunk_key));
   // The chunk's last backward of the step: its blocks' gradients are final as they are
-  // computed (buckets).
-  st.worker->backward(mb, grad, last_of_chunk, chunk);
+  // computed (buckets). Under the split backward this is the input pass; the weight
+  // GEMMs wait for the op's weight pass (run_weight).
+  if (st.worker->split_backward())
+    st.worker->backward_input(mb, grad);
+  else
+    st.worker->backward(mb, grad, last_of_chunk, chunk);
   st.grads.erase(chunk_key);
   if (!st.worker->chunk_is_first(chunk)) {
     auto dx = st.transport->send_backward(mb, *st.batches.at(key), chunk);
@@ -233,6 +241,12 @@ void run_backward(Self* self, const sched::PipelineOp& op, bool last_of_chunk) {
   }
   // Its last op on this stage: chunk 0's backward (every other chunk's comes before it).
   if (chunk == 0) st.batches.erase(key);
+}
+
+// ZB_H1's weight pass of a microbatch: the weight gradients its backward_input left
+// for later. Nothing is handed over; the step's last one makes the gradients final.
+void run_weight(Self* self, const sched::PipelineOp& op, bool last_of_step) {
+  self->state.worker->backward_weight(op.microbatch, last_of_step);
 }
 
 void start_queued(Self* self);
@@ -328,13 +342,16 @@ void advance(Self* self) {
     const auto t0 = Clock::now();
     st.timing.wait_s += since(st.idle_since, t0);
     st.timing.waits.push_back(since(st.idle_since, t0));
+    const bool last_of_chunk = st.kind == StepKind::Train && st.last_of_chunk[index];
     if (op.kind == sched::OpKind::Forward)
       run_forward(self, op);
+    else if (op.kind == sched::OpKind::Backward)
+      run_backward(self, op, last_of_chunk);
     else
-      run_backward(self, op, st.kind == StepKind::Train && st.last_of_chunk[index]);
+      run_weight(self, op, last_of_chunk);
     const auto t1 = Clock::now();
     st.timing.busy.emplace_back(clock_seconds(t0), clock_seconds(t1));
-    st.timing.backward.push_back(op.kind == sched::OpKind::Backward);
+    st.timing.op_kinds.push_back(uint8_t(op.kind));
     st.timing.compute_s += since(t0, t1);
     st.idle_since = t1;
     // At most one beat per supervision.heartbeat_interval_s: each wakes the
@@ -409,10 +426,11 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
   st.schedule = sched::verified_pipeline_schedule(c);
   st.train_ops = st.schedule.ops[size_t(st.args.rank.pp)];
   st.last_of_chunk.assign(st.train_ops.size(), false);
+  const auto finishing = st.worker->split_backward() ? sched::OpKind::Weight : sched::OpKind::Backward;
   std::set<int32_t> chunk_seen;
   for (size_t i = st.train_ops.size(); i-- > 0;) {
     const auto& op = st.train_ops[i];
-    if (op.kind == sched::OpKind::Backward && chunk_seen.insert(op.chunk).second) st.last_of_chunk[i] = true;
+    if (op.kind == finishing && chunk_seen.insert(op.chunk).second) st.last_of_chunk[i] = true;
   }
   for (const auto& op : st.train_ops)
     if (op.kind == sched::OpKind::Forward && op.chunk == 0) st.last_train_forward = op.microbatch;

@@ -224,7 +224,7 @@ void overhead(const Options& o) {
 struct IdleRow {
   std::string name;
   double measured = 0, ideal = 0, simulated = 0, step_s = 0;
-  double fwd[2] = {0, 0}, bwd[2] = {0, 0};  // ms per op (a chunk's op under interleaving)
+  double fwd[2] = {0, 0}, bwd[2] = {0, 0}, wgt[2] = {0, 0};  // ms per op (a chunk's op under interleaving)
 };
 
 IdleRow pipeline_idle_of(const Options& o, ParallelConfig::Schedule schedule, int v) {
@@ -239,7 +239,7 @@ IdleRow pipeline_idle_of(const Options& o, ParallelConfig::Schedule schedule, in
   c.mutable_logging()->set_run_dir(o.run_dir + "/pipeline");
   std::filesystem::remove_all(c.logging().run_dir());
   const auto r = run_actors(c);
-  std::vector<double> idle, fwd[2], bwd[2], step;
+  std::vector<double> idle, fwd[2], bwd[2], wgt[2], step;
   for (size_t s = size_t(o.warmup); s < r.outcome.step_timings.size(); ++s) {
     const auto& ranks = r.outcome.step_timings[s];
     double lo = 1e300, hi = -1e300, busy = 0;
@@ -249,7 +249,8 @@ IdleRow pipeline_idle_of(const Options& o, ParallelConfig::Schedule schedule, in
         lo = std::min(lo, a);
         hi = std::max(hi, b);
         busy += b - a;
-        (ranks[k].backward[i] ? bwd : fwd)[k].push_back(b - a);
+        const auto kind = sched::OpKind(ranks[k].op_kinds[i]);
+        (kind == sched::OpKind::Forward ? fwd : kind == sched::OpKind::Backward ? bwd : wgt)[k].push_back(b - a);
       }
     idle.push_back(1.0 - busy / (double(ranks.size()) * (hi - lo)));
     step.push_back(hi - lo);
@@ -257,18 +258,22 @@ IdleRow pipeline_idle_of(const Options& o, ParallelConfig::Schedule schedule, in
   // The schedule simulated with each stage's measured op times (a stage's op = v chunk
   // ops): the idle the imbalance between the stages implies. Measured minus simulated is
   // what the runtime adds (message hops, waiting for a thread, the step's start and end).
-  const auto sim = sched::simulate_schedule(sched::build_pipeline_schedule(c),
-                                            std::vector<double>{v * median(fwd[0]), v * median(fwd[1])},
-                                            std::vector<double>{v * median(bwd[0]), v * median(bwd[1])});
+  const bool split = schedule == ParallelConfig::ZB_H1;
+  auto per_stage = [&](const std::vector<double>* t) {
+    return std::vector<double>{v * median(t[0]), v * median(t[1])};
+  };
+  const auto sim = sched::simulate_schedule(sched::build_pipeline_schedule(c), per_stage(fwd), per_stage(bwd),
+                                            split ? per_stage(wgt) : std::vector<double>{0, 0});
   IdleRow row;
   row.name = v > 1 ? "INTERLEAVED_1F1B v=" + std::to_string(v) : ParallelConfig::Schedule_Name(schedule);
   row.measured = median(idle);
-  row.ideal = sched::ideal_idle_fraction(2, 8, v);
+  row.ideal = split ? sched::zero_bubble_idle_fraction(2, 8) : sched::ideal_idle_fraction(2, 8, v);
   row.simulated = sim.idle_fraction;
   row.step_s = median(step);
   for (int k = 0; k < 2; ++k) {
     row.fwd[k] = 1e3 * median(fwd[k]);
     row.bwd[k] = 1e3 * median(bwd[k]);
+    row.wgt[k] = split ? 1e3 * median(wgt[k]) : 0;
   }
   return row;
 }
@@ -276,13 +281,17 @@ IdleRow pipeline_idle_of(const Options& o, ParallelConfig::Schedule schedule, in
 void pipeline_idle(const Options& o) {
   std::printf("## Pipeline idle: PP2, 8 microbatches, one compute thread per stage (small, vocabulary 257)\n\n");
   std::printf("| schedule | measured idle (median over steps) | ideal closed form | simulated with measured op times | "
-              "measured - simulated | ops span per step (ms) | fwd ms stage 0 / 1 | bwd ms stage 0 / 1 |\n");
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  for (const auto& [kind, v] : {std::pair{ParallelConfig::ONE_F_ONE_B, 1}, {ParallelConfig::INTERLEAVED_1F1B, 2}}) {
+              "measured - simulated | ops span per step (ms) | fwd ms stage 0 / 1 | bwd ms stage 0 / 1 | "
+              "weight-pass ms stage 0 / 1 |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const auto& [kind, v] : {std::pair{ParallelConfig::ONE_F_ONE_B, 1}, {ParallelConfig::INTERLEAVED_1F1B, 2},
+                                {ParallelConfig::ZB_H1, 1}}) {
     const IdleRow r = pipeline_idle_of(o, kind, v);
-    std::printf("| %s | %.1f%% | %.1f%% | %.1f%% | %.1f points | %.1f | %.2f / %.2f | %.2f / %.2f |\n", r.name.c_str(),
-                100 * r.measured, 100 * r.ideal, 100 * r.simulated, 100 * (r.measured - r.simulated), 1e3 * r.step_s,
-                r.fwd[0], r.fwd[1], r.bwd[0], r.bwd[1]);
+    char weight[64] = "-";
+    if (kind == ParallelConfig::ZB_H1) std::snprintf(weight, sizeof weight, "%.2f / %.2f", r.wgt[0], r.wgt[1]);
+    std::printf("| %s | %.1f%% | %.1f%% | %.1f%% | %.1f points | %.1f | %.2f / %.2f | %.2f / %.2f | %s |\n",
+                r.name.c_str(), 100 * r.measured, 100 * r.ideal, 100 * r.simulated, 100 * (r.measured - r.simulated),
+                1e3 * r.step_s, r.fwd[0], r.fwd[1], r.bwd[0], r.bwd[1], weight);
   }
   std::printf("\n");
 }

@@ -120,9 +120,6 @@ void check_schedule(const Config& c, Checker& k) {
     k.fail("parallel.virtual_stages", fmt::format("{} is not a chunk count (1 or more)", v));
     return;
   }
-  if (p.schedule() == ParallelConfig::ZB_H1)
-    k.fail("parallel.schedule", "ZB_H1: the stage actors do not run the split backward yet (supervisor plan shows "
-                                "its idle)");
   if (p.schedule() != ParallelConfig::INTERLEAVED_1F1B) {
     if (v > 1)
       k.fail("parallel.virtual_stages",

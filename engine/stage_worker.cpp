@@ -126,13 +126,24 @@ int64_t StageWorker::forward(int mb, const data::Microbatch& batch, const float*
   return loss_tokens;
 }
 
-void StageWorker::backward(int mb, const float* grad_output, bool last_of_chunk, int chunk) {
-  if (!last_of_chunk || !overlaps_reduction()) return model_->backward(slot(mb, chunk), grad_output);
-  const std::span<float> all(model_->grads(), size_t(model_->param_count()));
-  model_->backward(slot(mb, chunk), grad_output, [&](model::FlatRange block) {
+std::function<void(model::FlatRange)> StageWorker::reduce_each_block() {
+  return [this](model::FlatRange block) {
+    const std::span<float> all(model_->grads(), size_t(model_->param_count()));
     comms_.data_parallel->issue_reduce_scatter_sum_part(all, size_t(block.begin), size_t(block.end));
     buckets_.push_back(block);
-  });
+  };
+}
+
+void StageWorker::backward(int mb, const float* grad_output, bool last_of_chunk, int chunk) {
+  if (!last_of_chunk || !overlaps_reduction()) return model_->backward(slot(mb, chunk), grad_output);
+  model_->backward(slot(mb, chunk), grad_output, reduce_each_block());
+}
+
+void StageWorker::backward_input(int mb, const float* grad_output) { model_->backward_input(slot(mb), grad_output); }
+
+void StageWorker::backward_weight(int mb, bool last_of_step) {
+  if (!last_of_step || !overlaps_reduction()) return model_->backward_weight(slot(mb));
+  model_->backward_weight(slot(mb), reduce_each_block());
 }
 
 const float* StageWorker::output(int mb, int chunk) const { return model_->output(slot(mb, chunk)); }

@@ -136,6 +136,15 @@ class StageWorker {
   // backwards come in descending chunk order (the interleaved schedule runs chunk 0's
   // last), so the buckets descend through the flat buffer either way.
   void backward(int mb, const float* grad_output, bool last_of_chunk = false, int chunk = 0);
+  // The same backward in two passes (parallel.schedule ZB_H1, one chunk a stage;
+  // GptStage::backward_input / backward_weight): the input pass hands back
+  // input_grad(mb) and keeps the weight GEMMs' output gradients in the slot; the weight
+  // pass, later, adds the weight gradients. Under the split backward the step's last
+  // weight pass is what makes the blocks' gradients final: `last_of_step` there plays
+  // backward's `last_of_chunk` (gradient buckets).
+  bool split_backward() const { return model_->split_backward(); }
+  void backward_input(int mb, const float* grad_output);
+  void backward_weight(int mb, bool last_of_step);
   // Valid until the forward (output) / backward (input gradient) of microbatch mb +
   // the chunk's slots (see activation_slots).
   const float* output(int mb, int chunk = 0) const;
@@ -188,6 +197,9 @@ class StageWorker {
   int slot(int mb, int chunk = 0) const {
     return model_->slot_base(chunk) + mb % model_->chunk_slots(chunk);
   }
+  // For a step's last backward (or weight pass): issues each block's part of the
+  // data-parallel reduce-scatter as its gradients become final (buckets_).
+  std::function<void(model::FlatRange)> reduce_each_block();
   // The tied-embedding group (first and last stage, pp > 1) when the head is tied to
   // the token embedding; null otherwise (an untied head's gradient is its own).
   comm::Communicator* tied_embedding_group() const;

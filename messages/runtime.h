@@ -202,7 +202,7 @@ struct StageMemory {
 // steady clock (comparable across the stages of one process).
 struct StageTiming {
   std::vector<std::pair<double, double>> busy;  // [start, end) of each op, in op order
-  std::vector<uint8_t> backward;                // per op: 1 for a backward, 0 for a forward
+  std::vector<uint8_t> op_kinds;                // per op: sched::OpKind (0 forward, 1 backward, 2 weight pass)
   std::vector<double> waits;                    // per op: seconds idle before it (waiting for its inputs)
   double compute_s = 0;
   double wait_s = 0;

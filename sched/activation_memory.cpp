@@ -82,7 +82,9 @@ StageActivations stage_activations(const Config& c, int32_t stage, const Pipelin
   else
     a.stored_layers = L - std::min(L, std::max(0, m.recompute_num_layers()));
   a.in_flight = peak_in_flight(schedule.ops[size_t(stage)]);
-  if (v == 1)
+  // GPipe and 1F1B by their rule; the interleaved schedule's wrap-around and ZB_H1's
+  // weight passes (a slot stays taken past its backward) by the proof of slot_reuse.h.
+  if (v == 1 && c.parallel().schedule() != ParallelConfig::ZB_H1)
     a.chunk_slots = {activation_slots(c.parallel().schedule(), a.in_flight, schedule.microbatches)};
   else
     a.chunk_slots = chunk_activation_slots(schedule, stage);

@@ -49,7 +49,9 @@ struct StageActivations {
   int32_t chunks = 1;          // model chunks (v)
   int32_t stored_layers = 0;   // of a chunk's layers, the ones whose activations a slot keeps
   int32_t in_flight = 0;       // peak in flight, from the stage's op list
-  int32_t slots = 0;           // activation_slots(kind, in_flight, m); with chunks their sum
+  // activation_slots(kind, in_flight, m); with chunks their sum; ZB_H1 and chunks:
+  // proven from the op lists (sched/slot_reuse.h)
+  int32_t slots = 0;
   std::vector<int32_t> chunk_slots;  // per chunk
   int64_t layer_bytes = 0;     // one stored layer's saved bytes, per slot
   int64_t slot_bytes = 0;      // everything one slot saves (the largest slot with chunks)

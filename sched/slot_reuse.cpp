@@ -83,11 +83,21 @@ struct HappensBefore {
 
 }  // namespace
 
+namespace {
+
+bool has_weight_ops(const std::vector<PipelineOp>& stage_ops) {
+  return std::any_of(stage_ops.begin(), stage_ops.end(), [](const PipelineOp& op) { return op.kind == OpKind::Weight; });
+}
+
+}  // namespace
+
 int32_t peak_in_flight(const std::vector<PipelineOp>& stage_ops, int32_t chunk) {
+  const OpKind frees = has_weight_ops(stage_ops) ? OpKind::Weight : OpKind::Backward;
   int32_t live = 0, peak = 0;
   for (const auto& op : stage_ops) {
     if (op.chunk != chunk) continue;
-    live += op.kind == OpKind::Forward ? 1 : -1;
+    if (op.kind == OpKind::Forward) ++live;
+    if (op.kind == frees) --live;
     peak = std::max(peak, live);
   }
   return peak;
@@ -99,14 +109,18 @@ std::vector<int32_t> chunk_activation_slots(const PipelineSchedule& s, int32_t s
                                 std::to_string(s.ops.size()) + ")");
   const HappensBefore hb(s);
   const int32_t m = s.microbatches;
+  // The op after which a microbatch's saved activations are no longer read: its weight
+  // pass under the split backward (ZB_H1), else its backward.
+  const OpKind last_reader = has_weight_ops(s.ops[size_t(stage)]) ? OpKind::Weight : OpKind::Backward;
   std::vector<int32_t> out;
   for (int32_t c = 0; c < std::max(1, s.chunks); ++c) {
     auto F = [&](int32_t j) { return PipelineOp{OpKind::Forward, j, c}; };
     auto B = [&](int32_t j) { return PipelineOp{OpKind::Backward, j, c}; };
+    auto done_with = [&](int32_t j) { return PipelineOp{last_reader, j, c}; };
     auto safe = [&](int32_t S) {
       for (int32_t j = S; j < m; ++j) {
         const int32_t old = j - S;
-        if (hb.at(stage, B(old)) > hb.at(stage, F(j))) return false;  // its activations still needed
+        if (hb.at(stage, done_with(old)) > hb.at(stage, F(j))) return false;  // its activations still needed
         if (!hb.read_before(s, stage, F(old), F(j))) return false;    // its output not yet copied
         if (!hb.read_before(s, stage, B(old), B(j))) return false;    // its input gradient not yet copied
       }

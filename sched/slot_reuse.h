@@ -5,7 +5,8 @@
 //
 // A chunk's slots are used round robin: microbatch j of chunk c lives in slot j mod S.
 // The forward of j rewrites what microbatch j - S left in that slot:
-//   - its saved activations: the stage's own backward of j - S must have run before;
+//   - its saved activations: the stage's own backward of j - S (under the split
+//     backward, ZB_H1: its weight pass, the last op that reads them) must have run before;
 //   - its output, which the destination op of that forward (op_destination: the next
 //     virtual stage's forward) reads when it starts;
 // and the backward of j rewrites the input gradient that the backward of j - S left,
@@ -31,7 +32,8 @@ namespace troupe::sched {
 // std::invalid_argument otherwise.
 std::vector<int32_t> chunk_activation_slots(const PipelineSchedule& s, int32_t stage);
 
-// Most microbatches of chunk `chunk` forwarded and not yet backwarded on one stage.
+// Most microbatches of chunk `chunk` forwarded and not yet backwarded on one stage
+// (with weight passes in the list: whose weight pass has not run).
 int32_t peak_in_flight(const std::vector<PipelineOp>& stage_ops, int32_t chunk);
 
 }  // namespace troupe::sched

@@ -238,7 +238,7 @@ typename Inspector::result_type inspect(Inspector& f, StageTiming& x) {
   std::vector<double> busy;
   if constexpr (!Inspector::writes_state)
     for (const auto& [a, b] : x.busy) busy.insert(busy.end(), {a, b});
-  return f(caf::meta::type_name("troupe::msg::StageTiming"), wire::raw(busy), wire::raw(x.backward),
+  return f(caf::meta::type_name("troupe::msg::StageTiming"), wire::raw(busy), wire::raw(x.op_kinds),
            wire::raw(x.waits), x.compute_s, x.wait_s, x.sync_s, x.end_time, x.memory.weights, x.memory.gradients,
            x.memory.optimizer_state, x.memory.activations, x.memory.scratch, x.memory.planned_activations,
            caf::meta::load_callback([&]() -> caf::error {

@@ -26,7 +26,7 @@ TEST_CASE("model: width % heads, heads % tensor, ffn % tensor, layers % pipeline
         "t.textproto:1: model.layers: 3 is not divisible by parallel.pipeline = 2");
 }
 
-TEST_CASE("the interleaved schedule: chunks, stages, microbatches, one process; ZB_H1 not run yet") {
+TEST_CASE("the interleaved schedule: chunks, stages, microbatches, one process; ZB_H1 one chunk") {
   CHECK(load_error("model { layers: 8 }\nparallel { pipeline: 2 schedule: INTERLEAVED_1F1B virtual_stages: 2 }") ==
         "(no error)");
   CHECK(load_error("parallel { virtual_stages: 2 }") ==
@@ -45,9 +45,10 @@ TEST_CASE("the interleaved schedule: chunks, stages, microbatches, one process; 
                    "parallel { pipeline: 4 schedule: INTERLEAVED_1F1B virtual_stages: 2 }") ==
         "t.textproto:3: parallel.schedule: INTERLEAVED_1F1B walks groups of parallel.pipeline = 4 microbatches; the 6 "
         "microbatches per replica (global_batch_size / (micro_batch_size x data)) are not a multiple");
-  CHECK(load_error("model { layers: 8 }\nparallel { pipeline: 2 schedule: ZB_H1 }") ==
-        "t.textproto:2: parallel.schedule: ZB_H1: the stage actors do not run the split backward yet (supervisor "
-        "plan shows its idle)");
+  CHECK(load_error("model { layers: 8 }\nparallel { pipeline: 2 schedule: ZB_H1 }") == "(no error)");
+  CHECK(load_error("model { layers: 8 }\nparallel { pipeline: 2 schedule: ZB_H1 virtual_stages: 2 }") ==
+        "t.textproto:2: parallel.virtual_stages: 2 model chunks a stage need parallel.schedule INTERLEAVED_1F1B (it "
+        "is ZB_H1)");
 }
 
 TEST_CASE("padded vocab always splits across tensor-parallel ranks") {
@@ -470,9 +471,6 @@ TEST_CASE("parallel.schedule ZB_H1: two stages at least, no recomputation") {
   CHECK(load_error("parallel { schedule: ZB_H1 pipeline: 2 }\nmodel { recompute: SELECTIVE }") ==
         "t.textproto:1: parallel.schedule: ZB_H1 needs model.recompute NONE (got SELECTIVE): the weight pass reads "
         "the activations that recomputation does not keep");
-  // Dropout is supported by the split backward; what remains is the refusal until the
-  // stage actors run it (that CHECK becomes "(no error)" then).
-  CHECK(load_error("parallel { schedule: ZB_H1 pipeline: 2 }\nmodel { hidden_dropout: 0.1 }") ==
-        "t.textproto:1: parallel.schedule: ZB_H1: the stage actors do not run the split backward yet (supervisor "
-        "plan shows its idle)");
+  // Dropout is supported by the split backward.
+  CHECK(load_error("parallel { schedule: ZB_H1 pipeline: 2 }\nmodel { hidden_dropout: 0.1 }") == "(no error)");
 }

@@ -95,3 +95,20 @@ TEST_CASE("recomputation under TP2 x PP2 with sequence parallelism gives the bit
     check_bitwise(run(c), none);
   }
 }
+
+TEST_CASE("ZB-H1 under TP2 x PP2 with sequence parallelism gives 1F1B's bits (Llama and GPT-2, dropout on)") {
+  // The split backward issues each layer's tensor-parallel collectives in its input
+  // pass, in the whole backward's order on every rank (tp_split_backward_test); the
+  // weight passes run none. Tolerance: none (bitwise), as for every schedule of one
+  // layout.
+  auto check = [](Config c) {
+    c = with_steps(c, 3);
+    c.mutable_model()->set_hidden_dropout(0.1f);
+    c.mutable_model()->set_attention_dropout(0.1f);
+    const auto one_f_one_b = run(c);
+    c.mutable_parallel()->set_schedule(ParallelConfig::ZB_H1);
+    check_bitwise(run(c), one_f_one_b);
+  };
+  SUBCASE("GPT-2") { check(tiny(2, true, 2, 1)); }
+  SUBCASE("Llama, 2 kv heads") { check(as_llama(tiny(2, true, 2, 1), 2)); }
+}
