@@ -284,8 +284,8 @@ void pipeline_idle(const Options& o) {
               "measured - simulated | ops span per step (ms) | fwd ms stage 0 / 1 | bwd ms stage 0 / 1 | "
               "weight-pass ms stage 0 / 1 |\n");
   std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  for (const auto& [kind, v] : {std::pair{ParallelConfig::ONE_F_ONE_B, 1}, {ParallelConfig::INTERLEAVED_1F1B, 2},
-                                {ParallelConfig::ZB_H1, 1}}) {
+  for (const auto& [kind, v] : {std::pair{ParallelConfig::GPIPE, 1}, {ParallelConfig::ONE_F_ONE_B, 1},
+                                {ParallelConfig::INTERLEAVED_1F1B, 2}, {ParallelConfig::ZB_H1, 1}}) {
     const IdleRow r = pipeline_idle_of(o, kind, v);
     char weight[64] = "-";
     if (kind == ParallelConfig::ZB_H1) std::snprintf(weight, sizeof weight, "%.2f / %.2f", r.wgt[0], r.wgt[1]);

@@ -51,6 +51,23 @@ TEST_CASE("pipeline parallel: PP2 and PP4, GPipe and 1F1B, match the single-devi
   SUBCASE("PP4 1F1B") { check_layout(tiny(1, 4, ParallelConfig::ONE_F_ONE_B)); }
 }
 
+TEST_CASE("GPipe gives 1F1B's bits on the same layout (PP2, DP2 x PP4, Llama PP2)") {
+  // Tolerance: none. The stages hold the same layers and each parameter's gradient adds
+  // its microbatches in microbatch order under both (every stage runs its backwards in
+  // microbatch order); only when each op runs differs. The interleaved and zero-bubble
+  // schedules have their own bitwise comparisons (interleaved_run_test.cpp,
+  // zero_bubble_run_test.cpp).
+  auto check = [](Config c) {
+    c = with_steps(c, 3);
+    const auto one_f_one_b = run(c);
+    c.mutable_parallel()->set_schedule(ParallelConfig::GPIPE);
+    check_bitwise(run(c), one_f_one_b);
+  };
+  SUBCASE("PP2") { check(tiny(1, 2)); }
+  SUBCASE("DP2 x PP4") { check(tiny(2, 4)); }
+  SUBCASE("Llama PP2") { check(as_llama(tiny(1, 2))); }
+}
+
 TEST_CASE("DP2 x PP2 matches the single-device run") { check_layout(tiny(2, 2)); }
 
 TEST_CASE("a Llama (grouped-query, rotary, SwiGLU, untied head) matches the single-device run in every layout") {
