@@ -86,3 +86,28 @@ TEST_CASE("step records carry each stage's memory peak, split, beside the planne
 TEST_CASE("step records carry each stage's memory peak, split, beside the planner's activations (Llama)") {
   check_family(true);
 }
+
+TEST_CASE("under ZB_H1 each stage's saved activations are the planner's, the deferred gradients included") {
+  // The slots keep each deferred weight GEMM's output gradient from B to W: more than
+  // 1F1B's on every stage of the same layout.
+  auto peaks = [](ParallelConfig::Schedule schedule) {
+    Config c = with_steps(parity_layout(1, 2, std::string("troupe-step-memory-") +
+                                                  ParallelConfig::Schedule_Name(schedule)),
+                          2);
+    c.mutable_parallel()->set_schedule(schedule);
+    const auto r = run(c);
+    REQUIRE(r.outcome.steps.size() == 2);
+    std::vector<int64_t> out;
+    for (const auto& m : r.outcome.steps[1].stage_memory) {
+      CAPTURE(m.stage);
+      CHECK(m.activations == m.planned_activations);
+      out.push_back(m.activations);
+    }
+    return out;
+  };
+  const auto zb = peaks(ParallelConfig::ZB_H1), one_f_one_b = peaks(ParallelConfig::ONE_F_ONE_B);
+  REQUIRE(zb.size() == 2);
+  REQUIRE(one_f_one_b.size() == 2);
+  CHECK(zb[0] > one_f_one_b[0]);
+  CHECK(zb[1] > one_f_one_b[1]);
+}
