@@ -72,10 +72,11 @@ void measure_layout(const Config& c, Section& s) {
     total_measured += r.measured();
     s.notes.push_back(fmt::format(
         "{}: {} parameters, moments of {}: main state {} (CPU ledger, equal split: {}, x{:.2f}); activations {} slot{} "
-        "x {} + backward scratch {}; kernel scratch {}; measured peak: stage device {}, optimizer device {}",
+        "({} in all, the largest {}) + backward scratch {}; kernel scratch {}; measured peak: stage device {}, optimizer device {}",
         engine::stage_path(r.rank), metrics::format_thousands(r.params), metrics::format_thousands(r.shard),
         format_bytes(double(r.main_state())), format_bytes(ledger), double(r.main_state()) / ledger, r.slots,
-        r.slots == 1 ? "" : "s", format_bytes(double(r.slot_bytes)), format_bytes(double(r.stage_scratch_bytes)),
+        r.slots == 1 ? "" : "s", format_bytes(double(r.all_slot_bytes)), format_bytes(double(r.slot_bytes)),
+        format_bytes(double(r.stage_scratch_bytes)),
         format_bytes(double(r.kernel_scratch + r.optim_kernel_scratch)), format_bytes(double(r.stage_peak)),
         format_bytes(double(r.optim_peak))));
   }

@@ -116,8 +116,9 @@ std::vector<RankMemory> measure_step_memory(const Config& c) {
     return *workers[size_t(topo.index({dp, pp, tp}))];
   };
 
-  // One step. Microbatches go depth first (each through every stage forward, then
-  // backward): one microbatch in flight at a time fits any slot count, and the
+  // One step. Microbatches go depth first (each through every virtual stage forward,
+  // then backward; under the split backward each stage's weight pass right after its
+  // input pass): one microbatch in flight at a time fits any slot count, and the
   // slots are allocated when the stage is built, so the order changes no peak. The
   // tensor-parallel ranks of a stage run together (their collectives pair up).
   const auto src = data::BatchSource::open(c);
@@ -130,18 +131,26 @@ std::vector<RankMemory> measure_step_memory(const Config& c) {
     for (int j = 0; j < m; ++j) {
       const auto mb = src.microbatch(0, d, j);
       on_all_ranks(size_t(topo.tp), [&](size_t t) {
+        const int chunks = worker(d, 0, int(t)).chunks();
         const float* x = nullptr;
-        for (int p = 0; p < topo.pp; ++p) {
-          auto& w = worker(d, p, int(t));
-          w.forward(j, mb, x);
-          if (!w.is_last()) x = w.output(j);
-        }
+        for (int chunk = 0; chunk < chunks; ++chunk)
+          for (int p = 0; p < topo.pp; ++p) {
+            auto& w = worker(d, p, int(t));
+            w.forward(j, mb, x, chunk);
+            if (!w.chunk_is_last(chunk)) x = w.output(j, chunk);
+          }
         const float* g = nullptr;
-        for (int p = topo.pp - 1; p >= 0; --p) {
-          auto& w = worker(d, p, int(t));
-          w.backward(j, g);
-          if (!w.is_first()) g = w.input_grad(j);
-        }
+        for (int chunk = chunks - 1; chunk >= 0; --chunk)
+          for (int p = topo.pp - 1; p >= 0; --p) {
+            auto& w = worker(d, p, int(t));
+            if (w.split_backward()) {
+              w.backward_input(j, g);
+              w.backward_weight(j, false);
+            } else {
+              w.backward(j, g, false, chunk);
+            }
+            if (!w.chunk_is_first(chunk)) g = w.input_grad(j, chunk);
+          }
       });
     }
   on_all_ranks(ranks.size(), [&](size_t i) { workers[i]->reduce_gradients(); });
@@ -166,6 +175,7 @@ std::vector<RankMemory> measure_step_memory(const Config& c) {
     r.shard = range.end - range.begin;
     r.slots = w.model().slots();
     r.slot_bytes = w.model().slot_floats() * 4;  // fp32 activations; token ints are 4 bytes too
+    r.all_slot_bytes = w.model().all_slot_floats() * 4;
     r.stage_scratch_bytes =
         (w.model().scratch_floats() + w.model().tp_buffer_floats() + w.model().table_floats()) * 4;
     r.stage_allocations = dev.allocated_blocks();

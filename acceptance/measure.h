@@ -53,8 +53,9 @@ struct RankMemory {
   // tensor-parallel replicas on tp > 0): the tensors with counts_in_norm = false.
   int64_t duplicates = 0;
   int64_t shard = 0;           // elements whose Adam moments this rank's shard holds
-  int slots = 0;               // activation slots (1F1B: p - k + 1, GPipe: m)
-  int64_t slot_bytes = 0;      // one slot: activations, token ints, mask
+  int slots = 0;               // activation slots (1F1B: p - k + 1, GPipe: m; every chunk's)
+  int64_t slot_bytes = 0;      // one slot (the largest: the last chunk's): activations, token ints, mask
+  int64_t all_slot_bytes = 0;  // every slot (with one chunk: slots x slot_bytes)
   // the model's backward scratch (shared by the slots), TP buffers and shared tables (rotary)
   int64_t stage_scratch_bytes = 0;
   int64_t stage_peak = 0;      // the stage device's allocation high-water mark
@@ -68,7 +69,7 @@ struct RankMemory {
   int64_t planned_activations = 0;
 
   int64_t main_state() const { return 8 * params + 8 * shard; }  // fp32 weights, grads, m, v
-  int64_t activations() const { return int64_t(slots) * slot_bytes + stage_scratch_bytes; }
+  int64_t activations() const { return all_slot_bytes + stage_scratch_bytes; }
   int64_t counted() const { return main_state() + activations(); }
   int64_t measured() const { return stage_peak + kernel_scratch + optim_peak + optim_kernel_scratch; }
 };

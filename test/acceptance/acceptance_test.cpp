@@ -116,6 +116,30 @@ TEST_CASE("the small model keeps the layout and shrinks the model") {
   CHECK(config::microbatches_per_replica(s1.config) == 16);  // min(1,920, max(2 x 8, 4))
 }
 
+TEST_CASE("the capacity rung's measured step counts every chunk's slots and the deferred weight gradients") {
+  // Interleaved 1F1B (2 chunks a stage) and ZB-H1 (split backward): each rank's stage
+  // device peak is its weights, gradients, every slot of every chunk and the scratch,
+  // within the 64-byte rounding of each block, and its saved activations are the
+  // planner's figure to the byte (sched/activation_memory.h).
+  for (const auto schedule : {ParallelConfig::INTERLEAVED_1F1B, ParallelConfig::ZB_H1}) {
+    CAPTURE(ParallelConfig::Schedule_Name(schedule));
+    Config c = default_config();
+    c.mutable_parallel()->set_schedule(schedule);
+    c.mutable_parallel()->set_virtual_stages(schedule == ParallelConfig::INTERLEAVED_1F1B ? 2 : 1);
+    const auto ranks = measure_step_memory(c);
+    REQUIRE(ranks.size() == 4);
+    for (const auto& r : ranks) {
+      CAPTURE(r.rank.pp);
+      CHECK(r.stage_split.activations == r.planned_activations);
+      const int64_t slack = r.stage_peak - (8 * r.params + r.activations());
+      CHECK(slack >= 0);
+      CHECK(slack <= 64 * r.stage_allocations);
+      CHECK(r.all_slot_bytes > 0);
+      CHECK(r.all_slot_bytes <= int64_t(r.slots) * r.slot_bytes);  // the largest slot is the last chunk's
+    }
+  }
+}
+
 TEST_CASE("the acceptance dataset packs into long, two-document and padded windows") {
   const auto docs = acceptance_documents(32, 8, 1234);
   REQUIRE(docs.size() == 32);
