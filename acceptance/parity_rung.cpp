@@ -126,6 +126,13 @@ Section layout_section(const LadderContext& ctx, const std::string& name, const 
   c.mutable_parallel()->set_pipeline(pp);
   c.mutable_parallel()->set_tensor(tp);
   if (tp == 1) c.mutable_parallel()->set_sequence_parallel(false);
+  // One stage has no pipeline to schedule: the interleaved and zero-bubble schedules
+  // need two stages or more, so a PP 1 layout runs the plain 1F1B (the same bits).
+  const auto schedule = c.parallel().schedule();
+  if (pp < 2 && (schedule == ParallelConfig::INTERLEAVED_1F1B || schedule == ParallelConfig::ZB_H1)) {
+    c.mutable_parallel()->set_schedule(ParallelConfig::ONE_F_ONE_B);
+    c.mutable_parallel()->set_virtual_stages(1);
+  }
   s.notes.push_back(fmt::format("layout DP {} x PP {} x TP {}, {} schedule, {} microbatches per replica, global batch "
                                 "{}",
                                 dp, pp, tp, ParallelConfig::Schedule_Name(c.parallel().schedule()),

@@ -26,7 +26,11 @@ SmallModel derive_small_model(const Config& big, const std::string& data_prefix,
 
   const int pp = p.pipeline(), tp = p.tensor();
   auto* m = c.mutable_model();
-  m->set_layers(std::min(2 * pp, big.model().layers()));
+  // 2 layers a stage; under the interleaved schedule a multiple of its chunk count
+  // (2 chunks: 2, 3 chunks: 3), so every chunk holds the same number.
+  const int chunks = p.schedule() == ParallelConfig::INTERLEAVED_1F1B ? std::max(1, p.virtual_stages()) : 1;
+  const int per_stage = chunks * ((2 + chunks - 1) / chunks);
+  m->set_layers(std::min(per_stage * pp, big.model().layers()));
   m->set_heads(std::max(2, tp));
   m->set_width(16 * m->heads());
   m->set_ffn_width(0);
@@ -54,8 +58,9 @@ SmallModel derive_small_model(const Config& big, const std::string& data_prefix,
                    "(all the config's)\n",
                    p.data(), pp, tp, p.context(), ParallelConfig::Schedule_Name(p.schedule()),
                    p.sequence_parallel() ? "on" : "off", p.distributed_optimizer() ? "on" : "off");
-  d += fmt::format("- model.layers: {} (config: {}; 2 per pipeline stage, at most the config's)\n", m->layers(),
-                   big.model().layers());
+  d += fmt::format("- model.layers: {} (config: {}; {} per pipeline stage{}, at most the config's)\n", m->layers(),
+                   big.model().layers(), per_stage,
+                   chunks > 1 ? fmt::format(" in {} chunks of the interleaved schedule", chunks) : std::string());
   d += fmt::format("- model.heads: {} (config: {}; 2, or TP when TP > 2{})\n", m->heads(), big.model().heads(),
                    m->heads() > std::max(2, tp) ? ", twice that for grouped queries" : "");
   if (config::is_llama(bm)) {

@@ -4,11 +4,13 @@
 // 512 -> 1,024 GPU step (180,000 -> 320,000 tokens/s: 1.78x, 89%).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "acceptance/dataset.h"
@@ -234,6 +236,42 @@ TEST_CASE("every rung passes on the shipped Llama config, and with TP 2 (sequenc
     const Section* tp_section = find_section(r, 1, "TP parity");
     REQUIRE(tp_section != nullptr);
     CHECK(tp_section->status == (tp > 1 ? Status::kPass : Status::kNotApplicable));
+    CHECK(find_section(r, 2, "small model")->status == Status::kPass);
+    CHECK(find_section(r, 3, "kill a stage")->status == Status::kPass);
+  }
+}
+
+TEST_CASE("every rung passes under the interleaved (2 and 3 chunks) and zero-bubble schedules") {
+  // The small model keeps the schedule: its layers are a multiple of the chunks a
+  // stage; the PP 1 sections (DP parity) run the plain 1F1B, which one stage needs.
+  struct Case {
+    ParallelConfig::Schedule schedule;
+    int chunks;
+  };
+  for (const Case k : {Case{ParallelConfig::INTERLEAVED_1F1B, 2}, Case{ParallelConfig::INTERLEAVED_1F1B, 3},
+                       Case{ParallelConfig::ZB_H1, 1}}) {
+    CAPTURE(ParallelConfig::Schedule_Name(k.schedule));
+    CAPTURE(k.chunks);
+    Config c = default_config();
+    c.mutable_model()->set_layers(4 * k.chunks);
+    c.mutable_parallel()->set_schedule(k.schedule);
+    c.mutable_parallel()->set_virtual_stages(k.chunks);
+    AcceptanceOptions o;
+    o.out_dir = fresh_dir("schedule-" + std::to_string(int(k.schedule)) + "-" + std::to_string(k.chunks)).string();
+    o.config_source = "configs/default.textproto with another schedule";
+    o.console = nullptr;
+    const Report r = run_acceptance(c, o);
+    INFO(explain(r));
+    CHECK(r.passed());
+    const Section* pp = find_section(r, 1, "PP parity (PP 2)");
+    REQUIRE(pp != nullptr);
+    CHECK(pp->status == Status::kPass);
+    const std::string schedule_note = fmt::format("{} schedule", ParallelConfig::Schedule_Name(k.schedule));
+    CHECK(std::any_of(pp->notes.begin(), pp->notes.end(),
+                      [&](const std::string& n) { return n.find(schedule_note) != std::string::npos; }));
+    const Section* dp = find_section(r, 1, "DP parity (DP 2)");
+    REQUIRE(dp != nullptr);
+    CHECK(dp->status == Status::kPass);
     CHECK(find_section(r, 2, "small model")->status == Status::kPass);
     CHECK(find_section(r, 3, "kill a stage")->status == Status::kPass);
   }
