@@ -166,15 +166,15 @@ data::Microbatch make_batch(const Case& k) {
 
 // Times one sgemm call (after one untimed call) with the kernel the step's GEMMs run
 // (kernels/cpu/gemm.h): OpenBLAS on `threads` threads (the devices keep OpenBLAS at 1
-// thread, so it is set back afterwards), or troupe's AVX-512 kernel split over a pool
-// of `threads` as the device splits it.
+// thread, so it is set back afterwards), or oneDNN's or troupe's AVX-512 kernel split
+// over a pool of `threads` as the device splits it.
 struct SgemmProbe {
   int M, N, K;
   std::vector<float> A, B, C;
   SgemmProbe(int m, int n, int k)
       : M(m), N(n), K(k), A(size_t(m) * k, 0.5f), B(size_t(k) * n, 0.25f), C(size_t(m) * n) {}
   double gflops(int threads) {
-    if (kernels::cpu::gemm_kernel() == kernels::cpu::GemmKernel::kOwnAvx512) {
+    if (kernels::cpu::gemm_kernel() != kernels::cpu::GemmKernel::kOpenBlas) {
       static kernels::cpu::ThreadPool pool(threads);
       auto call = [&] { kernels::cpu::gemm(pool, false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N); };
       call();

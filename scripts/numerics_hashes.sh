@@ -8,11 +8,12 @@
 #   scripts/numerics_hashes.sh build-new > after.txt && diff before.txt after.txt
 # Usage: numerics_hashes.sh BUILD_DIR [WORK_DIR]  (WORK_DIR default: a fresh mktemp -d)
 set -euo pipefail
-# The hashes are of the AVX2 kernels with OpenBLAS's GEMM, whatever the CPU: on an
-# AVX-512 CPU troupe may otherwise run its own AVX-512 sgemm (kernels/cpu/gemm.h), whose
-# sums are ordered differently. (OpenBLAS's own kernel choice, e.g. OPENBLAS_CORETYPE,
-# still moves the bits: compare hashes taken under the same OpenBLAS core.)
-export TROUPE_CPU_ISA=avx2
+# The hashes are of the AVX2 kernels with OpenBLAS's GEMM, whatever the CPU: troupe may
+# otherwise run oneDNN's sgemm (where libdnnl2 is installed) or, on an AVX-512 CPU, its
+# own (kernels/cpu/gemm.h), whose sums are ordered differently. (OpenBLAS's own kernel
+# choice, e.g. OPENBLAS_CORETYPE, still moves the bits: compare hashes taken under the
+# same OpenBLAS core.)
+export TROUPE_CPU_ISA=avx2 TROUPE_CPU_GEMM=openblas
 build=$(cd "$1" && pwd)
 work=${2:-$(mktemp -d)}
 mkdir -p "$work"

@@ -12,6 +12,7 @@ packages=(
   libspdlog-dev libfmt-dev
   doctest-dev
   libopenblas-dev
+  libdnnl2                        # oneDNN: its sgemm, loaded at run time (kernels/cpu/sgemm_dnnl.h)
   libgloo-dev
   nlohmann-json3-dev              # vocab.json, JSON-lines corpora, reports
   libicu-dev                      # Unicode categories for the GPT-2 pre-tokenizer

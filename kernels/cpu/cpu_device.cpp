@@ -15,9 +15,11 @@ CpuDevice::CpuDevice(int threads) : pool_(threads) {
 }
 
 std::string CpuDevice::describe() const {
+  const GemmKernel k = gemm_kernel();
   return "cpu (" + std::to_string(pool_.size()) + " thread" + (pool_.size() == 1 ? "" : "s") +
-         (gemm_kernel() == GemmKernel::kOwnAvx512 ? ", troupe's AVX-512 sgemm per participant)"
-                                                  : ", OpenBLAS single-threaded per participant)");
+         (k == GemmKernel::kOwnAvx512 ? ", troupe's AVX-512 sgemm per participant)"
+          : k == GemmKernel::kDnnl    ? ", oneDNN's sgemm single-threaded per participant)"
+                                      : ", OpenBLAS single-threaded per participant)");
 }
 
 Buffer CpuDevice::allocate(int64_t count, DType dtype) {

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/sgemm_avx512.h"
+#include "kernels/cpu/sgemm_dnnl.h"
 
 namespace troupe::kernels::cpu {
 namespace {
@@ -23,23 +24,31 @@ const char* core_isa(const std::string& core) {
 
 }  // namespace
 
-GemmKernel choose_gemm_kernel(const char* env, Isa isa, const std::string& openblas_core, bool has_avx512) {
-  const std::string want = env ? env : "";
+GemmKernel choose_gemm_kernel(const GemmChoiceInputs& in) {
+  const std::string want = in.env ? in.env : "";
   if (want.empty() || want == "auto") {
-    // Measured (docs/performance.md, "AVX-512"): OpenBLAS's own AVX-512 kernels are at
-    // least as fast as troupe's; its AVX2 ones (OPENBLAS_CORETYPE=Haswell on an AVX-512
-    // CPU) are not. So the own kernel runs only where OpenBLAS runs below the CPU's ISA.
-    const bool blas_avx512 = std::string(core_isa(openblas_core)) == "AVX-512";
-    return isa == Isa::kAvx512 && !blas_avx512 ? GemmKernel::kOwnAvx512 : GemmKernel::kOpenBlas;
+    // Measured (docs/performance.md, "AVX-512"): oneDNN's sgemm was the fastest correct
+    // candidate on both machines and under both OpenBLAS settings; without it,
+    // OpenBLAS's own AVX-512 kernels are at least as fast as troupe's and its AVX2 ones
+    // (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU) are not, so the own kernel runs only
+    // where OpenBLAS runs below the CPU's ISA.
+    if (in.dnnl_loaded) return GemmKernel::kDnnl;
+    const bool blas_avx512 = std::string(core_isa(in.openblas_core)) == "AVX-512";
+    return in.isa == Isa::kAvx512 && !blas_avx512 ? GemmKernel::kOwnAvx512 : GemmKernel::kOpenBlas;
   }
   if (want == "openblas") return GemmKernel::kOpenBlas;
   if (want == "own") {
-    if (!has_avx512)
+    if (!in.has_avx512)
       throw std::runtime_error("TROUPE_CPU_GEMM=own: troupe's sgemm needs AVX-512 F/BW/DQ/VL, which this CPU (or its "
-                               "OS) lacks; use openblas or leave it unset");
+                               "OS) lacks; use dnnl, openblas or leave it unset");
     return GemmKernel::kOwnAvx512;
   }
-  throw std::runtime_error("TROUPE_CPU_GEMM=\"" + want + "\": expected openblas, own or auto");
+  if (want == "dnnl") {
+    if (!in.dnnl_loaded)
+      throw std::runtime_error("TROUPE_CPU_GEMM=dnnl: " + in.dnnl_error + "; use openblas or leave it unset");
+    return GemmKernel::kDnnl;
+  }
+  throw std::runtime_error("TROUPE_CPU_GEMM=\"" + want + "\": expected dnnl, openblas, own or auto");
 }
 
 void use_single_threaded_blas() {
@@ -49,14 +58,31 @@ void use_single_threaded_blas() {
 }
 
 GemmKernel gemm_kernel() {
-  static const GemmKernel k =
-      choose_gemm_kernel(std::getenv("TROUPE_CPU_GEMM"), active_isa(), openblas_get_corename(), cpu_has_avx512());  // a throw leaves it unset: the next call throws again
+  // A throw leaves it unset: the next call throws again.
+  static const GemmKernel k = [] {
+    GemmChoiceInputs in;
+    in.env = std::getenv("TROUPE_CPU_GEMM");
+    in.isa = active_isa();
+    in.openblas_core = openblas_get_corename();
+    in.has_avx512 = cpu_has_avx512();
+    const bool skip_dnnl = in.env && (std::string(in.env) == "openblas" || std::string(in.env) == "own");
+    in.dnnl_loaded = !skip_dnnl && dnnl_sgemm_loaded();  // not even loaded when another kernel is asked for
+    if (!skip_dnnl && !in.dnnl_loaded) in.dnnl_error = dnnl_load_error();
+    const GemmKernel chosen = choose_gemm_kernel(in);
+    if (chosen == GemmKernel::kDnnl) dnnl_limit_isa(in.isa);
+    return chosen;
+  }();
   return k;
 }
 
 void sgemm_single(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (gemm_kernel() == GemmKernel::kOwnAvx512) {
+  const GemmKernel k = gemm_kernel();
+  if (k == GemmKernel::kDnnl) {
+    dnnl_sgemm_single(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  if (k == GemmKernel::kOwnAvx512) {
     sgemm_avx512(trans_a, trans_b, M, N, K, alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
     return;
   }
@@ -85,7 +111,9 @@ std::string compute_description() {
   std::string s = "CPU " + cpu_features_line() + "; ISA " + isa_name(isa) +
                   (std::getenv("TROUPE_CPU_ISA") ? " (TROUPE_CPU_ISA)" : " (the CPU's best)") +
                   ", troupe's loops AVX2; GEMM ";
-  if (gemm_kernel() == GemmKernel::kOwnAvx512)
+  if (gemm_kernel() == GemmKernel::kDnnl)
+    s += dnnl_description() + ", one thread per participant, beside " + blas_description() + " (not used for GEMMs)";
+  else if (gemm_kernel() == GemmKernel::kOwnAvx512)
     s += "troupe's own AVX-512 sgemm (12x32 packed kernel), beside " + blas_description() + " (not used for GEMMs)";
   else
     s += blas_description();

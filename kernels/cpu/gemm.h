@@ -1,11 +1,15 @@
 // GEMM on the CPU device: a single-threaded sgemm split over the device's threads.
 //
-// The sgemm is chosen once per process (gemm_kernel()): troupe's own AVX-512 kernel
-// (kernels/cpu/sgemm_avx512.h) when the kernels run AVX-512 (kernels/cpu/isa.h) and
+// The sgemm is chosen once per process (gemm_kernel()): oneDNN's dnnl_sgemm
+// (kernels/cpu/sgemm_dnnl.h) when Debian's libdnnl2 can be loaded (it does not read
+// OPENBLAS_CORETYPE, so a development machine and a user's run the same GEMM; its
+// kernels are capped at the ISA of kernels/cpu/isa.h); without it, troupe's own
+// AVX-512 kernel (kernels/cpu/sgemm_avx512.h) when the kernels run AVX-512 and
 // OpenBLAS runs below it (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU: the environment
 // is left as it is, the startup block prints both), else OpenBLAS's cblas_sgemm with
-// whatever kernel OpenBLAS picked (its own cpuid choice, or OPENBLAS_CORETYPE). TROUPE_CPU_GEMM=openblas|own|auto overrides the choice (own
-// needs AVX-512; anything else is an error naming the variable).
+// whatever kernel OpenBLAS picked (its own cpuid choice, or OPENBLAS_CORETYPE).
+// TROUPE_CPU_GEMM=dnnl|openblas|own|auto overrides the choice (dnnl needs the library,
+// own needs AVX-512; anything else is an error naming the variable).
 //
 // OpenBLAS's own thread count is process-global (openblas_set_num_threads in 0.3.21),
 // while troupe runs several stage devices in one process, each with its own threads.
@@ -14,7 +18,8 @@
 // of 16 so that every block keeps OpenBLAS's full register tiles), and every
 // participant calls the single-threaded sgemm on its block. Each block is computed
 // by one participant only, so the result is fixed by the thread count (and, with the
-// own kernel, independent of it: its sums are fixed by K alone).
+// own kernel, independent of it: its sums are fixed by K alone). oneDNN's OpenMP
+// runtime is likewise held at one thread per caller.
 #pragma once
 
 #include <cstdint>
@@ -35,12 +40,21 @@ struct GemmBlock {
 // TROUPE_CPU_ISA). Called by every CpuDevice.
 void use_single_threaded_blas();
 
-enum class GemmKernel { kOpenBlas, kOwnAvx512 };
+enum class GemmKernel { kOpenBlas, kOwnAvx512, kDnnl };
 GemmKernel gemm_kernel();  // chosen once (see the top of this file)
 
-// The choice gemm_kernel() makes from TROUPE_CPU_GEMM's value (nullptr: unset), the
-// kernels' ISA, OpenBLAS's core name (openblas_get_corename) and the CPU.
-GemmKernel choose_gemm_kernel(const char* env, Isa isa, const std::string& openblas_core, bool has_avx512);
+// What the choice is made from: TROUPE_CPU_GEMM's value (nullptr: unset), the
+// kernels' ISA, OpenBLAS's core name (openblas_get_corename), the CPU, and whether
+// oneDNN loaded (with the reason when it did not, for the error of TROUPE_CPU_GEMM=dnnl).
+struct GemmChoiceInputs {
+  const char* env = nullptr;
+  Isa isa = Isa::kAvx2;
+  std::string openblas_core;
+  bool has_avx512 = false;
+  bool dnnl_loaded = false;
+  std::string dnnl_error;
+};
+GemmKernel choose_gemm_kernel(const GemmChoiceInputs& in);
 
 // One thread's row-major sgemm (cblas_sgemm's semantics) through the chosen kernel.
 void sgemm_single(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int64_t lda,

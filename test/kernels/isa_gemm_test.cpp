@@ -1,7 +1,8 @@
-// The run-time ISA choice (kernels/cpu/isa.h), the GEMM choice (kernels/cpu/gemm.h) and
-// troupe's AVX-512 sgemm (kernels/cpu/sgemm_avx512.h): against a double-precision
-// product, and bit for bit whatever block of C a call computes. The sgemm cases SKIP
-// (with a message) on a CPU without AVX-512.
+// The run-time ISA choice (kernels/cpu/isa.h), the GEMM choice (kernels/cpu/gemm.h),
+// troupe's AVX-512 sgemm (kernels/cpu/sgemm_avx512.h: against a double-precision
+// product, and bit for bit whatever block of C a call computes; SKIP with a message on
+// a CPU without AVX-512) and oneDNN's (kernels/cpu/sgemm_dnnl.h: against the double
+// product, deterministic; SKIP with the reason where libdnnl.so.2 does not load).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,11 +11,13 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/sgemm_avx512.h"
+#include "kernels/cpu/sgemm_dnnl.h"
 
 using namespace troupe::kernels::cpu;
 
@@ -31,21 +34,46 @@ TEST_CASE("TROUPE_CPU_ISA: auto picks the CPU's best, explicit values are obeyed
   CHECK(cpu_features_line().find("avx2") != std::string::npos);
 }
 
-TEST_CASE("TROUPE_CPU_GEMM: the own kernel where OpenBLAS runs below an AVX-512 CPU, OpenBLAS otherwise") {
-  CHECK(choose_gemm_kernel(nullptr, Isa::kAvx512, "Haswell", true) == GemmKernel::kOwnAvx512);
-  CHECK(choose_gemm_kernel(nullptr, Isa::kAvx512, "SkylakeX", true) == GemmKernel::kOpenBlas);
-  CHECK(choose_gemm_kernel(nullptr, Isa::kAvx512, "Cooperlake", true) == GemmKernel::kOpenBlas);
-  CHECK(choose_gemm_kernel(nullptr, Isa::kAvx2, "Haswell", true) == GemmKernel::kOpenBlas);  // TROUPE_CPU_ISA=avx2
-  CHECK(choose_gemm_kernel(nullptr, Isa::kAvx2, "Zen", false) == GemmKernel::kOpenBlas);
-  CHECK(choose_gemm_kernel("openblas", Isa::kAvx512, "Haswell", true) == GemmKernel::kOpenBlas);
-  CHECK(choose_gemm_kernel("own", Isa::kAvx512, "SkylakeX", true) == GemmKernel::kOwnAvx512);
-  CHECK_THROWS_WITH_AS(choose_gemm_kernel("own", Isa::kAvx2, "Zen", false), doctest::Contains("TROUPE_CPU_GEMM=own"),
+namespace {
+
+GemmKernel choose(const char* env, Isa isa, const char* core, bool avx512, bool dnnl) {
+  GemmChoiceInputs in;
+  in.env = env, in.isa = isa, in.openblas_core = core, in.has_avx512 = avx512, in.dnnl_loaded = dnnl;
+  in.dnnl_error = dnnl ? "" : "libdnnl.so.2 not loaded (test)";
+  return choose_gemm_kernel(in);
+}
+
+}  // namespace
+
+TEST_CASE("TROUPE_CPU_GEMM: oneDNN where it loads; else the own kernel where OpenBLAS runs below an AVX-512 CPU, OpenBLAS otherwise") {
+  // oneDNN present: it runs, whatever OpenBLAS's core or the ISA.
+  CHECK(choose(nullptr, Isa::kAvx512, "Haswell", true, true) == GemmKernel::kDnnl);
+  CHECK(choose(nullptr, Isa::kAvx512, "Cooperlake", true, true) == GemmKernel::kDnnl);
+  CHECK(choose("auto", Isa::kAvx2, "Zen", false, true) == GemmKernel::kDnnl);
+  // Without it: the rule before oneDNN.
+  CHECK(choose(nullptr, Isa::kAvx512, "Haswell", true, false) == GemmKernel::kOwnAvx512);
+  CHECK(choose(nullptr, Isa::kAvx512, "SkylakeX", true, false) == GemmKernel::kOpenBlas);
+  CHECK(choose(nullptr, Isa::kAvx512, "Cooperlake", true, false) == GemmKernel::kOpenBlas);
+  CHECK(choose(nullptr, Isa::kAvx2, "Haswell", true, false) == GemmKernel::kOpenBlas);  // TROUPE_CPU_ISA=avx2
+  CHECK(choose(nullptr, Isa::kAvx2, "Zen", false, false) == GemmKernel::kOpenBlas);
+  // Asked for by name.
+  CHECK(choose("openblas", Isa::kAvx512, "Haswell", true, true) == GemmKernel::kOpenBlas);
+  CHECK(choose("own", Isa::kAvx512, "SkylakeX", true, true) == GemmKernel::kOwnAvx512);
+  CHECK(choose("dnnl", Isa::kAvx2, "Zen", false, true) == GemmKernel::kDnnl);
+  CHECK_THROWS_WITH_AS(choose("own", Isa::kAvx2, "Zen", false, true), doctest::Contains("TROUPE_CPU_GEMM=own"),
                        std::runtime_error);
-  CHECK_THROWS_WITH_AS(choose_gemm_kernel("mkl", Isa::kAvx2, "Zen", false),
-                       doctest::Contains("TROUPE_CPU_GEMM=\"mkl\""), std::runtime_error);
+  CHECK_THROWS_WITH_AS(choose("dnnl", Isa::kAvx512, "Haswell", true, false),
+                       doctest::Contains("TROUPE_CPU_GEMM=dnnl: libdnnl.so.2 not loaded (test)"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(choose("mkl", Isa::kAvx2, "Zen", false, true), doctest::Contains("TROUPE_CPU_GEMM=\"mkl\""),
+                       std::runtime_error);
   const std::string blas = blas_description();
   CHECK(blas.find("OpenBLAS 0.") == 0);
   CHECK(blas.find(" kernels (") != std::string::npos);
+  // This process: the line names the kernel that runs.
+  const std::string line = compute_description();
+  if (gemm_kernel() == GemmKernel::kDnnl) CHECK(line.find("GEMM oneDNN ") != std::string::npos);
+  if (gemm_kernel() == GemmKernel::kOwnAvx512) CHECK(line.find("GEMM troupe's own AVX-512 sgemm") != std::string::npos);
+  if (gemm_kernel() == GemmKernel::kOpenBlas) CHECK(line.find("GEMM OpenBLAS ") != std::string::npos);
 }
 
 namespace {
@@ -69,21 +97,29 @@ Problem make(bool ta, bool tb, int M, int N, int K, float alpha, float beta, std
   return p;
 }
 
-void run(const Problem& p, std::vector<float>& C, int m0, int m1, int n0, int n1) {
-  const float* a = p.ta ? p.A.data() + m0 : p.A.data() + int64_t(m0) * p.lda;
-  const float* b = p.tb ? p.B.data() + int64_t(n0) * p.ldb : p.B.data() + n0;
-  sgemm_avx512(p.ta, p.tb, m1 - m0, n1 - n0, p.K, p.alpha, a, p.lda, b, p.ldb, p.beta,
-               C.data() + int64_t(m0) * p.ldc + n0, p.ldc);
+// One thread's row-major sgemm with cblas_sgemm's semantics.
+using Sgemm = void (*)(bool, bool, int, int, int, float, const float*, int64_t, const float*, int64_t, float, float*,
+                       int64_t);
+
+void own_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float beta, float* C, int64_t ldc) {
+  sgemm_avx512(ta, tb, M, N, K, alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
-}  // namespace
+void run(const Problem& p, std::vector<float>& C, int m0, int m1, int n0, int n1, Sgemm sgemm = own_sgemm) {
+  const float* a = p.ta ? p.A.data() + m0 : p.A.data() + int64_t(m0) * p.lda;
+  const float* b = p.tb ? p.B.data() + int64_t(n0) * p.ldb : p.B.data() + n0;
+  sgemm(p.ta, p.tb, m1 - m0, n1 - n0, p.K, p.alpha, a, p.lda, b, p.ldb, p.beta, C.data() + int64_t(m0) * p.ldc + n0,
+        p.ldc);
+}
 
-TEST_CASE("sgemm_avx512 against a double product: every transpose, edges, K across runs, alpha, beta") {
-  if (!cpu_has_avx512()) {
-    MESSAGE("SKIP: this CPU (or its OS) has no AVX-512 F/BW/DQ/VL");
-    return;
-  }
-  std::mt19937 rng(7);
+// Every transpose pair, shapes from below one tile to several blocks, K over one and
+// several of the own kernel's 256-runs, alpha, beta 0 (C holds NaN: must not be read),
+// 1 and 0.5, padded leading dimensions: each element within the bound the candidates
+// benchmark checks every library against (bench/sgemm_candidates.cpp), the padding
+// between rows never written.
+void check_against_double(Sgemm sgemm, uint32_t seed) {
+  std::mt19937 rng(seed);
   // M, N, K: below one tile, not multiples of 12 / 32, K over one and several 256-runs,
   // M over one 192-row block, N over one 1024-column block.
   const int shapes[][3] = {{1, 1, 1}, {5, 17, 3}, {13, 33, 64}, {50, 70, 257}, {200, 45, 600}, {37, 1100, 130}};
@@ -92,7 +128,7 @@ TEST_CASE("sgemm_avx512 against a double product: every transpose, edges, K acro
       for (const auto& ab : {std::pair{1.f, 1.f}, std::pair{1.f, 0.f}, std::pair{0.125f, 0.5f}}) {
         const Problem p = make(t & 1, t & 2, s[0], s[1], s[2], ab.first, ab.second, rng);
         std::vector<float> C = p.C0;
-        run(p, C, 0, p.M, 0, p.N);
+        run(p, C, 0, p.M, 0, p.N, sgemm);
         double worst = 0;
         bool ok = true;
         for (int i = 0; i < p.M; ++i)
@@ -110,13 +146,11 @@ TEST_CASE("sgemm_avx512 against a double product: every transpose, edges, K acro
             }
             const double err = std::fabs(double(C[size_t(i) * p.ldc + j]) - ref);
             worst = std::max(worst, err / (mag + 1e-30));
-            // The bound the candidates benchmark checks every library against (bench/sgemm_candidates.cpp).
             if (!(err <= 1e-5 * mag + 1e-30)) ok = false;
           }
         INFO("M " << p.M << " N " << p.N << " K " << p.K << " ta " << p.ta << " tb " << p.tb << " alpha " << p.alpha
                   << " beta " << p.beta << " worst " << worst);
         CHECK(ok);
-        // The padding between rows (ldc > N) is never written.
         bool pad_kept = true;
         for (int i = 0; i < p.M; ++i)
           for (int j = p.N; j < p.ldc; ++j)
@@ -125,6 +159,40 @@ TEST_CASE("sgemm_avx512 against a double product: every transpose, edges, K acro
               pad_kept = false;
         CHECK(pad_kept);
       }
+}
+
+}  // namespace
+
+TEST_CASE("sgemm_avx512 against a double product: every transpose, edges, K across runs, alpha, beta") {
+  if (!cpu_has_avx512()) {
+    MESSAGE("SKIP: this CPU (or its OS) has no AVX-512 F/BW/DQ/VL");
+    return;
+  }
+  check_against_double(own_sgemm, 7);
+}
+
+TEST_CASE("dnnl_sgemm against a double product: every transpose, edges, alpha, beta; the same bits call after call") {
+  if (!dnnl_sgemm_loaded()) {
+    MESSAGE("SKIP: " << dnnl_load_error());
+    return;
+  }
+  gemm_kernel();  // caps oneDNN's ISA at this process's (kernels/cpu/isa.h) when it is the chosen GEMM
+  check_against_double(dnnl_sgemm_single, 9);
+  // Deterministic: the same call gives the same bits, also from another thread (each
+  // caller runs its calls alone: its OpenMP thread count is set to 1).
+  std::mt19937 rng(13);
+  const Problem p = make(false, true, 300, 700, 520, 1.f, 1.f, rng);
+  std::vector<float> first = p.C0, again = p.C0, other = p.C0;
+  run(p, first, 0, p.M, 0, p.N, dnnl_sgemm_single);
+  run(p, again, 0, p.M, 0, p.N, dnnl_sgemm_single);
+  std::thread([&] { run(p, other, 0, p.M, 0, p.N, dnnl_sgemm_single); }).join();
+  CHECK(first == again);
+  CHECK(first == other);
+  CHECK(dnnl_description().find("oneDNN 2.") == 0);
+  // A bad call is an error naming it, not a silent no-op (lda below K for a plain A).
+  std::vector<float> C(4, 0.f), A(4, 1.f), B(4, 1.f);
+  CHECK_THROWS_WITH_AS(dnnl_sgemm_single(false, false, 2, 2, 2, 1.f, A.data(), 1, B.data(), 2, 0.f, C.data(), 2),
+                       doctest::Contains("dnnl_sgemm(NN, M 2, N 2, K 2, lda 1"), std::runtime_error);
 }
 
 TEST_CASE("sgemm_avx512: any block of C has the bits of the whole call (thread-count invariance of the device GEMM)") {
