@@ -27,12 +27,13 @@ const char* core_isa(const std::string& core) {
 GemmKernel choose_gemm_kernel(const GemmChoiceInputs& in) {
   const std::string want = in.env ? in.env : "";
   if (want.empty() || want == "auto") {
-    // Measured (docs/performance.md, "AVX-512"): oneDNN's sgemm was the fastest correct
-    // candidate on both machines and under both OpenBLAS settings; without it,
+    // Measured (docs/performance.md, "AVX-512"): on AVX-512, oneDNN's sgemm was the
+    // fastest correct candidate on both machines and under both OpenBLAS settings; capped
+    // at AVX2 it ran the step slower than OpenBLAS, so AVX2 keeps OpenBLAS. Without it,
     // OpenBLAS's own AVX-512 kernels are at least as fast as troupe's and its AVX2 ones
-    // (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU) are not, so the own kernel runs only
-    // where OpenBLAS runs below the CPU's ISA.
-    if (in.dnnl_loaded) return GemmKernel::kDnnl;
+    // (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU) are not on the Intel machine, so the
+    // own kernel runs only where OpenBLAS runs below the CPU's ISA.
+    if (in.isa == Isa::kAvx512 && in.dnnl_loaded) return GemmKernel::kDnnl;
     const bool blas_avx512 = std::string(core_isa(in.openblas_core)) == "AVX-512";
     return in.isa == Isa::kAvx512 && !blas_avx512 ? GemmKernel::kOwnAvx512 : GemmKernel::kOpenBlas;
   }
@@ -65,8 +66,10 @@ GemmKernel gemm_kernel() {
     in.isa = active_isa();
     in.openblas_core = openblas_get_corename();
     in.has_avx512 = cpu_has_avx512();
-    const bool skip_dnnl = in.env && (std::string(in.env) == "openblas" || std::string(in.env) == "own");
-    in.dnnl_loaded = !skip_dnnl && dnnl_sgemm_loaded();  // not even loaded when another kernel is asked for
+    // oneDNN is not even loaded where it cannot be chosen.
+    const std::string want = in.env ? in.env : "";
+    const bool skip_dnnl = want == "openblas" || want == "own" || (want != "dnnl" && in.isa != Isa::kAvx512);
+    in.dnnl_loaded = !skip_dnnl && dnnl_sgemm_loaded();
     if (!skip_dnnl && !in.dnnl_loaded) in.dnnl_error = dnnl_load_error();
     const GemmKernel chosen = choose_gemm_kernel(in);
     if (chosen == GemmKernel::kDnnl) dnnl_limit_isa(in.isa);

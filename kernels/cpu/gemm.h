@@ -1,9 +1,9 @@
 // GEMM on the CPU device: a single-threaded sgemm split over the device's threads.
 //
 // The sgemm is chosen once per process (gemm_kernel()): oneDNN's dnnl_sgemm
-// (kernels/cpu/sgemm_dnnl.h) when Debian's libdnnl2 can be loaded (it does not read
-// OPENBLAS_CORETYPE, so a development machine and a user's run the same GEMM; its
-// kernels are capped at the ISA of kernels/cpu/isa.h); without it, troupe's own
+// (kernels/cpu/sgemm_dnnl.h) when the kernels run AVX-512 (kernels/cpu/isa.h) and
+// Debian's libdnnl2 can be loaded (it does not read OPENBLAS_CORETYPE, so a
+// development machine and a user's run the same GEMM); otherwise troupe's own
 // AVX-512 kernel (kernels/cpu/sgemm_avx512.h) when the kernels run AVX-512 and
 // OpenBLAS runs below it (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU: the environment
 // is left as it is, the startup block prints both), else OpenBLAS's cblas_sgemm with

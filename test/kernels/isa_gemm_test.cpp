@@ -45,11 +45,14 @@ GemmKernel choose(const char* env, Isa isa, const char* core, bool avx512, bool 
 
 }  // namespace
 
-TEST_CASE("TROUPE_CPU_GEMM: oneDNN where it loads; else the own kernel where OpenBLAS runs below an AVX-512 CPU, OpenBLAS otherwise") {
-  // oneDNN present: it runs, whatever OpenBLAS's core or the ISA.
+TEST_CASE("TROUPE_CPU_GEMM: oneDNN on AVX-512 where it loads; else the own kernel where OpenBLAS runs below an AVX-512 CPU, OpenBLAS otherwise") {
+  // oneDNN present and the ISA AVX-512: it runs, whatever OpenBLAS's core.
   CHECK(choose(nullptr, Isa::kAvx512, "Haswell", true, true) == GemmKernel::kDnnl);
   CHECK(choose(nullptr, Isa::kAvx512, "Cooperlake", true, true) == GemmKernel::kDnnl);
-  CHECK(choose("auto", Isa::kAvx2, "Zen", false, true) == GemmKernel::kDnnl);
+  CHECK(choose("auto", Isa::kAvx512, "SkylakeX", true, true) == GemmKernel::kDnnl);
+  // On AVX2 (the CPU's, or TROUPE_CPU_ISA=avx2) OpenBLAS, with or without oneDNN.
+  CHECK(choose("auto", Isa::kAvx2, "Zen", false, true) == GemmKernel::kOpenBlas);
+  CHECK(choose(nullptr, Isa::kAvx2, "Haswell", true, true) == GemmKernel::kOpenBlas);
   // Without it: the rule before oneDNN.
   CHECK(choose(nullptr, Isa::kAvx512, "Haswell", true, false) == GemmKernel::kOwnAvx512);
   CHECK(choose(nullptr, Isa::kAvx512, "SkylakeX", true, false) == GemmKernel::kOpenBlas);
