@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/sgemm_avx512.h"
+#include "kernels/cpu/sgemm_check.h"
 #include "kernels/cpu/sgemm_dnnl.h"
 
 namespace troupe::kernels::cpu {
@@ -58,6 +59,17 @@ void use_single_threaded_blas() {
   gemm_kernel();
 }
 
+namespace {
+
+// Why oneDNN does not run where it could have (missing, or failed its check); "" when
+// it runs or could not have been chosen. Written once, inside gemm_kernel()'s choice.
+std::string& dnnl_not_used() {
+  static std::string why;
+  return why;
+}
+
+}  // namespace
+
 GemmKernel gemm_kernel() {
   // A throw leaves it unset: the next call throws again.
   static const GemmKernel k = [] {
@@ -69,10 +81,21 @@ GemmKernel gemm_kernel() {
     // oneDNN is not even loaded where it cannot be chosen.
     const std::string want = in.env ? in.env : "";
     const bool skip_dnnl = want == "openblas" || want == "own" || (want != "dnnl" && in.isa != Isa::kAvx512);
-    in.dnnl_loaded = !skip_dnnl && dnnl_sgemm_loaded();
-    if (!skip_dnnl && !in.dnnl_loaded) in.dnnl_error = dnnl_load_error();
+    if (!skip_dnnl) {
+      in.dnnl_loaded = dnnl_sgemm_loaded();
+      if (!in.dnnl_loaded) {
+        in.dnnl_error = dnnl_load_error();
+      } else {
+        dnnl_limit_isa(in.isa);  // before its first call: the check runs the kernels the run would
+        const std::string failed = sgemm_self_check(dnnl_sgemm_single);
+        if (!failed.empty()) {
+          in.dnnl_loaded = false;
+          in.dnnl_error = dnnl_description() + " failed troupe's check against a double product (" + failed + ")";
+        }
+      }
+    }
     const GemmKernel chosen = choose_gemm_kernel(in);
-    if (chosen == GemmKernel::kDnnl) dnnl_limit_isa(in.isa);
+    if (chosen != GemmKernel::kDnnl) dnnl_not_used() = in.dnnl_error;
     return chosen;
   }();
   return k;
@@ -120,6 +143,7 @@ std::string compute_description() {
     s += "troupe's own AVX-512 sgemm (12x32 packed kernel), beside " + blas_description() + " (not used for GEMMs)";
   else
     s += blas_description();
+  if (!dnnl_not_used().empty()) s += "; oneDNN not used: " + dnnl_not_used();
   return s;
 }
 

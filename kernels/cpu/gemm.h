@@ -9,7 +9,10 @@
 // is left as it is, the startup block prints both), else OpenBLAS's cblas_sgemm with
 // whatever kernel OpenBLAS picked (its own cpuid choice, or OPENBLAS_CORETYPE).
 // TROUPE_CPU_GEMM=dnnl|openblas|own|auto overrides the choice (dnnl needs the library,
-// own needs AVX-512; anything else is an error naming the variable).
+// own needs AVX-512; anything else is an error naming the variable). oneDNN is used
+// only after it passed a check against a double product on this CPU
+// (kernels/cpu/sgemm_check.h); when it could have run but did not (missing, or failed
+// the check), the compute line says why.
 //
 // OpenBLAS's own thread count is process-global (openblas_set_num_threads in 0.3.21),
 // while troupe runs several stage devices in one process, each with its own threads.

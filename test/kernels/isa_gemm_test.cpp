@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -16,7 +18,10 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
+#include <cblas.h>
+
 #include "kernels/cpu/sgemm_avx512.h"
+#include "kernels/cpu/sgemm_check.h"
 #include "kernels/cpu/sgemm_dnnl.h"
 
 using namespace troupe::kernels::cpu;
@@ -100,9 +105,7 @@ Problem make(bool ta, bool tb, int M, int N, int K, float alpha, float beta, std
   return p;
 }
 
-// One thread's row-major sgemm with cblas_sgemm's semantics.
-using Sgemm = void (*)(bool, bool, int, int, int, float, const float*, int64_t, const float*, int64_t, float, float*,
-                       int64_t);
+using Sgemm = SgemmFn;  // kernels/cpu/sgemm_check.h
 
 void own_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int64_t lda, const float* B,
                int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -225,4 +228,62 @@ TEST_CASE("sgemm_avx512: any block of C has the bits of the whole call (thread-c
       run(p, C, 0, mi, 0, nj), run(p, C, mi, p.M, 0, nj), run(p, C, 0, p.M, nj, p.N);
       CHECK(C == whole);
     }
+}
+
+namespace {
+
+void openblas_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, float beta, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+              int(lda), B, int(ldb), beta, C, int(ldc));
+}
+
+// Deliberately broken kernels, each a real way a library goes wrong.
+void bf16_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int64_t lda, const float* B,
+                int64_t ldb, float beta, float* C, int64_t ldc) {  // products in bf16 (an "fp32" path that is not)
+  std::vector<float> a(A, A + size_t(ta ? K : M) * lda), b(B, B + size_t(tb ? N : K) * ldb);
+  auto to_bf16 = [](float& x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u &= 0xffff0000u;
+    std::memcpy(&x, &u, 4);
+  };
+  for (auto& x : a) to_bf16(x);
+  for (auto& x : b) to_bf16(x);
+  openblas_sgemm(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+}
+void reads_c_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int64_t lda, const float* B,
+                   int64_t ldb, float, float* C, int64_t ldc) {  // beta 0 treated as 1: reads C
+  openblas_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.f, C, ldc);
+}
+void ignores_alpha_sgemm(bool ta, bool tb, int M, int N, int K, float, const float* A, int64_t lda, const float* B,
+                         int64_t ldb, float beta, float* C, int64_t ldc) {
+  openblas_sgemm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+}
+void writes_padding_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int64_t lda,
+                          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  openblas_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  C[N] = 0.f;  // the first element past row 0
+}
+
+}  // namespace
+
+TEST_CASE("sgemm_self_check: the real kernels pass; broken ones are refused with the first failure named") {
+  CHECK(sgemm_self_check(openblas_sgemm) == "");
+  if (cpu_has_avx512()) CHECK(sgemm_self_check(own_sgemm) == "");
+  if (dnnl_sgemm_loaded()) {
+    gemm_kernel();  // oneDNN's ISA cap comes first where it is the chosen GEMM
+    CHECK(sgemm_self_check(dnnl_sgemm_single) == "");
+  } else {
+    MESSAGE("oneDNN part skipped: " << dnnl_load_error());
+  }
+  const std::string bf16 = sgemm_self_check(bf16_sgemm);
+  CHECK(bf16.find("NN 3x5x7 alpha 1 beta 0: C[") == 0);
+  CHECK(bf16.find("a double product gives") != std::string::npos);
+  CHECK(sgemm_self_check(reads_c_sgemm).find("NN 3x5x7 alpha 1 beta 0: C[0,0] = nan") == 0);
+  CHECK(sgemm_self_check(ignores_alpha_sgemm).find("NN 3x5x7 alpha 0.5 beta 1: C[0,0] = ") == 0);
+  CHECK(sgemm_self_check(writes_padding_sgemm) == "NN 3x5x7 alpha 1 beta 0: wrote the padding of row 0");
+  // The process's choice: where oneDNN could have run and did not, the compute line says why.
+  if (gemm_kernel() != GemmKernel::kDnnl && active_isa() == Isa::kAvx512 && !std::getenv("TROUPE_CPU_GEMM"))
+    CHECK(compute_description().find("; oneDNN not used: ") != std::string::npos);
 }
