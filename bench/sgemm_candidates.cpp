@@ -51,6 +51,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/sgemm_avx512.h"
+#include "kernels/cpu/sgemm_dnnl.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace {
@@ -132,20 +133,14 @@ bool add_blis(std::vector<Candidate>& out, const std::string& path) {
 bool add_dnnl(std::vector<Candidate>& out, const std::string& path) {
   void* h = open_lib(path);
   if (!h) return false;
-  using DnnlSgemm = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                            int64_t, float, float*, int64_t);
-  struct Version {
-    int major, minor, patch;
-    const char* hash;
-    unsigned cpu_runtime, gpu_runtime;
-  };
-  auto f = sym<DnnlSgemm>(h, "dnnl_sgemm");
-  auto version = sym<const Version* (*)()>(h, "dnnl_version");
+  namespace api = troupe::kernels::cpu::dnnl_api;
+  auto f = sym<api::Sgemm>(h, "dnnl_sgemm");
+  auto version = sym<api::VersionFn>(h, "dnnl_version");
   if (!f || !version) {
     std::printf("  skipped %s: not oneDNN\n", path.c_str());
     return false;
   }
-  const Version* v = version();
+  const api::Version* v = version();
   char buf[96];
   std::snprintf(buf, sizeof buf, "oneDNN %d.%d.%d (dnnl_sgemm)", v->major, v->minor, v->patch);
   out.push_back({"dnnl", buf,

@@ -8,30 +8,20 @@
 namespace troupe::kernels::cpu {
 namespace {
 
-// The parts of oneDNN 2.x's C API used here (oneapi/dnnl/dnnl.h, dnnl_types.h).
-using DnnlSgemm = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                          int64_t, float, float*, int64_t);
-struct DnnlVersion {
-  int major, minor, patch;
-  const char* hash;
-  unsigned cpu_runtime, gpu_runtime;
-};
-using DnnlVersionFn = const DnnlVersion* (*)();
-using DnnlSetMaxIsa = int (*)(int);
-using DnnlEffectiveIsa = int (*)();
 using OmpSetNumThreads = void (*)(int);
-constexpr int kDnnlSuccess = 0;
-constexpr int kDnnlIsaAvx2 = 0x7, kDnnlIsaAvx512Core = 0x27;
+using dnnl_api::kIsaAvx2;
+using dnnl_api::kIsaAvx512Core;
+using dnnl_api::kSuccess;
 
 constexpr const char* kLibrary = "libdnnl.so.2";
 
 struct Dnnl {
   bool loaded = false;
   std::string error;
-  DnnlSgemm sgemm = nullptr;
-  DnnlVersionFn version = nullptr;
-  DnnlSetMaxIsa set_max_isa = nullptr;
-  DnnlEffectiveIsa effective_isa = nullptr;
+  dnnl_api::Sgemm sgemm = nullptr;
+  dnnl_api::VersionFn version = nullptr;
+  dnnl_api::SetMaxCpuIsa set_max_isa = nullptr;
+  dnnl_api::EffectiveCpuIsa effective_isa = nullptr;
   OmpSetNumThreads omp_set_num_threads = nullptr;
 };
 
@@ -50,10 +40,10 @@ const Dnnl& dnnl() {
       if (!p && out.error.empty()) out.error = std::string(kLibrary) + " has no symbol " + name;
       return p;
     };
-    out.sgemm = reinterpret_cast<DnnlSgemm>(sym("dnnl_sgemm"));
-    out.version = reinterpret_cast<DnnlVersionFn>(sym("dnnl_version"));
-    out.set_max_isa = reinterpret_cast<DnnlSetMaxIsa>(sym("dnnl_set_max_cpu_isa"));
-    out.effective_isa = reinterpret_cast<DnnlEffectiveIsa>(sym("dnnl_get_effective_cpu_isa"));
+    out.sgemm = reinterpret_cast<dnnl_api::Sgemm>(sym("dnnl_sgemm"));
+    out.version = reinterpret_cast<dnnl_api::VersionFn>(sym("dnnl_version"));
+    out.set_max_isa = reinterpret_cast<dnnl_api::SetMaxCpuIsa>(sym("dnnl_set_max_cpu_isa"));
+    out.effective_isa = reinterpret_cast<dnnl_api::EffectiveCpuIsa>(sym("dnnl_get_effective_cpu_isa"));
     // From the OpenMP runtime libdnnl links (found through the handle's dependencies).
     out.omp_set_num_threads = reinterpret_cast<OmpSetNumThreads>(sym("omp_set_num_threads"));
     out.loaded = out.error.empty();
@@ -66,9 +56,9 @@ const char* isa_text(int isa) {
   switch (isa) {
     case 0x1: return "sse41";
     case 0x3: return "avx";
-    case kDnnlIsaAvx2: return "avx2";
+    case kIsaAvx2: return "avx2";
     case 0x407: return "avx2_vnni";
-    case kDnnlIsaAvx512Core: return "avx512_core";
+    case kIsaAvx512Core: return "avx512_core";
     case 0x67: return "avx512_core_vnni";
     case 0xe7: return "avx512_core_bf16";
     case 0x3e7: return "avx512_core_amx";
@@ -86,15 +76,15 @@ void dnnl_limit_isa(Isa isa) {
   static std::once_flag once;
   std::call_once(once, [isa] {
     // dnnl_set_max_cpu_isa is accepted once, before any kernel is generated.
-    const int cap = isa == Isa::kAvx512 ? kDnnlIsaAvx512Core : kDnnlIsaAvx2;
-    if (dnnl().set_max_isa(cap) != kDnnlSuccess)
+    const int cap = isa == Isa::kAvx512 ? kIsaAvx512Core : kIsaAvx2;
+    if (dnnl().set_max_isa(cap) != kSuccess)
       throw std::runtime_error(std::string("oneDNN (") + kLibrary + ") refused dnnl_set_max_cpu_isa(" +
                                isa_text(cap) + ")");
   });
 }
 
 std::string dnnl_description() {
-  const DnnlVersion* v = dnnl().version();
+  const dnnl_api::Version* v = dnnl().version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
          " dnnl_sgemm, " + isa_text(dnnl().effective_isa()) + " kernels";
 }
@@ -107,7 +97,7 @@ void dnnl_sgemm_single(bool trans_a, bool trans_b, int M, int N, int K, float al
   (void)one_thread;
   const int status =
       d.sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  if (status != kDnnlSuccess)
+  if (status != kSuccess)
     throw std::runtime_error("dnnl_sgemm(" + std::string(trans_a ? "T" : "N") + (trans_b ? "T" : "N") + ", M " +
                              std::to_string(M) + ", N " + std::to_string(N) + ", K " + std::to_string(K) +
                              ", lda " + std::to_string(lda) + ", ldb " + std::to_string(ldb) + ", ldc " +

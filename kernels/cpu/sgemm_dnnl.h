@@ -20,6 +20,24 @@
 
 namespace troupe::kernels::cpu {
 
+// The parts of oneDNN 2.x's C API that troupe calls (oneapi/dnnl/dnnl.h and
+// dnnl_types.h), declared here so that nothing needs oneDNN's headers
+// (bench/sgemm_candidates.cpp uses them too).
+namespace dnnl_api {
+using Sgemm = int (*)(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+struct Version {
+  int major, minor, patch;
+  const char* hash;
+  unsigned cpu_runtime, gpu_runtime;
+};
+using VersionFn = const Version* (*)();
+using SetMaxCpuIsa = int (*)(int isa);
+using EffectiveCpuIsa = int (*)();
+constexpr int kSuccess = 0;
+constexpr int kIsaAvx2 = 0x7, kIsaAvx512Core = 0x27;
+}  // namespace dnnl_api
+
 // Loads the library once per process; false when it is not there (then
 // dnnl_load_error() says why). Thread-safe.
 bool dnnl_sgemm_loaded();

@@ -62,6 +62,15 @@ std::string explain(const Report& r) {
   return out;
 }
 
+// The ladder on `c`, quiet, into a fresh directory named after `dir_name`.
+Report run_quiet(const Config& c, const std::string& dir_name, const std::string& source) {
+  AcceptanceOptions o;
+  o.out_dir = fresh_dir(dir_name).string();
+  o.config_source = source;
+  o.console = nullptr;
+  return run_acceptance(c, o);
+}
+
 // The ladder on the default config, run once for the cases that read it.
 struct DefaultRun {
   fs::path dir = fresh_dir("default");
@@ -192,11 +201,7 @@ TEST_CASE("acceptance on a TP 2 (sequence parallel) x PP 2 x DP 2 layout runs an
   Config c = default_config();
   c.mutable_parallel()->set_tensor(2);
   c.mutable_parallel()->set_sequence_parallel(true);
-  AcceptanceOptions o;
-  o.out_dir = fresh_dir("tp2").string();
-  o.config_source = "configs/default.textproto with TP 2 + SP";
-  o.console = nullptr;
-  const Report r = run_acceptance(c, o);
+  const Report r = run_quiet(c, "tp2", "configs/default.textproto with TP 2 + SP");
   INFO(explain(r));
   CHECK(r.passed());
   const Section* tp = find_section(r, 1, "TP parity (TP 2)");
@@ -220,11 +225,7 @@ TEST_CASE("every rung passes on the shipped Llama config, and with TP 2 (sequenc
     Config c = config::load_config_file(std::string(TROUPE_SOURCE_DIR) + "/configs/llama-tiny.textproto");
     c.mutable_parallel()->set_tensor(tp);
     c.mutable_parallel()->set_sequence_parallel(tp > 1);
-    AcceptanceOptions o;
-    o.out_dir = fresh_dir("llama-tp" + std::to_string(tp)).string();
-    o.config_source = "configs/llama-tiny.textproto";
-    o.console = nullptr;
-    const Report r = run_acceptance(c, o);
+    const Report r = run_quiet(c, "llama-tp" + std::to_string(tp), "configs/llama-tiny.textproto");
     INFO(explain(r));
     CHECK(r.passed());
     for (const char* name : {"boundary masks", "loss normalization", "DP parity", "PP parity", "combined"}) {
@@ -256,11 +257,8 @@ TEST_CASE("every rung passes under the interleaved (2 and 3 chunks) and zero-bub
     c.mutable_model()->set_layers(4 * k.chunks);
     c.mutable_parallel()->set_schedule(k.schedule);
     c.mutable_parallel()->set_virtual_stages(k.chunks);
-    AcceptanceOptions o;
-    o.out_dir = fresh_dir("schedule-" + std::to_string(int(k.schedule)) + "-" + std::to_string(k.chunks)).string();
-    o.config_source = "configs/default.textproto with another schedule";
-    o.console = nullptr;
-    const Report r = run_acceptance(c, o);
+    const Report r = run_quiet(c, "schedule-" + std::to_string(int(k.schedule)) + "-" + std::to_string(k.chunks),
+                               "configs/default.textproto with another schedule");
     INFO(explain(r));
     CHECK(r.passed());
     const Section* pp = find_section(r, 1, "PP parity (PP 2)");
