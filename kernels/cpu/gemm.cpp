@@ -78,10 +78,10 @@ GemmKernel gemm_kernel() {
     in.isa = active_isa();
     in.openblas_core = openblas_get_corename();
     in.has_avx512 = cpu_has_avx512();
-    // oneDNN is not even loaded where it cannot be chosen.
-    const std::string want = in.env ? in.env : "";
-    const bool skip_dnnl = want == "openblas" || want == "own" || (want != "dnnl" && in.isa != Isa::kAvx512);
-    if (!skip_dnnl) {
+    // oneDNN is not even loaded where the rule would not choose it if it were there.
+    GemmChoiceInputs if_loaded = in;
+    if_loaded.dnnl_loaded = true;
+    if (choose_gemm_kernel(if_loaded) == GemmKernel::kDnnl) {
       in.dnnl_loaded = dnnl_sgemm_loaded();
       if (!in.dnnl_loaded) {
         in.dnnl_error = dnnl_load_error();

@@ -17,7 +17,11 @@ struct Lcg {
   }
 };
 
-std::string check_one(SgemmFn sgemm, bool ta, bool tb, int M, int N, int K, float alpha, float beta, Lcg& rng) {
+}  // namespace
+
+std::string sgemm_check_case(SgemmFn sgemm, bool ta, bool tb, int M, int N, int K, float alpha, float beta,
+                             uint32_t seed) {
+  Lcg rng{seed};
   const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
   std::vector<float> A(size_t(ta ? K : M) * lda), B(size_t(tb ? N : K) * ldb), C0(size_t(M) * ldc);
   for (auto& x : A) x = rng.next();
@@ -58,15 +62,13 @@ std::string check_one(SgemmFn sgemm, bool ta, bool tb, int M, int N, int K, floa
   return "";
 }
 
-}  // namespace
-
 std::string sgemm_self_check(SgemmFn sgemm) {
-  Lcg rng{12345u};
+  uint32_t seed = 12345u;
   const int shapes[][3] = {{3, 5, 7}, {37, 45, 70}, {20, 70, 300}};
   for (const auto& s : shapes)
     for (int t = 0; t < 4; ++t)
       for (const auto& ab : {std::pair{1.f, 0.f}, std::pair{0.5f, 1.f}}) {
-        std::string e = check_one(sgemm, t & 1, t & 2, s[0], s[1], s[2], ab.first, ab.second, rng);
+        std::string e = sgemm_check_case(sgemm, t & 1, t & 2, s[0], s[1], s[2], ab.first, ab.second, seed++);
         if (!e.empty()) return e;
       }
   return "";

@@ -25,4 +25,9 @@ using SgemmFn = void (*)(bool trans_a, bool trans_b, int M, int N, int K, float 
 // of row 2".
 std::string sgemm_self_check(SgemmFn sgemm);
 
+// One case of that check, for any shape: A, B and C drawn from `seed` (C NaN when beta
+// is 0), leading dimensions padded by 3, 5 and 7; "" or the first failure as above.
+std::string sgemm_check_case(SgemmFn sgemm, bool trans_a, bool trans_b, int M, int N, int K, float alpha, float beta,
+                             uint32_t seed);
+
 }  // namespace troupe::kernels::cpu
