@@ -3,14 +3,15 @@
 on tiny, small and gpt2-124m, under both OpenBLAS settings, as one command.
 
   python3 bench/torch_gpt2_step.py [--rounds 5] [--threads 2] [--cases tiny,small,gpt2-124m]
-                                   [--coretypes Haswell,unset]
+                                   [--coretypes Haswell,unset] [--torch-modes eager,compiled]
 
 For every case and every OPENBLAS_CORETYPE setting ("unset" removes the variable: OpenBLAS
 then picks its kernel from cpuid, as a user runs it; "Haswell" as the development machines
 set it), each round runs one troupe process (`step_bench --case C --threads N`, which
 prints the compute line of the startup block, the median step and the same-run sgemm rate
-of the kernel the step's GEMMs use) and one PyTorch process (eager), alternating, so both
-see the same machine load. The end prints, per case and setting, the medians over rounds
+of the kernel the step's GEMMs use) and one PyTorch process per mode (eager, and compiled:
+torch.compile of the forward, whose backward inductor compiles with it), alternating, so
+all see the same machine load; PyTorch's figure is the faster mode's median. The end prints, per case and setting, the medians over rounds
 of both steps, troupe/PyTorch speed (ratio of the medians, median of per-round ratios, and
 median of the per-round ratios of each process's best step: the least disturbed by other
 load, which slows PyTorch's eager step far more than troupe's) and troupe's step share of the same-run sgemm rate (median of its per-round ratios).
@@ -51,7 +52,7 @@ CASES = {
 }
 
 
-def torch_worker(case, threads):
+def torch_worker(case, threads, mode):
     import torch
     import torch.nn.functional as F
 
@@ -102,21 +103,25 @@ def torch_worker(case, threads):
     targets = torch.randint(0, V, (B, T), generator=g)
     all_params = list(params.values())
 
+    # "compiled": torch.compile (inductor) of the forward; its backward is compiled with it
+    # (AOTAutograd). The clip and AdamW stay eager, as in the eager mode.
+    model = torch.compile(forward) if mode == "compiled" else forward
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = forward(tokens, targets)
+        loss = model(tokens, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(all_params, 1.0)
         opt.step()
 
-    for _ in range(2):
+    for _ in range(2):  # warm-up (and, compiled, the compilation)
         step()
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    print(f"torch {torch.__version__} step_s {statistics.median(times):.5f} best_s {min(times):.5f}")
+    print(f"torch {torch.__version__} {mode} step_s {statistics.median(times):.5f} best_s {min(times):.5f}")
 
 
 def run_troupe(bench, case, threads, env):
@@ -135,15 +140,23 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--venv", default=os.path.join(ROOT, "build", "torch-venv"))
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bench", "step_bench"))
+    ap.add_argument("--torch-modes", default="eager,compiled",
+                    help="PyTorch runs per round: eager, compiled (torch.compile) or both; the best median counts")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="eager", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        torch_worker(a.worker, a.threads)
+        torch_worker(a.worker, a.threads, a.mode)
         return 0
     cases = a.cases.split(",")
     for c in cases:
         if c not in CASES:
             print(f"unknown case {c} (tiny, small, gpt2-124m)")
+            return 2
+    modes = a.torch_modes.split(",")
+    for m in modes:
+        if m not in ("eager", "compiled"):
+            print(f"unknown PyTorch mode {m} (eager, compiled)")
             return 2
     if not os.access(a.bench, os.X_OK):
         print(f"SKIP: {a.bench} not built (cmake --build build --target step_bench)")
@@ -162,36 +175,46 @@ def main():
             header = subprocess.run([a.bench, "--header"], capture_output=True, text=True, env=env).stdout
             print(f"\n== {case}, OPENBLAS_CORETYPE={ct}: {header.splitlines()[0].lstrip('# ')}", flush=True)
             tenv = dict(env, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
-            rows = []
+            rows = []  # per round: troupe step, troupe best, share, sgemm, {mode: (torch step, torch best)}
             for r in range(a.rounds):
                 t_troupe, best_troupe, sgemm, share = run_troupe(a.bench, case, a.threads, env)
-                out = subprocess.run([py, os.path.abspath(__file__), "--worker", case, "--threads", str(a.threads)],
-                                     capture_output=True, text=True, env=tenv)
-                if out.returncode != 0:
-                    print(out.stderr)
-                    return 1
-                m = re.search(r"torch (\S+) step_s (\S+) best_s (\S+)", out.stdout)
-                version, t_torch, best_torch = m.group(1), float(m.group(2)), float(m.group(3))
-                rows.append((t_troupe, t_torch, share, sgemm, best_torch / best_troupe))
+                torch_times, line = {}, ""
+                for mode in modes:
+                    out = subprocess.run([py, os.path.abspath(__file__), "--worker", case, "--threads",
+                                          str(a.threads), "--mode", mode], capture_output=True, text=True, env=tenv)
+                    if out.returncode != 0:
+                        print(out.stderr)
+                        return 1
+                    m = re.search(r"torch (\S+) (\S+) step_s (\S+) best_s (\S+)", out.stdout)
+                    version, t_torch, best_torch = m.group(1), float(m.group(3)), float(m.group(4))
+                    torch_times[mode] = (t_torch, best_torch)
+                    line += (f" | torch {version} {mode} {t_torch:.4f} s/step (best {best_torch:.4f})"
+                             f" troupe/torch {t_torch / t_troupe:.2f}")
+                rows.append((t_troupe, best_troupe, share, sgemm, torch_times))
                 print(f"  round {r + 1}: troupe {t_troupe:.4f} s/step (best {best_troupe:.4f}; sgemm {sgemm:.0f} GFLOP/s,"
-                      f" share {share:.2f}) | torch {version} {t_torch:.4f} s/step (best {best_torch:.4f})"
-                      f" | troupe/torch {t_torch / t_troupe:.2f}", flush=True)
-            mt, mp = statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
-            results[(case, ct)] = (mt, mp, statistics.median(r[1] / r[0] for r in rows),
-                                   statistics.median(r[2] for r in rows), statistics.median(r[3] for r in rows))
-            print(f"  median troupe {mt:.4f} s/step ({B * T / mt:,.0f} tokens/s), torch {mp:.4f} s/step"
-                  f" ({B * T / mp:,.0f} tokens/s); troupe/torch: ratio of medians {mp / mt:.2f}, median per-round"
-                  f" {results[(case, ct)][2]:.2f}, median per-round of the best steps"
-                  f" {statistics.median(r[4] for r in rows):.2f}; troupe share of the same-run sgemm rate"
-                  f" {results[(case, ct)][3]:.2f}"
-                  f" (sgemm {results[(case, ct)][4]:.0f} GFLOP/s)", flush=True)
-    print("\nsummary (troupe speed over the best PyTorch median of the case; share of the same-run sgemm rate):")
+                      f" share {share:.2f}){line}", flush=True)
+            mt = statistics.median(r[0] for r in rows)
+            torch_medians = {mode: statistics.median(r[4][mode][0] for r in rows) for mode in modes}
+            best_mode = min(modes, key=lambda mode: torch_medians[mode])
+            mp = torch_medians[best_mode]
+            results[(case, ct)] = (mt, mp, best_mode, statistics.median(r[2] for r in rows),
+                                   statistics.median(r[3] for r in rows))
+            per_round = statistics.median(r[4][best_mode][0] / r[0] for r in rows)
+            per_round_best = statistics.median(r[4][best_mode][1] / r[1] for r in rows)
+            medians = ", ".join(f"{mode} {torch_medians[mode]:.4f} s/step ({B * T / torch_medians[mode]:,.0f} tokens/s)"
+                                for mode in modes)
+            print(f"  median troupe {mt:.4f} s/step ({B * T / mt:,.0f} tokens/s), torch {medians}; troupe/torch"
+                  f" {best_mode}: ratio of medians {mp / mt:.2f}, median per-round {per_round:.2f}, median per-round"
+                  f" of the best steps {per_round_best:.2f}; troupe share of the same-run sgemm rate"
+                  f" {results[(case, ct)][3]:.2f} (sgemm {results[(case, ct)][4]:.0f} GFLOP/s)", flush=True)
+    print("\nsummary (troupe speed over the best PyTorch median of the case, of every setting and mode;"
+          " share of the same-run sgemm rate):")
     for case in cases:
-        best_torch = min(results[(case, ct)][1] for ct in a.coretypes.split(","))
+        best_torch, best_mode = min((results[(case, ct)][1], results[(case, ct)][2]) for ct in a.coretypes.split(","))
         for ct in a.coretypes.split(","):
-            mt, mp, per_round, share, sgemm = results[(case, ct)]
-            print(f"  {case:10s} OPENBLAS_CORETYPE={ct:8s} troupe {mt:.4f} s/step, best torch {best_torch:.4f}:"
-                  f" {best_torch / mt:.2f}x; share {share:.2f} of {sgemm:.0f} GFLOP/s")
+            mt, mp, mode, share, sgemm = results[(case, ct)]
+            print(f"  {case:10s} OPENBLAS_CORETYPE={ct:8s} troupe {mt:.4f} s/step, best torch {best_torch:.4f}"
+                  f" ({best_mode}): {best_torch / mt:.2f}x; share {share:.2f} of {sgemm:.0f} GFLOP/s")
     return 0
 
 
