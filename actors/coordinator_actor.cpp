@@ -73,6 +73,11 @@ struct CoordinatorState {
   // Decides what happens next (engine/step_driver.h); this actor keeps the data.
   std::optional<engine::StepDriver> driver;
   std::optional<engine::SpikeGuard> guard;  // logging.on_spike
+  // Whether the one optimizer shard decides each update itself (msg::UpdateRule): one
+  // rank and logging.on_spike not acting, so that the decision is its partial's alone.
+  // No UpdateCommand goes out then; the coordinator's own decision is the step record's,
+  // and what the shard applied is checked against it (StepLedger::applied_mismatch).
+  bool shard_decides = false;
 
   // The position after the last finished training step.
   engine::TrainingPosition pos;
@@ -182,6 +187,13 @@ void commit_save(Self* self) {
   feed(self, engine::SaveCommitted{});
 }
 
+// How a training step's update is decided, for its RunStep: `updates_before` is the
+// count of successful updates before the step, which sets its learning rate.
+msg::UpdateRule update_rule(const CoordinatorState& st, int64_t updates_before) {
+  if (!st.shard_decides) return {};
+  return {true, st.schedule->lr_for_update(updates_before), st.args.config.optimizer().clip_grad()};
+}
+
 void open_train_step(Self* self, const engine::OpenTrainStep& a) {
   auto& st = self->state;
   const int64_t step = a.step;
@@ -192,7 +204,9 @@ void open_train_step(Self* self, const engine::OpenTrainStep& a) {
   st.step_start = st.last_progress = Clock::now();
   if (a.run_step) {
     st.issued_at = unix_now();
-    for (const auto& s : st.stages) self->send(s, *a.run_step);
+    auto rs = *a.run_step;
+    rs.update = update_rule(st, st.pos.successful_updates);
+    for (const auto& s : st.stages) self->send(s, rs);
   }
   st.step_issued_at = st.issued_at;
   auto early = std::move(st.early_counts);
@@ -224,7 +238,10 @@ void send_run_step_ahead(Self* self, const engine::SendRunStepAhead& a) {
   auto& st = self->state;
   st.issued_at = a.issued_at;
   st.args.book->step_decided(a.run_step.step - 1);
-  for (const auto& s : st.stages) self->send(s, a.run_step);
+  // The step before it is decided but not closed: its update counts if it is not skipped.
+  auto rs = a.run_step;
+  rs.update = update_rule(st, st.pos.successful_updates + (st.decision->skip ? 0 : 1));
+  for (const auto& s : st.stages) self->send(s, rs);
 }
 
 void save_failed(Self* self, const engine::SaveFailed& a) {
@@ -292,8 +309,10 @@ void carry_out(Self* self, const engine::StepAction& action) {
         } else if constexpr (std::is_same_v<A, engine::OpenEval>) {
           open_eval(self, a);
         } else if constexpr (std::is_same_v<A, engine::SendUpdate>) {
+          // With shard_decides the shard has decided the same already (and is applying it).
           const msg::UpdateCommand cmd{a.step, st.lr, st.decision->factor, st.decision->skip};
-          for (const auto& o : st.optimizers) self->send(o, cmd);
+          if (!st.shard_decides)
+            for (const auto& o : st.optimizers) self->send(o, cmd);
         } else if constexpr (std::is_same_v<A, engine::SendRunStepAhead>) {
           send_run_step_ahead(self, a);
         } else if constexpr (std::is_same_v<A, engine::BeginSave>) {
@@ -401,6 +420,9 @@ void finish_train_step(Self* self) {
   if (counts.loss_tokens != ledger.loss_tokens())
     throw std::logic_error(fmt::format("step {}: loaders counted {} loss-bearing tokens, last stages {}",
                                        ledger.step(), counts.loss_tokens, ledger.loss_tokens()));
+  const auto mismatch =
+      ledger.applied_mismatch(msg::UpdateCommand{ledger.step(), st.lr, st.decision->factor, st.decision->skip});
+  if (!mismatch.empty()) throw std::logic_error(mismatch);
   metrics::StepRecord r;
   r.step = ledger.step();
   st.pos.step = r.step;
@@ -632,6 +654,7 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
   start.now = steady_now();
   st.driver.emplace(engine::step_driver_config(c), start);
   st.guard.emplace(c);
+  st.shard_decides = st.topo.ranks() == 1 && !st.guard->active();
   if (st.guard->active()) {
     // The windows of the timeline this group resumes: metrics.jsonl (steps of earlier
     // processes) with this process's own steps after it, so a record still on its way

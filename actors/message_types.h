@@ -51,6 +51,9 @@ using params_on_host_atom = caf::atom_constant<caf::atom("paramshost")>;
 // stage p+1 -> stage p (one process), from p+1's device's when_done, evaluation only:
 // p+1's device has copied microbatch mb's activations out of p's output slot (step, mb).
 using eval_consumed_atom = caf::atom_constant<caf::atom("evalused")>;
+// optimizer -> itself, from its device's when_done: its norm partial is on the host
+// (step, sum of squares), when it decides the update itself (msg::UpdateRule).
+using norm_summed_atom = caf::atom_constant<caf::atom("normsummed")>;
 // optimizer -> itself, from its device's when_done: a snapshot's host copies landed.
 using snapshot_landed_atom = caf::atom_constant<caf::atom("snaplanded")>;
 

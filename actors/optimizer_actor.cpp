@@ -15,6 +15,7 @@
 #include "engine/optimizer_shard.h"
 #include "engine/stage_worker.h"
 #include "engine/rank_device.h"
+#include "optim/grad_clip.h"
 
 namespace troupe::actors {
 namespace {
@@ -107,6 +108,24 @@ void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
   self->send(st.coordinator, msg::SnapshotTaken{cmd.step, r.dp, r.pp, r.tp});
 }
 
+// Applies step u.step's update to the gradients the stage handed over (or drops it:
+// u.skip) and tells the stage once it is done on the device.
+void apply_update(Self* self, const msg::UpdateCommand& u) {
+  auto& s = self->state;
+  if (!s.pending || s.pending->step != u.step)
+    throw std::logic_error(s.path + ": update for step " + std::to_string(u.step) + " without its gradients");
+  maybe_fault(self, u.step, Fault::OPTIMIZER);
+  if (!u.skip) s.shard->apply(s.pending->params, s.pending->grads, u.lr, u.clip_factor);
+  s.pending.reset();
+  // Once the update is done on the device (the stage gets nothing else from here),
+  // with its sums for the update-to-weight ratio (0 for a dropped update).
+  s.device->when_done([to = s.stage, sums = s.shard->update_readback(), u] {
+    msg::ShardApplied applied{u.step, {}, u};
+    if (!u.skip) applied.sums = {sums.update_total(), sums.weight_total()};
+    caf::anon_send(to, applied);
+  });
+}
+
 optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
   auto& st = self->state;
   st.path = engine::optim_path(args.rank);
@@ -142,6 +161,9 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
                                  std::to_string(g.shard_end) + ") but this shard owns [" +
                                  std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
         maybe_fault(self, g.step, Fault::REDUCE);
+        if (g.update.shard_decides && !s.shard->counts_in_norm())
+          throw std::logic_error(s.path + ": asked to decide step " + std::to_string(g.step) +
+                                 "'s update, but its partial is not counted in the global norm");
         s.pending = g;
         s.stage_params = g.params;
         s.stage_owner = g.owner;
@@ -149,10 +171,15 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
         // from its completion callback): this thread does not wait for the device.
         s.shard->issue_norm_partial(g.grads);
         const auto& rk = s.args.rank;
-        s.device->when_done([to = s.coordinator, sums = s.shard->norm_readback(), layer_sums = s.shard->layer_readback(),
+        // When it decides the update itself, the partial also comes back to it, after the
+        // coordinator's copy (whose decision then runs beside the update).
+        const auto me = g.update.shard_decides ? optimizer_actor{self} : optimizer_actor{};
+        s.device->when_done([to = s.coordinator, me, sums = s.shard->norm_readback(), layer_sums = s.shard->layer_readback(),
                              layers = s.shard->norm_part_layers(),
                              partial = msg::NormPartial{g.step, rk.dp, rk.pp, rk.tp, 0.0, {}, {}}]() mutable {
           partial.sum_squares = sums.total();
+          const double sum_squares = partial.sum_squares;
+          const int64_t step = partial.step;
           // By layer, for the spike record: consecutive parts of one layer added in order.
           for (size_t i = 0; i < layer_sums.count; ++i) {
             if (partial.layers.empty() || partial.layers.back() != layers[i]) {
@@ -162,23 +189,26 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
             partial.layer_sum_squares.back() += layer_sums.parts.get()[i];
           }
           caf::anon_send(to, std::move(partial));
+          if (me) caf::anon_send(me, norm_summed_atom::value, step, sum_squares);
         });
       },
       [self](const msg::UpdateCommand& u) {
         auto& s = self->state;
-        if (!s.pending || s.pending->step != u.step)
-          throw std::logic_error(s.path + ": update for step " + std::to_string(u.step) +
-                                 " without its gradients");
-        maybe_fault(self, u.step, Fault::OPTIMIZER);
-        if (!u.skip) s.shard->apply(s.pending->params, s.pending->grads, u.lr, u.clip_factor);
-        s.pending.reset();
-        // Once the update is done on the device (the stage gets nothing else from here),
-        // with its sums for the update-to-weight ratio (0 for a dropped update).
-        s.device->when_done([to = s.stage, sums = s.shard->update_readback(), step = u.step, skip = u.skip] {
-          msg::ShardApplied applied{step, {}};
-          if (!skip) applied.sums = {sums.update_total(), sums.weight_total()};
-          caf::anon_send(to, applied);
-        });
+        if (s.pending && s.pending->update.shard_decides)
+          throw std::logic_error(s.path + ": an UpdateCommand for step " + std::to_string(u.step) +
+                                 ", whose update this shard decides itself");
+        apply_update(self, u);
+      },
+      [self](norm_summed_atom, int64_t step, double sum_squares) {
+        // The one shard of the run decides from its own partial, which is the global
+        // sum of squares (the coordinator's ledger sums the same single partial from 0).
+        auto& s = self->state;
+        if (!s.pending || s.pending->step != step)
+          throw std::logic_error(s.path + ": its norm partial of step " + std::to_string(step) +
+                                 " came back without the step's gradients");
+        const auto rule = s.pending->update;
+        const auto d = optim::decide(sum_squares, rule.clip_grad);
+        apply_update(self, msg::UpdateCommand{step, rule.lr, d.factor, d.skip});
       },
       [self](const msg::SnapshotCommand& cmd) { take_snapshot(self, cmd); },
       [self](snapshot_landed_atom, int64_t step) {

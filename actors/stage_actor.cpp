@@ -64,8 +64,11 @@ struct StageState {
   // cores all compute, each send there wakes a thread, which costs this one its time
   // (measured: docs/performance.md, "Numbers the code's comments rely on").
   std::optional<msg::StageDone> held_done;
+  // How this step's update is decided (its RunStep's; passed on to the shard).
+  msg::UpdateRule update_rule;
   // What the optimizer shard's ShardApplied said of this step's update (for StageDone).
   msg::UpdateSums update_sums;
+  msg::UpdateCommand update_applied;
   Clock::time_point last_beat{};  // the last Heartbeat sent
   Clock::duration beat_period{};
   StepKind kind = StepKind::Train;
@@ -278,7 +281,7 @@ void gradients_reduced(Self* self, model::FlatRange range) {
   send_losses(self);
   hand_over(self, st.optimizer,
             msg::GradShardReady{st.step, st.worker->model().grads(), st.worker->model().params(), range.begin,
-                                range.end, st.worker});
+                                range.end, st.worker, st.update_rule});
   if (st.held_credit) self->send(st.loader, credit_atom::value, st.step, *st.held_credit);
   st.held_credit.reset();
 }
@@ -290,7 +293,7 @@ void parameters_gathered(Self* self) {
   s.timing.end_time = unix_now();
   s.timing.memory = s.worker->memory_peak();
   const auto& r = s.args.rank;
-  msg::StageDone done{s.step, s.kind, r.dp, r.pp, r.tp, std::move(s.timing), s.update_sums};
+  msg::StageDone done{s.step, s.kind, r.dp, r.pp, r.tp, std::move(s.timing), s.update_sums, s.update_applied};
   if (s.queued && s.queued->previous_done_may_wait)
     s.held_done = std::move(done);
   else
@@ -311,7 +314,7 @@ void end_of_ops(Self* self) {
   if (st.kind == StepKind::Eval) {
     st.timing.end_time = unix_now();
     // The losses first: the coordinator closes the pass on the last StageDone.
-    send_losses(self, msg::StageDone{st.step, st.kind, r.dp, r.pp, r.tp, std::move(st.timing), {}});
+    send_losses(self, msg::StageDone{st.step, st.kind, r.dp, r.pp, r.tp, std::move(st.timing), {}, {}});
     st.step = -1;
     start_queued(self);
     return;
@@ -376,6 +379,7 @@ void start_step(Self* self, const msg::RunStep& rs) {
   }
   st.step = rs.step;
   st.kind = rs.kind;
+  st.update_rule = rs.update;
   st.next_op = 0;
   st.waiting_for_update = false;
   st.timing = {};
@@ -490,6 +494,7 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
         if (!s.waiting_for_update || a.step != s.step)
           throw std::logic_error(s.path + ": unexpected ShardApplied for step " + std::to_string(a.step));
         s.update_sums = a.sums;
+        s.update_applied = a.applied;
         if (!s.worker->stages_collectives()) {
           s.worker->gather_parameters();
           return parameters_gathered(self);

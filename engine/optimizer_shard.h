@@ -45,6 +45,7 @@ class OptimizerShard {
   kernels::Device& device() { return device_; }
   const optim::AdamW& adamw() const { return adamw_; }
   model::FlatRange range() const { return adamw_.range(); }
+  bool counts_in_norm() const { return counts_in_norm_; }
 
  private:
   kernels::Device& device_;

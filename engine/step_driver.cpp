@@ -239,7 +239,7 @@ void StepDriver::run_ahead(int64_t n, double decided_at, Actions& out) {
   const bool done_may_wait = !save_due(n) && !recovering_;
   out.push_back(SendRunStepAhead{
       msg::RunStep{n + 1, msg::StepKind::Train, consumed_samples_ + cfg_.global_batch_size, cfg_.microbatches,
-                   done_may_wait},
+                   done_may_wait, /*update: the coordinator's*/ {}},
       decided_at});
 }
 
@@ -249,7 +249,7 @@ void StepDriver::open_train_step(Actions& out) {
   if (issued_step_ != step) {
     issued_step_ = step;
     a.run_step = msg::RunStep{step, msg::StepKind::Train, consumed_samples_, cfg_.microbatches,
-                              /*previous_done_may_wait=*/false};
+                              /*previous_done_may_wait=*/false, /*update: the coordinator's*/ {}};
   }
   open_step_ = step;
   phase_ = Phase::Training;
@@ -261,7 +261,7 @@ void StepDriver::open_eval(Actions& out) {
   last_eval_step_ = step_;
   phase_ = Phase::Evaluating;
   out.push_back(OpenEval{msg::RunStep{id, msg::StepKind::Eval, 0, cfg_.eval_microbatches,
-                                      /*previous_done_may_wait=*/false}});
+                                      /*previous_done_may_wait=*/false, /*update: none*/ {}}});
 }
 
 // Opens the checkpoint of the current step; every shard is to copy its state.

@@ -27,7 +27,8 @@ StepLedger::StepLedger(const Topology& t, msg::StepKind kind, int64_t step, int3
       counts_(size_t(t.dp)),
       norms_(kind == msg::StepKind::Train ? size_t(t.ranks()) : 0),
       stages_(size_t(t.ranks())),
-      updates_(size_t(t.ranks())) {}
+      updates_(size_t(t.ranks())),
+      applied_(size_t(t.ranks())) {}
 
 void StepLedger::add(const msg::LossReport& r) {
   const auto what = fmt::format("step {} loss of dp{}/mb{}", r.step, r.dp, r.microbatch);
@@ -70,6 +71,23 @@ void StepLedger::add(const msg::StageDone& r) {
   const size_t at = size_t(topo_.index({r.dp, r.pp, r.tp}));
   put(stages_, at, r.timing, stages_seen_, what);
   updates_[at] = r.update;
+  applied_[at] = r.applied;
+}
+
+std::string StepLedger::applied_mismatch(const msg::UpdateCommand& decided) const {
+  auto describe = [](const msg::UpdateCommand& u) {
+    return fmt::format("step {} at lr {} with clip factor {}{}", u.step, u.lr, u.clip_factor,
+                       u.skip ? ", skipped" : "");
+  };
+  for (const auto& rank : topo_.all_ranks()) {
+    const auto& a = applied_[size_t(topo_.index(rank))];
+    const bool same = a.step == decided.step && a.skip == decided.skip && a.lr == decided.lr &&
+                      a.clip_factor == decided.clip_factor;
+    if (!same)
+      return fmt::format("{} applied the update of {}, but the coordinator decided {}", optim_path(rank),
+                         describe(a), describe(decided));
+  }
+  return {};
 }
 
 msg::UpdateSums StepLedger::update_sums() const {

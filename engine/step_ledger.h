@@ -61,6 +61,9 @@ class StepLedger {
   // The optimizer shards' update sums (StageDone::update) added in rank order: the
   // squares of ||delta W|| and ||W|| over every parameter once.
   msg::UpdateSums update_sums() const;
+  // Train: "" when every rank's optimizer shard applied `decided` (its StageDone::applied,
+  // every field exactly), else a line naming the first rank that did not and both updates.
+  std::string applied_mismatch(const msg::UpdateCommand& decided) const;
   // Timings of every stage in rank order.
   std::vector<msg::StageTiming> timings() const;
   // Every stage's memory peak (StageTiming::memory) in rank order, named by its path:
@@ -81,6 +84,7 @@ class StepLedger {
   std::vector<std::vector<std::pair<std::string, double>>> layer_norms_;  // [rank index]
   std::vector<std::optional<msg::StageTiming>> stages_;      // [rank index]
   std::vector<msg::UpdateSums> updates_;                     // [rank index]
+  std::vector<msg::UpdateCommand> applied_;                  // [rank index]
   int32_t losses_seen_ = 0, counts_seen_ = 0, norms_seen_ = 0, stages_seen_ = 0;
 };
 

@@ -71,6 +71,7 @@ using optimizer_actor = caf::typed_actor<
     caf::replies_to<wire_atom, Registry>::with<wired_atom>,  // the coordinator wires the group
     caf::reacts_to<msg::GradShardReady>,                     // its stage: the step's gradients
     caf::reacts_to<msg::UpdateCommand>,                      // the coordinator: the update
+    caf::reacts_to<norm_summed_atom, int64_t, double>,       // its device's when_done: its partial, when it decides
     caf::reacts_to<msg::SnapshotCommand>,                    // the coordinator: copy for a save
     caf::reacts_to<snapshot_landed_atom, int64_t>,           // its device's when_done: the copies landed
     caf::reacts_to<deliver_atom, msg::ShardSnapshot, int64_t>,  // itself: a writer being restarted

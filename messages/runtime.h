@@ -9,6 +9,8 @@
 //   stage[dp][last] --LossReport--> coordinator
 //   stage --GradShardReady--> optim shard --NormPartial--> coordinator
 //   coordinator --UpdateCommand--> optim shards --ShardApplied--> stage
+//   (one optimizer shard and logging.on_spike not acting: the shard decides the update
+//   from its own partial and the RunStep's UpdateRule; no UpdateCommand)
 //   stage --StageDone--> coordinator --StepRecord--> metrics
 //
 // Inside one process tensors travel by handle (a pointer with a documented
@@ -36,6 +38,19 @@ enum class StepKind : uint8_t {
   Eval,   // forward only on the validation split; weights, RNG and data position untouched
 };
 
+// How a training step's update is decided, handed out with its RunStep (docs/runtime.md,
+// "Who decides the update"). With one optimizer shard and logging.on_spike not acting,
+// the update depends on that shard's norm partial alone: the stage passes the rule on in
+// its GradShardReady and the shard decides (optim::decide(partial, clip_grad)) and
+// applies it at `lr` without waiting for an UpdateCommand; the coordinator decides the
+// same from the same partial for the step record and checks what the shard applied
+// (StageDone::applied). Otherwise the coordinator decides and sends UpdateCommands.
+struct UpdateRule {
+  bool shard_decides = false;
+  double lr = 0;         // this step's learning rate (shard_decides only)
+  double clip_grad = 0;  // optimizer.clip_grad (shard_decides only)
+};
+
 // coordinator -> stages: start step `step`. An Eval pass's RunStep also goes to the
 // loaders, which produce its microbatches on it; training microbatches stream ahead on
 // credits without one. For Train, the global batch begins at `consumed_samples`; for
@@ -51,6 +66,7 @@ struct RunStep {
   // the previous step closed at once: it is to be checkpointed, or it is the first
   // step after a restart (its close ends the recovery's measurement).
   bool previous_done_may_wait = false;
+  UpdateRule update;  // Train: who decides this step's update
 };
 
 // loader[dp] -> every stage of replica dp (and the counts to the coordinator).
@@ -151,6 +167,7 @@ struct GradShardReady {
   int64_t shard_begin = 0;
   int64_t shard_end = 0;
   std::shared_ptr<const void> owner;
+  UpdateRule update;  // the step's RunStep's, passed on
 };
 
 // optimizer shard -> coordinator: sum of squares of the gradient elements this shard
@@ -170,7 +187,7 @@ struct UpdateCommand {
   int64_t step = 0;
   double lr = 0;
   double clip_factor = 1;  // gradients are multiplied by this first
-  bool skip = false;       // non-finite norm: touch nothing
+  bool skip = false;       // non-finite norm (or a spike dropped by logging.on_spike): touch nothing
 };
 
 // The sums behind a step's update-to-weight norm ratio, over the elements an optimizer
@@ -185,7 +202,8 @@ struct UpdateSums {
 // optimizer shard -> its stage: the parameter slice holds the updated values.
 struct ShardApplied {
   int64_t step = 0;
-  UpdateSums sums;  // of this shard's update (handed on in the stage's StageDone)
+  UpdateSums sums;        // of this shard's update (handed on in the stage's StageDone)
+  UpdateCommand applied;  // the update it applied, as received or as it decided (UpdateRule)
 };
 
 // What one stage rank's device held at its highest during one training step, by
@@ -220,8 +238,10 @@ struct StageDone {
   StepKind kind = StepKind::Train;
   int32_t dp = 0, pp = 0, tp = 0;
   StageTiming timing;
-  // Train: what the rank's optimizer shard reported of its update (ShardApplied).
+  // Train: what the rank's optimizer shard reported of its update (ShardApplied): its
+  // sums, and the update it applied (the coordinator checks it against its decision).
   UpdateSums update;
+  UpdateCommand applied;
 };
 
 // stage -> coordinator: alive, and where it is (at most one per

@@ -129,10 +129,15 @@ typename Inspector::result_type inspect(Inspector& f, OptimSnapshot& x) {
 namespace troupe::msg {
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, UpdateRule& x) {
+  return f(caf::meta::type_name("troupe::msg::UpdateRule"), x.shard_decides, x.lr, x.clip_grad);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RunStep& x) {
   auto kind = uint8_t(x.kind);
   return f(caf::meta::type_name("troupe::msg::RunStep"), x.step, kind, x.consumed_samples, x.microbatches,
-           x.previous_done_may_wait, caf::meta::load_callback([&]() -> caf::error {
+           x.previous_done_may_wait, x.update, caf::meta::load_callback([&]() -> caf::error {
              x.kind = StepKind(kind);
              return caf::none;
            }));
@@ -257,7 +262,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StageDone& x) {
   auto kind = uint8_t(x.kind);
   return f(caf::meta::type_name("troupe::msg::StageDone"), x.step, kind, x.dp, x.pp, x.tp, x.timing, x.update,
-           caf::meta::load_callback([&]() -> caf::error {
+           x.applied, caf::meta::load_callback([&]() -> caf::error {
              x.kind = StepKind(kind);
              return caf::none;
            }));

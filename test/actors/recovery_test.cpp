@@ -210,7 +210,7 @@ TEST_CASE("a snapshot waits for its writer's restart; a writer that stays away f
   const auto n = static_cast<size_t>(total);
   std::vector<float> params(n), grads(n, 0.5f);
   for (size_t i = 0; i < params.size(); ++i) params[i] = float(i) * 1e-3f;
-  stage->send(optimizer, msg::GradShardReady{1, grads.data(), params.data(), 0, total, nullptr});
+  stage->send(optimizer, msg::GradShardReady{1, grads.data(), params.data(), 0, total, nullptr, {}});
   coordinator->receive([](const msg::NormPartial& n) { CHECK(n.step == 1); });
 
   auto snapshot = [&](int64_t step) {
