@@ -121,6 +121,8 @@ void check_strangers(bool tls) {
   const int64_t peak = peak_rss_bytes();
 
   INFO(run.logs());
+  INFO("the first stranger's results: " << testing::tail_of((kRoot / ("stranger-before-" + mode)).string()));
+  INFO("the second stranger's log: " << testing::tail_of(during.log));
   REQUIRE_MESSAGE(run.result.outcome.status == "completed", run.result.outcome.error);
   check_same_state(*run.result.state, *want.state);
   check_same_steps(run.result, want);
