@@ -1,4 +1,5 @@
 // Elementwise kernels: GELU, add, scale. Chunks of 4096 elements per participant at least.
+#include "kernels/cpu/gelu.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -8,16 +9,11 @@ constexpr int64_t kMinChunk = 4096;
 }
 
 void gelu_forward(ThreadPool& pool, float* out, const float* inp, int64_t n) {
-  pool.parallel_for(n, kMinChunk, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; i += 8) store_partial(out + i, gelu8(load_partial(inp + i, e - i)), e - i);
-  });
+  pool.parallel_for(n, kMinChunk, [&](int64_t b, int64_t e) { gelu_span(out + b, inp + b, e - b); });
 }
 
 void gelu_backward(ThreadPool& pool, float* dinp, const float* inp, const float* dout, int64_t n) {
-  pool.parallel_for(n, kMinChunk, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; i += 8)
-      store_partial(dinp + i, _mm256_mul_ps(load_partial(dout + i, e - i), gelu_grad8(load_partial(inp + i, e - i))), e - i);
-  });
+  pool.parallel_for(n, kMinChunk, [&](int64_t b, int64_t e) { gelu_backward_span(dinp + b, dout + b, inp + b, e - b); });
 }
 
 void add(ThreadPool& pool, float* out, const float* a, const float* b, int64_t n) {

@@ -1,8 +1,9 @@
 // Which vector instruction set troupe's CPU kernels may use: chosen once per process
 // from cpuid (and the OS's saved-state mask), never from the compiler's -march, so one
 // binary serves every x86-64-v3 machine. Today it selects the GEMM (kernels/cpu/gemm.h:
-// troupe's AVX-512 sgemm or OpenBLAS); the other loops have AVX2 variants only (none
-// is a measurable share of a step, docs/performance.md).
+// oneDNN, troupe's AVX-512 sgemm or OpenBLAS) and GELU's variant (kernels/cpu/gelu.h,
+// bitwise the same either way); the other loops have AVX2 variants only (none is a
+// measurable share of a step, docs/performance.md).
 //
 //   TROUPE_CPU_ISA=avx2     the AVX2 + FMA variants (the build's baseline)
 //   TROUPE_CPU_ISA=avx512   the AVX-512 variants (an error on a CPU without them)

@@ -1,4 +1,5 @@
 // Conv1D / linear layers (weight [in, out]) with fused bias, residual and GELU.
+#include "kernels/cpu/gelu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vec_math.h"
@@ -30,11 +31,8 @@ void linear_forward(ThreadPool& pool, float* out, float* gelu_out, const float* 
   auto after = [&](const GemmBlock& blk) {
     if (!gelu_out) return;
     const int w = blk.n1 - blk.n0;
-    for (int r = blk.m0; r < blk.m1; ++r) {
-      const float* o = out + int64_t(r) * OC + blk.n0;
-      float* g = gelu_out + int64_t(r) * OC + blk.n0;
-      for (int c = 0; c < w; c += 8) store_partial(g + c, gelu8(load_partial(o + c, w - c)), w - c);
-    }
+    for (int r = blk.m0; r < blk.m1; ++r)
+      gelu_span(gelu_out + int64_t(r) * OC + blk.n0, out + int64_t(r) * OC + blk.n0, w);
   };
   gemm_split(pool, false, false, N, OC, C, 1.0f, inp, C, weight, OC, init ? 1.0f : 0.0f, out, OC,
              before, after);
@@ -52,9 +50,7 @@ void linear_backward(ThreadPool& pool, float* dinp, float* dweight, float* dbias
       const int w = blk.n1 - blk.n0;
       for (int r = blk.m0; r < blk.m1; ++r) {
         float* g = dinp + int64_t(r) * C + blk.n0;
-        const float* x = gelu_pre + int64_t(r) * C + blk.n0;
-        for (int c = 0; c < w; c += 8)
-          store_partial(g + c, _mm256_mul_ps(load_partial(g + c, w - c), gelu_grad8(load_partial(x + c, w - c))), w - c);
+        gelu_backward_span(g, g, gelu_pre + int64_t(r) * C + blk.n0, w);
       }
     };
     gemm_split(pool, false, true, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C, none, after);
