@@ -11,6 +11,7 @@
 #include "kernels/cpu/sgemm_avx512.h"
 #include "kernels/cpu/sgemm_check.h"
 #include "kernels/cpu/sgemm_dnnl.h"
+#include "kernels/cpu/sgemm_panels.h"
 
 namespace troupe::kernels::cpu {
 namespace {
@@ -105,7 +106,10 @@ void sgemm_single(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const GemmKernel k = gemm_kernel();
   if (k == GemmKernel::kDnnl) {
-    dnnl_sgemm_single(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (trans_a && !trans_b && tall_tn_panels_pay(M, N, K))  // kernels/cpu/sgemm_panels.h
+      sgemm_tn_by_panels(dnnl_sgemm_single, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else
+      dnnl_sgemm_single(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   if (k == GemmKernel::kOwnAvx512) {
@@ -132,11 +136,12 @@ std::string blas_description() {
 
 std::string compute_description() {
   const Isa isa = active_isa();
-  // troupe's loops (norms, softmax, GELU, AdamW, ...) have AVX2 variants only: none is a
-  // measurable share of a step (docs/performance.md), so the ISA picks the GEMM.
+  // troupe's loops (norms, softmax, AdamW, ...) have AVX2 variants only: none is a
+  // measurable share of a step (docs/performance.md); GELU has an AVX-512 one too
+  // (kernels/cpu/gelu.h, bitwise the same), so the ISA picks the GEMM and GELU's speed.
   std::string s = "CPU " + cpu_features_line() + "; ISA " + isa_name(isa) +
                   (std::getenv("TROUPE_CPU_ISA") ? " (TROUPE_CPU_ISA)" : " (the CPU's best)") +
-                  ", troupe's loops AVX2; GEMM ";
+                  (isa == Isa::kAvx512 ? ", troupe's loops AVX2 (GELU AVX-512); GEMM " : ", troupe's loops AVX2; GEMM ");
   if (gemm_kernel() == GemmKernel::kDnnl)
     s += dnnl_description() + ", one thread per participant, beside " + blas_description() + " (not used for GEMMs)";
   else if (gemm_kernel() == GemmKernel::kOwnAvx512)
