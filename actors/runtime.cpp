@@ -358,6 +358,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
       result.workers = root->cluster()->workers();
       result.quarantine = root->cluster()->quarantine();
       result.refusals = root->refusals();
+      result.refusals_total = root->refusals_total();
     }
   };
   try {

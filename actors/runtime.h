@@ -46,10 +46,12 @@ struct RunResult {
   int64_t recomputed_steps = 0;                  // steps done again after a restart
   std::vector<RunBook::Recovery> recoveries;    // one per restart of the training group
   std::vector<RunBook::Rollback> rollbacks;     // logging.on_spike ROLLBACK, oldest first
-  // Cluster mode: every worker that joined (final roles), the quarantine, refusals.
+  // Cluster mode: every worker that joined (final roles), the quarantine, the first
+  // RefusalLog::kKept refusals and how many there were in all.
   std::vector<WorkerRecord> workers;
   std::vector<QuarantineRecord> quarantine;
   std::vector<Refusal> refusals;
+  int64_t refusals_total = 0;
   int exit_code() const;                    // 0 completed, 130/143 on SIGINT/SIGTERM, 1 failed
 };
 

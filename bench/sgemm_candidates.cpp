@@ -2,7 +2,7 @@
 // and checked at the model's GEMM shapes the way the CPU device calls them.
 //
 //   sgemm_candidates [--threads 2] [--rounds 5] [--cases tiny,small,gpt2-124m]
-//                    [--openblas SO] [--blis SO] [--dnnl SO] [--no-own]
+//                    [--openblas SO] [--blis SO] [--dnnl SO] [--no-own] [--no-device]
 //
 // Candidates, each loaded with dlopen (RTLD_LOCAL | RTLD_DEEPBIND, so two libraries
 // that both export cblas_sgemm do not clash; the benchmark links no BLAS itself):
@@ -13,6 +13,9 @@
 //   dnnl      Debian's oneDNN (libdnnl.so.2): dnnl_sgemm, run with one OpenMP thread
 //   own       troupe's packed AVX-512 kernel (kernels/cpu/sgemm_avx512.h), when the
 //             CPU has AVX-512
+//   device    the CPU device's own sgemm_single (kernels/cpu/gemm.h): the kernel this
+//             process chose, with oneDNN's tall TN products as panels of C's
+//             transpose (kernels/cpu/sgemm_panels.h); --no-device leaves it out
 // A library that is not installed is reported and skipped (pass the .so's path to use
 // one unpacked elsewhere).
 //
@@ -265,7 +268,7 @@ std::vector<std::string> split_list(const std::string& s) {
 
 int main(int argc, char** argv) {
   int threads = 2, rounds = 5;
-  bool own = true;
+  bool own = true, device = true;
   std::string cases = "tiny,small,gpt2-124m";
   std::string openblas = "libopenblas.so.0", blis = "/usr/lib/x86_64-linux-gnu/blis-pthread/libblis.so.4",
               dnnl = "libdnnl.so.2";
@@ -285,6 +288,7 @@ int main(int argc, char** argv) {
     else if (a == "--blis") blis = next();
     else if (a == "--dnnl") dnnl = next();
     else if (a == "--no-own") own = false;
+    else if (a == "--no-device") device = false;
     else {
       std::fprintf(stderr, "sgemm_candidates: unknown argument %s (see the header of bench/sgemm_candidates.cpp)\n",
                    a.c_str());
@@ -308,6 +312,19 @@ int main(int argc, char** argv) {
                         int ldb, float beta, float* C, int ldc) {
                        troupe::kernels::cpu::sgemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
                      }});
+  if (device) {
+    namespace cpu = troupe::kernels::cpu;
+    cpu::use_single_threaded_blas();
+    const auto k = cpu::gemm_kernel();
+    const std::string chosen = k == cpu::GemmKernel::kDnnl        ? "oneDNN, tall TN products as panels"
+                               : k == cpu::GemmKernel::kOwnAvx512 ? "the own AVX-512 kernel"
+                                                                  : "OpenBLAS";
+    cands.push_back({"device", "the CPU device's sgemm_single (" + chosen + ")",
+                     [](bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                        int ldb, float beta, float* C, int ldc) {
+                       troupe::kernels::cpu::sgemm_single(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                     }});
+  }
   for (const auto& c : cands) std::printf("candidate %-8s %s\n", c.name.c_str(), c.detail.c_str());
   std::printf("threads %d (one block of C each, the library single-threaded), %d rounds\n", threads, rounds);
 

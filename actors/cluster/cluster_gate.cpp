@@ -19,6 +19,7 @@
 
 #include "actors/cluster/cluster_auth.h"
 #include "actors/cluster/join_channel.h"
+#include "actors/cluster/refusal_log.h"
 #include "actors/cluster/tls_context.h"
 #include "util/sigpipe.h"
 
@@ -172,9 +173,18 @@ void Gate::stop() {
   ::close(wake_[1]);
 }
 
+void Gate::note_refusal(const std::string& who, const std::string& why) {
+  ++refused_;
+  if (refused_ <= int64_t(RefusalLog::kKept))
+    spdlog::warn("cluster: refused {}: {}", who, why);
+  else if (RefusalLog::logs_line(refused_))
+    spdlog::warn("cluster: {} connections refused so far (one line per {} past the first {}); the latest, {}: {}",
+                 refused_, RefusalLog::kLogEvery, RefusalLog::kKept, who, why);
+  if (o_.on_refused) o_.on_refused(who, why);
+}
+
 void Gate::refuse(Pending& c, const std::string& why) {
-  spdlog::warn("cluster: refused {}: {}", c.who(), why);
-  if (o_.on_refused) o_.on_refused(c.who(), why);
+  note_refusal(c.who(), why);
   ::close(c.fd);
   c.step = Pending::Step::closed;
 }
@@ -198,8 +208,7 @@ void Gate::accept_all() {
     if (pending_.size() >= o_.max_pending) {
       const auto why = fmt::format("{} connections are already in the join handshake (the limit); closed at once",
                                    pending_.size());
-      spdlog::warn("cluster: refused {}: {}", peer, why);
-      if (o_.on_refused) o_.on_refused(peer, why);
+      note_refusal(peer, why);
       ::close(fd);
       continue;
     }
@@ -209,8 +218,7 @@ void Gate::accept_all() {
     try {
       if (o_.tls) tls = new_tls_session(o_.tls.get(), fd, /*server=*/true);
     } catch (const std::exception& e) {
-      spdlog::warn("cluster: refused {}: {}", peer, e.what());
-      if (o_.on_refused) o_.on_refused(peer, e.what());
+      note_refusal(peer, e.what());
       ::close(fd);
       continue;
     }

@@ -95,6 +95,8 @@ class Gate {
   void accept_all();
   void progress(Pending& c);
   void refuse(Pending& c, const std::string& why);
+  // Logs (the first RefusalLog::kKept, then one line per kLogEvery) and reports it.
+  void note_refusal(const std::string& who, const std::string& why);
 
   GateOptions o_;
   int listen_fd_ = -1;
@@ -102,6 +104,7 @@ class Gate {
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::vector<std::unique_ptr<Pending>> pending_;
+  int64_t refused_ = 0;  // connections refused so far (the gate's thread only)
   std::chrono::steady_clock::time_point accept_paused_until_{};
   std::thread thread_;
 };

@@ -65,10 +65,7 @@ ClusterRoot::ClusterRoot(caf::actor_system& sys, const Config& c, const ClusterO
   r.store = store_;
   r.faults = std::move(faults);
   r.book = std::move(book);
-  const auto record = [log = refusals_](const std::string& who, const std::string& why) {
-    std::lock_guard lock(log->mu);
-    log->list.push_back({who, why});
-  };
+  const auto record = [log = refusals_](const std::string& who, const std::string& why) { log->add(who, why); };
   r.on_refused = record;
   registrar_ = spawn_registrar(sys, std::move(r));
   // No actor may outlive a failed construction: the actor system's destructor would
@@ -152,9 +149,8 @@ void ClusterRoot::finish(const std::string& why, std::chrono::milliseconds timeo
   self->send_exit(store_, caf::exit_reason::user_shutdown);
 }
 
-std::vector<Refusal> ClusterRoot::refusals() const {
-  std::lock_guard lock(refusals_->mu);
-  return refusals_->list;
-}
+std::vector<Refusal> ClusterRoot::refusals() const { return refusals_->kept(); }
+
+int64_t ClusterRoot::refusals_total() const { return refusals_->total(); }
 
 }  // namespace troupe::actors

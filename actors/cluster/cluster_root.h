@@ -18,6 +18,7 @@
 #include "actors/cluster/cluster_gate.h"
 #include "actors/cluster/cluster_net.h"
 #include "actors/cluster/link_watch.h"
+#include "actors/cluster/refusal_log.h"
 #include "actors/run_book.h"
 #include "engine/faults.h"
 #include "messages/config.pb.h"
@@ -36,12 +37,6 @@ struct ClusterOptions {
 // The supervisor's network options: heartbeats of the config's cluster section, no
 // CAF connection timeout (the link watch judges the workers), and TLS.
 NetOptions net_options(const Config& c, const TlsOptions& tls);
-
-// A refused connection or worker: who (its address; host and pid once it said hello)
-// and why.
-struct Refusal {
-  std::string worker, reason;
-};
 
 class ClusterRoot {
  public:
@@ -63,7 +58,8 @@ class ClusterRoot {
   // (or after `timeout`). Stops the registrar and the store.
   void finish(const std::string& why, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
-  std::vector<Refusal> refusals() const;
+  std::vector<Refusal> refusals() const;  // the first RefusalLog::kKept
+  int64_t refusals_total() const;
   ~ClusterRoot();
 
  private:
@@ -78,10 +74,6 @@ class ClusterRoot {
   uint16_t port_ = 0;
   bool finished_ = false;
   // Shared with the registrar, which may outlive this object by a message or two.
-  struct RefusalLog {
-    std::mutex mu;
-    std::vector<Refusal> list;
-  };
   std::shared_ptr<RefusalLog> refusals_ = std::make_shared<RefusalLog>();
 };
 

@@ -14,7 +14,9 @@
 // Tolerances, fixed before the first run: weights and Adam moments bitwise (memcmp);
 // peak RSS (VmHWM, reset through /proc/self/clear_refs before each run) at most 8 MiB
 // above the run without strangers (32 pending handshakes with their TLS sessions are
-// about 2 MB). Every loop here is bounded.
+// about 2 MB; the run keeps at most RefusalLog::kKept refusals however many connections
+// the strangers make, which the replaying stranger's retries make by the ten thousand
+// when they overlap the flood). Every loop here is bounded.
 #include <doctest/doctest.h>
 
 #include <malloc.h>
@@ -140,6 +142,10 @@ void check_strangers(bool tls) {
     reasons += r.worker + ": " + r.reason + "\n";
   }
   INFO(reasons);
+  // Bounded, however many connections the strangers made (actors/cluster/refusal_log.h).
+  MESSAGE(run.result.refusals_total << " refusals in all, " << run.result.refusals.size() << " kept (" << mode << ")");
+  CHECK(run.result.refusals.size() <= actors::RefusalLog::kKept);
+  CHECK(run.result.refusals_total >= int64_t(run.result.refusals.size()));
   if (tls) {
     CHECK(reasons.find("TLS handshake failed") != std::string::npos);
   } else {
