@@ -33,7 +33,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_gpt2_step import CASES  # noqa: E402
+from torch_gpt2_step import CASES, coretype_env  # noqa: E402
 from torch_llama_step import ROOT, ensure_venv  # noqa: E402
 
 # "  c_attn fwd NN 1024x768x256    110.1  166.6 ..." in sgemm_candidates' table
@@ -113,10 +113,7 @@ def main():
     for case in a.cases.split(","):
         layers = CASES[case][0]
         for ct in a.coretypes.split(","):
-            env = dict(os.environ)
-            env.pop("OPENBLAS_CORETYPE", None)
-            if ct != "unset":
-                env["OPENBLAS_CORETYPE"] = ct
+            env = coretype_env(ct)
             tenv = dict(env, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
             torch_rounds, cand_rounds, shapes, names, version = [], [], [], [], ""
             for r in range(a.rounds):

@@ -124,6 +124,15 @@ def torch_worker(case, threads, mode):
     print(f"torch {torch.__version__} {mode} step_s {statistics.median(times):.5f} best_s {min(times):.5f}")
 
 
+def coretype_env(ct):
+    """This process's environment with OPENBLAS_CORETYPE=ct, or without the variable for "unset"."""
+    env = dict(os.environ)
+    env.pop("OPENBLAS_CORETYPE", None)
+    if ct != "unset":
+        env["OPENBLAS_CORETYPE"] = ct
+    return env
+
+
 def run_troupe(bench, case, threads, env):
     out = subprocess.run([bench, "--case", case, "--threads", str(threads)], capture_output=True, text=True,
                          check=True, env=env)
@@ -168,10 +177,7 @@ def main():
     for case in cases:
         L, NH, D, V, T, B, steps = CASES[case]
         for ct in a.coretypes.split(","):
-            env = dict(os.environ)
-            env.pop("OPENBLAS_CORETYPE", None)
-            if ct != "unset":
-                env["OPENBLAS_CORETYPE"] = ct
+            env = coretype_env(ct)
             header = subprocess.run([a.bench, "--header"], capture_output=True, text=True, env=env).stdout
             print(f"\n== {case}, OPENBLAS_CORETYPE={ct}: {header.splitlines()[0].lstrip('# ')}", flush=True)
             tenv = dict(env, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))

@@ -2,8 +2,8 @@
 // widest variant the process's ISA allows (kernels/cpu/isa.h): 8 lanes (AVX2) or 16
 // (AVX-512). Both run the same operations on every element in the same order (the
 // formulas of vec_math.h's gelu8 / gelu_grad8; a tail goes through the same code
-// under a mask), so the two variants agree bit for bit (test_isa_gemm checks it): the
-// choice changes speed, never a result.
+// under a mask), so the two variants agree bit for bit (test_kernels checks it,
+// test/kernels/isa_gelu_test.cpp): the choice changes speed, never a result.
 #pragma once
 
 #include <cstdint>
