@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/vec_formulas.h"
+
 namespace troupe::kernels::cpu {
 
 // Lane mask selecting the first n (< 8) lanes, for masked tail loads/stores.
@@ -20,57 +22,32 @@ inline __m256i tail_mask(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), idx);
 }
 
-// exp(x) for 8 lanes; inputs are clamped to [-87.3, 88.7] (exp underflows to about
-// 1e-38 there instead of denormals; overflow is impossible).
-inline __m256 exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.7f), lo = _mm256_set1_ps(-87.3f);
-  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
-  // n = round(x / ln2); r = x - n * ln2 (ln2 split in two for accuracy)
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  // e^r = 1 + r + r^2 * P(r), P a degree-5 minimax polynomial
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 r2 = _mm256_mul_ps(r, r);
-  p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  // scale by 2^n through the exponent bits (n in [-126, 128] after the clamp; 128
-  // cannot occur because 88.7 / ln2 < 127.97)
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
+// The 8-lane operations of vec_formulas.h.
+struct Avx2Lanes {
+  using Reg = __m256;
+  static Reg set(float c) { return _mm256_set1_ps(c); }
+  static Reg min(Reg a, Reg b) { return _mm256_min_ps(a, b); }
+  static Reg max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
+  static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static Reg div(Reg a, Reg b) { return _mm256_div_ps(a, b); }
+  static Reg fmadd(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static Reg fnmadd(Reg a, Reg b, Reg c) { return _mm256_fnmadd_ps(a, b, c); }
+  static Reg round(Reg a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static Reg pow2(Reg n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  }
+};
 
-// tanh-approximation GELU and its derivative, 8 lanes:
-//   gelu(x)  = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
-//   gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-// with tanh(u) = 1 - 2 / (exp(2u) + 1).
-inline __m256 tanh_of_gelu_arg(__m256 x, __m256* du_dx) {
-  const __m256 k0 = _mm256_set1_ps(0.7978845608028654f), k1 = _mm256_set1_ps(0.044715f);
-  const __m256 x2 = _mm256_mul_ps(x, x);
-  const __m256 u = _mm256_mul_ps(k0, _mm256_fmadd_ps(_mm256_mul_ps(k1, x2), x, x));
-  if (du_dx) *du_dx = _mm256_mul_ps(k0, _mm256_fmadd_ps(_mm256_set1_ps(3.0f * 0.044715f), x2, _mm256_set1_ps(1.0f)));
-  const __m256 e = exp8(_mm256_add_ps(u, u));
-  return _mm256_sub_ps(_mm256_set1_ps(1.0f),
-                       _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
-}
+// exp(x) for 8 lanes (vec_formulas.h: clamped to [-87.3, 88.7], about 2 ulp).
+inline __m256 exp8(__m256 x) { return formulas::exp<Avx2Lanes>(x); }
 
-inline __m256 gelu8(__m256 x) {
-  const __m256 t = tanh_of_gelu_arg(x, nullptr);
-  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
-}
-
-inline __m256 gelu_grad8(__m256 x) {
-  __m256 du;
-  const __m256 t = tanh_of_gelu_arg(x, &du);
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
-  const __m256 sech2 = _mm256_fnmadd_ps(t, t, one);
-  return _mm256_fmadd_ps(half, _mm256_add_ps(one, t), _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_mul_ps(sech2, du)));
-}
+// tanh-approximation GELU, its derivative, and the tanh they share, 8 lanes
+// (vec_formulas.h).
+inline __m256 tanh_of_gelu_arg(__m256 x, __m256* du_dx) { return formulas::tanh_of_gelu_arg<Avx2Lanes>(x, du_dx); }
+inline __m256 gelu8(__m256 x) { return formulas::gelu<Avx2Lanes>(x); }
+inline __m256 gelu_grad8(__m256 x) { return formulas::gelu_grad<Avx2Lanes>(x); }
 
 // Horizontal sum of 8 lanes in a fixed order.
 inline float hsum8(__m256 v) {
