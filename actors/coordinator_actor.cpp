@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <set>
 #include <cmath>
 #include <filesystem>
 #include <csignal>
@@ -73,11 +74,13 @@ struct CoordinatorState {
   // Decides what happens next (engine/step_driver.h); this actor keeps the data.
   std::optional<engine::StepDriver> driver;
   std::optional<engine::SpikeGuard> guard;  // logging.on_spike
-  // Whether the one optimizer shard decides each update itself (msg::UpdateRule): one
-  // rank and logging.on_spike not acting, so that the decision is its partial's alone.
-  // No UpdateCommand goes out then; the coordinator's own decision is the step record's,
-  // and what the shard applied is checked against it (StepLedger::applied_mismatch).
-  bool shard_decides = false;
+  // The training steps handed out whose update the one optimizer shard decides itself
+  // (their RunStep's msg::UpdateRule, set by the step driver: one rank and
+  // logging.on_spike not acting, so that the decision is its partial's alone; not the
+  // step run ahead after a step to be saved). No UpdateCommand goes out for them; the
+  // coordinator's own decision is the step record's, and what the shard applied is
+  // checked against it (StepLedger::applied_mismatch).
+  std::set<int64_t> decided_by_shard;
 
   // The position after the last finished training step.
   engine::TrainingPosition pos;
@@ -153,6 +156,8 @@ std::string newest_checkpoint(const CoordinatorState& st) {
 // Opens the checkpoint of `step` and has every shard copy its state.
 void begin_save(Self* self, const engine::BeginSave& a) {
   auto& st = self->state;
+  // A slow coordinator, for the tests: its SnapshotCommands leave late.
+  engine::check_delay(st.args.faults.get(), st.path, a.step, Fault::CHECKPOINT_WRITE);
   SaveInFlight s;
   s.step = a.step;
   s.position = st.pos;
@@ -187,11 +192,15 @@ void commit_save(Self* self) {
   feed(self, engine::SaveCommitted{});
 }
 
-// How a training step's update is decided, for its RunStep: `updates_before` is the
-// count of successful updates before the step, which sets its learning rate.
-msg::UpdateRule update_rule(const CoordinatorState& st, int64_t updates_before) {
-  if (!st.shard_decides) return {};
-  return {true, st.schedule->lr_for_update(updates_before), st.args.config.optimizer().clip_grad()};
+// Completes the driver's RunStep `rs` of a training step for the stages: when its shard
+// decides the update, the rule's rate (`updates_before`, the count of successful updates
+// before the step, sets it) and clip_grad.
+msg::RunStep with_update_rule(CoordinatorState& st, msg::RunStep rs, int64_t updates_before) {
+  if (!rs.update.shard_decides) return rs;
+  st.decided_by_shard.insert(rs.step);
+  rs.update.lr = st.schedule->lr_for_update(updates_before);
+  rs.update.clip_grad = st.args.config.optimizer().clip_grad();
+  return rs;
 }
 
 void open_train_step(Self* self, const engine::OpenTrainStep& a) {
@@ -204,8 +213,7 @@ void open_train_step(Self* self, const engine::OpenTrainStep& a) {
   st.step_start = st.last_progress = Clock::now();
   if (a.run_step) {
     st.issued_at = unix_now();
-    auto rs = *a.run_step;
-    rs.update = update_rule(st, st.pos.successful_updates);
+    const auto rs = with_update_rule(st, *a.run_step, st.pos.successful_updates);
     for (const auto& s : st.stages) self->send(s, rs);
   }
   st.step_issued_at = st.issued_at;
@@ -239,8 +247,7 @@ void send_run_step_ahead(Self* self, const engine::SendRunStepAhead& a) {
   st.issued_at = a.issued_at;
   st.args.book->step_decided(a.run_step.step - 1);
   // The step before it is decided but not closed: its update counts if it is not skipped.
-  auto rs = a.run_step;
-  rs.update = update_rule(st, st.pos.successful_updates + (st.decision->skip ? 0 : 1));
+  const auto rs = with_update_rule(st, a.run_step, st.pos.successful_updates + (st.decision->skip ? 0 : 1));
   for (const auto& s : st.stages) self->send(s, rs);
 }
 
@@ -309,9 +316,9 @@ void carry_out(Self* self, const engine::StepAction& action) {
         } else if constexpr (std::is_same_v<A, engine::OpenEval>) {
           open_eval(self, a);
         } else if constexpr (std::is_same_v<A, engine::SendUpdate>) {
-          // With shard_decides the shard has decided the same already (and is applying it).
+          // A shard deciding the step's update has decided the same already (and is applying it).
           const msg::UpdateCommand cmd{a.step, st.lr, st.decision->factor, st.decision->skip};
-          if (!st.shard_decides)
+          if (st.decided_by_shard.erase(a.step) == 0)
             for (const auto& o : st.optimizers) self->send(o, cmd);
         } else if constexpr (std::is_same_v<A, engine::SendRunStepAhead>) {
           send_run_step_ahead(self, a);
@@ -322,11 +329,9 @@ void carry_out(Self* self, const engine::StepAction& action) {
         } else if constexpr (std::is_same_v<A, engine::SaveWaitsForWriters>) {
           spdlog::info("checkpoint of step {} waits for {} writer(s) that failed to restart", a.step, a.writers);
         } else if constexpr (std::is_same_v<A, engine::SaveDeferred>) {
-          spdlog::info("checkpoint due at step {} (interval_seconds) deferred: step {} already went out and "
-                       "max_lag_steps is 0",
-                       a.step, a.step + 1);
-          event(self, "checkpoint_deferred", a.step,
-                {{"reason", "max_lag_steps is 0 and the next step already went out"}});
+          spdlog::info("checkpoint due at step {} (interval_seconds) deferred: step {} already went out and {}",
+                       a.step, a.step + 1, a.reason);
+          event(self, "checkpoint_deferred", a.step, {{"reason", a.reason + " and the next step already went out"}});
         } else if constexpr (std::is_same_v<A, engine::KeepShard>) {
           ShardFile f;
           f.ParseFromString(a.record);
@@ -654,7 +659,6 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
   start.now = steady_now();
   st.driver.emplace(engine::step_driver_config(c), start);
   st.guard.emplace(c);
-  st.shard_decides = st.topo.ranks() == 1 && !st.guard->active();
   if (st.guard->active()) {
     // The windows of the timeline this group resumes: metrics.jsonl (steps of earlier
     // processes) with this process's own steps after it, so a record still on its way

@@ -30,6 +30,9 @@ struct OptimizerState {
   stage_actor stage;
   std::optional<msg::GradShardReady> pending;  // this step's buffers, until the update
   float* stage_params = nullptr;               // the stage's flat parameters (for snapshots)
+  // The step whose state the shard holds: its last update applied (or dropped), the
+  // checkpoint's step at a resume. A snapshot of step n is taken of exactly that state.
+  int64_t state_step = 0;
   std::shared_ptr<const void> stage_owner;     // keeps stage_params alive (GradShardReady::owner)
   // The last snapshot's host copies (weights, m, v; n floats each, from the device's
   // allocate_host), reused once the writer has let go of them: fresh 4 KiB pages cost a
@@ -86,6 +89,9 @@ void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
   if (engine::writes_shard(st.args.config, r)) {
     if (!st.stage_params)
       throw std::logic_error(st.path + ": snapshot requested before any step ran");
+    if (st.state_step != cmd.step)
+      throw std::logic_error(st.path + ": snapshot of step " + std::to_string(cmd.step) +
+                             " requested, but the shard's state is that of step " + std::to_string(st.state_step));
     const auto range = st.shard->range();
     const auto n = size_t(range.end - range.begin);
     const auto& a = st.shard->adamw();
@@ -117,6 +123,7 @@ void apply_update(Self* self, const msg::UpdateCommand& u) {
   maybe_fault(self, u.step, Fault::OPTIMIZER);
   if (!u.skip) s.shard->apply(s.pending->params, s.pending->grads, u.lr, u.clip_factor);
   s.pending.reset();
+  s.state_step = u.step;
   // Once the update is done on the device (the stage gets nothing else from here),
   // with its sums for the update-to-weight ratio (0 for a dropped update).
   s.device->when_done([to = s.stage, sums = s.shard->update_readback(), u] {
@@ -146,7 +153,10 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
   }
   st.shard = std::make_unique<engine::OptimizerShard>(c, *st.device, *st.registry, range,
                                                       /*counts_in_norm=*/distributed || r.dp == 0);
-  if (st.args.resume) engine::restore_shard(*st.args.resume, *st.registry, *st.shard);
+  if (st.args.resume) {
+    engine::restore_shard(*st.args.resume, *st.registry, *st.shard);
+    st.state_step = st.args.resume->step();
+  }
   return {
       [self](wire_atom, const Registry& peers) {
         self->state.coordinator = typed_handle<coordinator_actor>(peers.at(engine::coordinator_path()));

@@ -589,6 +589,9 @@ void check_relations(const Config& c, Checker& k) {
                          "from 0): the fault would never fire",
                          f.microbatch(), microbatches_per_replica(c)),
              {"batch.global_batch_size"});
+    if (f.kind() == Fault::DELAY && !(f.delay_s() > 0 && f.delay_s() <= 60))
+      k.fail(fmt::format("faults.fault[{}].delay_s", i),
+             fmt::format("must be more than 0 and at most 60 (seconds the actor sleeps), got {:g}", f.delay_s()));
     const bool checkpoint_kind = f.kind() == Fault::CORRUPT_SHARD ||
                                  f.kind() == Fault::TRUNCATE_SHARD || f.kind() == Fault::FAIL_WRITE;
     if (checkpoint_kind && f.phase() != Fault::CHECKPOINT_WRITE)

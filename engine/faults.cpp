@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -121,16 +122,32 @@ void raise_fault(const Fault& f, const std::string& path, int64_t step) {
   throw std::runtime_error(what);
 }
 
+namespace {
+
+void sleep_for(const Fault& f, const std::string& path, int64_t step) {
+  spdlog::warn("{}: injected delay of {:.3f} s at step {} during {}", path, f.delay_s(), step, phase_name(f.phase()));
+  std::this_thread::sleep_for(std::chrono::duration<double>(f.delay_s()));
+}
+
+}  // namespace
+
 void check_fault(FaultPlan* plan, const std::string& path, int64_t step, Fault::Phase phase) {
   if (!plan || !plan->targets(path)) return;
   auto generic = [](const Fault& f) {
     return f.kind() == Fault::KILL || f.kind() == Fault::THROW || f.kind() == Fault::HANG ||
-           process_kind(f.kind());
+           f.kind() == Fault::DELAY || process_kind(f.kind());
   };
   if (auto f = plan->take(path, step, phase, generic)) {
+    if (f->kind() == Fault::DELAY) return sleep_for(*f, path, step);
     if (f->kind() == Fault::HANG) plan->hang(path, step, phase);
     raise_fault(*f, path, step);
   }
+}
+
+void check_delay(FaultPlan* plan, const std::string& path, int64_t step, Fault::Phase phase) {
+  if (!plan || !plan->targets(path)) return;
+  if (auto f = plan->take(path, step, phase, [](const Fault& f) { return f.kind() == Fault::DELAY; }))
+    sleep_for(*f, path, step);
 }
 
 void inject_nan_gradient(FaultPlan* plan, const std::string& path, int64_t step, int32_t mb,

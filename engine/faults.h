@@ -94,9 +94,12 @@ class FaultPlan {
 void set_process_fault_hook(std::function<void(const Fault& f, const std::string& what)> hook);
 
 // Fires the fault planned for (path, step, phase), if any: KILL, THROW, KILL_PROCESS
-// and STOP_PROCESS raise, HANG hangs. Other kinds (checkpoint damage, NaN gradients) are handled where they
+// and STOP_PROCESS raise, HANG hangs, DELAY sleeps and returns. Other kinds (checkpoint damage, NaN gradients) are handled where they
 // apply and are left alone here.
 void check_fault(FaultPlan* plan, const std::string& path, int64_t step, Fault::Phase phase);
+// Only a DELAY planned for (path, step, phase): for a point that comes before the
+// phase's other faults act (the coordinator's opening of a save).
+void check_delay(FaultPlan* plan, const std::string& path, int64_t step, Fault::Phase phase);
 
 // NAN_GRADIENT: when a fault planned for (path, step, backward) targets microbatch
 // `mb`, writes a NaN into the first gradient of `grads` (memory of `device`), logs it

@@ -24,6 +24,7 @@ StepDriverConfig step_driver_config(const Config& c) {
   d.max_lag_steps = ck.max_lag_steps();
   d.save_on_exit = ck.save_on_exit();
   d.save_timeout_s = ck.save_timeout_s();
+  d.shard_decides = shard_decides_updates(c);
   for (const auto& r : Topology::of(c).all_ranks()) {
     d.optimizers.push_back(optim_path(r));
     if (writes_shard(c, r)) d.writers.push_back(writer_path(r));
@@ -31,11 +32,16 @@ StepDriverConfig step_driver_config(const Config& c) {
   return d;
 }
 
+bool shard_decides_updates(const Config& c) {
+  return Topology::of(c).ranks() == 1 && c.logging().on_spike() == LoggingConfig::RECORD;
+}
+
 namespace {
 
 std::string describe_run_step(const msg::RunStep& rs) {
-  return fmt::format("{} {} consumed {} microbatches {}{}", rs.kind == msg::StepKind::Train ? "train" : "eval", rs.step,
-                     rs.consumed_samples, rs.microbatches, rs.previous_done_may_wait ? " done-may-wait" : "");
+  return fmt::format("{} {} consumed {} microbatches {}{}{}", rs.kind == msg::StepKind::Train ? "train" : "eval",
+                     rs.step, rs.consumed_samples, rs.microbatches, rs.previous_done_may_wait ? " done-may-wait" : "",
+                     rs.update.shard_decides ? " shard-decides" : "");
 }
 
 template <class... F>
@@ -179,8 +185,9 @@ void StepDriver::advance(Actions& out) {
   // 2. The step's checkpoint, decided once per step.
   if (save_checked_step_ != step_) {
     // With max_lag_steps 0 no save may start once step n+1 went out ahead: only a
-    // time-based one can fall due after that was decided, and it waits one step.
-    const bool may_save = !issued || cfg_.max_lag_steps > 0;
+    // time-based one can fall due after that was decided, and it waits one step. Nor
+    // when n+1's shard decides its update: nothing orders the copies before it.
+    const bool may_save = !issued || (cfg_.max_lag_steps > 0 && !issued_shard_decides_);
     const bool due = step_ < cfg_.total_steps && save_due(step_);
     if (due && may_save && save_) {
       // Every step the schedule names gets its checkpoint: this one waits for the save
@@ -193,7 +200,9 @@ void StepDriver::advance(Actions& out) {
       begin_save(/*final=*/false, out);
       return;
     }
-    if (due) out.push_back(SaveDeferred{step_});
+    if (due)
+      out.push_back(SaveDeferred{step_, cfg_.max_lag_steps <= 0 ? "max_lag_steps is 0"
+                                                                : "the optimizer shard decides its own update"});
   }
   // 3. An evaluation (not once the next step went out).
   if (!issued && last_eval_step_ != step_ && eval_due(step_)) {
@@ -225,6 +234,9 @@ void StepDriver::advance(Actions& out) {
 // max_lag_steps is 0: its copies are taken while n+1's forward and backward run (they
 // only read the parameters), and before n+1's update, which waits for n+1's ledger
 // (SnapshotCommand and UpdateCommand reach each shard in the order they were sent).
+// That is why n+1's update is then the coordinator's even where the shard decides the
+// others (cfg_.shard_decides): a shard deciding n+1's own update waits for no
+// UpdateCommand, and nothing would order its copies of n before it.
 // `decided_at` dates the hand-over: no stage can end step n before it, so a step handed
 // over ahead runs from n's end exactly, however late the actor's thread gets here.
 void StepDriver::run_ahead(int64_t n, double decided_at, Actions& out) {
@@ -237,19 +249,24 @@ void StepDriver::run_ahead(int64_t n, double decided_at, Actions& out) {
   // A step to be checkpointed closes at once (the save starts at its close, and the next
   // update waits for the save's copies), and so does a restarted group's first step.
   const bool done_may_wait = !save_due(n) && !recovering_;
-  out.push_back(SendRunStepAhead{
-      msg::RunStep{n + 1, msg::StepKind::Train, consumed_samples_ + cfg_.global_batch_size, cfg_.microbatches,
-                   done_may_wait, /*update: the coordinator's*/ {}},
-      decided_at});
+  // After a step to be saved, the coordinator decides n+1's update (above).
+  issued_shard_decides_ = cfg_.shard_decides && !save_due(n);
+  msg::RunStep rs{n + 1, msg::StepKind::Train, consumed_samples_ + cfg_.global_batch_size, cfg_.microbatches,
+                  done_may_wait, {}};
+  rs.update.shard_decides = issued_shard_decides_;  // the coordinator adds the rate and clip_grad
+  out.push_back(SendRunStepAhead{std::move(rs), decided_at});
 }
 
 void StepDriver::open_train_step(Actions& out) {
   const int64_t step = step_ + 1;
   OpenTrainStep a{step, std::nullopt};
   if (issued_step_ != step) {
+    // Opened after the close: any save of the step before has its copies taken.
     issued_step_ = step;
+    issued_shard_decides_ = cfg_.shard_decides;
     a.run_step = msg::RunStep{step, msg::StepKind::Train, consumed_samples_, cfg_.microbatches,
-                              /*previous_done_may_wait=*/false, /*update: the coordinator's*/ {}};
+                              /*previous_done_may_wait=*/false, {}};
+    a.run_step->update.shard_decides = issued_shard_decides_;  // the coordinator adds the rate and clip_grad
   }
   open_step_ = step;
   phase_ = Phase::Training;

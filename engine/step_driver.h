@@ -39,6 +39,12 @@ struct StepDriverConfig {
   int64_t interval_steps = 0;
   double interval_seconds = 0;
   int32_t max_lag_steps = 1;  // how many steps a save may trail training
+  // The run's one optimizer shard decides its own updates (shard_decides_updates): each
+  // training RunStep's UpdateRule says so, except that of a step run ahead after a step
+  // to be saved, whose update the coordinator decides after the save's copies (a shard
+  // deciding would apply it unordered with them); and a time-based save due after the
+  // next step went out waits one step, as with max_lag_steps 0.
+  bool shard_decides = false;
   bool save_on_exit = false;
   double save_timeout_s = 0;  // 0: no deadline
   // Who takes part in a save: every optimizer shard copies its state, and the writers of
@@ -46,6 +52,11 @@ struct StepDriverConfig {
   std::vector<std::string> optimizers, writers;
 };
 StepDriverConfig step_driver_config(const Config& c);
+
+// Whether the optimizer shard decides each update itself (docs/runtime.md, "Who decides
+// the update"): one rank (a single norm partial is the whole norm) and logging.on_spike
+// RECORD (no spike guard can drop an update).
+bool shard_decides_updates(const Config& c);
 
 // Where the driver starts.
 struct StepDriverStart {
@@ -136,6 +147,9 @@ struct SaveWaitsForWriters {  // a log line: the save begins once they are down
 };
 struct SaveDeferred {  // a time-based save moves to the next step boundary (checkpoint_deferred)
   int64_t step = 0;
+  // Why step + 1, already out, may not run before the save's copies: "max_lag_steps is
+  // 0" or "the optimizer shard decides its own update".
+  std::string reason;
 };
 struct KeepShard {  // a shard written for the save in flight: its manifest entry
   std::string record;
@@ -258,6 +272,8 @@ class StepDriver {
   int64_t open_step_ = 0;  // the training step open in Training / RunningAhead
   // The newest training step whose RunStep went out (RunningAhead: open_step_ + 1).
   int64_t issued_step_ = 0;
+  // Whether that step's update is its shard's to decide (its RunStep's UpdateRule).
+  bool issued_shard_decides_ = false;
   int64_t evals_run_ = 0;
   int64_t rollback_step_ = -1;  // the step whose close ends the run as "rollback" (-1: none)
   int64_t last_eval_step_ = -1;

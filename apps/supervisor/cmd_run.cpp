@@ -38,13 +38,14 @@ const char* kUsage =
     "options:\n";
 
 const char* kRunOptions =
-    "  --inject PATH@STEP:PHASE[:KIND[:MICROBATCH]]\n"
+    "  --inject PATH@STEP:PHASE[:KIND[:ARG]]\n"
     "                           add a fault (repeatable), e.g. stage/dp1/pp0/tp0@5:backward:kill;\n"
     "                           KIND is kill (default), hang, throw, corrupt_shard, truncate_shard,\n"
-    "                           fail_write, nan_gradient, request_stop (coordinator: stop as SIGTERM\n"
-    "                           would), or (cluster mode) kill_process / stop_process\n"
-    "                           (the worker hosting the actor gets SIGKILL / SIGSTOP);\n"
-    "                           docs/runtime.md lists each actor's phases\n"
+    "                           fail_write, nan_gradient (ARG: the microbatch, default 0),\n"
+    "                           delay (the actor sleeps ARG seconds, default 0.1, and goes on),\n"
+    "                           request_stop (coordinator: stop as SIGTERM would), or (cluster\n"
+    "                           mode) kill_process / stop_process (the worker hosting the actor\n"
+    "                           gets SIGKILL / SIGSTOP); docs/runtime.md lists each actor's phases\n"
     "  --init HF_DIR            start from the weights of a Hugging Face model directory\n"
     "                           (shorthand for --set training.init_from=HF_DIR, applied last;\n"
     "                           its config.json must match the model section; a checkpoint to\n"
@@ -64,7 +65,7 @@ const char* kRunOptions =
 Fault parse_inject(const std::string& text) {
   const auto bad = [&](const std::string& why) {
     return std::invalid_argument("--inject " + text + ": " + why +
-                                 " (expected PATH@STEP:PHASE[:KIND[:MICROBATCH]])");
+                                 " (expected PATH@STEP:PHASE[:KIND[:ARG]])");
   };
   const auto at = text.find('@');
   if (at == std::string::npos || at == 0) throw bad("no actor path before '@'");
@@ -98,7 +99,15 @@ Fault parse_inject(const std::string& text) {
     if (!Fault::Kind_Parse(upper(parts[2]), &kind)) throw bad("unknown kind '" + parts[2] + "'");
     f.set_kind(kind);
   }
-  if (parts.size() == 4) {
+  if (parts.size() == 4 && f.kind() == Fault::DELAY) {
+    try {
+      size_t used = 0;
+      f.set_delay_s(std::stod(parts[3], &used));
+      if (used != parts[3].size()) throw std::invalid_argument("");
+    } catch (const std::exception&) {
+      throw bad("delay '" + parts[3] + "' is not a number of seconds");
+    }
+  } else if (parts.size() == 4) {
     try {
       f.set_microbatch(std::stoi(parts[3]));
     } catch (const std::exception&) {

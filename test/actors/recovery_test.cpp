@@ -210,10 +210,20 @@ TEST_CASE("a snapshot waits for its writer's restart; a writer that stays away f
   const auto n = static_cast<size_t>(total);
   std::vector<float> params(n), grads(n, 0.5f);
   for (size_t i = 0; i < params.size(); ++i) params[i] = float(i) * 1e-3f;
-  stage->send(optimizer, msg::GradShardReady{1, grads.data(), params.data(), 0, total, nullptr, {}});
-  coordinator->receive([](const msg::NormPartial& n) { CHECK(n.step == 1); });
+  // Step `step` through the shard as its stage and coordinator would, its update dropped
+  // (skip: the parameters stay as they are): a snapshot is of the step the state is at.
+  auto run_step = [&](int64_t step) {
+    stage->send(optimizer, msg::GradShardReady{step, grads.data(), params.data(), 0, total, nullptr, {}});
+    coordinator->receive([&](const msg::NormPartial& p) { CHECK(p.step == step); });
+    coordinator->send(optimizer, msg::UpdateCommand{step, 0.0, 1.0, /*skip=*/true});
+    bool applied = false;
+    stage->receive([&](const msg::ShardApplied& a) { applied = a.step == step; },
+                   caf::after(std::chrono::seconds(10)) >> [] {});
+    CHECK(applied);
+  };
 
   auto snapshot = [&](int64_t step) {
+    run_step(step);
     coordinator->send(optimizer, msg::SnapshotCommand{step, "unused", 0, 0, uint64_t(step) * 1000});
     bool taken = false;
     coordinator->receive([&](const msg::SnapshotTaken& t) { taken = t.step == step; },
@@ -249,6 +259,15 @@ TEST_CASE("a snapshot waits for its writer's restart; a writer that stays away f
   CHECK(error == "writer/dp0/pp0/tp0 is not running (waited 0.30 s for its restart)");
   CHECK(attempt == 4000);  // the save it fails (a later save of the same step ignores it)
   snapshot(6);  // still alive and answering
+  // A snapshot of a step the state is not at would label one step's state as another's:
+  // the shard refuses it and stops, naming both (its group then restarts from the last
+  // complete checkpoint).
+  coordinator->monitor(optimizer);
+  coordinator->send(optimizer, msg::SnapshotCommand{5, "unused", 0, 0, 5000});
+  std::string refusal;
+  coordinator->receive([&](const caf::down_msg& d) { refusal = sys.render(d.reason); },
+                       caf::after(std::chrono::seconds(10)) >> [] {});
+  CHECK(refusal.find("snapshot of step 5 requested, but the shard's state is that of step 6") != std::string::npos);
   coordinator->send_exit(optimizer, caf::exit_reason::user_shutdown);
   coordinator->send_exit(parent, caf::exit_reason::user_shutdown);
 }

@@ -5,8 +5,10 @@
 // shard. Over 6 updates too few to judge a spike (spike_min_history 10), the guard drops
 // nothing, so both flows must give the same bits, and the shard's flow the single-device
 // reference's values within the parity tolerances (test/actors/parity_check.h).
-// Checkpoints every 2 steps put both ways of handing out a step in the run: ahead with
-// the previous update (steps 2, 4, 6) and after a close (steps 3, 5, after a save).
+// Checkpoints every 2 steps put both deciders in the shard's run: the coordinator decides
+// the updates of the steps after a saved one (3, 5), which go out ahead too, so that its
+// SnapshotCommand reaches the shard before the next update (docs/runtime.md,
+// "Checkpoints in a run"); the shard decides the others.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -19,6 +21,8 @@
 #include "actors/directory.h"
 #include "actors/message_types.h"
 #include "actors/optimizer_actor.h"
+#include "ckpt/commit.h"
+#include "engine/checkpointing.h"
 #include "engine/stage_worker.h"
 #include "optim/grad_clip.h"
 #include "test/actors/parity_check.h"
@@ -164,3 +168,31 @@ TEST_CASE("an optimizer shard told to decide applies its own decision and waits 
   }
   caf::anon_send_exit(optimizer, caf::exit_reason::user_shutdown);
 }
+
+// A coordinator slower than a step to send a save's SnapshotCommand: the copies must
+// still be of the saved step. Before the fix the shard applied step 3's update first and
+// the checkpoint of step 2 held step 3's weights (now the shard would refuse that
+// snapshot and its group restart).
+TEST_CASE("a coordinator late with a save's copies: the shard still copies the saved step") {
+  ScratchDir dir("update-decision-late-save");
+  const Config plain = one_rank(dir, "plain");
+  Config late = one_rank(dir, "late");
+  for (int step : {2, 4}) {
+    auto* f = late.mutable_faults()->add_fault();
+    f->set_actor("coordinator");
+    f->set_step(step);
+    f->set_phase(Fault::CHECKPOINT_WRITE);
+    f->set_kind(Fault::DELAY);
+    f->set_delay_s(0.05);  // tiny's steps take a few ms: the next step's backward is long over
+  }
+  const auto want = run(plain);
+  const auto got = run(late);
+  CHECK(got.restarts == 0);
+  CHECK(got.failures.empty());
+  check_bitwise(got, want);
+  // Resumed from the late checkpoint of step 2: steps 3-6 bitwise those of the run.
+  Config resumed = one_rank(dir, "resumed");
+  resumed.mutable_checkpoint()->set_load(engine::checkpoint_root(late) + "/" + ckpt::step_dir_name(2));
+  check_bitwise(run(resumed), want, 2);
+}
+

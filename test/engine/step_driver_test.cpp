@@ -376,6 +376,58 @@ TEST_CASE("step driver: interval_seconds — a save due after the next step went
   CHECK(d.decided(3).size() == 2);  // 9 s since the save opened
 }
 
+// One shard deciding its own update applies step n + 1's without an UpdateCommand, so
+// nothing would order a save's copies of step n before it: the step after a step to be
+// saved still goes out ahead, but its update is the coordinator's, whose UpdateCommand
+// follows the SnapshotCommand (docs/runtime.md, "Checkpoints in a run").
+TEST_CASE("step driver: when the shard decides its updates, the coordinator decides the one after a saved step") {
+  auto c = six_steps();
+  c.interval_steps = 2;
+  c.max_lag_steps = 1;
+  c.shard_decides = true;
+  c.optimizers = {kOptim0};
+  c.writers = {kWriter0};
+  Drive d(c);
+  CHECK(d.on(GroupWired{}) == Lines{"OpenTrainStep 1 RunStep train 1 consumed 0 microbatches 2 shard-decides"});
+  CHECK(d.decided(1) == Lines{"SendUpdate 1", "SendRunStepAhead RunStep train 2 consumed 8 microbatches 2 "
+                                              "done-may-wait shard-decides issued_at 0"});
+  CHECK(d.closed(1) == Lines{"OpenTrainStep 2 (went out ahead)"});
+  // Step 2 is saved: step 3 goes out ahead without the shard deciding it.
+  CHECK(d.decided(2) == Lines{"SendUpdate 2", "SendRunStepAhead RunStep train 3 consumed 16 microbatches 2 issued_at 0"});
+  CHECK(d.closed(2) == Lines{"BeginSave 2"});
+  d.on(SaveOpened{1});
+  CHECK(d.copied(2, 0) == Lines{"OpenTrainStep 3 (went out ahead)"});
+  CHECK(d.decided(3) == Lines{"SendUpdate 3"});  // step 4 would trail the save in flight too far
+  d.written(0, 1);
+  CHECK(d.on(SaveCommitted{}).empty());
+  CHECK(d.closed(3) == Lines{"OpenTrainStep 4 RunStep train 4 consumed 24 microbatches 2 shard-decides"});
+}
+
+TEST_CASE("step driver: interval_seconds — when the shard decides its update, a save due after the next step went "
+          "out is deferred") {
+  auto c = six_steps();
+  c.interval_seconds = 10;
+  c.max_lag_steps = 1;
+  c.shard_decides = true;
+  c.optimizers = {kOptim0};
+  c.writers = {kWriter0};
+  Drive d(c);
+  d.on(GroupWired{});
+  d.now = 5;
+  CHECK(d.decided(1).size() == 2);  // not due yet: step 2 goes out ahead
+  d.now = 12;
+  const auto actions = d.driver.on(TrainStepClosed{1, 8}, d.now);
+  REQUIRE(actions.size() == 2);
+  const auto* deferred = std::get_if<SaveDeferred>(&actions[0]);
+  REQUIRE(deferred != nullptr);
+  CHECK(deferred->step == 1);
+  CHECK(deferred->reason == "the optimizer shard decides its own update");
+  // Due at step 2's decision: step 3 goes out ahead, decided by the coordinator, and
+  // step 2 is saved at its close.
+  CHECK(d.decided(2) == Lines{"SendUpdate 2", "SendRunStepAhead RunStep train 3 consumed 16 microbatches 2 issued_at 0"});
+  CHECK(d.closed(2) == Lines{"BeginSave 2"});
+}
+
 TEST_CASE("step driver: the end of a run waits for the save in flight, and saves the last step when asked") {
   SUBCASE("a lagging save is committed before the end") {
     auto c = six_steps();
