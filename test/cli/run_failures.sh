@@ -76,6 +76,15 @@ expect final-save 1 "the newest complete checkpoint is $work/e/checkpoints/step_
   "$supervisor" run "${small[@]}" --set logging.run_dir="$work/e" \
   --inject writer/dp0/pp0/tp0@4:checkpoint_write:fail_write --inject writer/dp0/pp0/tp0@4:checkpoint_write:fail_write
 
+# A slow coordinator (fault kind delay) is not a failure: the run completes, saying so;
+# a delay that is not a number of seconds, or out of bounds, is refused.
+expect inject-delay 0 "injected delay of 0.050 s at step 2 during checkpoint_write" -- \
+  "$supervisor" run "${small[@]}" --set logging.run_dir="$work/n" --inject coordinator@2:checkpoint_write:delay:0.05
+expect inject-delay-word 1 "--inject coordinator@2:checkpoint_write:delay:soon: delay 'soon' is not a number of seconds" -- \
+  "$supervisor" run "${small[@]}" --set logging.run_dir="$work/n2" --inject coordinator@2:checkpoint_write:delay:soon
+expect inject-delay-zero 1 "faults.fault[0].delay_s: must be more than 0 and at most 60 (seconds the actor sleeps), got 0" -- \
+  "$supervisor" run "${small[@]}" --set logging.run_dir="$work/n3" --inject coordinator@2:checkpoint_write:delay:0
+
 # Where a regular file is expected: a directory, a device or /proc/self/mem (size 0, and
 # unreadable) as the config; a device as the secret; `latest` linked to /dev/zero.
 expect config-dir 1 "config file is a directory, not a regular file" -- "$supervisor" run "$work"
