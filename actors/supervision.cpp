@@ -361,8 +361,10 @@ void exit_on_exception(caf::scheduled_actor* self, std::string path) {
     } catch (...) {
       what = "unknown exception";
     }
-    spdlog::error("{}: {}", path, what);
-    return caf::make_error(caf::sec::runtime_error, path + ": " + what);
+    // Most of the actors' own errors name the actor already: it is not said twice.
+    if (what.rfind(path + ": ", 0) != 0) what = path + ": " + what;
+    spdlog::error("{}", what);
+    return caf::make_error(caf::sec::runtime_error, what);
   });
 }
 
