@@ -1,6 +1,10 @@
-// AdamW on the CPU with and without the update-to-weight sums of the spike record
-// (Device::adamw_update vs adamw_update_norms, docs/performance.md): the best of 7 runs
-// of each over N elements (default 16 Mi) with T threads (default 1).
+// The optimizer shard's kernels on the CPU (docs/performance.md, "The optimizer shard's
+// reads"): AdamW with and without the update-to-weight sums of the spike record
+// (Device::adamw_update vs adamw_update_norms), and the norm partial with its per-layer
+// sums, as one read of the gradients (sum_squares_split_to_host) against the total and
+// each layer read apart (the default Device's way); the best of 7 runs of each over N
+// elements (default 16 Mi; 124000000 is GPT-2 124M's) cut into 14 equal layers, with T
+// threads (default 1).
 //   adamw_bench [THREADS] [ELEMENTS]
 #include <algorithm>
 #include <chrono>
@@ -50,5 +54,31 @@ int main(int argc, char** argv) {
   const double plain = best_of_7(false), fused = best_of_7(true);
   std::printf("threads %d, %lld elements: adamw_update %.2f ms, adamw_update_norms %.2f ms (%.2fx)\n", threads,
               static_cast<long long>(n), plain * 1e3, fused * 1e3, fused / plain);
+
+  // The norm partial: 14 layers (GPT-2 124M: wte, wpe, 12 blocks; here equal pieces).
+  constexpr int kLayers = 14;
+  std::vector<int64_t> ends;
+  for (int l = 1; l <= kLayers; ++l) ends.push_back(std::max<int64_t>(l, n * l / kLayers));
+  ends.back() = n;
+  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
+  std::vector<double> layer_sums(ends.size());
+  double total = 0;
+  auto best_of_7_norm = [&](bool one_read) {
+    double best = 1e30;
+    for (int r = 0; r < 7; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (one_read)
+        dev.sum_squares_split_to_host(&total, layer_sums.data(), g.data(), n, ends);
+      else
+        dev.Device::sum_squares_split_to_host(&total, layer_sums.data(), g.data(), n, ends);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  };
+  best_of_7_norm(false);
+  const double two_reads = best_of_7_norm(false), one_read = best_of_7_norm(true);
+  std::printf("threads %d, %lld elements, %zu layers: norm partial with layer sums, two reads %.2f ms, one read "
+              "%.2f ms (%.2fx)\n",
+              threads, static_cast<long long>(n), ends.size(), two_reads * 1e3, one_read * 1e3, two_reads / one_read);
   return 0;
 }

@@ -58,6 +58,10 @@ class OptimizerShard {
   std::vector<model::FlatRange> layer_parts_;  // the norm parts split by layer
   std::shared_ptr<double> layer_parts_host_;
   std::vector<std::string> norm_part_layers_;
+  // Per norm part: the ends of its layer parts, relative to the part's start (they tile
+  // it), and its first layer part: both sums come from one read of the gradients.
+  std::vector<std::vector<int64_t>> layer_ends_;
+  std::vector<size_t> first_layer_;
 };
 
 // The layer a parameter tensor belongs to, for per-layer gradient norms: "h.3" for

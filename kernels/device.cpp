@@ -25,6 +25,15 @@ std::shared_ptr<void> Device::allocate_host(size_t bytes) {
 void Device::copy_to_host_async(void* dst, const void* src, size_t bytes) { copy_to_host(dst, src, bytes); }
 
 void Device::sum_squares_to_host(double* dst, const float* x, int64_t n) { *dst = sum_squares(x, n); }
+void Device::sum_squares_split_to_host(double* total, double* piece_sums, const float* x, int64_t n,
+                                       const std::vector<int64_t>& piece_ends) {
+  sum_squares_to_host(total, x, n);
+  int64_t begin = 0;
+  for (size_t p = 0; p < piece_ends.size(); ++p) {
+    sum_squares_to_host(piece_sums + p, x + begin, piece_ends[p] - begin);
+    begin = piece_ends[p];
+  }
+}
 
 void Device::copy_from_host_async(void* dst, const void* src, size_t bytes) { copy_from_host(dst, src, bytes); }
 

@@ -96,6 +96,13 @@ class Device {
   // *dst (in memory from allocate_host) = sum_squares(x, n), without waiting.
   // Default: computes it at once.
   virtual void sum_squares_to_host(double* dst, const float* x, int64_t n);
+  // The same total into *total and, in the same read of x, piece_sums[p] = the sum of
+  // squares over [piece_ends[p - 1], piece_ends[p]) (piece_ends strictly ascending, the
+  // last n; piece_sums in memory from allocate_host too): the total has sum_squares'
+  // bits, a piece's sum is in double in an order fixed by n and the cuts. Default: one
+  // sum_squares_to_host for the total and one for each piece (the CPU reads x once).
+  virtual void sum_squares_split_to_host(double* total, double* piece_sums, const float* x, int64_t n,
+                                         const std::vector<int64_t>& piece_ends);
   // The way back: copies `bytes` from `src` (allocate_host memory) to device memory
   // after everything issued so far and returns at once; the caller must leave src
   // unchanged until a later when_done's fn runs. Default: copy_from_host.

@@ -51,7 +51,10 @@ void CpuDevice::account_kernel_scratch() {
 }
 
 int64_t CpuDevice::scratch_bytes() const {
-  int64_t bytes = int64_t(scratch_.partials.capacity() * sizeof(double));
+  int64_t bytes = int64_t((scratch_.partials.capacity() + scratch_.update_partials.capacity() +
+                           scratch_.piece_partials.capacity()) *
+                          sizeof(double));
+  bytes += int64_t(scratch_.block_pieces.capacity() * sizeof(int64_t));
   for (const auto& v : scratch_.per_thread) bytes += int64_t(v.capacity() * sizeof(float));
   return bytes;
 }
@@ -168,6 +171,11 @@ double CpuDevice::sum_squares(const float* x, int64_t n) {
   const double s = cpu::sum_squares(pool_, scratch_, x, n);
   account_kernel_scratch();
   return s;
+}
+void CpuDevice::sum_squares_split_to_host(double* total, double* piece_sums, const float* x, int64_t n,
+                                          const std::vector<int64_t>& piece_ends) {
+  *total = cpu::sum_squares_split(pool_, scratch_, x, n, piece_ends.data(), int64_t(piece_ends.size()), piece_sums);
+  account_kernel_scratch();
 }
 
 }  // namespace troupe::kernels::cpu

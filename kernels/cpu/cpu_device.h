@@ -98,6 +98,8 @@ class CpuDevice final : public Device {
   void adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWArgs& args,
                           double* update_sq, double* weight_sq) override;
   double sum_squares(const float* x, int64_t n) override;
+  void sum_squares_split_to_host(double* total, double* piece_sums, const float* x, int64_t n,
+                                 const std::vector<int64_t>& piece_ends) override;
 
   // Vocabulary-parallel pieces (defined in cpu/vocab_shard.cpp).
   void embedding_forward_shard(float* out, const int32_t* tokens, const int32_t* positions,

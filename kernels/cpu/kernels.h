@@ -27,6 +27,8 @@ struct Scratch {
   std::vector<std::vector<float>> per_thread;  // one per participant
   std::vector<double> partials;                // sum_squares block partials
   std::vector<double> update_partials;         // adamw_update_norms block partials, 2 per block
+  std::vector<double> piece_partials;          // sum_squares_split: one per (block, piece) segment
+  std::vector<int64_t> block_pieces;           // sum_squares_split: each block's first piece and segment
   float* thread_floats(int p, size_t n) {
     auto& v = per_thread[size_t(p)];
     if (v.size() < n) v.resize(n);
@@ -137,6 +139,12 @@ void crossentropy_combine(ThreadPool& pool, float* losses, float* lse, const flo
 void adamw_update(ThreadPool& pool, float* param, const float* grad, float* m, float* v,
                   int64_t n, const AdamWArgs& args);
 double sum_squares(ThreadPool& pool, Scratch& scratch, const float* x, int64_t n);
+// sum_squares (its bits) and, in the same read of x, piece_sums[p] = the sum of squares
+// over [piece_ends[p - 1], piece_ends[p]) (piece_ends strictly ascending, the last n;
+// Device::sum_squares_split_to_host): each (block, piece) segment's sum in double, a
+// piece's segments added in block order.
+double sum_squares_split(ThreadPool& pool, Scratch& scratch, const float* x, int64_t n, const int64_t* piece_ends,
+                         int64_t pieces, double* piece_sums);
 // adamw_update with the update and weight sums of squares (Device::adamw_update_norms):
 // 64 Ki-element blocks, partials in double, added in block order.
 void adamw_update_norms(ThreadPool& pool, Scratch& scratch, float* param, const float* grad, float* m, float* v,

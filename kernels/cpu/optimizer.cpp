@@ -1,6 +1,7 @@
 // AdamW step and the sum of squares behind the global gradient norm.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vec_math.h"
@@ -15,8 +16,12 @@ namespace {
 // -ffp-contract, which products get fused depends on the code around them, and the two
 // callers would not be guaranteed the same bits. Rounded apart: g, c2 * g^2, b1 * m and
 // lr * u; fused: m = fma(c1, g, b1 m), v = fma(b2, v, c2 g^2), p = p decay - lr u, and
-// decay = 1 - lr wd.
-void adamw_range(float* param, const float* grad, float* m, float* v, int64_t lo, int64_t hi, const AdamWArgs& a) {
+// decay = 1 - lr wd. `seen(before, after, k)` is handed each 8-lane group's weights before
+// and after the update (k: the lanes that hold elements, up to 8; the others hold zeros in
+// `before` and whatever the padding computed in `after`); it cannot touch the update's bits.
+template <class Seen>
+void adamw_range(float* param, const float* grad, float* m, float* v, int64_t lo, int64_t hi, const AdamWArgs& a,
+                 Seen&& seen) {
   const __m256 b1 = _mm256_set1_ps(a.beta1), b2 = _mm256_set1_ps(a.beta2);
   const __m256 c1 = _mm256_set1_ps(1.0f - a.beta1), c2 = _mm256_set1_ps(1.0f - a.beta2);
   const __m256 gs = _mm256_set1_ps(a.grad_scale), lr = _mm256_set1_ps(a.lr);
@@ -30,10 +35,12 @@ void adamw_range(float* param, const float* grad, float* m, float* v, int64_t lo
     const __m256 mhat = _mm256_div_ps(mi, bc1);
     const __m256 vhat = _mm256_div_ps(vi, bc2);
     const __m256 u = _mm256_div_ps(mhat, _mm256_add_ps(_mm256_sqrt_ps(vhat), eps));
-    const __m256 p = _mm256_fmsub_ps(load_partial(param + i, k), decay, _mm256_mul_ps(lr, u));
+    const __m256 before = load_partial(param + i, k);
+    const __m256 p = _mm256_fmsub_ps(before, decay, _mm256_mul_ps(lr, u));
     store_partial(m + i, mi, k);
     store_partial(v + i, vi, k);
     store_partial(param + i, p, k);
+    seen(before, p, k);
   }
 }
 
@@ -43,7 +50,8 @@ void adamw_update(ThreadPool& pool, float* param, const float* grad, float* m, f
                   int64_t n, const AdamWArgs& a) {
   // At least 64Ki elements a thread: waking a sleeping worker costs tens of
   // microseconds, as much as updating some 30Ki elements.
-  pool.parallel_for(n, 65536, [&](int64_t lo, int64_t hi) { adamw_range(param, grad, m, v, lo, hi, a); });
+  pool.parallel_for(n, 65536,
+                    [&](int64_t lo, int64_t hi) { adamw_range(param, grad, m, v, lo, hi, a, [](__m256, __m256, int64_t) {}); });
 }
 
 namespace {
@@ -58,6 +66,52 @@ double block_sum_squares(const float* x, int64_t n) {
     a0 = _mm256_fmadd_pd(lo, lo, a0);
     a1 = _mm256_fmadd_pd(hi, hi, a1);
   }
+  alignas(32) double t[4];
+  _mm256_store_pd(t, _mm256_add_pd(a0, a1));
+  return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+// The sum of squares of the block x[0, n) (at offset `base` of the whole) as
+// block_sum_squares computes it (the same lanes, accumulators and order: its bits), and in
+// the same loop the sums of its segments, cut at the k offsets cuts[0..k) (of the whole;
+// strictly inside the block, ascending): [0, cuts[0] - base), ..., [cuts[k-1] - base, n),
+// into segments[0..k]. A vector that a cut splits adds its lanes on either side of the cut
+// to either segment (masked), so each element counts once.
+double block_sum_squares_split(const float* x, int64_t base, int64_t n, const int64_t* cuts, int64_t k,
+                               double* segments) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  auto flush = [&](double* out) {
+    alignas(32) double t[4];
+    _mm256_store_pd(t, _mm256_add_pd(s0, s1));
+    *out = (t[0] + t[1]) + (t[2] + t[3]);
+    s0 = s1 = _mm256_setzero_pd();
+  };
+  // The lanes of a vector at i below position c: a mask for each half (4 doubles).
+  const __m256i lanes_lo = _mm256_setr_epi64x(0, 1, 2, 3), lanes_hi = _mm256_setr_epi64x(4, 5, 6, 7);
+  int64_t next = 0;  // the next cut
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 v = load_partial(x + i, n - i);
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    a0 = _mm256_fmadd_pd(lo, lo, a0);
+    a1 = _mm256_fmadd_pd(hi, hi, a1);
+    while (next < k && cuts[next] - base < i + 8) {
+      const __m256i at = _mm256_set1_epi64x(cuts[next] - base - i);
+      const __m256d before_lo = _mm256_castsi256_pd(_mm256_cmpgt_epi64(at, lanes_lo));
+      const __m256d before_hi = _mm256_castsi256_pd(_mm256_cmpgt_epi64(at, lanes_hi));
+      const __m256d b_lo = _mm256_and_pd(lo, before_lo), b_hi = _mm256_and_pd(hi, before_hi);
+      s0 = _mm256_fmadd_pd(b_lo, b_lo, s0);
+      s1 = _mm256_fmadd_pd(b_hi, b_hi, s1);
+      flush(segments + next);
+      lo = _mm256_andnot_pd(before_lo, lo);  // what is left for the segments after the cut
+      hi = _mm256_andnot_pd(before_hi, hi);
+      ++next;
+    }
+    s0 = _mm256_fmadd_pd(lo, lo, s0);
+    s1 = _mm256_fmadd_pd(hi, hi, s1);
+  }
+  flush(segments + k);
   alignas(32) double t[4];
   _mm256_store_pd(t, _mm256_add_pd(a0, a1));
   return (t[0] + t[1]) + (t[2] + t[3]);
@@ -78,38 +132,80 @@ double sum_squares(ThreadPool& pool, Scratch& scratch, const float* x, int64_t n
   return total;
 }
 
+double sum_squares_split(ThreadPool& pool, Scratch& scratch, const float* x, int64_t n, const int64_t* piece_ends,
+                         int64_t pieces, double* piece_sums) {
+  if (pieces < 1 || piece_ends[pieces - 1] != n)
+    throw std::invalid_argument("sum_squares_split: the last piece must end at n");
+  for (int64_t p = 0; p < pieces; ++p)
+    if (piece_ends[p] <= (p ? piece_ends[p - 1] : 0))
+      throw std::invalid_argument("sum_squares_split: pieces must be non-empty and in order");
+  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  // Block b: its first piece and the index of its first segment (one segment per piece it
+  // touches), then the total of segments.
+  auto& first = scratch.block_pieces;
+  first.assign(2 * size_t(blocks) + 1, 0);
+  int64_t piece = 0, segment = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t lo = b * kSumBlock, hi = std::min(n, lo + kSumBlock);
+    while (piece_ends[piece] <= lo) ++piece;
+    first[2 * size_t(b)] = piece;
+    first[2 * size_t(b) + 1] = segment;
+    int64_t last = piece;
+    while (piece_ends[last] < hi) ++last;
+    segment += last - piece + 1;
+  }
+  first[2 * size_t(blocks)] = segment;
+  if (scratch.partials.size() < size_t(blocks)) scratch.partials.resize(size_t(blocks));
+  if (scratch.piece_partials.size() < size_t(segment)) scratch.piece_partials.resize(size_t(segment));
+  double* part = scratch.partials.data();
+  double* seg = scratch.piece_partials.data();
+  pool.parallel_for(blocks, 2, [&](int64_t b, int64_t e) {  // as sum_squares: 128Ki elements a thread at least
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t lo = i * kSumBlock, len = std::min(kSumBlock, n - lo);
+      const int64_t* cuts = piece_ends + first[2 * size_t(i)];  // those below lo + len are inside the block
+      int64_t k = 0;
+      while (cuts[k] < lo + len) ++k;
+      part[i] = block_sum_squares_split(x + lo, lo, len, cuts, k, seg + first[2 * size_t(i) + 1]);
+    }
+  });
+  double total = 0;
+  for (int64_t i = 0; i < blocks; ++i) total += part[i];
+  std::fill(piece_sums, piece_sums + pieces, 0.0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t s_begin = first[2 * size_t(b) + 1];
+    const int64_t s_end = b + 1 < blocks ? first[2 * size_t(b + 1) + 1] : first[2 * size_t(blocks)];
+    for (int64_t s = s_begin; s < s_end; ++s) piece_sums[first[2 * size_t(b)] + (s - s_begin)] += seg[s];
+  }
+  return total;
+}
+
 void adamw_update_norms(ThreadPool& pool, Scratch& scratch, float* param, const float* grad, float* m, float* v,
                         int64_t n, const AdamWArgs& a, double* update_sq, double* weight_sq) {
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
   if (scratch.update_partials.size() < 2 * size_t(blocks)) scratch.update_partials.resize(2 * size_t(blocks));
   double* part = scratch.update_partials.data();
-  // Block by block (64 Ki elements, adamw_update's grain; one a thread at least), in
-  // pieces of 4 Ki elements: a piece's weights kept (16 KiB, in L1), updated by
-  // adamw_range, then both sums read from cache, in double (the difference of two floats
-  // taken in double). The block's accumulators run over its pieces in order.
-  constexpr int64_t kPiece = 4096;
+  // Block by block (64 Ki elements, adamw_update's grain; one a thread at least), both
+  // sums taken in the update's own loop from its registers, in double (the difference of
+  // two floats taken in double), in element order: the update is memory-bound and the
+  // sums ride along (a second pass over each piece from L1 cost 1.25-1.4x the plain
+  // update; docs/performance.md). The same order as that pass, so the same bits.
   pool.parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
-    alignas(64) float before[kPiece];
     for (int64_t blk = b; blk < e; ++blk) {
       const int64_t lo = blk * kSumBlock, hi = std::min(n, lo + kSumBlock);
       __m256d u0 = _mm256_setzero_pd(), u1 = _mm256_setzero_pd(), w0 = _mm256_setzero_pd(), w1 = _mm256_setzero_pd();
-      for (int64_t at = lo; at < hi; at += kPiece) {
-        const int64_t len = std::min(kPiece, hi - at);
-        std::copy(param + at, param + at + len, before);
-        adamw_range(param, grad, m, v, at, at + len, a);
-        for (int64_t i = 0; i < len; i += 8) {
-          // Lanes past the end load 0 on both sides: they add nothing.
-          const __m256 old = load_partial(before + i, len - i), now = load_partial(param + at + i, len - i);
-          const __m256d o_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(old));
-          const __m256d o_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(old, 1));
-          const __m256d d_lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(now)), o_lo);
-          const __m256d d_hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(now, 1)), o_hi);
-          u0 = _mm256_fmadd_pd(d_lo, d_lo, u0);
-          u1 = _mm256_fmadd_pd(d_hi, d_hi, u1);
-          w0 = _mm256_fmadd_pd(o_lo, o_lo, w0);
-          w1 = _mm256_fmadd_pd(o_hi, o_hi, w1);
-        }
-      }
+      adamw_range(param, grad, m, v, lo, hi, a, [&](__m256 old, __m256 now, int64_t k) {
+        // Lanes past the end: 0 before (load_partial), and 0 after once masked, so they
+        // add nothing whatever the update computed from the zero padding.
+        if (k < 8) now = _mm256_and_ps(now, _mm256_castsi256_ps(tail_mask(k)));
+        const __m256d o_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(old));
+        const __m256d o_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(old, 1));
+        const __m256d d_lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(now)), o_lo);
+        const __m256d d_hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(now, 1)), o_hi);
+        u0 = _mm256_fmadd_pd(d_lo, d_lo, u0);
+        u1 = _mm256_fmadd_pd(d_hi, d_hi, u1);
+        w0 = _mm256_fmadd_pd(o_lo, o_lo, w0);
+        w1 = _mm256_fmadd_pd(o_hi, o_hi, w1);
+      });
       alignas(32) double t[4];
       _mm256_store_pd(t, _mm256_add_pd(u0, u1));
       part[2 * blk] = (t[0] + t[1]) + (t[2] + t[3]);

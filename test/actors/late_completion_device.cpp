@@ -1,6 +1,8 @@
 #include "test/actors/late_completion_device.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 namespace troupe::testing {
@@ -88,6 +90,16 @@ void LateCompletionDevice::copy_to_host_async(void* dst, const void* src, size_t
 void LateCompletionDevice::sum_squares_to_host(double* dst, const float* x, int64_t n) {
   const double sum = inner_.sum_squares(x, n);
   enqueue([dst, sum] { *dst = sum; });
+}
+
+void LateCompletionDevice::sum_squares_split_to_host(double* total, double* piece_sums, const float* x, int64_t n,
+                                                     const std::vector<int64_t>& piece_ends) {
+  auto sums = std::make_shared<std::vector<double>>(piece_ends.size() + 1);
+  inner_.sum_squares_split_to_host(sums->data(), sums->data() + 1, x, n, piece_ends);
+  enqueue([total, piece_sums, sums] {
+    *total = (*sums)[0];
+    std::copy(sums->begin() + 1, sums->end(), piece_sums);
+  });
 }
 
 void LateCompletionDevice::adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n,

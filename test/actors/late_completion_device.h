@@ -49,6 +49,8 @@ class LateCompletionDevice final : public kernels::Device {
   void when_done(std::function<void()> fn) override { enqueue(std::move(fn)); }
   void copy_to_host_async(void* dst, const void* src, size_t bytes) override;
   void sum_squares_to_host(double* dst, const float* x, int64_t n) override;
+  void sum_squares_split_to_host(double* total, double* piece_sums, const float* x, int64_t n,
+                                 const std::vector<int64_t>& piece_ends) override;
   // At once: a GPU copies in stream order, before the kernels issued after it (src
   // must stay unchanged until a later when_done fn either way).
   void copy_from_host_async(void* dst, const void* src, size_t bytes) override {

@@ -1,0 +1,80 @@
+// cpu::sum_squares_split (Device::sum_squares_split_to_host): the total bitwise that of
+// sum_squares over the same elements, each piece's sum against a long-double sum of its
+// squares, and the same bits with 1 and 2 threads. Tolerance, set before any run: 1e-13
+// relative for a piece (exact squares in double, at most a few thousand additions each
+// rounding by 2^-53).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+
+using namespace troupe::kernels::cpu;
+
+namespace {
+
+std::vector<float> values(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = nd(rng) * 1e-2f;
+  return x;
+}
+
+// piece_ends: the cuts of the case, ascending, the last n.
+void check_split(int64_t n, const std::vector<int64_t>& piece_ends) {
+  CAPTURE(n);
+  CAPTURE(piece_ends.size());
+  const auto x = values(n, uint32_t(n + piece_ends.size()));
+  std::vector<double> sums_by_threads[2];
+  double totals[2];
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    Scratch scratch;
+    auto& sums = sums_by_threads[threads - 1];
+    sums.assign(piece_ends.size(), -1.0);
+    totals[threads - 1] = sum_squares_split(pool, scratch, x.data(), n, piece_ends.data(), int64_t(piece_ends.size()),
+                                            sums.data());
+    const double plain = sum_squares(pool, scratch, x.data(), n);
+    CHECK(std::memcmp(&plain, &totals[threads - 1], sizeof plain) == 0);
+    int64_t begin = 0;
+    for (size_t p = 0; p < piece_ends.size(); ++p) {
+      long double want = 0;
+      for (int64_t i = begin; i < piece_ends[p]; ++i) want += (long double)x[size_t(i)] * x[size_t(i)];
+      CHECK(std::fabs(double(want) - sums[p]) <= 1e-13 * double(want));
+      begin = piece_ends[p];
+    }
+  }
+  CHECK(std::memcmp(&totals[0], &totals[1], sizeof(double)) == 0);
+  CHECK(std::memcmp(sums_by_threads[0].data(), sums_by_threads[1].data(), piece_ends.size() * sizeof(double)) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("sum_squares_split: sum_squares' total, each piece once, with any cuts") {
+  const int64_t block = 65536;
+  check_split(1, {1});
+  check_split(13, {13});
+  check_split(13, {1, 2, 3, 9, 13});                 // several cuts inside one vector
+  check_split(20, {8, 16, 20});                      // cuts on vector boundaries
+  check_split(block, {5, block - 3, block});
+  check_split(3 * block + 7, {block, 2 * block, 3 * block + 7});           // cuts on block boundaries
+  check_split(3 * block + 7, {block - 1, block + 1, 3 * block, 3 * block + 7});
+  check_split(5 * block + 3, {17, 4 * block + 100, 5 * block + 3});       // a piece over several blocks
+  // Like a small GPT-2's layers: wte, wpe, 4 blocks, ln_f.
+  check_split(4240896, {1048576, 1081344, 1871104, 2660864, 3450624, 4240384, 4240896});
+}
+
+TEST_CASE("sum_squares_split refuses pieces that do not tile [0, n)") {
+  ThreadPool pool(1);
+  Scratch scratch;
+  const auto x = values(10, 1);
+  double sums[2];
+  CHECK_THROWS_AS(sum_squares_split(pool, scratch, x.data(), 10, std::vector<int64_t>{4, 9}.data(), 2, sums),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(sum_squares_split(pool, scratch, x.data(), 10, std::vector<int64_t>{4, 4}.data(), 2, sums),
+                  std::invalid_argument);
+}
