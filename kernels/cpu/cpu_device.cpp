@@ -61,7 +61,15 @@ int64_t CpuDevice::scratch_bytes() const {
 void CpuDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 void CpuDevice::copy_from_host(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 void CpuDevice::copy_to_host(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
-void CpuDevice::fill_zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
+void CpuDevice::fill_zero(void* dst, size_t bytes) {
+  // Large fills split over the pool (a step's gradient buffer is 0.5 GB on GPT-2 124M:
+  // one thread zeroes about 11 GB/s on the development VM, two about 21;
+  // docs/performance.md). At least 2 MiB a participant: below, the dispatch costs more.
+  constexpr int64_t kBytesPerThread = int64_t(2) << 20;
+  auto* p = static_cast<char*>(dst);
+  pool_.parallel_for(int64_t(bytes), kBytesPerThread,
+                     [p](int64_t b, int64_t e) { std::memset(p + b, 0, size_t(e - b)); });
+}
 
 void CpuDevice::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                      const float* B, int ldb, float beta, float* C, int ldc) {
