@@ -1,8 +1,10 @@
-// cpu::sum_squares_split (Device::sum_squares_split_to_host): the total bitwise that of
-// sum_squares over the same elements, each piece's sum against a long-double sum of its
-// squares, and the same bits with 1 and 2 threads. Tolerance, set before any run: 1e-13
-// relative for a piece (exact squares in double, at most a few thousand additions each
-// rounding by 2^-53).
+// CPU kernels between two steps: the optimizer shard's norm partial with its layer sums
+// (cpu::sum_squares_split, Device::sum_squares_split_to_host) and the gradient zeroing
+// (CpuDevice::fill_zero, split over the pool). sum_squares_split: the total bitwise that
+// of sum_squares over the same elements, each piece's sum against a long-double sum of
+// its squares, and the same bits with 1 and 2 threads. Tolerance, set before any run:
+// 1e-13 relative for a piece (exact squares in double, at most a few thousand additions
+// each rounding by 2^-53).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/cpu_device.h"
 #include "kernels/cpu/kernels.h"
 
 using namespace troupe::kernels::cpu;
@@ -77,4 +80,18 @@ TEST_CASE("sum_squares_split refuses pieces that do not tile [0, n)") {
                   std::invalid_argument);
   CHECK_THROWS_AS(sum_squares_split(pool, scratch, x.data(), 10, std::vector<int64_t>{4, 4}.data(), 2, sums),
                   std::invalid_argument);
+}
+
+// CpuDevice::fill_zero splits large fills over the pool: every byte of the range zeroed,
+// none outside it touched, whatever the size against the split's 2 MiB a participant.
+TEST_CASE("CpuDevice::fill_zero over the pool: exactly the bytes asked for") {
+  troupe::kernels::cpu::CpuDevice dev(2);
+  for (size_t bytes : {size_t(0), size_t(1), size_t(4 << 20) - 1, size_t(4 << 20) + 3, size_t(10 << 20) + 5}) {
+    CAPTURE(bytes);
+    std::vector<unsigned char> buf(bytes + 128, 0xAB);
+    dev.fill_zero(buf.data() + 64, bytes);
+    size_t wrong = 0;
+    for (size_t i = 0; i < buf.size(); ++i) wrong += buf[i] != ((i >= 64 && i < 64 + bytes) ? 0 : 0xAB);
+    CHECK(wrong == 0);
+  }
 }
