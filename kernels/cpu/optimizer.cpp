@@ -57,37 +57,27 @@ void adamw_update(ThreadPool& pool, float* param, const float* grad, float* m, f
 namespace {
 constexpr int64_t kSumBlock = int64_t(1) << 16;
 
-double block_sum_squares(const float* x, int64_t n) {
-  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
-  for (int64_t i = 0; i < n; i += 8) {
-    const __m256 v = load_partial(x + i, n - i);
-    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-    a0 = _mm256_fmadd_pd(lo, lo, a0);
-    a1 = _mm256_fmadd_pd(hi, hi, a1);
-  }
+// (a + b) added lane by lane, then its four lanes as (0 + 1) + (2 + 3): how every
+// double accumulator pair of this file is reduced.
+double sum_pair(__m256d a, __m256d b) {
   alignas(32) double t[4];
-  _mm256_store_pd(t, _mm256_add_pd(a0, a1));
+  _mm256_store_pd(t, _mm256_add_pd(a, b));
   return (t[0] + t[1]) + (t[2] + t[3]);
 }
 
-// The sum of squares of the block x[0, n) (at offset `base` of the whole) as
-// block_sum_squares computes it (the same lanes, accumulators and order: its bits), and in
-// the same loop the sums of its segments, cut at the k offsets cuts[0..k) (of the whole;
-// strictly inside the block, ascending): [0, cuts[0] - base), ..., [cuts[k-1] - base, n),
-// into segments[0..k]. A vector that a cut splits adds its lanes on either side of the cut
-// to either segment (masked), so each element counts once.
-double block_sum_squares_split(const float* x, int64_t base, int64_t n, const int64_t* cuts, int64_t k,
-                               double* segments) {
+// The sum of squares of the block x[0, n), its lanes into two accumulators in element
+// order. With kSplit, in the same loop, the sums of the block's segments, cut at the k
+// offsets cuts[0..k) (of the whole, the block being at offset `base`; strictly inside
+// the block, ascending): [0, cuts[0] - base), ..., [cuts[k-1] - base, n), into
+// segments[0..k]; a vector that a cut splits adds its lanes on either side of the cut to
+// either segment (masked), so each element counts once. The block's own sum is the same
+// either way (the same lanes, accumulators and order: its bits).
+template <bool kSplit>
+double block_sum_squares(const float* x, int64_t n, int64_t base = 0, const int64_t* cuts = nullptr, int64_t k = 0,
+                         double* segments = nullptr) {
   __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
   __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-  auto flush = [&](double* out) {
-    alignas(32) double t[4];
-    _mm256_store_pd(t, _mm256_add_pd(s0, s1));
-    *out = (t[0] + t[1]) + (t[2] + t[3]);
-    s0 = s1 = _mm256_setzero_pd();
-  };
-  // The lanes of a vector at i below position c: a mask for each half (4 doubles).
+  // The lanes of a vector at i below a cut: a mask for each half (4 doubles).
   const __m256i lanes_lo = _mm256_setr_epi64x(0, 1, 2, 3), lanes_hi = _mm256_setr_epi64x(4, 5, 6, 7);
   int64_t next = 0;  // the next cut
   for (int64_t i = 0; i < n; i += 8) {
@@ -96,25 +86,23 @@ double block_sum_squares_split(const float* x, int64_t base, int64_t n, const in
     __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
     a0 = _mm256_fmadd_pd(lo, lo, a0);
     a1 = _mm256_fmadd_pd(hi, hi, a1);
-    while (next < k && cuts[next] - base < i + 8) {
-      const __m256i at = _mm256_set1_epi64x(cuts[next] - base - i);
-      const __m256d before_lo = _mm256_castsi256_pd(_mm256_cmpgt_epi64(at, lanes_lo));
-      const __m256d before_hi = _mm256_castsi256_pd(_mm256_cmpgt_epi64(at, lanes_hi));
-      const __m256d b_lo = _mm256_and_pd(lo, before_lo), b_hi = _mm256_and_pd(hi, before_hi);
-      s0 = _mm256_fmadd_pd(b_lo, b_lo, s0);
-      s1 = _mm256_fmadd_pd(b_hi, b_hi, s1);
-      flush(segments + next);
-      lo = _mm256_andnot_pd(before_lo, lo);  // what is left for the segments after the cut
-      hi = _mm256_andnot_pd(before_hi, hi);
-      ++next;
+    if constexpr (kSplit) {
+      while (next < k && cuts[next] - base < i + 8) {
+        const __m256i at = _mm256_set1_epi64x(cuts[next] - base - i);
+        const __m256d before_lo = _mm256_castsi256_pd(_mm256_cmpgt_epi64(at, lanes_lo));
+        const __m256d before_hi = _mm256_castsi256_pd(_mm256_cmpgt_epi64(at, lanes_hi));
+        const __m256d b_lo = _mm256_and_pd(lo, before_lo), b_hi = _mm256_and_pd(hi, before_hi);
+        segments[next++] = sum_pair(_mm256_fmadd_pd(b_lo, b_lo, s0), _mm256_fmadd_pd(b_hi, b_hi, s1));
+        s0 = s1 = _mm256_setzero_pd();
+        lo = _mm256_andnot_pd(before_lo, lo);  // what is left for the segments after the cut
+        hi = _mm256_andnot_pd(before_hi, hi);
+      }
+      s0 = _mm256_fmadd_pd(lo, lo, s0);
+      s1 = _mm256_fmadd_pd(hi, hi, s1);
     }
-    s0 = _mm256_fmadd_pd(lo, lo, s0);
-    s1 = _mm256_fmadd_pd(hi, hi, s1);
   }
-  flush(segments + k);
-  alignas(32) double t[4];
-  _mm256_store_pd(t, _mm256_add_pd(a0, a1));
-  return (t[0] + t[1]) + (t[2] + t[3]);
+  if constexpr (kSplit) segments[k] = sum_pair(s0, s1);
+  return sum_pair(a0, a1);
 }
 }  // namespace
 
@@ -125,7 +113,7 @@ double sum_squares(ThreadPool& pool, Scratch& scratch, const float* x, int64_t n
   if (scratch.partials.size() < size_t(blocks)) scratch.partials.resize(size_t(blocks));
   double* part = scratch.partials.data();
   pool.parallel_for(blocks, 2, [&](int64_t b, int64_t e) {  // 128Ki elements a thread at least
-    for (int64_t i = b; i < e; ++i) part[i] = block_sum_squares(x + i * kSumBlock, std::min(kSumBlock, n - i * kSumBlock));
+    for (int64_t i = b; i < e; ++i) part[i] = block_sum_squares<false>(x + i * kSumBlock, std::min(kSumBlock, n - i * kSumBlock));
   });
   double total = 0;
   for (int64_t i = 0; i < blocks; ++i) total += part[i];
@@ -140,10 +128,10 @@ double sum_squares_split(ThreadPool& pool, Scratch& scratch, const float* x, int
     if (piece_ends[p] <= (p ? piece_ends[p - 1] : 0))
       throw std::invalid_argument("sum_squares_split: pieces must be non-empty and in order");
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
-  // Block b: its first piece and the index of its first segment (one segment per piece it
-  // touches), then the total of segments.
+  // Block b: its first piece (first[2b]) and the index of its first segment (first[2b +
+  // 1]; one segment per piece it touches); first[2 blocks + 1]: the count of segments.
   auto& first = scratch.block_pieces;
-  first.assign(2 * size_t(blocks) + 1, 0);
+  first.assign(2 * size_t(blocks) + 2, 0);
   int64_t piece = 0, segment = 0;
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t lo = b * kSumBlock, hi = std::min(n, lo + kSumBlock);
@@ -154,7 +142,7 @@ double sum_squares_split(ThreadPool& pool, Scratch& scratch, const float* x, int
     while (piece_ends[last] < hi) ++last;
     segment += last - piece + 1;
   }
-  first[2 * size_t(blocks)] = segment;
+  first[2 * size_t(blocks) + 1] = segment;
   if (scratch.partials.size() < size_t(blocks)) scratch.partials.resize(size_t(blocks));
   if (scratch.piece_partials.size() < size_t(segment)) scratch.piece_partials.resize(size_t(segment));
   double* part = scratch.partials.data();
@@ -165,15 +153,14 @@ double sum_squares_split(ThreadPool& pool, Scratch& scratch, const float* x, int
       const int64_t* cuts = piece_ends + first[2 * size_t(i)];  // those below lo + len are inside the block
       int64_t k = 0;
       while (cuts[k] < lo + len) ++k;
-      part[i] = block_sum_squares_split(x + lo, lo, len, cuts, k, seg + first[2 * size_t(i) + 1]);
+      part[i] = block_sum_squares<true>(x + lo, len, lo, cuts, k, seg + first[2 * size_t(i) + 1]);
     }
   });
   double total = 0;
   for (int64_t i = 0; i < blocks; ++i) total += part[i];
   std::fill(piece_sums, piece_sums + pieces, 0.0);
   for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t s_begin = first[2 * size_t(b) + 1];
-    const int64_t s_end = b + 1 < blocks ? first[2 * size_t(b + 1) + 1] : first[2 * size_t(blocks)];
+    const int64_t s_begin = first[2 * size_t(b) + 1], s_end = first[2 * size_t(b) + 3];
     for (int64_t s = s_begin; s < s_end; ++s) piece_sums[first[2 * size_t(b)] + (s - s_begin)] += seg[s];
   }
   return total;
@@ -206,11 +193,8 @@ void adamw_update_norms(ThreadPool& pool, Scratch& scratch, float* param, const 
         w0 = _mm256_fmadd_pd(o_lo, o_lo, w0);
         w1 = _mm256_fmadd_pd(o_hi, o_hi, w1);
       });
-      alignas(32) double t[4];
-      _mm256_store_pd(t, _mm256_add_pd(u0, u1));
-      part[2 * blk] = (t[0] + t[1]) + (t[2] + t[3]);
-      _mm256_store_pd(t, _mm256_add_pd(w0, w1));
-      part[2 * blk + 1] = (t[0] + t[1]) + (t[2] + t[3]);
+      part[2 * blk] = sum_pair(u0, u1);
+      part[2 * blk + 1] = sum_pair(w0, w1);
     }
   });
   double du = 0, dw = 0;

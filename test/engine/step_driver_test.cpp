@@ -41,6 +41,17 @@ StepDriverConfig six_steps() {
   return c;
 }
 
+// six_steps() as one rank whose optimizer shard decides its own updates (one shard, one
+// writer), a save allowed to lag one step.
+StepDriverConfig one_shard_deciding() {
+  auto c = six_steps();
+  c.max_lag_steps = 1;
+  c.shard_decides = true;
+  c.optimizers = {kOptim0};
+  c.writers = {kWriter0};
+  return c;
+}
+
 bool feeds_back(const StepAction& a) {
   return std::holds_alternative<OpenTrainStep>(a) || std::holds_alternative<BeginSave>(a) ||
          std::holds_alternative<CommitSave>(a);
@@ -381,12 +392,8 @@ TEST_CASE("step driver: interval_seconds — a save due after the next step went
 // saved still goes out ahead, but its update is the coordinator's, whose UpdateCommand
 // follows the SnapshotCommand (docs/runtime.md, "Checkpoints in a run").
 TEST_CASE("step driver: when the shard decides its updates, the coordinator decides the one after a saved step") {
-  auto c = six_steps();
+  auto c = one_shard_deciding();
   c.interval_steps = 2;
-  c.max_lag_steps = 1;
-  c.shard_decides = true;
-  c.optimizers = {kOptim0};
-  c.writers = {kWriter0};
   Drive d(c);
   CHECK(d.on(GroupWired{}) == Lines{"OpenTrainStep 1 RunStep train 1 consumed 0 microbatches 2 shard-decides"});
   CHECK(d.decided(1) == Lines{"SendUpdate 1", "SendRunStepAhead RunStep train 2 consumed 8 microbatches 2 "
@@ -405,12 +412,8 @@ TEST_CASE("step driver: when the shard decides its updates, the coordinator deci
 
 TEST_CASE("step driver: interval_seconds — when the shard decides its update, a save due after the next step went "
           "out is deferred") {
-  auto c = six_steps();
+  auto c = one_shard_deciding();
   c.interval_seconds = 10;
-  c.max_lag_steps = 1;
-  c.shard_decides = true;
-  c.optimizers = {kOptim0};
-  c.writers = {kWriter0};
   Drive d(c);
   d.on(GroupWired{});
   d.now = 5;
