@@ -1,4 +1,4 @@
-// What the attention kernels (attention.cpp, gqa_attention.cpp) share: a static split of
+// The attention kernels' (gqa_attention.cpp) loop over heads: a static split of
 // independent (batch row, head) pairs over the pool with per-participant scratch, and a
 // single-threaded row-major sgemm for the participant that owns a pair.
 #pragma once

@@ -10,6 +10,8 @@
 //     and two or three products);
 //   GQA attention: out 1e-5, att 1e-6, dqkv 2e-5 (T <= 13 dot products of ~1 values per
 //     GEMM, a softmax and its backward in between);
+//   GQA over several causal blocks (T = 75, hs <= 32): out 2e-5, att 2e-6, dqkv 1e-4
+//     (dot products up to 75 terms long, about 6x the T <= 13 lengths);
 //   GQA with KV = NH against attention_*: 1e-6;
 //   central differences of the double formulas: 1e-6 (h = 1e-5, double).
 #include <doctest/doctest.h>
@@ -21,6 +23,9 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_device.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/dropout.h"
 #include "test/support/randn.h"
 
@@ -33,6 +38,7 @@ namespace {
 constexpr double kRopeTol = 2e-6;
 constexpr double kSwigluTol = 4e-6;
 constexpr double kGqaOutTol = 1e-5, kGqaAttTol = 1e-6, kGqaGradTol = 2e-5;
+constexpr double kBlocksOutTol = 2e-5, kBlocksAttTol = 2e-6, kBlocksGradTol = 1e-4;
 constexpr double kVsMhaTol = 1e-6;
 constexpr double kFdTol = 1e-6;
 constexpr double kFdStep = 1e-5;
@@ -328,6 +334,64 @@ TEST_CASE("grouped-query attention matches the double loops for KV = 1, 2, 4 of 
       check_by_differences(g, qd, start, dout, rd,
                            {g.q(0, 6, NH - 1, 1), g.k(0, 5, 0, 3), g.v(0, 10, 0, 2), g.k(1, 2, KV - 1, hs - 1)});
     }
+}
+
+TEST_CASE("grouped-query attention over several causal blocks matches the double loops, documents across block edges") {
+  // The device's blocks (block = 0: 32 rows for hs = 32, three blocks, the last of 11;
+  // 64 for hs = 16, two) and blocks of 7 rows (eleven, the last of 5), through the CPU
+  // kernels on pools of 2, 1 and 3 threads. Row 0's documents [0, 20), [20, 45),
+  // [45, 70), [70, 75) start inside blocks and cross their edges; row 1 is one document.
+  namespace cpu = troupe::kernels::cpu;
+  cpu::use_single_threaded_blas();
+  const int B = 2, T = 75, NH = 4;
+  std::vector<int32_t> start(size_t(B) * T);
+  for (int t = 0; t < T; ++t) {
+    start[size_t(t)] = t < 20 ? 0 : t < 45 ? 20 : t < 70 ? 45 : 70;
+    start[size_t(T + t)] = 0;
+  }
+  const auto drop = troupe::kernels::make_dropout_mask(0.2f, 0xb10cull, 40, 2);
+  cpu::ThreadPool one(1), two(2), three(3);
+  cpu::Scratch scratch;
+  for (int block : {0, 7})
+    for (int hs : {16, 32})
+      for (int KV : {1, 2, 4})
+        for (bool dropped : {false, true}) {
+          CAPTURE(block);
+          CAPTURE(hs);
+          CAPTURE(KV);
+          CAPTURE(dropped);
+          const troupe::kernels::DropoutMask mask = dropped ? drop : troupe::kernels::DropoutMask{};
+          const Gqa g{B, T, NH, KV, hs};
+          const auto qkv = randn(size_t(B) * T * g.ld(), 90);
+          const auto dout = randn(size_t(B) * T * g.C(), 91);
+          struct Result {
+            std::vector<float> out, att, dqkv;
+          };
+          auto run = [&](cpu::ThreadPool& pool) {
+            Result r{std::vector<float>(dout.size(), NAN), std::vector<float>(size_t(B) * NH * T * T, -1.0f),
+                     std::vector<float>(qkv.size(), NAN)};  // every element overwritten
+            cpu::gqa_attention_forward(pool, scratch, r.out.data(), r.att.data(), qkv.data(), start.data(), B, T, NH,
+                                       KV, hs, mask, block);
+            cpu::gqa_attention_backward(pool, scratch, r.dqkv.data(), dout.data(), qkv.data(), r.att.data(),
+                                        start.data(), B, T, NH, KV, hs, mask, block);
+            return r;
+          };
+          const Result r = run(two);
+          const std::vector<double> qd(qkv.begin(), qkv.end());
+          std::vector<double> rout, ratt;
+          gqa_forward_ref(g, qd, start, rout, ratt, dropped ? &drop : nullptr);
+          CHECK(max_abs_diff(r.out, rout) < kBlocksOutTol);
+          CHECK(max_abs_diff(r.att, ratt) < kBlocksAttTol);
+          size_t outside_nonzero = 0;
+          for (size_t i = 0; i < r.att.size(); ++i) outside_nonzero += ratt[i] == 0.0 && r.att[i] != 0.0f;
+          CHECK(outside_nonzero == 0);
+          CHECK(max_abs_diff(r.dqkv, gqa_backward_ref(g, qd, ratt, dout, start, dropped ? &drop : nullptr)) <
+                kBlocksGradTol);
+          const Result r1 = run(one), r3 = run(three);
+          CHECK(same_bits(r1.out, r3.out));
+          CHECK(same_bits(r1.att, r3.att));
+          CHECK(same_bits(r1.dqkv, r3.dqkv));
+        }
 }
 
 TEST_CASE("grouped-query attention with KV = NH is multi-head attention") {
