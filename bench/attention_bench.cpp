@@ -18,6 +18,7 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/thread_pool.h"
 #include "test/support/randn.h"
+#include "bench/stats.h"
 
 namespace cpu = troupe::kernels::cpu;
 
@@ -34,17 +35,9 @@ constexpr Shape kShapes[] = {
     {"small-t1024", 4, 4, 4, 64, 1024, 1},  // small's heads at GPT-2's context (not a step_bench case)
 };
 
-template <class F>
-double seconds(F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using troupe::bench::seconds;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using troupe::bench::median;
 
 int usage() {
   std::fprintf(stderr, "usage: attention_bench [--threads N >= 1] [--rounds R >= 1] [--docs N >= 1]\n");

@@ -24,6 +24,7 @@
 #include "ckpt/shard_writer.h"
 #include "model/init.h"
 #include "model/param_registry.h"
+#include "bench/stats.h"
 
 using namespace troupe;
 using namespace troupe::ckpt;
@@ -43,11 +44,7 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using troupe::bench::median;
 
 // Pseudo-random floats (xorshift) for the dd-like write, so that nothing compresses.
 void fill(std::vector<float>& v, uint64_t seed) {

@@ -41,6 +41,7 @@
 #include "actors/runtime.h"
 #include "test/cluster/loopback.h"
 #include "test/cluster/worker_launcher.h"
+#include "bench/stats.h"
 
 using namespace troupe;
 
@@ -55,12 +56,7 @@ struct Options {
 
 const std::string kSecret = "cluster-bench-secret-0123456789abcdef";
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using troupe::bench::median;
 
 // runtime_bench's "small" model (4 layers, width 256, vocab 4096, seq 128) as DP2:
 // 16 sequences per step, 2 microbatches of 4 per replica, one compute thread per rank.

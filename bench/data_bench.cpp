@@ -31,6 +31,7 @@
 #include "data/random.h"
 #include "kernels/cpu/cpu_device.h"
 #include "optim/reference_trainer.h"
+#include "bench/stats.h"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -39,11 +40,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using troupe::bench::median;
 
 // Deterministic text: words drawn (Zipf-like) from a 50,000-word random lexicon.
 void generate_text(const std::string& path, int64_t bytes) {

@@ -12,22 +12,15 @@
 
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/isa.h"
+#include "bench/stats.h"
 
 using namespace troupe::kernels::cpu;
 
 namespace {
 
-template <class F>
-double seconds(F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using troupe::bench::seconds;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using troupe::bench::median;
 
 }  // namespace
 

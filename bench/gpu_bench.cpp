@@ -42,6 +42,7 @@
 #include "kernels/cuda/timed_device.h"
 #include "optim/reference_trainer.h"
 #include "util/durable_file.h"
+#include "bench/stats.h"
 
 using namespace troupe;
 using kernels::cuda::CudaDevice;
@@ -157,11 +158,7 @@ std::vector<data::Microbatch> make_batch(const Args& a, uint32_t seed) {
   return mbs;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using troupe::bench::median;
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 

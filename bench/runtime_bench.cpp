@@ -41,6 +41,7 @@
 #include "kernels/cpu/cpu_device.h"
 #include "optim/reference_trainer.h"
 #include "sched/pipeline_schedule.h"
+#include "bench/stats.h"
 
 using namespace troupe;
 
@@ -56,12 +57,7 @@ struct Options {
   std::string run_dir = (std::filesystem::temp_directory_path() / "troupe-runtime-bench").string();
 };
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using troupe::bench::median;
 
 // The q-quantile of v (0 <= q <= 1), linear between neighbouring order statistics.
 double quantile(std::vector<double> v, double q) {

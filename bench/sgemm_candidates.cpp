@@ -56,6 +56,7 @@
 #include "kernels/cpu/sgemm_avx512.h"
 #include "kernels/cpu/sgemm_dnnl.h"
 #include "kernels/cpu/thread_pool.h"
+#include "bench/stats.h"
 
 namespace {
 
@@ -247,11 +248,7 @@ bool check(const Shape& s, const Operands& o, double* worst) {
   return ok;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using troupe::bench::median;
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;

@@ -67,6 +67,7 @@
 #include "kernels/cpu/gemm.h"
 #include "optim/grad_clip.h"
 #include "optim/reference_trainer.h"
+#include "bench/stats.h"
 
 using namespace troupe;
 
@@ -93,11 +94,7 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using troupe::bench::median;
 
 double rss_mb() {
   rusage ru{};

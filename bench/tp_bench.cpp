@@ -29,6 +29,7 @@
 #include "model/gpt_stage.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
+#include "bench/stats.h"
 
 using namespace troupe;
 
@@ -36,11 +37,7 @@ namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using troupe::bench::median;
 
 Config small_config(int tp, bool sp) {
   Config c;
