@@ -24,7 +24,7 @@ namespace cpu = troupe::kernels::cpu;
 
 namespace {
 
-// Attention's shapes of bench/step_bench.cpp's cases, and one long row.
+// Attention's shapes of bench/step_bench.cpp's cases, and two long rows.
 struct Shape {
   const char* name;
   int layers, NH, KV, hs, T, B;
@@ -32,7 +32,8 @@ struct Shape {
 constexpr Shape kShapes[] = {
     {"tiny", 2, 4, 4, 16, 64, 8},         {"small", 4, 4, 4, 64, 128, 8},     {"gpt2-124m", 12, 12, 12, 64, 64, 4},
     {"llama-small", 4, 4, 2, 64, 128, 8}, {"llama-124m", 12, 12, 4, 64, 64, 4},
-    {"small-t1024", 4, 4, 4, 64, 1024, 1},  // small's heads at GPT-2's context (not a step_bench case)
+    // Not step_bench cases: small's heads, and GPT-2 124M's, at GPT-2's context of 1024.
+    {"small-t1024", 4, 4, 4, 64, 1024, 1},    {"gpt2-t1024", 12, 12, 12, 64, 1024, 1},
 };
 
 using troupe::bench::seconds;
