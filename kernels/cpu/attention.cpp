@@ -1,25 +1,9 @@
-// Causal self-attention with a per-document mask, and the row softmax it uses.
-#include <cmath>
-#include <cstring>
-
+// Causal self-attention with a per-document mask (multi-head: gqa_attention.cpp), and the
+// row softmax's backward (the forward's row is exp_rows.h's softmax_row).
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace troupe::kernels::cpu {
-
-void softmax_row(float* p, const float* s, int n, float scale) {
-  const float m = row_max(s, n);
-  const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(scale);
-  __m256 acc = _mm256_setzero_ps();
-  for (int i = 0; i < n; i += 8) {
-    __m256 e = exp8(_mm256_mul_ps(_mm256_sub_ps(load_partial(s + i, n - i), mv), sv));
-    if (n - i < 8) e = _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask(n - i)));
-    acc = _mm256_add_ps(acc, e);
-    store_partial(p + i, e, n - i);
-  }
-  const __m256 inv = _mm256_set1_ps(1.0f / hsum8(acc));
-  for (int i = 0; i < n; i += 8) store_partial(p + i, _mm256_mul_ps(load_partial(p + i, n - i), inv), n - i);
-}
 
 void softmax_row_backward(float* ds, const float* p, const float* dp, int n) {
   const __m256 s = _mm256_set1_ps(dot(p, dp, n));

@@ -1,6 +1,7 @@
 // Cross-entropy over the V valid vocabulary columns of padded logits, with a loss mask.
 #include <cmath>
 
+#include "kernels/cpu/exp_rows.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -42,9 +43,7 @@ void crossentropy_backward(ThreadPool& pool, float* dlogits, const float* logits
         for (int j = 0; j < ld; j += 8) store_partial(d + j, _mm256_setzero_ps(), ld - j);
         continue;
       }
-      const __m256 sv = _mm256_set1_ps(lse[n]), wv = _mm256_set1_ps(w);
-      for (int j = 0; j < V; j += 8)
-        store_partial(d + j, _mm256_mul_ps(wv, exp8(_mm256_sub_ps(load_partial(l + j, V - j), sv))), V - j);
+      scaled_exp(d, l, lse[n], w, V);
       const int64_t t = int64_t(targets[n]) - vocab_begin;
       if (t >= 0 && t < V) d[t] -= w;
       for (int j = V; j < ld; ++j) d[j] = 0.0f;

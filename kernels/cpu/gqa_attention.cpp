@@ -31,6 +31,7 @@
 #include <string>
 
 #include "kernels/cpu/causal_blocks.h"
+#include "kernels/cpu/exp_rows.h"
 #include "kernels/cpu/head_loop.h"
 #include "kernels/cpu/kernels.h"
 

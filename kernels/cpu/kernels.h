@@ -63,9 +63,7 @@ void linear_backward(ThreadPool& pool, float* dinp, float* dweight, float* dbias
 // dbias[OC] += column sums of dout[N, OC] (rows added in order).
 void bias_backward(ThreadPool& pool, float* dbias, const float* dout, int N, int OC);
 
-// Softmax of one attention row: p[i] = exp(scale * s[i] - max) / sum, i in [0, n).
-void softmax_row(float* p, const float* s, int n, float scale);
-// Its backward: ds[i] = p[i] * (dp[i] - sum_j p[j] dp[j]).
+// The backward of the softmax of one attention row (exp_rows.h's softmax_row): ds[i] = p[i] * (dp[i] - sum_j p[j] dp[j]).
 void softmax_row_backward(float* ds, const float* p, const float* dp, int n);
 
 void attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att,

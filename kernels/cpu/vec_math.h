@@ -102,26 +102,6 @@ inline float row_max(const float* a, int64_t n) {
   return hmax8(mx);
 }
 
-// The max of row[0..V) and the sum of exp(row[j] - max): the two passes of a
-// log-sum-exp (lse = max + log(sum)). Cross-entropy and its vocabulary-parallel
-// partials both call this, so one shard's partials reproduce the unsharded loss bit
-// for bit.
-struct MaxSumExp {
-  float max;
-  float sum;
-};
-inline MaxSumExp max_sum_exp(const float* row, int V) {
-  const float m = row_max(row, V);
-  const __m256 mv = _mm256_set1_ps(m);
-  __m256 acc = _mm256_setzero_ps();
-  for (int j = 0; j < V; j += 8) {
-    __m256 x = exp8(_mm256_sub_ps(load_partial(row + j, V - j), mv));
-    if (V - j < 8) x = _mm256_and_ps(x, _mm256_castsi256_ps(tail_mask(V - j)));
-    acc = _mm256_add_ps(acc, x);
-  }
-  return {m, hsum8(acc)};
-}
-
 // y[i] += s * x[i]
 inline void axpy(float* y, float s, const float* x, int64_t n) {
   const __m256 sv = _mm256_set1_ps(s);

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_device.h"
+#include "kernels/cpu/exp_rows.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vec_math.h"
 
