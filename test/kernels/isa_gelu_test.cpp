@@ -8,35 +8,18 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/isa.h"
+#include "test/support/isa_inputs.h"
 
 using namespace troupe::kernels::cpu;
+using troupe::testing::same_bits;
 
 namespace {
 
-std::vector<float> inputs(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> bulk(0.f, 2.f);
-  std::uniform_real_distribution<float> wide(-100.f, 100.f);
-  std::vector<float> x(n);
-  for (size_t i = 0; i < n; ++i) {
-    switch (i % 7) {
-      case 0: x[i] = wide(gen); break;
-      case 1: x[i] = bulk(gen) * 1e-30f; break;
-      case 2: x[i] = (i % 2) ? 0.f : -0.f; break;
-      default: x[i] = bulk(gen);
-    }
-  }
-  return x;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+std::vector<float> inputs(size_t n, uint32_t seed) { return troupe::testing::isa_inputs(n, seed, 2.f); }
 bool same_first(const std::vector<float>& a, const std::vector<float>& b, int64_t n) {
   return std::memcmp(a.data(), b.data(), size_t(n) * sizeof(float)) == 0;
 }
