@@ -136,12 +136,14 @@ std::string blas_description() {
 
 std::string compute_description() {
   const Isa isa = active_isa();
-  // troupe's loops (norms, softmax, AdamW, ...) have AVX2 variants only: none is a
-  // measurable share of a step (docs/performance.md); GELU has an AVX-512 one too
-  // (kernels/cpu/gelu.h, bitwise the same), so the ISA picks the GEMM and GELU's speed.
+  // troupe's loops (norms, AdamW, ...) have AVX2 variants only: none is a measurable
+  // compute-bound share of a step (docs/performance.md); GELU and the exp rows of the
+  // softmax and the cross-entropy have AVX-512 ones too (kernels/cpu/gelu.h, exp_rows.h,
+  // bitwise the same), so the ISA picks the GEMM and those loops' speed.
   std::string s = "CPU " + cpu_features_line() + "; ISA " + isa_name(isa) +
                   (std::getenv("TROUPE_CPU_ISA") ? " (TROUPE_CPU_ISA)" : " (the CPU's best)") +
-                  (isa == Isa::kAvx512 ? ", troupe's loops AVX2 (GELU AVX-512); GEMM " : ", troupe's loops AVX2; GEMM ");
+                  (isa == Isa::kAvx512 ? ", troupe's loops AVX2 (GELU, softmax and cross-entropy exps AVX-512); GEMM "
+                                       : ", troupe's loops AVX2; GEMM ");
   if (gemm_kernel() == GemmKernel::kDnnl)
     s += dnnl_description() + ", one thread per participant, beside " + blas_description() + " (not used for GEMMs)";
   else if (gemm_kernel() == GemmKernel::kOwnAvx512)
