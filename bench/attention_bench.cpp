@@ -1,9 +1,11 @@
 // The CPU attention kernels (kernels/cpu/gqa_attention.cpp) at the step cases' shapes:
-// one layer's forward + backward over causal blocks (the default block,
-// kernels/cpu/causal_blocks.h) against the same kernels run as one block over whole rows
-// (what they did before the blocks), alternated round by round in one process. Per
-// shape: the median forward and backward of each, the step's share (layers x (forward +
-// backward)) and the median of the rounds' ratios (whole rows / blocks). Documents: one
+// one layer's forward + backward as the device runs it (causal blocks,
+// kernels/cpu/causal_blocks.h, and the small AVX-512 products where they apply,
+// kernels/cpu/head_loop.h) against two baselines, alternated round by round in one
+// process: one block over whole rows (what the kernels did before the blocks), and every
+// product through the process's sgemm. Per shape: the median forward and backward of
+// the device's way and of whole rows, the step's share (layers x (forward + backward)),
+// and the medians of the rounds' ratios (baseline / the device's way). Documents: one
 // per row (the causal mask only), or --docs N: rows packed with documents of N tokens.
 //   attention_bench [--threads N] [--rounds R] [--docs N]
 #include <algorithm>
@@ -15,6 +17,7 @@
 
 #include "kernels/cpu/causal_blocks.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/head_loop.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/thread_pool.h"
 #include "test/support/randn.h"
@@ -65,8 +68,11 @@ int main(int argc, char** argv) {
   std::printf("# %s\n", cpu::compute_description().c_str());
   std::printf("# %d threads, %d rounds alternated, medians; documents: %s\n", threads, rounds,
               docs ? (std::to_string(docs) + " tokens each").c_str() : "one per row");
-  std::printf("%-12s %3s %3s %3s %4s %2s %5s %8s %8s %8s %8s %8s %8s %7s\n", "case", "NH", "KV", "hs", "T", "B",
-              "block", "fwd ms", "bwd ms", "step ms", "whole f", "whole b", "step ms", "ratio");
+  std::printf("# products: %s\n", cpu::small_products()
+                                        ? "small_gemm_avx512 (K, N <= 256), the process's sgemm beyond"
+                                        : "the process's sgemm (the small kernel needs AVX-512 and a GEMM that is not OpenBLAS)");
+  std::printf("%-12s %3s %3s %3s %4s %2s %5s %8s %8s %8s %8s %8s %8s %7s %7s\n", "case", "NH", "KV", "hs", "T", "B",
+              "block", "fwd ms", "bwd ms", "step ms", "whole f", "whole b", "step ms", "/whole", "/sgemm");
   for (const Shape& s : kShapes) {
     const int64_t ld = int64_t(s.NH + 2 * s.KV) * s.hs, C = int64_t(s.NH) * s.hs;
     const auto qkv = troupe::testing::randn(size_t(s.B) * s.T * ld, 1);
@@ -75,32 +81,33 @@ int main(int argc, char** argv) {
     std::vector<int32_t> start(size_t(s.B) * s.T);
     for (int b = 0; b < s.B; ++b)
       for (int t = 0; t < s.T; ++t) start[size_t(b * s.T + t)] = docs ? t / docs * docs : 0;
-    // One layer's forward and backward with blocks of `block` rows: {forward s, backward s}.
-    auto layer = [&](int block) {
+    // One layer's forward and backward under `plan`: {forward s, backward s}.
+    auto layer = [&](const cpu::AttentionPlan& plan) {
       const double f = seconds([&] {
         cpu::gqa_attention_forward(pool, scratch, out.data(), att.data(), qkv.data(), start.data(), s.B, s.T, s.NH,
-                                   s.KV, s.hs, {}, block);
+                                   s.KV, s.hs, {}, plan);
       });
       const double b = seconds([&] {
         cpu::gqa_attention_backward(pool, scratch, dqkv.data(), dout.data(), qkv.data(), att.data(), start.data(),
-                                    s.B, s.T, s.NH, s.KV, s.hs, {}, block);
+                                    s.B, s.T, s.NH, s.KV, s.hs, {}, plan);
       });
       return std::pair<double, double>(f, b);
     };
-    std::vector<double> bf, bb, wf, wb, ratio;
+    std::vector<double> bf, bb, wf, wb, whole_ratio, gemm_ratio;
     for (int r = 0; r <= rounds; ++r) {  // round 0 warms up
-      const auto blocks = layer(0), whole = layer(s.T);
+      const auto blocks = layer({}), whole = layer({s.T, false}), gemm = layer({0, true});
       if (r == 0) continue;
       bf.push_back(blocks.first);
       bb.push_back(blocks.second);
       wf.push_back(whole.first);
       wb.push_back(whole.second);
-      ratio.push_back((whole.first + whole.second) / (blocks.first + blocks.second));
+      whole_ratio.push_back((whole.first + whole.second) / (blocks.first + blocks.second));
+      gemm_ratio.push_back((gemm.first + gemm.second) / (blocks.first + blocks.second));
     }
     const double mbf = median(bf) * 1e3, mbb = median(bb) * 1e3, mwf = median(wf) * 1e3, mwb = median(wb) * 1e3;
-    std::printf("%-12s %3d %3d %3d %4d %2d %5d %8.3f %8.3f %8.2f %8.3f %8.3f %8.2f %7.2f\n", s.name, s.NH, s.KV, s.hs,
-                s.T, s.B, cpu::causal_block(s.hs), mbf, mbb, s.layers * (mbf + mbb), mwf, mwb, s.layers * (mwf + mwb),
-                median(ratio));
+    std::printf("%-12s %3d %3d %3d %4d %2d %5d %8.3f %8.3f %8.2f %8.3f %8.3f %8.2f %7.2f %7.2f\n", s.name, s.NH, s.KV,
+                s.hs, s.T, s.B, cpu::causal_block(s.hs), mbf, mbb, s.layers * (mbf + mbb), mwf, mwb,
+                s.layers * (mwf + mwb), median(whole_ratio), median(gemm_ratio));
   }
   return 0;
 }

@@ -82,7 +82,8 @@ void softmax_row_avx512(float* p, const float* s, int n, float scale) {
   __m256 acc = _mm256_setzero_ps();
   for (int i = 0; i < n; i += 16) {
     const __mmask16 k = lanes(n - i);
-    const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), mv), sv)));
+    const __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), mv), sv);
+    const __m512 e = _mm512_maskz_mov_ps(k, exp16(x));
     acc = add_chunks(acc, e, n - i);
     _mm512_mask_storeu_ps(p + i, k, e);
   }

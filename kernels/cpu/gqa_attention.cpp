@@ -19,8 +19,10 @@
 //     dK_kv[k0:k1] += scale dS[k0:e, k0:k1]^T Q_h[k0:e];  dV_kv[k0:k1] += P_h[k0:e, k0:k1]^T dO_h[k0:e]
 //   (the first head of the group overwrites dK and dV, the others add with beta = 1),
 //   so a kv head's gradients sum its query heads in head order whatever the thread count.
-// Each product's length is fixed by T and the document starts alone, so the bits are
-// too (for a given GEMM kernel).
+// The products that need K^T or V^T (S, dP) read a copy transposed once per head (per kv
+// head in the backward), so every product is op(A) B with B row-major (head_loop.h's
+// head_product). Each product's length is fixed by T and the document starts alone, so
+// the bits are too (for a given GEMM kernel).
 // Attention dropout: att keeps the undropped probabilities (the softmax backward needs
 // them); the P V product and dV use the dropped ones, written over S in the forward and
 // into the second half of the scratch in the backward, and dP is masked before the
@@ -45,9 +47,11 @@ struct GqaDims {
   int64_t C;    // NH hs: floats per token in out
   float scale;  // 1 / sqrt(hs)
   int block;    // rows of a causal block (causal_blocks.h)
-  GqaDims(int b, int t, int nh, int kv, int h, int rows)
+  bool small;   // the products through the small AVX-512 kernel (head_loop.h)
+  GqaDims(int b, int t, int nh, int kv, int h, const AttentionPlan& plan)
       : B(b), T(t), NH(nh), KV(kv), hs(h), G(nh / kv), ld(int64_t(nh + 2 * kv) * h), C(int64_t(nh) * h),
-        scale(1.0f / std::sqrt(float(h))), block(rows > 0 ? rows : causal_block(h)) {}
+        scale(1.0f / std::sqrt(float(h))), block(plan.block > 0 ? plan.block : causal_block(h)),
+        small(!plan.process_gemm && small_products()) {}
   int64_t q(int h) const { return int64_t(h) * hs; }
   int64_t k(int kv) const { return C + int64_t(kv) * hs; }
   int64_t v(int kv) const { return C + int64_t(KV + kv) * hs; }
@@ -63,19 +67,22 @@ void check_heads(const char* what, int NH, int KV) {
 
 void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att, const float* qkv,
                            const int32_t* doc_start, int B, int T, int NH, int KV, int hs, const DropoutMask& drop,
-                           int block) {
+                           const AttentionPlan& plan) {
   check_heads("gqa_attention_forward", NH, KV);
-  const GqaDims d(B, T, NH, KV, hs, block);
-  for_each_head(pool, scratch, B, NH, size_t(T) * T, [&](int b, int h, int p) {
+  const GqaDims d(B, T, NH, KV, hs, plan);
+  // Scratch: S [T, T], then K^T [hs, T].
+  for_each_head(pool, scratch, B, NH, size_t(T) * T + size_t(hs) * T, [&](int b, int h, int p) {
     float* S = scratch.per_thread[size_t(p)].data();
+    float* kt = S + int64_t(T) * T;
     const float* row = qkv + int64_t(b) * T * d.ld;
     const int32_t* starts = doc_start + int64_t(b) * T;
     const int kv = h / d.G;
     float* a = att + (int64_t(b) * NH + h) * T * T;
     const uint64_t key = drop.on() ? head_key(drop.key, drop.first_col + h) : 0;
+    transpose_head(kt, row + d.k(kv), T, hs, d.ld);
     for_each_row_block(starts, T, d.block, [&](int r0, int r1, int c0) {
-      sgemm(false, true, r1 - r0, r1 - c0, hs, 1.0f, row + r0 * d.ld + d.q(h), d.ld, row + c0 * d.ld + d.k(kv), d.ld,
-            0.0f, S + int64_t(r0) * T + c0, T);
+      head_product(d.small, false, r1 - r0, r1 - c0, hs, 1.0f, row + r0 * d.ld + d.q(h), d.ld, kt + c0, T, 0.0f,
+                   S + int64_t(r0) * T + c0, T);
       for (int t = r0; t < r1; ++t) {
         const int s0 = starts[t];
         float* arow = a + int64_t(t) * T;
@@ -85,25 +92,28 @@ void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float
         if (drop.on()) dropout_attention_row(S + int64_t(t) * T, arow, s0, t, T, drop, key, drop.first_slot + b);
       }
       const float* P = drop.on() ? S : a;
-      sgemm(false, false, r1 - r0, hs, r1 - c0, 1.0f, P + int64_t(r0) * T + c0, T, row + c0 * d.ld + d.v(kv), d.ld,
-            0.0f, out + (int64_t(b) * T + r0) * d.C + d.q(h), d.C);
+      head_product(d.small, false, r1 - r0, hs, r1 - c0, 1.0f, P + int64_t(r0) * T + c0, T,
+                   row + c0 * d.ld + d.v(kv), d.ld, 0.0f, out + (int64_t(b) * T + r0) * d.C + d.q(h), d.C);
     });
   });
 }
 
 void gqa_attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const float* dout, const float* qkv,
                             const float* att, const int32_t* doc_start, int B, int T, int NH, int KV, int hs,
-                            const DropoutMask& drop, int block) {
+                            const DropoutMask& drop, const AttentionPlan& plan) {
   check_heads("gqa_attention_backward", NH, KV);
-  const GqaDims d(B, T, NH, KV, hs, block);
-  for_each_head(pool, scratch, B, KV, size_t(drop.on() ? 2 : 1) * T * T, [&](int b, int kv, int p) {
+  const GqaDims d(B, T, NH, KV, hs, plan);
+  // Scratch: dS [T, T], V^T [hs, T], and with dropout the dropped probabilities [T, T].
+  const size_t squares = drop.on() ? 2 : 1;
+  for_each_head(pool, scratch, B, KV, squares * T * T + size_t(hs) * T, [&](int b, int kv, int p) {
     float* dS = scratch.per_thread[size_t(p)].data();
-    float* dropped = dS + int64_t(T) * T;
+    float* vt = dS + int64_t(T) * T;
+    float* dropped = vt + int64_t(hs) * T;
     const int32_t* starts = doc_start + int64_t(b) * T;
     const float* row = qkv + int64_t(b) * T * d.ld;
     float* drow = dqkv + int64_t(b) * T * d.ld;
     const float* k = row + d.k(kv);
-    const float* v = row + d.v(kv);
+    transpose_head(vt, row + d.v(kv), T, hs, d.ld);
     for (int g = 0; g < d.G; ++g) {
       const int h = kv * d.G + g;
       const float* dO = dout + int64_t(b) * T * d.C + d.q(h);
@@ -111,8 +121,8 @@ void gqa_attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, con
       const float beta = g == 0 ? 0.0f : 1.0f;
       const uint64_t key = drop.on() ? head_key(drop.key, drop.first_col + h) : 0;
       for_each_row_block(starts, T, d.block, [&](int r0, int r1, int c0) {
-        sgemm(false, true, r1 - r0, r1 - c0, hs, 1.0f, dO + r0 * d.C, d.C, v + c0 * d.ld, d.ld, 0.0f,
-              dS + int64_t(r0) * T + c0, T);
+        head_product(d.small, false, r1 - r0, r1 - c0, hs, 1.0f, dO + r0 * d.C, d.C, vt + c0, T, 0.0f,
+                     dS + int64_t(r0) * T + c0, T);
         for (int t = r0; t < r1; ++t) {
           const int s0 = starts[t];
           float* r = dS + int64_t(t) * T;
@@ -126,15 +136,15 @@ void gqa_attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, con
           if (s0 > 0) std::memset(r, 0, sizeof(float) * size_t(s0));
           if (t + 1 < r1) std::memset(r + t + 1, 0, sizeof(float) * size_t(r1 - t - 1));
         }
-        sgemm(false, false, r1 - r0, hs, r1 - c0, d.scale, dS + int64_t(r0) * T + c0, T, k + c0 * d.ld, d.ld, 0.0f,
-              drow + r0 * d.ld + d.q(h), d.ld);
+        head_product(d.small, false, r1 - r0, hs, r1 - c0, d.scale, dS + int64_t(r0) * T + c0, T, k + c0 * d.ld,
+                     d.ld, 0.0f, drow + r0 * d.ld + d.q(h), d.ld);
       });
       const float* Pv = drop.on() ? dropped : P;
       for_each_column_block(starts, T, d.block, [&](int k0, int k1, int e) {
-        sgemm(true, false, k1 - k0, hs, e - k0, d.scale, dS + int64_t(k0) * T + k0, T, row + k0 * d.ld + d.q(h),
-              d.ld, beta, drow + k0 * d.ld + d.k(kv), d.ld);
-        sgemm(true, false, k1 - k0, hs, e - k0, 1.0f, Pv + int64_t(k0) * T + k0, T, dO + k0 * d.C, d.C, beta,
-              drow + k0 * d.ld + d.v(kv), d.ld);
+        head_product(d.small, true, k1 - k0, hs, e - k0, d.scale, dS + int64_t(k0) * T + k0, T,
+                     row + k0 * d.ld + d.q(h), d.ld, beta, drow + k0 * d.ld + d.k(kv), d.ld);
+        head_product(d.small, true, k1 - k0, hs, e - k0, 1.0f, Pv + int64_t(k0) * T + k0, T, dO + k0 * d.C, d.C, beta,
+                     drow + k0 * d.ld + d.v(kv), d.ld);
       });
     }
   });

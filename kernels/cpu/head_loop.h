@@ -1,12 +1,14 @@
 // The attention kernels' (gqa_attention.cpp) loop over heads: a static split of
-// independent (batch row, head) pairs over the pool with per-participant scratch, and a
-// single-threaded row-major sgemm for the participant that owns a pair.
+// independent (batch row, head) pairs over the pool with per-participant scratch, and
+// the products of the participant that owns a pair.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/small_gemm_avx512.h"
 
 namespace troupe::kernels::cpu {
 
@@ -24,10 +26,34 @@ void for_each_head(ThreadPool& pool, Scratch& scratch, int B, int H, size_t floa
   });
 }
 
-// Single-threaded sgemm (row-major) on one participant, through the process's kernel (gemm.h).
-inline void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int64_t lda, const float* B,
-                  int64_t ldb, float beta, float* C, int64_t ldc) {
-  sgemm_single(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+// One participant's product of a head (row-major, B never transposed: the kernels hand
+// it K^T or V^T copied once per head where they need A B^T):
+//   C[M, N] = alpha * op(A)[M, K] B[K, N] + beta * C,  op(A) = A or A^T (trans_a).
+// Where the kernels run AVX-512 and the process's GEMM is not OpenBLAS (oneDNN or troupe's
+// own, kernels/cpu/gemm.h), products with K and N at most kSmallProduct run
+// small_gemm_avx512: no packing, since B (256 x 256 floats at most) stays in the core's
+// caches, and oneDNN's fixed cost per call dominated products this small
+// (bench/attention_bench: 1.1-1.3x on the heads of the step cases, 0.96x on T = 1024
+// before N was bounded too). Larger products and every product under OpenBLAS take the
+// process's sgemm.
+// `small`: small_products() (or false, for bench/attention_bench's baseline).
+inline constexpr int kSmallProduct = 256;
+inline bool small_products() {
+  static const bool small = active_isa() == Isa::kAvx512 && gemm_kernel() != GemmKernel::kOpenBlas;
+  return small;
+}
+inline void head_product(bool small, bool trans_a, int M, int N, int K, float alpha, const float* A, int64_t lda,
+                         const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (small && K <= kSmallProduct && N <= kSmallProduct)
+    small_gemm_avx512(M, N, K, alpha, A, trans_a ? 1 : lda, trans_a ? lda : 1, B, ldb, beta, C, ldc);
+  else
+    sgemm_single(trans_a, false, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// dst[hs, T] (row stride T) = the transpose of src's T rows of hs (row stride ld).
+inline void transpose_head(float* dst, const float* src, int T, int hs, int64_t ld) {
+  for (int t = 0; t < T; ++t)
+    for (int k = 0; k < hs; ++k) dst[int64_t(k) * T + t] = src[int64_t(t) * ld + k];
 }
 
 }  // namespace troupe::kernels::cpu

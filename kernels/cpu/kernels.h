@@ -76,14 +76,20 @@ void attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const f
 // Grouped-query attention (cpu/gqa_attention.cpp): qkv[B, T, (NH + 2 KV) hs] -> out[B, T,
 // NH hs], att[B, NH, T, T]; query head h reads kv head h / (NH / KV). Forward split over
 // (b, query head), backward over (b, kv head) with the group's heads added in order.
-// block: rows of a causal block (cpu/causal_blocks.h), 0 for causal_block(hs); T or more
-// runs each head as one block over whole rows (bench/attention_bench's baseline).
+// How the attention kernels cut their work; the defaults are what the device runs, the
+// rest are bench/attention_bench's baselines and the tests' edge cases.
+struct AttentionPlan {
+  int block = 0;              // rows of a causal block (cpu/causal_blocks.h): 0 for
+                              // causal_block(hs); T or more: one block of whole rows
+  bool process_gemm = false;  // every product through the process's sgemm, never the
+                              // small AVX-512 kernel (cpu/head_loop.h)
+};
 void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att, const float* qkv,
                            const int32_t* doc_start, int B, int T, int NH, int KV, int hs, const DropoutMask& drop,
-                           int block = 0);
+                           const AttentionPlan& plan = {});
 void gqa_attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const float* dout, const float* qkv,
                             const float* att, const int32_t* doc_start, int B, int T, int NH, int KV, int hs,
-                            const DropoutMask& drop, int block = 0);
+                            const DropoutMask& drop, const AttentionPlan& plan = {});
 
 // Dropout (cpu/dropout.cpp; kernels/dropout.h). dropout: Device::dropout.
 // dropout_attention_row: dst[0, T) = src masked and scaled on [s0, t] (the row of query t

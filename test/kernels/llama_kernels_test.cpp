@@ -371,9 +371,9 @@ TEST_CASE("grouped-query attention over several causal blocks matches the double
             Result r{std::vector<float>(dout.size(), NAN), std::vector<float>(size_t(B) * NH * T * T, -1.0f),
                      std::vector<float>(qkv.size(), NAN)};  // every element overwritten
             cpu::gqa_attention_forward(pool, scratch, r.out.data(), r.att.data(), qkv.data(), start.data(), B, T, NH,
-                                       KV, hs, mask, block);
+                                       KV, hs, mask, {block});
             cpu::gqa_attention_backward(pool, scratch, r.dqkv.data(), dout.data(), qkv.data(), r.att.data(),
-                                        start.data(), B, T, NH, KV, hs, mask, block);
+                                        start.data(), B, T, NH, KV, hs, mask, {block});
             return r;
           };
           const Result r = run(two);
