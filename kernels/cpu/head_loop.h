@@ -3,6 +3,8 @@
 // the products of the participant that owns a pair.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstdint>
 
 #include "kernels/cpu/gemm.h"
@@ -50,10 +52,32 @@ inline void head_product(bool small, bool trans_a, int M, int N, int K, float al
     sgemm_single(trans_a, false, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// dst[hs, T] (row stride T) = the transpose of src's T rows of hs (row stride ld).
+// dst[hs, T] (row stride T) = the transpose of src's T rows of hs (row stride ld): 8 x 8
+// blocks through registers, the edges element by element (a plain copy: the same
+// values whatever the path).
 inline void transpose_head(float* dst, const float* src, int T, int hs, int64_t ld) {
+  const int T8 = T & ~7, hs8 = hs & ~7;
+  for (int t0 = 0; t0 < T8; t0 += 8)
+    for (int k0 = 0; k0 < hs8; k0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + int64_t(t0 + i) * ld + k0);
+      // 8 x 8 transpose: unpack pairs, shuffle quads, swap 128-bit halves.
+      const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xee);
+      const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xee);
+      const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xee);
+      const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xee);
+      const __m256 c[8] = {_mm256_permute2f128_ps(b0, b4, 0x20), _mm256_permute2f128_ps(b1, b5, 0x20),
+                           _mm256_permute2f128_ps(b2, b6, 0x20), _mm256_permute2f128_ps(b3, b7, 0x20),
+                           _mm256_permute2f128_ps(b0, b4, 0x31), _mm256_permute2f128_ps(b1, b5, 0x31),
+                           _mm256_permute2f128_ps(b2, b6, 0x31), _mm256_permute2f128_ps(b3, b7, 0x31)};
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + int64_t(k0 + i) * T + t0, c[i]);
+    }
   for (int t = 0; t < T; ++t)
-    for (int k = 0; k < hs; ++k) dst[int64_t(k) * T + t] = src[int64_t(t) * ld + k];
+    for (int k = t < T8 ? hs8 : 0; k < hs; ++k) dst[int64_t(k) * T + t] = src[int64_t(t) * ld + k];
 }
 
 }  // namespace troupe::kernels::cpu
