@@ -25,8 +25,7 @@
 // the bits are too (for a given GEMM kernel).
 // Attention dropout: att keeps the undropped probabilities (the softmax backward needs
 // them); the P V product and dV use the dropped ones, written over S in the forward and
-// into the second half of the scratch in the backward, and dP is masked before the
-// softmax backward.
+// into the backward's scratch after V^T, and dP is masked before the softmax backward.
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
