@@ -68,9 +68,9 @@ int main(int argc, char** argv) {
   std::printf("# %s\n", cpu::compute_description().c_str());
   std::printf("# %d threads, %d rounds alternated, medians; documents: %s\n", threads, rounds,
               docs ? (std::to_string(docs) + " tokens each").c_str() : "one per row");
-  std::printf("# products: %s\n", cpu::small_products()
-                                        ? "small_gemm_avx512 (K, N <= 256), the process's sgemm beyond"
-                                        : "the process's sgemm (the small kernel needs AVX-512 and a GEMM that is not OpenBLAS)");
+  std::printf("# products: %s\n",
+              cpu::small_products() ? "small_gemm_avx512 (K, N <= 256), the process's sgemm beyond"
+                                    : "the process's sgemm (the small kernel needs AVX-512 and a GEMM not OpenBLAS)");
   std::printf("%-12s %3s %3s %3s %4s %2s %5s %8s %8s %8s %8s %8s %8s %7s %7s\n", "case", "NH", "KV", "hs", "T", "B",
               "block", "fwd ms", "bwd ms", "step ms", "whole f", "whole b", "step ms", "/whole", "/sgemm");
   for (const Shape& s : kShapes) {

@@ -1,6 +1,6 @@
 // The 16-lane operations of vec_formulas.h (vec_math.h's Avx2Lanes, twice as wide) and
 // the lane mask of a tail. Include only from the files compiled for AVX-512
-// (kernels/CMakeLists.txt: gelu_avx512.cpp, exp_rows_avx512.cpp); everything here is
+// (kernels/CMakeLists.txt: gelu_avx512.cpp, exp_rows_avx512.cpp, small_gemm_avx512.cpp); everything here is
 // inline in an unnamed namespace, so no AVX-512 copy of a function can stand in for
 // an AVX2 one at link time.
 #pragma once

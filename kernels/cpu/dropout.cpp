@@ -47,12 +47,4 @@ void dropout_attention_row(float* dst, const float* src, int s0, int t, int T, c
   if (t + 1 < T) std::memset(dst + t + 1, 0, sizeof(float) * size_t(T - t - 1));
 }
 
-const float* dropout_attention_rows(float* dst, const float* att, const int32_t* doc_start, int T,
-                                    const DropoutMask& m, int b, int h) {
-  const uint64_t key = head_key(m.key, m.first_col + h);
-  for (int t = 0; t < T; ++t)
-    dropout_attention_row(dst + int64_t(t) * T, att + int64_t(t) * T, doc_start[t], t, T, m, key, m.first_slot + b);
-  return dst;
-}
-
 }  // namespace troupe::kernels::cpu

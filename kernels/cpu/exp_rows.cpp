@@ -45,7 +45,9 @@ bool wide() {
 }
 }  // namespace
 
-MaxSumExp max_sum_exp(const float* row, int n) { return wide() ? max_sum_exp_avx512(row, n) : max_sum_exp_avx2(row, n); }
+MaxSumExp max_sum_exp(const float* row, int n) {
+  return wide() ? max_sum_exp_avx512(row, n) : max_sum_exp_avx2(row, n);
+}
 
 void scaled_exp(float* d, const float* x, float shift, float w, int n) {
   if (wide()) return scaled_exp_avx512(d, x, shift, w, n);

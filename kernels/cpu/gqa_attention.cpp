@@ -19,8 +19,8 @@
 //     dK_kv[k0:k1] += scale dS[k0:e, k0:k1]^T Q_h[k0:e];  dV_kv[k0:k1] += P_h[k0:e, k0:k1]^T dO_h[k0:e]
 //   (the first head of the group overwrites dK and dV, the others add with beta = 1),
 //   so a kv head's gradients sum its query heads in head order whatever the thread count.
-// The products that need K^T or V^T (S, dP) read a copy transposed once per head (per kv
-// head in the backward), so every product is op(A) B with B row-major (head_loop.h's
+// The products that need K^T or V^T (S, dP) read a copy transposed once per kv head a
+// participant meets, so every product is op(A) B with B row-major (head_loop.h's
 // head_product). Each product's length is fixed by T and the document starts alone, so
 // the bits are too (for a given GEMM kernel).
 // Attention dropout: att keeps the undropped probabilities (the softmax backward needs
@@ -30,6 +30,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/causal_blocks.h"
 #include "kernels/cpu/exp_rows.h"
@@ -69,7 +70,9 @@ void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float
                            const AttentionPlan& plan) {
   check_heads("gqa_attention_forward", NH, KV);
   const GqaDims d(B, T, NH, KV, hs, plan);
-  // Scratch: S [T, T], then K^T [hs, T].
+  // Scratch: S [T, T], then K^T [hs, T]. A participant's pairs are consecutive, so the G
+  // query heads of a kv head follow each other: K^T is copied when (b, kv) changes.
+  std::vector<int64_t> kt_of(size_t(pool.size()), -1);  // the (b, kv) each one's K^T holds
   for_each_head(pool, scratch, B, NH, size_t(T) * T + size_t(hs) * T, [&](int b, int h, int p) {
     float* S = scratch.per_thread[size_t(p)].data();
     float* kt = S + int64_t(T) * T;
@@ -78,7 +81,10 @@ void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float
     const int kv = h / d.G;
     float* a = att + (int64_t(b) * NH + h) * T * T;
     const uint64_t key = drop.on() ? head_key(drop.key, drop.first_col + h) : 0;
-    transpose_head(kt, row + d.k(kv), T, hs, d.ld);
+    if (kt_of[size_t(p)] != int64_t(b) * KV + kv) {
+      transpose_head(kt, row + d.k(kv), T, hs, d.ld);
+      kt_of[size_t(p)] = int64_t(b) * KV + kv;
+    }
     for_each_row_block(starts, T, d.block, [&](int r0, int r1, int c0) {
       head_product(d.small, false, r1 - r0, r1 - c0, hs, 1.0f, row + r0 * d.ld + d.q(h), d.ld, kt + c0, T, 0.0f,
                    S + int64_t(r0) * T + c0, T);

@@ -63,7 +63,8 @@ void linear_backward(ThreadPool& pool, float* dinp, float* dweight, float* dbias
 // dbias[OC] += column sums of dout[N, OC] (rows added in order).
 void bias_backward(ThreadPool& pool, float* dbias, const float* dout, int N, int OC);
 
-// The backward of the softmax of one attention row (exp_rows.h's softmax_row): ds[i] = p[i] * (dp[i] - sum_j p[j] dp[j]).
+// The backward of the softmax of one attention row (exp_rows.h's softmax_row):
+// ds[i] = p[i] * (dp[i] - sum_j p[j] dp[j]).
 void softmax_row_backward(float* ds, const float* p, const float* dp, int n);
 
 void attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att,
@@ -73,9 +74,6 @@ void attention_backward(ThreadPool& pool, Scratch& scratch, float* dqkv, const f
                         const float* qkv, const float* att, const int32_t* doc_start, int B,
                         int T, int C, int NH, const DropoutMask& drop);
 
-// Grouped-query attention (cpu/gqa_attention.cpp): qkv[B, T, (NH + 2 KV) hs] -> out[B, T,
-// NH hs], att[B, NH, T, T]; query head h reads kv head h / (NH / KV). Forward split over
-// (b, query head), backward over (b, kv head) with the group's heads added in order.
 // How the attention kernels cut their work; the defaults are what the device runs, the
 // rest are bench/attention_bench's baselines and the tests' edge cases.
 struct AttentionPlan {
@@ -84,6 +82,9 @@ struct AttentionPlan {
   bool process_gemm = false;  // every product through the process's sgemm, never the
                               // small AVX-512 kernel (cpu/head_loop.h)
 };
+// Grouped-query attention (cpu/gqa_attention.cpp): qkv[B, T, (NH + 2 KV) hs] -> out[B, T,
+// NH hs], att[B, NH, T, T]; query head h reads kv head h / (NH / KV). Forward split over
+// (b, query head), backward over (b, kv head) with the group's heads added in order.
 void gqa_attention_forward(ThreadPool& pool, Scratch& scratch, float* out, float* att, const float* qkv,
                            const int32_t* doc_start, int B, int T, int NH, int KV, int hs, const DropoutMask& drop,
                            const AttentionPlan& plan = {});
@@ -98,10 +99,6 @@ void dropout(ThreadPool& pool, float* out, const float* in, const float* add, in
              int cols, int T, const DropoutMask& m);
 void dropout_attention_row(float* dst, const float* src, int s0, int t, int T, const DropoutMask& m, uint64_t key,
                            int64_t slot);
-// Every row of one (batch row b, local head h) block: dst[T, T] = the dropped
-// probabilities of att[T, T] (doc_start: the row's [T] document starts). Returns dst.
-const float* dropout_attention_rows(float* dst, const float* att, const int32_t* doc_start, int T,
-                                    const DropoutMask& m, int b, int h);
 
 // Rotary position embedding in place (cpu/rope.cpp): `heads` heads of hs per row of x[N,
 // ld]; cos, sin [max_positions, hs/2]; backward rotates by the negative angle.
