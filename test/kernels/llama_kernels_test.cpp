@@ -339,7 +339,8 @@ TEST_CASE("grouped-query attention matches the double loops for KV = 1, 2, 4 of 
 TEST_CASE("grouped-query attention over several causal blocks matches the double loops, documents across block edges") {
   // The device's blocks (block = 0: 32 rows for hs = 32, three blocks, the last of 11;
   // 64 for hs = 16, two) and blocks of 7 rows (eleven, the last of 5), through the CPU
-  // kernels on pools of 2, 1 and 3 threads. Row 0's documents [0, 20), [20, 45),
+  // kernels on pools of 2, 1 and 3 threads; the device's blocks also with every product
+  // through the process's sgemm (the path without the small AVX-512 kernel). Row 0's documents [0, 20), [20, 45),
   // [45, 70), [70, 75) start inside blocks and cross their edges; row 1 is one document.
   namespace cpu = troupe::kernels::cpu;
   cpu::use_single_threaded_blas();
@@ -352,11 +353,13 @@ TEST_CASE("grouped-query attention over several causal blocks matches the double
   const auto drop = troupe::kernels::make_dropout_mask(0.2f, 0xb10cull, 40, 2);
   cpu::ThreadPool one(1), two(2), three(3);
   cpu::Scratch scratch;
-  for (int block : {0, 7})
+  const troupe::kernels::cpu::AttentionPlan plans[] = {{0, false}, {7, false}, {0, true}};
+  for (const auto& plan : plans)
     for (int hs : {16, 32})
       for (int KV : {1, 2, 4})
         for (bool dropped : {false, true}) {
-          CAPTURE(block);
+          CAPTURE(plan.block);
+          CAPTURE(plan.process_gemm);
           CAPTURE(hs);
           CAPTURE(KV);
           CAPTURE(dropped);
@@ -371,9 +374,9 @@ TEST_CASE("grouped-query attention over several causal blocks matches the double
             Result r{std::vector<float>(dout.size(), NAN), std::vector<float>(size_t(B) * NH * T * T, -1.0f),
                      std::vector<float>(qkv.size(), NAN)};  // every element overwritten
             cpu::gqa_attention_forward(pool, scratch, r.out.data(), r.att.data(), qkv.data(), start.data(), B, T, NH,
-                                       KV, hs, mask, {block});
+                                       KV, hs, mask, plan);
             cpu::gqa_attention_backward(pool, scratch, r.dqkv.data(), dout.data(), qkv.data(), r.att.data(),
-                                        start.data(), B, T, NH, KV, hs, mask, {block});
+                                        start.data(), B, T, NH, KV, hs, mask, plan);
             return r;
           };
           const Result r = run(two);
