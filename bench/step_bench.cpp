@@ -49,6 +49,9 @@
 //                           each case under each model.recompute mode (FULL: UNIFORM,
 //                           every layer replayed), interleaved; a line names its case
 //                           as NAME/MODE (docs/compute.md, "Recomputation")
+//   step_bench --case NAME --no-reference
+//                           no sgemm probe before the steps (for perf: the probes would
+//                           dominate a small case's samples); sgemm and ratio read 0
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -104,6 +107,9 @@ double rss_mb() {
 
 // model.recompute of this process's case (--recompute).
 std::string g_recompute = "none";
+// --no-reference: no sgemm probe before the steps (for a profiler: the probes would
+// dominate a tiny step's samples); the sgemm and ratio columns then read 0.
+bool g_reference = true;
 
 Config make_config(const Case& k) {
   Config c;
@@ -228,9 +234,9 @@ int run_case(const Case& k, int threads, int steps) {
   const double flops = double(BT) * (6 * n_mm + 6.0 * L * D * (k.seq + 1));
   std::vector<double> step, fwd, bwd, ref, ratio;
   for (int i = 0; i < steps; ++i) {
-    ref.push_back(std::max(shape_probe.gflops(threads), square_probe.gflops(threads)));
+    ref.push_back(g_reference ? std::max(shape_probe.gflops(threads), square_probe.gflops(threads)) : 0.0);
     one_step(t);
-    ratio.push_back(flops / (t[3] - t[0]) / 1e9 / ref.back());
+    ratio.push_back(g_reference ? flops / (t[3] - t[0]) / 1e9 / ref.back() : 0.0);
     step.push_back(t[3] - t[0]);
     fwd.push_back(t[1] - t[0]);
     bwd.push_back(t[2] - t[1]);
@@ -279,11 +285,12 @@ int main(int argc, char** argv) {
     else if (a == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
     else if (a == "--recompute" && i + 1 < argc) modes_arg = argv[++i];
+    else if (a == "--no-reference") g_reference = false;
     else if (a == "--header") { header(); return 0; }
     else {
       std::fprintf(stderr,
                    "usage: step_bench [--repeat R] [--cases A,B,...] [--threads N] [--recompute M,...] | --case NAME "
-                   "[--threads N] [--steps S] [--recompute M]\n"
+                   "[--threads N] [--steps S] [--recompute M] [--no-reference]\n"
                    "cases: tiny small gpt2-124m llama-small llama-124m; recompute modes: none selective full\n");
       return 2;
     }

@@ -37,6 +37,19 @@ void Device::sum_squares_split_to_host(double* total, double* piece_sums, const 
 
 void Device::copy_from_host_async(void* dst, const void* src, size_t bytes) { copy_from_host(dst, src, bytes); }
 
+void Device::adamw_update_pieces(float* param, const float* grad, float* m, float* v,
+                                 const std::vector<AdamWPiece>& pieces, const AdamWArgs& args) {
+  AdamWArgs a = args;
+  for (const AdamWPiece& p : pieces) {
+    a.weight_decay = p.weight_decay;
+    if (p.update_sq)
+      adamw_update_norms(param + p.begin, grad + p.begin, m + p.begin, v + p.begin, p.end - p.begin, a, p.update_sq,
+                         p.weight_sq);
+    else
+      adamw_update(param + p.begin, grad + p.begin, m + p.begin, v + p.begin, p.end - p.begin, a);
+  }
+}
+
 namespace {
 
 [[noreturn]] void missing(const Device& d, const char* what) {

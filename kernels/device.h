@@ -45,6 +45,17 @@ struct AdamWArgs {
   float grad_scale = 1;        // clip factor applied to every gradient first
 };
 
+// One piece of adamw_update_pieces: elements [begin, end) of the pointers handed over,
+// updated with its own weight decay; with update_sq and weight_sq set (host memory from
+// allocate_host, read after a later when_done), also the piece's two sums, exactly as
+// adamw_update_norms writes them.
+struct AdamWPiece {
+  int64_t begin = 0, end = 0;
+  float weight_decay = 0;
+  double* update_sq = nullptr;
+  double* weight_sq = nullptr;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -293,6 +304,13 @@ class Device {
   // adamw_update gives them: the sums only read the values it computes.
   virtual void adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n,
                                   const AdamWArgs& args, double* update_sq, double* weight_sq) = 0;
+  // adamw_update (adamw_update_norms for a piece with sums) on every piece, with the
+  // piece's weight decay in place of args.weight_decay: bitwise what those calls give one
+  // after another, in any order (the pieces are disjoint). The default makes exactly those
+  // calls; the CPU device runs all pieces in one pass over its threads, so that a model of
+  // many small tensors is not updated one tensor at a time on one thread.
+  virtual void adamw_update_pieces(float* param, const float* grad, float* m, float* v,
+                                   const std::vector<AdamWPiece>& pieces, const AdamWArgs& args);
   // sum of x[i]^2 in double, in an order fixed by n alone.
   virtual double sum_squares(const float* x, int64_t n) = 0;
 

@@ -37,6 +37,17 @@ AdamW::AdamW(kernels::Device& device, AdamWHyper hyper, std::vector<model::Decay
                                   std::to_string(measured[i].begin) + ", " + std::to_string(measured[i].end) +
                                   ") is not sorted, disjoint and inside the range");
   int64_t covered = 0;
+  // Offsets local to the range: the step hands params and grads from range.begin.
+  std::vector<bool> is_measured;
+  auto piece = [&](int64_t b, int64_t e, model::DecayGroup g, bool measured) {
+    kernels::AdamWPiece p;
+    p.begin = b - range.begin;
+    p.end = e - range.begin;
+    p.weight_decay = g == model::DecayGroup::kDecay ? float(hyper_.weight_decay) : 0.0f;
+    pieces_.push_back(p);
+    is_measured.push_back(measured);
+    measured_pieces_ += measured ? 1 : 0;
+  };
   for (const auto& s : spans) {
     const int64_t b = std::max(s.begin, range.begin), e = std::min(s.end, range.end);
     if (b >= e) continue;
@@ -46,12 +57,11 @@ AdamW::AdamW(kernels::Device& device, AdamWHyper hyper, std::vector<model::Decay
     for (const auto& r : measured) {
       const int64_t mb = std::max(r.begin, at), me = std::min(r.end, e);
       if (mb >= me) continue;
-      if (at < mb) pieces_.push_back({{at, mb, s.group}, false});
-      pieces_.push_back({{mb, me, s.group}, true});
-      ++measured_pieces_;
+      if (at < mb) piece(at, mb, s.group, false);
+      piece(mb, me, s.group, true);
       at = me;
     }
-    if (at < e) pieces_.push_back({{at, e, s.group}, false});
+    if (at < e) piece(at, e, s.group, false);
   }
   if (covered != range.end - range.begin)
     throw std::invalid_argument("AdamW: the decay spans cover " + std::to_string(covered) + " of the " +
@@ -63,6 +73,14 @@ AdamW::AdamW(kernels::Device& device, AdamWHyper hyper, std::vector<model::Decay
   update_host_ = {u, static_cast<double*>(u.get())};
   auto w = device_.allocate_host(slots * sizeof(double));
   weight_host_ = {w, static_cast<double*>(w.get())};
+  // The measured pieces' sums, in piece order, into the slots update_readback() reads.
+  size_t slot = 0;
+  for (size_t i = 0; i < pieces_.size(); ++i)
+    if (is_measured[i]) {
+      pieces_[i].update_sq = update_host_.get() + slot;
+      pieces_[i].weight_sq = weight_host_.get() + slot;
+      ++slot;
+    }
 }
 
 void AdamW::step(float* params, const float* grads, double lr, double grad_scale) {
@@ -75,18 +93,7 @@ void AdamW::step(float* params, const float* grads, double lr, double grad_scale
   a.bias_correction1 = float(1.0 - std::pow(hyper_.beta1, double(t)));
   a.bias_correction2 = float(1.0 - std::pow(hyper_.beta2, double(t)));
   a.grad_scale = float(grad_scale);
-  size_t part = 0;
-  for (const auto& [p, measured] : pieces_) {
-    a.weight_decay = p.group == model::DecayGroup::kDecay ? float(hyper_.weight_decay) : 0.0f;
-    const int64_t local = p.begin - range_.begin;
-    if (measured) {
-      device_.adamw_update_norms(params + p.begin, grads + p.begin, m() + local, v() + local, p.end - p.begin, a,
-                                 update_host_.get() + part, weight_host_.get() + part);
-      ++part;
-    } else {
-      device_.adamw_update(params + p.begin, grads + p.begin, m() + local, v() + local, p.end - p.begin, a);
-    }
-  }
+  device_.adamw_update_pieces(params + range_.begin, grads + range_.begin, m(), v(), pieces_, a);
   steps_ = t;
 }
 

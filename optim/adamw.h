@@ -75,12 +75,10 @@ class AdamW {
   kernels::Device& device_;
   AdamWHyper hyper_;
   // The spans clipped to range_, in layout order, cut where a measured range begins or
-  // ends (the update is element by element, so the cuts change no value).
-  struct Piece {
-    model::DecaySpan span;
-    bool measured = false;
-  };
-  std::vector<Piece> pieces_;
+  // ends (the update is element by element, so the cuts change no value); offsets from
+  // range_.begin, a measured piece's sums into its slot of update_host_ / weight_host_.
+  // One device call updates them all (Device::adamw_update_pieces).
+  std::vector<kernels::AdamWPiece> pieces_;
   size_t measured_pieces_ = 0;
   std::shared_ptr<double> update_host_, weight_host_;  // [max(1, measured_pieces_)] each
   model::FlatRange range_;

@@ -55,6 +55,7 @@ int64_t CpuDevice::scratch_bytes() const {
                            scratch_.piece_partials.capacity()) *
                           sizeof(double));
   bytes += int64_t(scratch_.block_pieces.capacity() * sizeof(int64_t));
+  bytes += int64_t(scratch_.adamw_blocks.capacity() * sizeof(cpu::Scratch::AdamWBlock));
   for (const auto& v : scratch_.per_thread) bytes += int64_t(v.capacity() * sizeof(float));
   return bytes;
 }
@@ -173,6 +174,11 @@ void CpuDevice::adamw_update(float* param, const float* grad, float* m, float* v
 void CpuDevice::adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n,
                                    const AdamWArgs& args, double* update_sq, double* weight_sq) {
   cpu::adamw_update_norms(pool_, scratch_, param, grad, m, v, n, args, update_sq, weight_sq);
+  account_kernel_scratch();
+}
+void CpuDevice::adamw_update_pieces(float* param, const float* grad, float* m, float* v,
+                                    const std::vector<AdamWPiece>& pieces, const AdamWArgs& args) {
+  cpu::adamw_update_pieces(pool_, scratch_, param, grad, m, v, pieces, args);
   account_kernel_scratch();
 }
 double CpuDevice::sum_squares(const float* x, int64_t n) {

@@ -97,6 +97,8 @@ class CpuDevice final : public Device {
                     const AdamWArgs& args) override;
   void adamw_update_norms(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWArgs& args,
                           double* update_sq, double* weight_sq) override;
+  void adamw_update_pieces(float* param, const float* grad, float* m, float* v, const std::vector<AdamWPiece>& pieces,
+                           const AdamWArgs& args) override;
   double sum_squares(const float* x, int64_t n) override;
   void sum_squares_split_to_host(double* total, double* piece_sums, const float* x, int64_t n,
                                  const std::vector<int64_t>& piece_ends) override;

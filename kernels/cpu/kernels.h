@@ -29,6 +29,11 @@ struct Scratch {
   std::vector<double> update_partials;         // adamw_update_norms block partials, 2 per block
   std::vector<double> piece_partials;          // sum_squares_split: one per (block, piece) segment
   std::vector<int64_t> block_pieces;           // sum_squares_split: each block's first piece and segment
+  struct AdamWBlock {
+    size_t piece;
+    int64_t lo, hi;
+  };
+  std::vector<AdamWBlock> adamw_blocks;        // adamw_update_pieces: every piece's blocks
   float* thread_floats(int p, size_t n) {
     auto& v = per_thread[size_t(p)];
     if (v.size() < n) v.resize(n);
@@ -153,5 +158,13 @@ double sum_squares_split(ThreadPool& pool, Scratch& scratch, const float* x, int
 // 64 Ki-element blocks, partials in double, added in block order.
 void adamw_update_norms(ThreadPool& pool, Scratch& scratch, float* param, const float* grad, float* m, float* v,
                         int64_t n, const AdamWArgs& a, double* update_sq, double* weight_sq);
+// adamw_update / adamw_update_norms on every piece (Device::adamw_update_pieces) in one
+// pass over the pool: the pieces are cut in adamw_update_norms' 64 Ki-element blocks and
+// the blocks dealt out as contiguous runs of about equal element counts (at least
+// kAdamWPiecesGrain elements a participant), so each block, and so each sum, has the bits
+// of the call per piece.
+constexpr int64_t kAdamWPiecesGrain = int64_t(1) << 14;
+void adamw_update_pieces(ThreadPool& pool, Scratch& scratch, float* param, const float* grad, float* m, float* v,
+                         const std::vector<AdamWPiece>& pieces, const AdamWArgs& a);
 
 }  // namespace troupe::kernels::cpu

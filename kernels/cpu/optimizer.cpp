@@ -166,36 +166,45 @@ double sum_squares_split(ThreadPool& pool, Scratch& scratch, const float* x, int
   return total;
 }
 
+namespace {
+
+// AdamW on [lo, hi) (one block of adamw_update_norms) with its two sums taken in the
+// update's own loop from its registers, in double (the difference of two floats taken in
+// double), in element order: part[0] the update's, part[1] the weights'. The update is
+// memory-bound and the sums ride along (a second pass over each piece from L1 cost
+// 1.25-1.4x the plain update; docs/performance.md).
+void adamw_block_sums(float* param, const float* grad, float* m, float* v, int64_t lo, int64_t hi, const AdamWArgs& a,
+                      double* part) {
+  __m256d u0 = _mm256_setzero_pd(), u1 = _mm256_setzero_pd(), w0 = _mm256_setzero_pd(), w1 = _mm256_setzero_pd();
+  adamw_range(param, grad, m, v, lo, hi, a, [&](__m256 old, __m256 now, int64_t k) {
+    // Lanes past the end: 0 before (load_partial), and 0 after once masked, so they
+    // add nothing whatever the update computed from the zero padding.
+    if (k < 8) now = _mm256_and_ps(now, _mm256_castsi256_ps(tail_mask(k)));
+    const __m256d o_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(old));
+    const __m256d o_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(old, 1));
+    const __m256d d_lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(now)), o_lo);
+    const __m256d d_hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(now, 1)), o_hi);
+    u0 = _mm256_fmadd_pd(d_lo, d_lo, u0);
+    u1 = _mm256_fmadd_pd(d_hi, d_hi, u1);
+    w0 = _mm256_fmadd_pd(o_lo, o_lo, w0);
+    w1 = _mm256_fmadd_pd(o_hi, o_hi, w1);
+  });
+  part[0] = sum_pair(u0, u1);
+  part[1] = sum_pair(w0, w1);
+}
+
+}  // namespace
+
 void adamw_update_norms(ThreadPool& pool, Scratch& scratch, float* param, const float* grad, float* m, float* v,
                         int64_t n, const AdamWArgs& a, double* update_sq, double* weight_sq) {
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
   if (scratch.update_partials.size() < 2 * size_t(blocks)) scratch.update_partials.resize(2 * size_t(blocks));
   double* part = scratch.update_partials.data();
-  // Block by block (64 Ki elements, adamw_update's grain; one a thread at least), both
-  // sums taken in the update's own loop from its registers, in double (the difference of
-  // two floats taken in double), in element order: the update is memory-bound and the
-  // sums ride along (a second pass over each piece from L1 cost 1.25-1.4x the plain
-  // update; docs/performance.md). The same order as that pass, so the same bits.
+  // Block by block (64 Ki elements, adamw_update's grain; one a thread at least), the
+  // partials added in block order.
   pool.parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
-    for (int64_t blk = b; blk < e; ++blk) {
-      const int64_t lo = blk * kSumBlock, hi = std::min(n, lo + kSumBlock);
-      __m256d u0 = _mm256_setzero_pd(), u1 = _mm256_setzero_pd(), w0 = _mm256_setzero_pd(), w1 = _mm256_setzero_pd();
-      adamw_range(param, grad, m, v, lo, hi, a, [&](__m256 old, __m256 now, int64_t k) {
-        // Lanes past the end: 0 before (load_partial), and 0 after once masked, so they
-        // add nothing whatever the update computed from the zero padding.
-        if (k < 8) now = _mm256_and_ps(now, _mm256_castsi256_ps(tail_mask(k)));
-        const __m256d o_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(old));
-        const __m256d o_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(old, 1));
-        const __m256d d_lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(now)), o_lo);
-        const __m256d d_hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(now, 1)), o_hi);
-        u0 = _mm256_fmadd_pd(d_lo, d_lo, u0);
-        u1 = _mm256_fmadd_pd(d_hi, d_hi, u1);
-        w0 = _mm256_fmadd_pd(o_lo, o_lo, w0);
-        w1 = _mm256_fmadd_pd(o_hi, o_hi, w1);
-      });
-      part[2 * blk] = sum_pair(u0, u1);
-      part[2 * blk + 1] = sum_pair(w0, w1);
-    }
+    for (int64_t blk = b; blk < e; ++blk)
+      adamw_block_sums(param, grad, m, v, blk * kSumBlock, std::min(n, (blk + 1) * kSumBlock), a, part + 2 * blk);
   });
   double du = 0, dw = 0;
   for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -204,6 +213,64 @@ void adamw_update_norms(ThreadPool& pool, Scratch& scratch, float* param, const 
   }
   *update_sq = du;
   *weight_sq = dw;
+}
+
+void adamw_update_pieces(ThreadPool& pool, Scratch& scratch, float* param, const float* grad, float* m, float* v,
+                         const std::vector<AdamWPiece>& pieces, const AdamWArgs& a) {
+  // The blocks of every piece, in piece order: [lo, hi) of the piece pieces[piece].
+  using Block = Scratch::AdamWBlock;
+  std::vector<Block>& blocks = scratch.adamw_blocks;
+  blocks.clear();
+  int64_t total = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    for (int64_t lo = pieces[i].begin; lo < pieces[i].end; lo += kSumBlock)
+      blocks.push_back({i, lo, std::min(pieces[i].end, lo + kSumBlock)});
+    total += pieces[i].end - pieces[i].begin;
+  }
+  if (scratch.update_partials.size() < 2 * blocks.size()) scratch.update_partials.resize(2 * blocks.size());
+  double* part = scratch.update_partials.data();
+  const int parts = int(std::max<int64_t>(1, std::min<int64_t>(pool.size(), total / kAdamWPiecesGrain)));
+  // Participant p takes the blocks whose first element, counting the pieces' elements in
+  // order, falls in [total p / parts, total (p + 1) / parts): each block one participant's.
+  auto body = [&](int p) {
+    if (p >= parts) return;
+    const int64_t from = total * p / parts, to = total * (p + 1) / parts;
+    AdamWArgs args = a;
+    int64_t at = 0;
+    for (size_t k = 0; k < blocks.size(); ++k) {
+      const Block& b = blocks[k];
+      const int64_t start = at;
+      at += b.hi - b.lo;
+      if (start < from) continue;
+      if (start >= to) break;
+      const AdamWPiece& piece = pieces[b.piece];
+      args.weight_decay = piece.weight_decay;
+      if (piece.update_sq)
+        adamw_block_sums(param + piece.begin, grad + piece.begin, m + piece.begin, v + piece.begin,
+                         b.lo - piece.begin, b.hi - piece.begin, args, part + 2 * k);
+      else
+        adamw_range(param, grad, m, v, b.lo, b.hi, args, [](__m256, __m256, int64_t) {});
+    }
+  };
+  if (parts == 1)
+    body(0);
+  else
+    pool.run(body);
+  // A measured piece's sums: its blocks' partials in block order, as adamw_update_norms adds them.
+  for (size_t k = 0; k < blocks.size();) {
+    const AdamWPiece& piece = pieces[blocks[k].piece];
+    double du = 0, dw = 0;
+    size_t e = k;
+    for (; e < blocks.size() && blocks[e].piece == blocks[k].piece; ++e) {
+      du += part[2 * e];
+      dw += part[2 * e + 1];
+    }
+    if (piece.update_sq) {
+      *piece.update_sq = du;
+      *piece.weight_sq = dw;
+    }
+    k = e;
+  }
 }
 
 }  // namespace troupe::kernels::cpu

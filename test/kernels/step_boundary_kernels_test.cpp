@@ -1,6 +1,8 @@
 // CPU kernels between two steps: the optimizer shard's norm partial with its layer sums
-// (cpu::sum_squares_split, Device::sum_squares_split_to_host) and the gradient zeroing
-// (CpuDevice::fill_zero, split over the pool). sum_squares_split: the total bitwise that
+// (cpu::sum_squares_split, Device::sum_squares_split_to_host), the gradient zeroing
+// (CpuDevice::fill_zero, split over the pool) and AdamW over many pieces in one pass
+// (CpuDevice::adamw_update_pieces: bitwise the per-piece calls, so no tolerance).
+// sum_squares_split: the total bitwise that
 // of sum_squares over the same elements, each piece's sum against a long-double sum of
 // its squares, and the same bits with 1 and 2 threads. Tolerance, set before any run:
 // 1e-13 relative for a piece (exact squares in double, at most a few thousand additions
@@ -94,4 +96,81 @@ TEST_CASE("CpuDevice::fill_zero over the pool: exactly the bytes asked for") {
     for (size_t i = 0; i < buf.size(); ++i) wrong += buf[i] != ((i >= 64 && i < 64 + bytes) ? 0 : 0xAB);
     CHECK(wrong == 0);
   }
+}
+
+namespace {
+
+// The pieces of one range, cut at `cuts` (ascending, the last the range's end); every
+// third piece without decay, every second one measured.
+std::vector<troupe::kernels::AdamWPiece> pieces_at(const std::vector<int64_t>& cuts) {
+  std::vector<troupe::kernels::AdamWPiece> pieces;
+  int64_t begin = 0;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    troupe::kernels::AdamWPiece p;
+    p.begin = begin;
+    p.end = cuts[i];
+    p.weight_decay = i % 3 == 2 ? 0.0f : 0.1f;
+    pieces.push_back(p);
+    begin = cuts[i];
+  }
+  return pieces;
+}
+
+// adamw_update_pieces against the same pieces through adamw_update / adamw_update_norms
+// one by one on a one-thread device: parameters, moments and sums bitwise, for the given
+// thread count, over three steps (the moments carry over).
+void check_pieces(const std::vector<int64_t>& cuts, int threads) {
+  CAPTURE(cuts.size());
+  CAPTURE(cuts.back());
+  CAPTURE(threads);
+  const int64_t n = cuts.back();
+  const auto grad = values(n, 7), start = values(n, 8);
+  CpuDevice one(1), dev(threads);
+  std::vector<float> p0 = start, p1 = start, m0(static_cast<size_t>(n)), v0 = m0, m1 = m0, v1 = m0;
+  auto pieces = pieces_at(cuts);
+  std::vector<double> sums0(2 * pieces.size(), -1.0), sums1(2 * pieces.size(), -2.0);
+  for (size_t i = 0; i < pieces.size(); i += 2) {
+    pieces[i].update_sq = &sums1[2 * i];
+    pieces[i].weight_sq = &sums1[2 * i + 1];
+  }
+  troupe::kernels::AdamWArgs a;
+  a.grad_scale = 0.5f;
+  for (int step = 1; step <= 3; ++step) {
+    a.lr = 1e-3f * float(step);
+    a.bias_correction1 = float(1.0 - std::pow(0.9, step));
+    a.bias_correction2 = float(1.0 - std::pow(0.95, step));
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const auto& pc = pieces[i];
+      troupe::kernels::AdamWArgs ai = a;
+      ai.weight_decay = pc.weight_decay;
+      const int64_t b = pc.begin, len = pc.end - pc.begin;
+      if (i % 2 == 0)
+        one.adamw_update_norms(p0.data() + b, grad.data() + b, m0.data() + b, v0.data() + b, len, ai, &sums0[2 * i],
+                               &sums0[2 * i + 1]);
+      else
+        one.adamw_update(p0.data() + b, grad.data() + b, m0.data() + b, v0.data() + b, len, ai);
+    }
+    dev.adamw_update_pieces(p1.data(), grad.data(), m1.data(), v1.data(), pieces, a);
+    CHECK(std::memcmp(p0.data(), p1.data(), size_t(n) * sizeof(float)) == 0);
+    CHECK(std::memcmp(m0.data(), m1.data(), size_t(n) * sizeof(float)) == 0);
+    CHECK(std::memcmp(v0.data(), v1.data(), size_t(n) * sizeof(float)) == 0);
+    for (size_t i = 0; i < pieces.size(); i += 2) {
+      CHECK(std::memcmp(&sums0[2 * i], &sums1[2 * i], 2 * sizeof(double)) == 0);
+      CHECK(sums1[2 * i + 1] > 0.0);  // the weights' sum: something was summed
+    }
+  }
+  CHECK(std::memcmp(p1.data(), start.data(), size_t(n) * sizeof(float)) != 0);  // the update moved them
+}
+
+}  // namespace
+
+TEST_CASE("adamw_update_pieces: bitwise the per-piece updates and sums, any thread count") {
+  // Tiny GPT-2's kind of pieces (many, a few hundred to a few thousand elements, most not
+  // multiples of 8), pieces across the 64 Ki-element blocks of the sums, one piece alone.
+  std::vector<int64_t> small_pieces;
+  for (int64_t at = 0, i = 0; i < 40; ++i) small_pieces.push_back(at += 64 + 37 * i + (i % 5) * 1001);
+  const std::vector<std::vector<int64_t>> cases = {
+      small_pieces, {3}, {65536}, {70001}, {100, 65636, 65637, 200000, 200013}, {131072 + 5, 131072 + 9 + 40000}};
+  for (const auto& cuts : cases)
+    for (int threads : {1, 2, 3}) check_pieces(cuts, threads);
 }
