@@ -159,10 +159,10 @@ double sum_squares_split(ThreadPool& pool, Scratch& scratch, const float* x, int
 void adamw_update_norms(ThreadPool& pool, Scratch& scratch, float* param, const float* grad, float* m, float* v,
                         int64_t n, const AdamWArgs& a, double* update_sq, double* weight_sq);
 // adamw_update / adamw_update_norms on every piece (Device::adamw_update_pieces) in one
-// pass over the pool: the pieces are cut in adamw_update_norms' 64 Ki-element blocks and
-// the blocks dealt out as contiguous runs of about equal element counts (at least
-// kAdamWPiecesGrain elements a participant), so each block, and so each sum, has the bits
-// of the call per piece.
+// pass over the pool: the pieces' elements dealt out in order as contiguous runs of equal
+// counts (at least kAdamWPiecesGrain elements a participant), except that a piece with
+// sums goes in adamw_update_norms' 64 Ki-element blocks, each block whole to one
+// participant, so each sum has the bits of the call per piece.
 constexpr int64_t kAdamWPiecesGrain = int64_t(1) << 14;
 void adamw_update_pieces(ThreadPool& pool, Scratch& scratch, float* param, const float* grad, float* m, float* v,
                          const std::vector<AdamWPiece>& pieces, const AdamWArgs& a);

@@ -230,8 +230,10 @@ void adamw_update_pieces(ThreadPool& pool, Scratch& scratch, float* param, const
   if (scratch.update_partials.size() < 2 * blocks.size()) scratch.update_partials.resize(2 * blocks.size());
   double* part = scratch.update_partials.data();
   const int parts = int(std::max<int64_t>(1, std::min<int64_t>(pool.size(), total / kAdamWPiecesGrain)));
-  // Participant p takes the blocks whose first element, counting the pieces' elements in
-  // order, falls in [total p / parts, total (p + 1) / parts): each block one participant's.
+  // Participant p owns the elements [total p / parts, total (p + 1) / parts), counting the
+  // pieces' elements in order: of a piece without sums, exactly those (the update is
+  // element by element); of a piece with sums, the blocks whose first element it owns (a
+  // block's sum is one participant's loop).
   auto body = [&](int p) {
     if (p >= parts) return;
     const int64_t from = total * p / parts, to = total * (p + 1) / parts;
@@ -241,15 +243,17 @@ void adamw_update_pieces(ThreadPool& pool, Scratch& scratch, float* param, const
       const Block& b = blocks[k];
       const int64_t start = at;
       at += b.hi - b.lo;
-      if (start < from) continue;
       if (start >= to) break;
       const AdamWPiece& piece = pieces[b.piece];
       args.weight_decay = piece.weight_decay;
-      if (piece.update_sq)
-        adamw_block_sums(param + piece.begin, grad + piece.begin, m + piece.begin, v + piece.begin,
-                         b.lo - piece.begin, b.hi - piece.begin, args, part + 2 * k);
-      else
-        adamw_range(param, grad, m, v, b.lo, b.hi, args, [](__m256, __m256, int64_t) {});
+      if (piece.update_sq) {
+        if (start >= from)
+          adamw_block_sums(param + piece.begin, grad + piece.begin, m + piece.begin, v + piece.begin,
+                           b.lo - piece.begin, b.hi - piece.begin, args, part + 2 * k);
+      } else if (at > from) {
+        const int64_t lo = b.lo + std::max<int64_t>(0, from - start), hi = b.hi - std::max<int64_t>(0, at - to);
+        adamw_range(param, grad, m, v, lo, hi, args, [](__m256, __m256, int64_t) {});
+      }
     }
   };
   if (parts == 1)
