@@ -4,8 +4,12 @@
 // sums, as one read of the gradients (sum_squares_split_to_host) against the total and
 // each layer read apart (the default Device's way); the best of 7 runs of each over N
 // elements (default 16 Mi; 124000000 is GPT-2 124M's) cut into 14 equal layers, with T
-// threads (default 1).
-//   adamw_bench [THREADS] [ELEMENTS]
+// threads (default 1). Then a step's AdamW over many small pieces (P pieces of about
+// E / P elements, decay and no decay alternating; default 18 pieces of 120,576 elements
+// in all, tiny GPT-2's), one device call over all of them (Device::adamw_update_pieces)
+// against the pieces one call each (the default Device's way), without and with the sums;
+// medians of 301 alternated calls, since one is tens of microseconds.
+//   adamw_bench [THREADS] [ELEMENTS] [PIECE_ELEMENTS PIECES]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +17,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/stats.h"
 #include "kernels/cpu/cpu_device.h"
 
 using namespace troupe::kernels;
@@ -20,8 +25,10 @@ using namespace troupe::kernels;
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const int64_t n = argc > 2 ? std::atoll(argv[2]) : int64_t(16) << 20;
-  if (threads < 1 || n < 1) {
-    std::fprintf(stderr, "usage: adamw_bench [THREADS >= 1] [ELEMENTS >= 1]\n");
+  const int64_t piece_elements = argc > 3 ? std::atoll(argv[3]) : 120576;
+  const int pieces_count = argc > 4 ? std::atoi(argv[4]) : 18;
+  if (threads < 1 || n < 1 || piece_elements < pieces_count || pieces_count < 1 || piece_elements > n) {
+    std::fprintf(stderr, "usage: adamw_bench [THREADS >= 1] [ELEMENTS >= 1] [PIECE_ELEMENTS <= ELEMENTS  PIECES >= 1, <= PIECE_ELEMENTS]\n");
     return 2;
   }
   cpu::CpuDevice dev(threads);
@@ -80,5 +87,30 @@ int main(int argc, char** argv) {
   std::printf("threads %d, %lld elements, %zu layers: norm partial with layer sums, two reads %.2f ms, one read "
               "%.2f ms (%.2fx)\n",
               threads, static_cast<long long>(n), ends.size(), two_reads * 1e3, one_read * 1e3, two_reads / one_read);
+
+  // A step over many small pieces: one call over all, against one call a piece.
+  std::vector<AdamWPiece> pieces(static_cast<size_t>(pieces_count));
+  std::vector<double> sums(2 * pieces.size());
+  for (int i = 0; i < pieces_count; ++i) {
+    pieces[size_t(i)].begin = piece_elements * i / pieces_count;
+    pieces[size_t(i)].end = piece_elements * (i + 1) / pieces_count;
+    pieces[size_t(i)].weight_decay = i % 2 ? 0.0f : 0.1f;
+  }
+  for (bool with_sums : {false, true}) {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      pieces[i].update_sq = with_sums ? &sums[2 * i] : nullptr;
+      pieces[i].weight_sq = with_sums ? &sums[2 * i + 1] : nullptr;
+    }
+    std::vector<double> one_call, per_piece;
+    for (int r = 0; r < 301; ++r) {
+      one_call.push_back(troupe::bench::seconds([&] { dev.adamw_update_pieces(p.data(), g.data(), m.data(), v.data(), pieces, a); }));
+      per_piece.push_back(
+          troupe::bench::seconds([&] { dev.Device::adamw_update_pieces(p.data(), g.data(), m.data(), v.data(), pieces, a); }));
+    }
+    const double one = troupe::bench::median(one_call), each = troupe::bench::median(per_piece);
+    std::printf("threads %d, %d pieces, %lld elements%s: one call per piece %.1f us, one call for all %.1f us (%.2fx)\n",
+                threads, pieces_count, static_cast<long long>(piece_elements), with_sums ? ", with sums" : "",
+                each * 1e6, one * 1e6, each / one);
+  }
   return 0;
 }
