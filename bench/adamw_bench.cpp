@@ -28,7 +28,9 @@ int main(int argc, char** argv) {
   const int64_t piece_elements = argc > 3 ? std::atoll(argv[3]) : 120576;
   const int pieces_count = argc > 4 ? std::atoi(argv[4]) : 18;
   if (threads < 1 || n < 1 || piece_elements < pieces_count || pieces_count < 1 || piece_elements > n) {
-    std::fprintf(stderr, "usage: adamw_bench [THREADS >= 1] [ELEMENTS >= 1] [PIECE_ELEMENTS <= ELEMENTS  PIECES >= 1, <= PIECE_ELEMENTS]\n");
+    std::fprintf(stderr,
+                 "usage: adamw_bench [THREADS >= 1] [ELEMENTS >= 1] [PIECE_ELEMENTS <= ELEMENTS  PIECES >= 1, "
+                 "<= PIECE_ELEMENTS]\n");
     return 2;
   }
   cpu::CpuDevice dev(threads);
@@ -103,12 +105,14 @@ int main(int argc, char** argv) {
     }
     std::vector<double> one_call, per_piece;
     for (int r = 0; r < 301; ++r) {
-      one_call.push_back(troupe::bench::seconds([&] { dev.adamw_update_pieces(p.data(), g.data(), m.data(), v.data(), pieces, a); }));
-      per_piece.push_back(
-          troupe::bench::seconds([&] { dev.Device::adamw_update_pieces(p.data(), g.data(), m.data(), v.data(), pieces, a); }));
+      one_call.push_back(troupe::bench::seconds(
+          [&] { dev.adamw_update_pieces(p.data(), g.data(), m.data(), v.data(), pieces, a); }));
+      per_piece.push_back(troupe::bench::seconds(
+          [&] { dev.Device::adamw_update_pieces(p.data(), g.data(), m.data(), v.data(), pieces, a); }));
     }
     const double one = troupe::bench::median(one_call), each = troupe::bench::median(per_piece);
-    std::printf("threads %d, %d pieces, %lld elements%s: one call per piece %.1f us, one call for all %.1f us (%.2fx)\n",
+    std::printf("threads %d, %d pieces, %lld elements%s: one call per piece %.1f us, one call for all %.1f us "
+                "(%.2fx)\n",
                 threads, pieces_count, static_cast<long long>(piece_elements), with_sums ? ", with sums" : "",
                 each * 1e6, one * 1e6, each / one);
   }

@@ -260,20 +260,14 @@ void adamw_update_pieces(ThreadPool& pool, Scratch& scratch, float* param, const
     body(0);
   else
     pool.run(body);
-  // A measured piece's sums: its blocks' partials in block order, as adamw_update_norms adds them.
-  for (size_t k = 0; k < blocks.size();) {
+  // A measured piece's sums: from 0, its blocks' partials in block order, as
+  // adamw_update_norms adds them.
+  for (size_t k = 0; k < blocks.size(); ++k) {
     const AdamWPiece& piece = pieces[blocks[k].piece];
-    double du = 0, dw = 0;
-    size_t e = k;
-    for (; e < blocks.size() && blocks[e].piece == blocks[k].piece; ++e) {
-      du += part[2 * e];
-      dw += part[2 * e + 1];
-    }
-    if (piece.update_sq) {
-      *piece.update_sq = du;
-      *piece.weight_sq = dw;
-    }
-    k = e;
+    if (!piece.update_sq) continue;
+    if (blocks[k].lo == piece.begin) *piece.update_sq = *piece.weight_sq = 0.0;
+    *piece.update_sq += part[2 * k];
+    *piece.weight_sq += part[2 * k + 1];
   }
 }
 
