@@ -27,6 +27,7 @@
 #include "engine/spike_guard.h"
 #include "engine/step_driver.h"
 #include "engine/step_ledger.h"
+#include "engine/storage_space.h"
 #include "metrics/json.h"
 #include "metrics/json_records.h"
 #include "metrics/jsonl_log.h"
@@ -251,13 +252,53 @@ void send_run_step_ahead(Self* self, const engine::SendRunStepAhead& a) {
   for (const auto& s : st.stages) self->send(s, rs);
 }
 
+// Whether an error is a file system's "no space" (ENOSPC, or EDQUOT: a quota).
+bool out_of_space(const std::string& error) {
+  return error.find("No space left on device") != std::string::npos ||
+         error.find("Disk quota exceeded") != std::string::npos;
+}
+
+// One report per failed save: the error, and for a lack of space what a checkpoint needs
+// and what the disk has. Its partial directory is removed (the writers still writing see
+// their save given up and drop their shards).
 void save_failed(Self* self, const engine::SaveFailed& a) {
+  auto& st = self->state;
+  std::string error = a.error;
+  if (out_of_space(error)) error += "; " + engine::space_note(st.args.config, st.ckpt_root);
   if (a.begun)
-    spdlog::error("checkpoint of step {} failed: {}", a.step, a.error);
+    spdlog::error("checkpoint of step {} failed: {}", a.step, error);
   else
-    spdlog::error("checkpoint of step {} not started: {}", a.step, a.error);
-  event(self, "checkpoint_failed", a.step, {{"error", a.error}, {"final", a.final}});
-  self->state.save.reset();
+    spdlog::error("checkpoint of step {} not started: {}", a.step, error);
+  if (st.save && st.save->commit) {
+    try {
+      st.save->commit->discard();
+    } catch (const std::exception& e) {
+      spdlog::warn("checkpoint of step {}: its partial directory stays until the next commit: {}", a.step, e.what());
+    }
+  }
+  event(self, "checkpoint_failed", a.step, {{"error", error}, {"final", a.final}});
+  st.save.reset();
+}
+
+// The run cannot keep what it writes (engine::FinishRunFailed): it ends as failed, naming
+// the newest complete checkpoint (which `latest` names and a resume starts from) and the
+// space a checkpoint needs.
+void finish_failed(Self* self, const engine::FinishRunFailed& a) {
+  const auto& st = self->state;
+  const auto newest = newest_checkpoint(st);
+  finish_run(self, "failed",
+             fmt::format("{}; the newest complete checkpoint is {}; {}", a.error, newest.empty() ? "none" : newest,
+                         engine::space_note(st.args.config, st.ckpt_root)));
+}
+
+// Hung writers (engine::ReplaceWriters): their supervisor abandons and replaces them;
+// each replacement comes back as writer_down_atom.
+void replace_writers(Self* self, const engine::ReplaceWriters& a) {
+  const auto writers = self->state.args.directory->get(engine::writers_supervisor_path());
+  for (const auto& path : a.paths) {
+    spdlog::error("{}: did not write its shard in time; replacing it", path);
+    if (writers) caf::anon_send(writers, abandon_atom::value, path, a.reason);  // the supervisors stay untyped
+  }
 }
 
 // The spike step closed (logging.on_spike ROLLBACK): the checkpoint root moves back and
@@ -326,8 +367,10 @@ void carry_out(Self* self, const engine::StepAction& action) {
           begin_save(self, a);
         } else if constexpr (std::is_same_v<A, engine::RetryFinalSave>) {
           spdlog::warn("retrying the final checkpoint of step {} (attempt {} of {})", a.step, a.attempt, a.attempts);
+        } else if constexpr (std::is_same_v<A, engine::ReplaceWriters>) {
+          replace_writers(self, a);
         } else if constexpr (std::is_same_v<A, engine::SaveWaitsForWriters>) {
-          spdlog::info("checkpoint of step {} waits for {} writer(s) that failed to restart", a.step, a.writers);
+          spdlog::info("checkpoint of step {} waits for {} hung writer(s) to be replaced", a.step, a.writers);
         } else if constexpr (std::is_same_v<A, engine::SaveDeferred>) {
           spdlog::info("checkpoint due at step {} (interval_seconds) deferred: step {} already went out and {}",
                        a.step, a.step + 1, a.reason);
@@ -346,6 +389,8 @@ void carry_out(Self* self, const engine::StepAction& action) {
             roll_back(self);
           else
             finish_run(self, a.status, a.error);
+        } else if constexpr (std::is_same_v<A, engine::FinishRunFailed>) {
+          finish_failed(self, a);
         } else if constexpr (std::is_same_v<A, engine::FinishRunFinalSaveFailed>) {
           finish_final_save_failed(self, a);
         } else {
@@ -717,6 +762,7 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
       [self](const msg::SnapshotTaken& t) { feed(self, t); },
       [self](const msg::ShardWritten& w) { feed(self, w); },
       [self](writer_down_atom, const std::string& path) { feed(self, engine::WriterDown{path}); },
+      [self](storage_failed_atom, const std::string& error) { feed(self, engine::StorageFailed{error}); },
       [self, tick](tick_atom) {
         watchdog(self);
         feed(self, engine::Tick{});  // the save deadline

@@ -66,8 +66,8 @@ struct CoordinatorArgs {
 
 coordinator_actor spawn_coordinator(caf::event_based_actor* parent, CoordinatorArgs args);
 
-// Set by SIGINT / SIGTERM handlers; the coordinator stops after the current step
-// (with a final checkpoint on SIGTERM when checkpoint.save_on_exit).
+// Set by the SIGINT / SIGTERM / SIGHUP handlers; the coordinator stops after the current
+// step (with a final checkpoint on SIGTERM and SIGHUP when checkpoint.save_on_exit).
 void request_stop(int signal_number);
 int stop_signal();  // 0 when no stop was requested
 void clear_stop();

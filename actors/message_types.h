@@ -31,6 +31,9 @@ using loader_atom = caf::atom_constant<caf::atom("loader")>;
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 // writer supervisor -> coordinator: a writer died (its path); its checkpoint fails.
 using writer_down_atom = caf::atom_constant<caf::atom("writerdown")>;
+// metrics -> coordinator: the run's records cannot be written (why); the run stops as
+// failed at the next step boundary (engine::StorageFailed).
+using storage_failed_atom = caf::atom_constant<caf::atom("storefail")>;
 // coordinator -> metrics: a JSON object for metrics.jsonl (checkpoints, recoveries),
 // with its type, step and Unix time.
 using event_atom = caf::atom_constant<caf::atom("event")>;

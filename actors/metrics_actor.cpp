@@ -1,9 +1,12 @@
 #include "actors/metrics_actor.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -32,10 +35,31 @@ struct MetricsState {
   bool header_printed = false;
   uint64_t owner = 0;  // this actor's claim on the inbox
   caf::message_handler records;
+  // The record being written, in file writes: one retried after a write failed (a full
+  // disk) skips the writes that already succeeded, so no line is written twice.
+  int writes_done = 0, writes_seen = 0;
+  bool blocked = false;        // the oldest record's write failed; a retry is scheduled
+  bool stop_asked = false;     // the coordinator was told the records cannot be written
+  bool console_closed = false;  // standard output went away (EPIPE): console output stopped
+  std::optional<metrics::SpikeRecord> spike;  // the spike of the StepExtras being written, if any
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
 
 using Self = metrics_actor::stateful_base<MetricsState>;
+
+// How long a record that could not be written waits before it is tried again (records
+// posted meanwhile try it at once).
+constexpr std::chrono::seconds kRetryWrite{1};
+
+// One file write of the record being handled: skipped when a try of the same record
+// already did it (see MetricsState::writes_done).
+template <class Write>
+void write_once(Self* self, Write&& write) {
+  auto& st = self->state;
+  if (st.writes_seen++ < st.writes_done) return;
+  write();
+  ++st.writes_done;
+}
 
 // The calendar from the measured throughput (docs/planner.md, "Calendar"):
 // the step-time rate excludes checkpoint waits and evaluation, so the calendar
@@ -58,6 +82,24 @@ std::string calendar_lines(const Config& c, const metrics::RunSummary& r) {
       at_step.compute_days, at_step.calendar_days, 100 * eff, wall_rate, at_wall.calendar_days);
 }
 
+void event_line(Self* self, const std::string& type, int64_t step, metrics::Json fields);
+
+// The console is a view of the run, not the run: once standard output is gone (a closed
+// pipe, `supervisor run | head`; SIGPIPE is ignored, so writes fail with EPIPE) console
+// output stops, said once in metrics.jsonl, and training goes on.
+void check_console(Self* self) {
+  auto& st = self->state;
+  if (!std::ferror(stdout)) return;
+  const int err = errno;
+  std::clearerr(stdout);
+  st.args.console = false;
+  st.bar = false;
+  st.console_closed = true;
+  const std::string why = err == EPIPE ? "standard output was closed (broken pipe)"
+                                       : std::string("standard output: ") + std::strerror(err);
+  event_line(self, "console_closed", 0, {{"reason", why + "; console output stopped, the run goes on"}});
+}
+
 // Writes a line to the console above the progress bar, then redraws the bar.
 void print_line(Self* self, const std::string& line, int64_t done) {
   auto& st = self->state;
@@ -69,12 +111,13 @@ void print_line(Self* self, const std::string& line, int64_t done) {
     std::fputs(metrics::progress_bar(done, st.args.total_steps, elapsed).c_str(), stdout);
   }
   std::fflush(stdout);
+  check_console(self);
 }
 
 void write_step(Self* self, const metrics::StepRecord& r) {
   auto& s = self->state;
-  s.jsonl->step(r);
-  if (s.events) s.events->step(r);
+  write_once(self, [&] { s.jsonl->step(r); });
+  if (s.events) write_once(self, [&] { s.events->step(r); });
   std::string line;
   if (!s.header_printed) {
     line = metrics::step_header() + "\n";
@@ -87,15 +130,56 @@ void write_step(Self* self, const metrics::StepRecord& r) {
   print_line(self, line, r.step);
 }
 
+// A record could not be written (metrics::MetricsError: a full disk, a file system
+// gone read-only): it stays in the inbox with every later one, and is tried again in
+// kRetryWrite or when the next record arrives. Said once while it lasts; past
+// logging.max_unwritten_records waiting, the coordinator is told to stop the run.
+void write_failed(Self* self, const std::string& why) {
+  auto& st = self->state;
+  const size_t waiting = st.args.inbox->size();
+  st.args.inbox->set_blocked(why);
+  if (!st.blocked) {
+    spdlog::error("metrics: {}; the run's records wait in memory until they can be written (at most {})", why,
+                  st.args.config.logging().max_unwritten_records());
+    self->delayed_send(self, kRetryWrite, drain_atom::value);
+  }
+  st.blocked = true;
+  if (!st.stop_asked && int64_t(waiting) >= st.args.config.logging().max_unwritten_records() && st.args.directory) {
+    st.stop_asked = true;
+    const auto error = fmt::format("{} record(s) of the run could not be written (logging.max_unwritten_records = {}): "
+                                   "{}",
+                                   waiting, st.args.config.logging().max_unwritten_records(), why);
+    if (auto c = st.args.directory->get(engine::coordinator_path()))
+      caf::anon_send(typed_handle<coordinator_actor>(c), storage_failed_atom::value, error);
+  }
+}
+
 // Writes every record waiting in the inbox, oldest first. A record leaves the inbox
 // only once it is written: one whose writing throws (an injected fault) or hangs stays
-// for this actor's successor.
+// for this actor's successor; one whose file write fails stays for a retry.
 void drain(Self* self) {
   auto& st = self->state;
   while (auto record = st.args.inbox->front(st.owner)) {
-    st.records(*record);
+    st.writes_seen = 0;
+    try {
+      st.records(*record);
+    } catch (const metrics::MetricsError& e) {
+      return write_failed(self, e.what());
+    }
     st.args.inbox->pop(st.owner);
+    st.writes_done = 0;
   }
+  if (st.blocked) {
+    st.blocked = false;
+    st.args.inbox->set_blocked({});
+    spdlog::info("metrics: the waiting records are written");
+  }
+}
+
+// A line of this actor's own for metrics.jsonl, written after the records before it.
+void event_line(Self* self, const std::string& type, int64_t step, metrics::Json fields) {
+  self->state.args.inbox->post(caf::make_message(event_atom::value, type, step, unix_now(), fields.dump()));
+  self->send(self, drain_atom::value);
 }
 
 metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
@@ -125,9 +209,9 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
             spdlog::warn("spike detection starts with empty windows: {}", e.what());
           }
         }
-        self->state.jsonl->startup(r);
-        if (self->state.events && r.resumed_from_step)
-          self->state.events->session_start(*r.resumed_from_step + 1, r.wall_time);
+        write_once(self, [&] { s.jsonl->startup(r); });
+        if (s.events && r.resumed_from_step)
+          write_once(self, [&] { s.events->session_start(*r.resumed_from_step + 1, r.wall_time); });
       },
       [self](const metrics::StepRecord& r) {
         engine::check_fault(self->state.args.faults.get(), "metrics", r.step, Fault::OPTIMIZER);
@@ -141,7 +225,7 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
       // judges the new timeline as the coordinator's guard does (engine/spike_guard.h).
       [self](restart_marker_atom, int64_t step, double wall_time) {
         auto& s = self->state;
-        if (s.events) s.events->session_start(step + 1, wall_time);
+        if (s.events) write_once(self, [&] { s.events->session_start(step + 1, wall_time); });
         s.detector->clear_windows();
         try {
           metrics::warm_spike_windows(metrics::read_jsonl(s.args.layout.metrics).objects, step, *s.detector);
@@ -151,10 +235,12 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
       },
       [self](const StepExtras& x) {
         auto& s = self->state;
-        if (auto spike = s.detector->observe(x.detail)) {
+        // Observed once: a retry after a failed write must not feed the windows twice.
+        write_once(self, [&] { s.spike = s.detector->observe(x.detail); });
+        if (s.spike) {
+          write_once(self, [&] { s.spikes->write(metrics::to_json(*s.spike), /*durable=*/true); });
           ++s.spike_count;
-          s.spikes->write(metrics::to_json(*spike), /*durable=*/true);
-          print_line(self, metrics::spike_line(*spike, s.args.layout.spikes), x.detail.step);
+          print_line(self, metrics::spike_line(*s.spike, s.args.layout.spikes), x.detail.step);
         }
         for (size_t k = 0; k < x.timings.size() && k < x.stage_paths.size(); ++k) {
           const auto& t = x.timings[k];
@@ -164,8 +250,8 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
       },
       [self](const metrics::EvalRecord& r) {
         auto& s = self->state;
-        s.jsonl->eval(r);
-        if (s.events) s.events->eval(r);
+        write_once(self, [&] { s.jsonl->eval(r); });
+        if (s.events) write_once(self, [&] { s.events->eval(r); });
         print_line(self, fmt::format("eval after step {}: loss {:.4f} over {} samples ({} loss-bearing tokens)",
                                      r.step, r.loss, r.samples, r.loss_tokens),
                    r.step);
@@ -177,15 +263,15 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
         // "type" and "time" first, as on every line (docs/metrics.md).
         metrics::Json line = {{"type", type}, {"time", wall_time}, {"step", step}};
         line.update(metrics::Json::parse(json_text));
-        s.jsonl->write(line, /*durable=*/true);
+        write_once(self, [&] { s.jsonl->write(line, /*durable=*/true); });
       },
       [self](metrics::RunSummary r) {
         auto& s = self->state;
         r.spikes = s.spike_count;
         const auto report = metrics::straggler_report(s.timings);
         const std::string calendar = calendar_lines(s.args.config, r);
-        s.jsonl->summary(r);
-        if (s.events) s.events->sync();
+        write_once(self, [&] { s.jsonl->summary(r); });
+        if (s.events) write_once(self, [&] { s.events->sync(); });
         if (s.bar) std::fputs("\r\033[2K", stdout);
         s.bar = false;
         if (s.args.console) {
@@ -193,6 +279,7 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
           if (!report.actors.empty()) std::fputs(metrics::format_straggler_report(report).c_str(), stdout);
           std::fputs(calendar.c_str(), stdout);
           std::fflush(stdout);
+          check_console(self);
         }
       },
   };

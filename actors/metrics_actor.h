@@ -57,6 +57,8 @@ struct MetricsArgs {
   std::shared_ptr<engine::FaultPlan> faults;
   Config config;  // spike options, token budget and calendar efficiency
   std::shared_ptr<MetricsInbox> inbox;  // the run's records, shared by every incarnation
+  // Where the coordinator is found: told when records pile up unwritten (a full disk).
+  std::shared_ptr<Directory> directory;
 };
 
 metrics_actor spawn_metrics(caf::event_based_actor* parent, MetricsArgs args);

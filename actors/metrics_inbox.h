@@ -12,6 +12,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include <caf/all.hpp>
 
@@ -48,11 +49,22 @@ class MetricsInbox {
     std::lock_guard lock(mu_);
     return records_.size();
   }
+  // Why the oldest record cannot be written now ("" while records are written): a full
+  // disk. Set and cleared by the metrics actor; the run's end reads it.
+  void set_blocked(std::string why) {
+    std::lock_guard lock(mu_);
+    blocked_ = std::move(why);
+  }
+  std::string blocked() const {
+    std::lock_guard lock(mu_);
+    return blocked_;
+  }
 
  private:
   mutable std::mutex mu_;
   std::deque<caf::message> records_;
   uint64_t owner_ = 0;
+  std::string blocked_;
 };
 
 // Posts `record` and wakes the metrics actor registered under engine::metrics_path()

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -28,19 +29,25 @@
 #include "engine/placement.h"
 #include "engine/rank_device.h"
 #include "engine/rollback.h"
+#include "engine/storage_space.h"
 #include "engine/topology.h"
 #include "kernels/cpu/gemm.h"
 #include "metrics/run_dir.h"
 #include "model/param_registry.h"
 #include "sched/schedule_verifier.h"
+#include "util/sigpipe.h"
 
 
 namespace troupe::actors {
 namespace {
 
 using group_exit_atom = caf::atom_constant<caf::atom("groupexit")>;
+// The writers' or the metrics actor's supervisor ended (its report): past its restart
+// limit, the run cannot go on without what it supervises.
+using tree_exit_atom = caf::atom_constant<caf::atom("treeexit")>;
 
-// The first SIGINT / SIGTERM asks the run to stop after the current step; a second one
+// The first SIGINT / SIGTERM / SIGHUP asks the run to stop after the current step (SIGHUP,
+// a closed terminal or ssh session, as SIGTERM: with a final checkpoint); a second one
 // ends the process at once (exit 128 + signal). Complete checkpoints are durable when
 // committed, so nothing complete is lost; a save in flight stays a .partial directory.
 void on_signal(int sig) {
@@ -48,11 +55,31 @@ void on_signal(int sig) {
   request_stop(sig);
 }
 
+// SIGINT, SIGTERM and SIGHUP stop the run (on_signal) while it lasts, and have their
+// default actions again once run_training returns or throws.
+struct StopSignals {
+  StopSignals() {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_signal);
+  }
+  ~StopSignals() {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, SIG_DFL);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+};
+
+// How long the actor system may take to shut down once the run has ended.
+constexpr std::chrono::seconds kTeardownGrace{20};
+
 // Bounds the time from a stop request to the end of run_training, whatever actor is
 // stuck: past `grace` after the request it prints one line and ends the process
 // (exit 128 + signal). A hung actor is found and replaced within the step watchdog or
 // the hang timeout, and a replaced coordinator stops at once, so a healthy stop never
 // gets near it.
+// It also bounds the teardown (arm_teardown): the actor system's destructor waits for
+// every actor to end, and an actor whose detached thread could not be started (a thread
+// or memory limit) is registered but never runs, so never ends. Past kTeardownGrace the
+// run's own end is printed and the process exits with its status.
 class StopDeadline {
  public:
   explicit StopDeadline(double grace_s)
@@ -61,15 +88,29 @@ class StopDeadline {
           std::optional<std::chrono::steady_clock::time_point> asked;
           while (!done_) {
             cv_.wait_for(lock, std::chrono::milliseconds(100));
-            if (!asked && stop_signal() != 0) asked = std::chrono::steady_clock::now();
-            if (asked && std::chrono::steady_clock::now() - *asked > grace) {
+            const auto now = std::chrono::steady_clock::now();
+            if (!asked && stop_signal() != 0) asked = now;
+            if (asked && now - *asked > grace) {
               std::fprintf(stderr, "supervisor: the run did not stop within %.0f s of signal %d; exiting now (the "
                            "newest complete checkpoint is kept)\n", grace.count(), stop_signal());
               std::fflush(stderr);
               ::_exit(128 + stop_signal());
             }
+            if (teardown_ && now > teardown_->until) {
+              std::fprintf(stderr, "supervisor run: %s\nsupervisor: an actor that could not start kept the actor system "
+                           "from shutting down within %lld s; exiting now\n", teardown_->end.c_str(),
+                           static_cast<long long>(kTeardownGrace.count()));
+              std::fflush(stderr);
+              ::_exit(teardown_->exit_code);
+            }
           }
         }) {}
+  // The run has ended with `exit_code` (`end` says how): the actor system's shutdown
+  // starts now.
+  void arm_teardown(int exit_code, std::string end) {
+    std::lock_guard lock(mu_);
+    teardown_ = Teardown{std::chrono::steady_clock::now() + kTeardownGrace, exit_code, std::move(end)};
+  }
   ~StopDeadline() {
     {
       std::lock_guard lock(mu_);
@@ -80,11 +121,35 @@ class StopDeadline {
   }
 
  private:
+  struct Teardown {
+    std::chrono::steady_clock::time_point until;
+    int exit_code = 1;
+    std::string end;
+  };
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  std::optional<Teardown> teardown_;
   std::thread thread_;
 };
+
+// How a run ended, in the words supervisor run prints (for a teardown cut short).
+std::string describe_end(const RunResult& r) {
+  if (r.failure) return "training failed: " + r.failure->summary;
+  if (r.outcome.status == "failed") return "training failed: " + r.outcome.error;
+  if (r.outcome.status == "interrupted") return "interrupted (" + r.outcome.error + ")";
+  return "training " + r.outcome.status;
+}
+
+std::string describe_current_exception() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
 
 std::string join(const std::vector<std::string>& v, size_t max_items = 1000) {
   std::string out;
@@ -136,23 +201,43 @@ engine::NamedState collect_state(caf::scoped_actor& self, const caf::actor& grou
 
 // The records still in the inbox are written before the metrics actor is stopped. A
 // hung metrics actor is replaced by its supervisor meanwhile, so the wait is bounded
-// by the hang limit (twice it, plus the successor's start).
-void wait_for_metrics(const MetricsInbox& inbox, const Config& c) {
+// by the hang limit (twice it, plus the successor's start). Returns "" when every
+// record is written, else what was left and why (a full disk: the metrics actor's own
+// words), for the run's error.
+std::string wait_for_metrics(const MetricsInbox& inbox, const Config& c, bool metrics_gone) {
+  if (metrics_gone && inbox.size() > 0) {
+    const auto why = fmt::format("{} record(s) not written: the metrics actor's supervisor gave up", inbox.size());
+    spdlog::error("metrics: {}", why);
+    return why;
+  }
   const double hang = c.supervision().hang_timeout_s();
   const std::chrono::duration<double> limit(hang > 0 ? 2 * hang + 5 : 10);
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (inbox.size() > 0 && std::chrono::steady_clock::now() < until)
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = start + limit;
+  // Records that cannot be written (a full disk) get a few of the metrics actor's
+  // retries, not the whole hang limit.
+  const auto blocked_limit = start + std::chrono::seconds(3);
+  while (inbox.size() > 0 && std::chrono::steady_clock::now() < until) {
+    if (!inbox.blocked().empty() && std::chrono::steady_clock::now() > blocked_limit) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  if (const size_t left = inbox.size(); left > 0)
-    spdlog::error("metrics: {} record(s) not written within {:g} s of the run's end: the metrics actor is stuck",
-                  left, limit.count());
+  }
+  const size_t left = inbox.size();
+  if (left == 0) return {};
+  const auto blocked = inbox.blocked();
+  const auto why = blocked.empty()
+                       ? fmt::format("{} record(s) not written within {:g} s of the run's end: the metrics actor is "
+                                     "stuck",
+                                     left, limit.count())
+                       : fmt::format("{} record(s) of the run could not be written: {}", left, blocked);
+  spdlog::error("metrics: {}", why);
+  return why;
 }
 
 }  // namespace
 
 int RunResult::exit_code() const {
   if (outcome.status == "completed") return 0;
-  if (outcome.status == "interrupted") return stop_signal() == SIGTERM ? 143 : 130;
+  if (outcome.status == "interrupted") return 128 + (stop_signal() > 0 ? stop_signal() : SIGINT);
   return 1;
 }
 
@@ -207,6 +292,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   // A bad TROUPE_CPU_ISA or TROUPE_CPU_GEMM fails here, before anything is written.
   if (c.device().type() == DeviceConfig::CPU) kernels::cpu::gemm_kernel();
   engine::check_host_capacity(c);
+  engine::check_address_space(c);  // under ulimit -v: refused with the numbers, not an abort later
   // The pipeline's op lists checked as a message system (order, FIFO channels, no
   // deadlock, bounds): a violation refuses the start with the first offending op.
   sched::verified_pipeline_schedule(c);
@@ -230,6 +316,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   if (config_text.empty()) google::protobuf::TextFormat::PrintToString(c, &config_text);
   const auto run_dir = metrics::prepare_run_dir(c.logging().run_dir(), config_text);
   if (options.console) print_startup(c, options.config_source, options.dropout_origin);
+  engine::check_checkpoint_space(c);  // a warning when keep_last + 1 checkpoints do not fit
 
   const auto topo = engine::Topology::of(c);
   engine::check_fault_plan(c, engine::all_paths(topo));
@@ -267,15 +354,25 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   }
 
   clear_stop();
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  const StopSignals signals;
+  // A closed console (`supervisor run | head`) is a failed write, not the end of the run
+  // (the metrics actor stops console output and says so in metrics.jsonl).
+  util::ignore_sigpipe();
   const auto& sv = c.supervision();
-  const StopDeadline stop_deadline(std::max(30.0, 2 * (sv.step_watchdog_s() + sv.hang_timeout_s())));
-
+  // The runtime's own threads (the stop deadline, CAF's scheduler): one that cannot be
+  // started (a thread or memory limit) ends the start with one error saying so.
+  std::optional<StopDeadline> stop_deadline;
   caf::actor_system_config cfg;
-  configure_scheduler(cfg);
-  if (clustered) configure_network(cfg, net_options(c, options.cluster->tls));
-  caf::actor_system sys{cfg};
+  std::optional<caf::actor_system> system;
+  try {
+    stop_deadline.emplace(std::max(30.0, 2 * (sv.step_watchdog_s() + sv.hang_timeout_s())));
+    configure_scheduler(cfg);
+    if (clustered) configure_network(cfg, net_options(c, options.cluster->tls));
+    system.emplace(cfg);
+  } catch (const std::system_error& e) {
+    throw std::runtime_error(std::string("starting the actor runtime's threads: ") + e.what());
+  }
+  caf::actor_system& sys = *system;
   caf::scoped_actor client{sys};
   auto faults = std::make_shared<engine::FaultPlan>(c);
   auto directory = std::make_shared<Directory>();
@@ -303,8 +400,10 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   margs.faults = faults;
   margs.config = c;
   margs.inbox = inbox;
+  margs.directory = directory;
 
   RunResult result;
+  bool metrics_gone = false;  // the metrics actor's supervisor gave up: nothing writes the records
   caf::actor client_handle = caf::actor_cast<caf::actor>(client);
 
   // Cluster mode: listen, and wait for the workers before anything is placed.
@@ -324,8 +423,15 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   // writers under one_for_one supervisors of their own, started first, then the
   // training group. Actors find the metrics actor and the writers by path in the
   // directory, so restarts of either need no rewiring.
+  // The metrics and writers supervisors past their restart limit end the run (the
+  // training group cannot go on without what they supervise): the report goes to the
+  // client below. Their ordinary exit at the end is ignored there.
+  auto tree_exit = [client_handle](const SupervisorReport& r) {
+    caf::anon_send(client_handle, tree_exit_atom::value, r);
+  };
   auto metrics_sup = spawn_supervisor(sys, [&] {
     SupervisorSpec s;
+    s.on_exit = tree_exit;
     s.path = "metrics-supervisor";
     s.strategy = Strategy::OneForOne;
     s.max_restarts = 3;
@@ -341,12 +447,15 @@ RunResult run_training(const Config& given, const RunOptions& options) {
     s.children.push_back(std::move(metrics));
     return s;
   }());
-  auto writers_sup = spawn_supervisor(sys, writer_group_spec(c, faults, directory, book, cluster));
+  auto writers_spec = writer_group_spec(c, faults, directory, book, cluster);
+  writers_spec.on_exit = tree_exit;
+  auto writers_sup = spawn_supervisor(sys, std::move(writers_spec));
+  directory->put(engine::writers_supervisor_path(), writers_sup);
   caf::actor group;
   // Stop the tree in order whatever happens: an actor_system cannot be destroyed
   // while actors live, so no exception may skip this.
   auto shutdown = [&] {
-    wait_for_metrics(*inbox, c);
+    wait_for_metrics(*inbox, c, metrics_gone);
     faults->release_hangs();
     for (auto* sup : {&group, &writers_sup, &metrics_sup}) {
       if (!*sup) continue;
@@ -393,6 +502,14 @@ RunResult run_training(const Config& given, const RunOptions& options) {
             result.outcome.error = result.failure->summary;
             running = false;
           },
+          [&](tree_exit_atom, SupervisorReport& r) {
+            if (!r.gave_up && r.vetoed.empty() && r.start_failed.empty()) return;
+            if (r.path == "metrics-supervisor") metrics_gone = true;
+            result.failure = std::move(r);
+            result.outcome.status = "failed";
+            result.outcome.error = result.failure->summary;
+            running = false;
+          },
           caf::after(options.timeout) >> [&] {
             result.outcome.status = "failed";
             result.outcome.error = fmt::format("the run did not finish within {} s", options.timeout.count());
@@ -411,7 +528,12 @@ RunResult run_training(const Config& given, const RunOptions& options) {
       ++generation;
       start_group();
     }
-    wait_for_metrics(*inbox, c);  // a hung metrics actor is replaced meanwhile, and counted below
+    // A hung metrics actor is replaced meanwhile, and counted below. Records that could
+    // not be written fail a run that would otherwise report success.
+    if (const auto unwritten = wait_for_metrics(*inbox, c, metrics_gone); !unwritten.empty() && result.outcome.status != "failed") {
+      result.outcome.status = "failed";
+      result.outcome.error = unwritten;
+    }
     if (options.collect_state && result.outcome.status != "failed") result.state = collect_state(client, group, c);
     result.failures = book->failures();
     result.restarts = book->restarts();
@@ -420,11 +542,11 @@ RunResult run_training(const Config& given, const RunOptions& options) {
     result.rollbacks = book->rollbacks();
   } catch (...) {
     shutdown();
+    stop_deadline->arm_teardown(1, "error: " + describe_current_exception());
     throw;
   }
   shutdown();
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  stop_deadline->arm_teardown(result.exit_code(), describe_end(result));
   return result;
 }
 

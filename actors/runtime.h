@@ -52,7 +52,7 @@ struct RunResult {
   std::vector<QuarantineRecord> quarantine;
   std::vector<Refusal> refusals;
   int64_t refusals_total = 0;
-  int exit_code() const;                    // 0 completed, 130/143 on SIGINT/SIGTERM, 1 failed
+  int exit_code() const;                    // 0 completed, 128 + signal when stopped (130/143/129 on SIGINT/SIGTERM/SIGHUP), 1 failed
 };
 
 RunResult run_training(const Config& config, const RunOptions& options = {});

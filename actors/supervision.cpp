@@ -249,12 +249,10 @@ bool being_stopped(const SupervisorState& st, size_t i) {
 // thread cannot be stopped from outside, so its handle is abandoned (no longer
 // monitored, out of the directory, sent a kill it will see if it ever returns) and it
 // fails like a child that exited.
-void child_hung(Self* self, size_t i, double silent_s) {
+void abandon_child(Self* self, size_t i, const std::string& reason) {
   auto& st = self->state;
   auto& c = st.children[i];
   const auto& cs = st.spec.children[i];
-  const std::string reason = fmt::format("hung: its supervisor's heartbeat went unanswered for {:.1f} s (limit {:g} s)",
-                                         silent_s, std::chrono::duration<double>(cs.hang_limit).count());
   spdlog::error("{}: {}", cs.path, reason);
   self->demonitor(c.handle);
   st.by_addr.erase(c.handle.address());
@@ -264,6 +262,12 @@ void child_hung(Self* self, size_t i, double silent_s) {
   c.handle = nullptr;
   c.ping_sent.reset();
   child_failed(self, i, reason, /*abnormal=*/true);
+}
+
+void child_hung(Self* self, size_t i, double silent_s) {
+  const auto& cs = self->state.spec.children[i];
+  abandon_child(self, i, fmt::format("hung: its supervisor's heartbeat went unanswered for {:.1f} s (limit {:g} s)",
+                                     silent_s, std::chrono::duration<double>(cs.hang_limit).count()));
 }
 
 // Every running watched child gets a ping when its last one was answered; one whose
@@ -392,6 +396,13 @@ caf::behavior supervisor_impl(Self* self, SupervisorSpec spec) {
         if (self->state.exiting) return;
         watch_children(self);
         self->delayed_send(self, watch_period(self->state.spec), watch_atom::value);
+      },
+      [self](abandon_atom, const std::string& path, const std::string& reason) {
+        auto& st = self->state;
+        if (st.exiting) return;
+        for (size_t i = 0; i < st.children.size(); ++i)
+          if (st.spec.children[i].path == path && st.children[i].running && !being_stopped(st, i))
+            return abandon_child(self, i, "hung: " + reason);
       },
       [self](shutdown_atom) {
         if (self->state.exiting) return;

@@ -114,6 +114,11 @@ using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;   // stop child
 // A watched child's heartbeat: the supervisor asks ping_atom, the child answers pong_atom.
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 using pong_atom = caf::atom_constant<caf::atom("pong")>;
+// Another actor judged a child hung (path, reason): e.g. the coordinator, a checkpoint
+// writer that missed its save's deadline (writers answer no heartbeat while they write).
+// The supervisor abandons it as it does a child whose heartbeat went unanswered, and
+// restarts it by its strategy.
+using abandon_atom = caf::atom_constant<caf::atom("abandon")>;
 
 // Error codes a supervisor exits with.
 enum class supervision_errc : uint8_t { none = 0, gave_up = 1, vetoed = 2, start_failed = 3 };

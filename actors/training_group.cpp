@@ -240,8 +240,9 @@ SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultP
                                return untyped_handle(spawn_writer(self, WriterArgs{c, r, faults, directory}));
                              }});
   }
-  spec.on_failure = [directory, book](const std::string& path, const std::string& reason) {
+  spec.on_failure = [directory, book, faults](const std::string& path, const std::string& reason) {
     spdlog::error("{} failed: {}; its checkpoint fails, the next one retries", path, reason);
+    faults->release_hangs();  // an injected hang's thread ends; its successor takes over
     book->failure(alone_failure(path, reason, book->max_step_reached()), /*group_restart=*/false);
     if (auto coordinator = directory->get(engine::coordinator_path()))
       caf::anon_send(coordinator, writer_down_atom::value, path);

@@ -9,6 +9,7 @@
 
 #include "actors/message_types.h"
 #include "ckpt/corrupt.h"
+#include "ckpt/error.h"
 #include "engine/checkpointing.h"
 
 namespace troupe::actors {
@@ -42,37 +43,35 @@ writer_actor::behavior_type writer_impl(Self* self, WriterArgs args) {
         auto& w = self->state;
         const auto t0 = std::chrono::steady_clock::now();
         auto& faults = w.args.faults;
-        // Faults: KILL/THROW on receipt (phase OPTIMIZER: the copy just arrived), or
-        // during the write (phase CHECKPOINT_WRITE); FAIL_WRITE fails the write;
-        // CORRUPT_SHARD / TRUNCATE_SHARD damage the file after it is written.
+        // Faults: KILL/THROW/HANG/DELAY on receipt (phase OPTIMIZER: the copy just
+        // arrived), or during the write (phase CHECKPOINT_WRITE); FAIL_WRITE fails the
+        // write as a full disk would; CORRUPT_SHARD / TRUNCATE_SHARD damage the file
+        // after it is written.
         auto report = [&](msg::ShardWritten done) {
           done.attempt = s.attempt;
           if (auto coordinator = typed_handle<coordinator_actor>(w.args.directory->get(engine::coordinator_path())))
             self->send(coordinator, std::move(done));
         };
         std::optional<Fault> damage;
+        bool fail_write = false;
         if (faults && faults->targets(w.path)) {
-          // HANG blocks this thread as a stuck write would (the save's deadline finds it).
-          auto act = [&](const Fault& f) {
-            if (f.kind() == Fault::HANG) faults->hang(w.path, s.step, f.phase());
-            engine::raise_fault(f, w.path, s.step);
+          // HANG blocks this thread as a stuck write would (the save's deadline finds it
+          // and has the writer replaced); DELAY slows it and it goes on.
+          engine::check_fault(faults.get(), w.path, s.step, Fault::OPTIMIZER);
+          const auto writer_kind = [](const Fault& f) {
+            return f.kind() == Fault::CORRUPT_SHARD || f.kind() == Fault::TRUNCATE_SHARD ||
+                   f.kind() == Fault::FAIL_WRITE;
           };
-          if (auto f = faults->take(w.path, s.step, Fault::OPTIMIZER)) act(*f);
-          if (auto f = faults->take(w.path, s.step, Fault::CHECKPOINT_WRITE)) {
-            if (f->kind() == Fault::CORRUPT_SHARD || f->kind() == Fault::TRUNCATE_SHARD) {
-              damage = f;
-            } else if (f->kind() == Fault::FAIL_WRITE) {
-              report({s.step, s.dp, s.pp, s.tp, false, "injected FAIL_WRITE", {}, 0, 0});
-              engine::raise_fault(*f, w.path, s.step);
-            } else {
-              act(*f);
-            }
+          if (auto f = faults->take(w.path, s.step, Fault::CHECKPOINT_WRITE, writer_kind)) {
+            fail_write = f->kind() == Fault::FAIL_WRITE;
+            if (!fail_write) damage = f;
           }
+          engine::check_fault(faults.get(), w.path, s.step, Fault::CHECKPOINT_WRITE);
         }
         // A snapshot of a save the coordinator gave up meanwhile (its directory is gone,
         // or was made anew for a later save of the same step): nothing waits for it.
         if (given_up(s)) {
-          spdlog::warn("{}: checkpoint of step {} was given up before this shard was written; shard dropped", w.path,
+          spdlog::info("{}: checkpoint of step {} was given up before this shard was written; shard dropped", w.path,
                        s.step);
           return;
         }
@@ -83,6 +82,7 @@ writer_actor::behavior_type writer_impl(Self* self, WriterArgs args) {
                                  values(s.exp_avg), values(s.exp_avg_sq)};
         const auto file = engine::shard_file_name(state.rank);
         try {
+          if (fail_write) throw ckpt::CheckpointError(w.path + ": injected FAIL_WRITE");
           const auto record = engine::write_shard(w.args.config, state, s.partial_dir, file, w.path);
           if (damage) {
             const auto target = s.partial_dir + "/" + file;
@@ -96,18 +96,19 @@ writer_actor::behavior_type writer_impl(Self* self, WriterArgs args) {
           report({s.step, s.dp, s.pp, s.tp, true, {}, record.SerializeAsString(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                   int64_t(record.size_bytes())});
-        } catch (const std::exception& e) {
+        } catch (const ckpt::CheckpointError& e) {
           // The coordinator gave this checkpoint up meanwhile (another writer failed)
-          // and removed its directory: nothing of it can be written or is waited for,
-          // and this writer is healthy.
+          // and removed its directory: nothing of it can be written or is waited for.
           if (given_up(s)) {
-            spdlog::warn("{}: checkpoint of step {} was given up while this shard was written; shard dropped",
+            spdlog::info("{}: checkpoint of step {} was given up while this shard was written; shard dropped",
                          w.path, s.step);
             return;
           }
-          // The checkpoint fails; this writer dies and its supervisor restarts it.
+          // The write failed (a full disk, a file system gone read-only): the checkpoint
+          // fails and the coordinator says so once. The fault is the storage's, not this
+          // writer's: it stays up for the next save. The coordinator removes the save's
+          // partial directory, with what this writer left in it.
           report({s.step, s.dp, s.pp, s.tp, false, e.what(), {}, 0, 0});
-          throw;
         }
       },
   };

@@ -214,6 +214,11 @@ std::string CheckpointCommit::commit(CheckpointManifest manifest, int keep_last)
   return final_dir;
 }
 
+void CheckpointCommit::discard() {
+  const std::string name = partial_dir_.substr(root_.size() + 1);
+  if (exists(partial_dir_)) remove_checkpoint_dir(root_, name, hook_);
+}
+
 void prune_checkpoints(const std::string& root, int64_t latest_step, int keep_last,
                        const CommitHook& hook) {
   std::vector<std::string> leftovers;

@@ -58,6 +58,10 @@ class CheckpointCommit {
   // partial_dir() with the recorded size. keep_last = 0 keeps every checkpoint.
   // Returns the final directory ROOT/step_N.
   std::string commit(CheckpointManifest manifest, int keep_last);
+  // A save that failed: its step_N.partial/ is set aside (step_N.partial.deleting/) and
+  // removed, so a failed save leaves nothing behind. Throws CheckpointError when the
+  // directory cannot be removed (the next commit's prune tries again).
+  void discard();
 
  private:
   CheckpointCommit(std::string root, int64_t step, CommitHook hook);

@@ -333,6 +333,7 @@ void check_fields(const Config& c, Checker& k) {
   k.finite("checkpoint.save_timeout_s", ck.save_timeout_s());
   k.non_negative("checkpoint.save_timeout_s", ck.save_timeout_s());
   k.non_negative("checkpoint.max_lag_steps", ck.max_lag_steps());
+  k.non_negative("checkpoint.max_failed_saves", ck.max_failed_saves());
 
   const auto& sv = c.supervision();
   k.non_negative("supervision.max_restarts", sv.max_restarts());
@@ -366,6 +367,7 @@ void check_fields(const Config& c, Checker& k) {
     k.fail("logging.level", fmt::format("\"{}\" is not one of trace, debug, info, warn, error, "
                                         "critical, off", lg.level()));
   k.positive("logging.log_interval", lg.log_interval());
+  k.positive("logging.max_unwritten_records", lg.max_unwritten_records());
   if (lg.run_dir().empty()) k.fail("logging.run_dir", "must not be empty");
   check_spike_fields(lg, k);
   k.positive("logging.rollback_steps", lg.rollback_steps());

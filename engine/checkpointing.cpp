@@ -150,14 +150,19 @@ bool writes_shard(const Config& c, const Rank& r) { return c.parallel().distribu
 std::string shard_file_name(const Rank& r) { return fmt::format("dp{}_pp{}_tp{}.shard", r.dp, r.pp, r.tp); }
 
 DirectoryIdentity directory_identity(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return {};
+  // The inode by stat(2), which needs no descriptor: a process out of descriptors must
+  // not take its save's directory for gone (its writers would drop their shards unseen
+  // and the save wait for them); their writes then fail, naming what ran out.
   struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return {};
   DirectoryIdentity id;
   // No device number: workers may mount a shared checkpoint directory under another.
-  if (::fstat(fd, &st) == 0) id.inode = uint64_t(st.st_ino);
+  id.inode = uint64_t(st.st_ino);
+  // The generation needs a descriptor; without one it stays 0 (not known).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return id;
   long generation = 0;  // the ioctl writes a long (the kernel's int-sized value, widened)
-  if (id.inode != 0 && ::ioctl(fd, FS_IOC_GETVERSION, &generation) == 0) id.generation = uint64_t(uint32_t(generation));
+  if (::ioctl(fd, FS_IOC_GETVERSION, &generation) == 0) id.generation = uint64_t(uint32_t(generation));
   ::close(fd);
   return id;
 }

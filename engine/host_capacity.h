@@ -28,4 +28,16 @@ double min_host_bytes(const Config& c);
 // `physical_bytes` of memory by min_host_bytes. physical_bytes < 0: this machine's.
 void check_host_capacity(const Config& c, double physical_bytes = -1);
 
+// The address space a one-process CPU run maps, at least: what is mapped already (the
+// binary and its libraries), a stack and a malloc arena's reservation for each thread
+// it starts (CAF's scheduler, a stage, an optimizer shard and a writer per rank, the
+// compute pools; arenas up to glibc's cap of 8 per core), and min_host_bytes. Bytes.
+double min_address_space_bytes(const Config& c);
+
+// Under an address-space limit (ulimit -v, RLIMIT_AS) below min_address_space_bytes,
+// throws std::invalid_argument naming both: a run that starts anyway fails where a
+// thread or buffer cannot be had, and a thread that cannot be started inside CAF's
+// scheduler aborts the process. No limit, or not a one-process CPU run: nothing.
+void check_address_space(const Config& c);
+
 }  // namespace troupe::engine

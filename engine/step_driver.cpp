@@ -4,6 +4,7 @@
 #include <csignal>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "config/derived.h"
 #include "engine/checkpointing.h"
@@ -24,10 +25,13 @@ StepDriverConfig step_driver_config(const Config& c) {
   d.max_lag_steps = ck.max_lag_steps();
   d.save_on_exit = ck.save_on_exit();
   d.save_timeout_s = ck.save_timeout_s();
+  d.max_failed_saves = ck.max_failed_saves();
   d.shard_decides = shard_decides_updates(c);
   for (const auto& r : Topology::of(c).all_ranks()) {
     d.optimizers.push_back(optim_path(r));
-    if (writes_shard(c, r)) d.writers.push_back(writer_path(r));
+    if (!writes_shard(c, r)) continue;
+    d.writers.push_back(writer_path(r));
+    d.optimizer_of_writer[writer_path(r)] = optim_path(r);
   }
   return d;
 }
@@ -69,6 +73,7 @@ std::string describe(const StepAction& a) {
           [](const RetryFinalSave& x) {
             return fmt::format("RetryFinalSave {} attempt {} of {}", x.step, x.attempt, x.attempts);
           },
+          [](const ReplaceWriters& x) { return fmt::format("ReplaceWriters {}", fmt::join(x.paths, ", ")); },
           [](const SaveWaitsForWriters& x) { return fmt::format("SaveWaitsForWriters {} writers {}", x.step, x.writers); },
           [](const SaveDeferred& x) { return fmt::format("SaveDeferred {}", x.step); },
           [](const KeepShard& x) { return fmt::format("KeepShard {} bytes {}", x.record, x.bytes); },
@@ -78,6 +83,7 @@ std::string describe(const StepAction& a) {
                                x.error);
           },
           [](const FinishRun& x) { return fmt::format("FinishRun {}{}", x.status, x.error.empty() ? "" : ": " + x.error); },
+          [](const FinishRunFailed& x) { return fmt::format("FinishRunFailed: {}", x.error); },
           [](const FinishRunFinalSaveFailed& x) {
             return fmt::format("FinishRunFinalSaveFailed {} after {}: {}{}", x.step, x.attempts, x.error,
                                x.stop_reason.empty() ? "" : " (stopped: " + x.stop_reason + ")");
@@ -163,6 +169,18 @@ void StepDriver::advance(Actions& out) {
   if (save_ && !save_->snapshots_missing.empty()) return;  // copies being taken: called again after
   // Step n+1 already went out (run_ahead): it runs, whatever else is asked meanwhile.
   const bool issued = issued_step_ == step_ + 1;
+  // The run cannot keep what it writes (max_failed_saves, records that cannot be
+  // written): it ends as failed once the save in flight has ended. No final save: the
+  // storage it would go to is what failed.
+  if (!fatal_error_.empty() && !issued) {
+    if (save_) {
+      phase_ = Phase::Stopping;
+      return;
+    }
+    out.push_back(FinishRunFailed{fatal_error_});
+    phase_ = Phase::Finished;
+    return;
+  }
   // 0. A spike that rolls the run back: the run of this group ends once the save in
   //    flight has (nothing went out ahead of the step, UpdateDecided saw to that).
   if (rollback_step_ >= 0 && step_ >= rollback_step_) {
@@ -171,12 +189,12 @@ void StepDriver::advance(Actions& out) {
     finish_or_wait_for_save(out);
     return;
   }
-  // 1. A stop: a final save (SIGTERM with save_on_exit, when the step is not saved yet),
-  //    then the end.
+  // 1. A stop: a final save (SIGTERM or SIGHUP with save_on_exit, when the step is not
+  //    saved yet), then the end.
   if (stop_signal_ && !issued) {
     finish_status_ = "interrupted";
     finish_error_ = fmt::format("signal {}", stop_signal_);
-    if (stop_signal_ == SIGTERM && cfg_.save_on_exit && step_ > last_saved_step_)
+    if ((stop_signal_ == SIGTERM || stop_signal_ == SIGHUP) && cfg_.save_on_exit && step_ > last_saved_step_)
       final_save(out);
     else
       finish_or_wait_for_save(out);
@@ -241,8 +259,8 @@ void StepDriver::advance(Actions& out) {
 // over ahead runs from n's end exactly, however late the actor's thread gets here.
 void StepDriver::run_ahead(int64_t n, double decided_at, Actions& out) {
   const bool no_lag = cfg_.max_lag_steps <= 0;
-  if (stop_signal_ || n >= cfg_.total_steps || eval_due(n) || held_by_save(n + 1) || (no_lag && save_due(n)) ||
-      issued_step_ != n)
+  if (stop_signal_ || !fatal_error_.empty() || n >= cfg_.total_steps || eval_due(n) || held_by_save(n + 1) ||
+      (no_lag && save_due(n)) || issued_step_ != n)
     return;
   issued_step_ = n + 1;
   phase_ = Phase::RunningAhead;
@@ -283,8 +301,8 @@ void StepDriver::open_eval(Actions& out) {
 
 // Opens the checkpoint of the current step; every shard is to copy its state.
 void StepDriver::begin_save(bool final, Actions& out) {
-  if (!writers_exiting_.empty()) {
-    out.push_back(SaveWaitsForWriters{step_, writers_exiting_.size()});
+  if (!writers_replaced_.empty()) {
+    out.push_back(SaveWaitsForWriters{step_, writers_replaced_.size()});
     deferred_save_final_ = final;
     phase_ = Phase::WaitingForWriters;
     return;
@@ -318,8 +336,20 @@ void StepDriver::finish_or_wait_for_save(Actions& out) {
     phase_ = Phase::Stopping;
     return;
   }
-  out.push_back(FinishRun{finish_status_, finish_error_});
+  if (!fatal_error_.empty())
+    out.push_back(FinishRunFailed{fatal_error_});
+  else
+    out.push_back(FinishRun{finish_status_, finish_error_});
   phase_ = Phase::Finished;
+}
+
+// An interval save failed: past max_failed_saves in a row the run stops as failed at the
+// next step boundary (a disk that stays full would otherwise fail every save unseen).
+void StepDriver::count_failed_save(const std::string& why) {
+  ++failed_saves_in_a_row_;
+  if (cfg_.max_failed_saves > 0 && failed_saves_in_a_row_ >= cfg_.max_failed_saves && fatal_error_.empty())
+    fatal_error_ = fmt::format("{} checkpoint(s) in a row failed (checkpoint.max_failed_saves = {}), the last: {}",
+                               failed_saves_in_a_row_, cfg_.max_failed_saves, why);
 }
 
 void StepDriver::fail_save(const std::string& why, Actions& out) {
@@ -331,6 +361,7 @@ void StepDriver::fail_save(const std::string& why, Actions& out) {
   if (final) {
     final_save_failed(step, why, out);
   } else {
+    count_failed_save(why);
     // Training may have been waiting for the copies or for this save to end (a step
     // open goes on as it was).
     advance(out);
@@ -393,7 +424,8 @@ void StepDriver::on_event(const msg::SnapshotTaken& t, Actions& out) {
 
 void StepDriver::on_event(const msg::ShardWritten& w, Actions& out) {
   const std::string writer = writer_path({w.dp, w.pp, w.tp});
-  if (!w.ok) writers_exiting_.insert(writer);  // it exits next
+  // A writer that reports a failed write stays up (the fault was the storage's): the
+  // next save goes to it again.
   if (!save_ || save_->attempt != w.attempt) return;  // a checkpoint already given up
   if (!w.ok) {
     fail_save(fmt::format("{}: {}", writer, w.error), out);
@@ -419,6 +451,7 @@ void StepDriver::on_event(const SaveNotOpened& e, Actions& out) {
   if (final) {
     final_save_failed(step, e.error, out);
   } else {
+    count_failed_save(e.error);
     phase_ = Phase::BetweenSteps;  // the step's save decision is taken: training goes on
     advance(out);
   }
@@ -427,6 +460,7 @@ void StepDriver::on_event(const SaveNotOpened& e, Actions& out) {
 void StepDriver::on_event(const SaveCommitted&, Actions& out) {
   if (!save_) return;
   last_saved_step_ = save_->step;
+  failed_saves_in_a_row_ = 0;
   const bool final = save_->final;
   save_.reset();
   if (final) {
@@ -445,25 +479,42 @@ void StepDriver::on_event(const SaveCommitted&, Actions& out) {
 void StepDriver::on_event(const CommitFailed& e, Actions& out) { fail_save(e.error, out); }
 
 void StepDriver::on_event(const WriterDown& e, Actions& out) {
-  // The exit that follows a reported failure belongs to that attempt only.
-  if (writers_exiting_.erase(e.path)) {
-    if (writers_exiting_.empty() && phase_ == Phase::WaitingForWriters) begin_save(deferred_save_final_, out);
+  // A hung writer replaced (ReplaceWriters): the save deferred behind it begins.
+  if (writers_replaced_.erase(e.path)) {
+    if (writers_replaced_.empty() && phase_ == Phase::WaitingForWriters) begin_save(deferred_save_final_, out);
     return;
   }
   if (save_ && save_->shards_missing.count(e.path)) fail_save(e.path + " died while writing", out);
 }
 
 // A save not committed within save_timeout_s fails (a writer that hangs or never
-// reports), naming what it still waits for; the next save retries.
+// reports), naming what it still waits for; the next save retries (a final one at once).
+// A writer that was handed its copy and has not reported is hung: it is replaced first,
+// so the retry goes to its successor instead of timing out behind it again.
 void StepDriver::on_event(const Tick&, Actions& out) {
   const double limit = cfg_.save_timeout_s;
   if (limit <= 0 || !save_ || now_ - save_->started < limit) return;
   std::string missing;
   for (const auto* set : {&save_->snapshots_missing, &save_->shards_missing})
     for (const auto& p : *set) missing += (missing.empty() ? "" : ", ") + p;
-  fail_save(fmt::format("not committed within checkpoint.save_timeout_s = {:g} s; still waiting for {}", limit,
-                        missing.empty() ? std::string("the commit") : missing),
-            out);
+  const std::string why = fmt::format("not committed within checkpoint.save_timeout_s = {:g} s; still waiting for {}",
+                                      limit, missing.empty() ? std::string("the commit") : missing);
+  ReplaceWriters hung{{}, why};
+  for (const auto& w : save_->shards_missing) {
+    const auto o = cfg_.optimizer_of_writer.find(w);
+    if (o == cfg_.optimizer_of_writer.end() || !save_->snapshots_missing.count(o->second)) hung.paths.push_back(w);
+  }
+  writers_replaced_.insert(hung.paths.begin(), hung.paths.end());
+  if (!hung.paths.empty()) out.push_back(std::move(hung));
+  fail_save(why, out);
+}
+
+// Acted on at the next step boundary: the step in flight (and one handed over ahead)
+// ends, the save in flight ends, then the run ends as failed.
+void StepDriver::on_event(const StorageFailed& e, Actions& out) {
+  if (!fatal_error_.empty()) return;
+  fatal_error_ = e.error;
+  if (phase_ == Phase::WaitingForSave || phase_ == Phase::BetweenSteps) advance(out);
 }
 
 }  // namespace troupe::engine

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -47,9 +48,14 @@ struct StepDriverConfig {
   bool shard_decides = false;
   bool save_on_exit = false;
   double save_timeout_s = 0;  // 0: no deadline
+  // Interval saves that may fail in a row before the run stops as failed (0: no limit).
+  int32_t max_failed_saves = 0;
   // Who takes part in a save: every optimizer shard copies its state, and the writers of
   // the ranks that write a shard each write one (paths, as in engine/topology.h).
   std::vector<std::string> optimizers, writers;
+  // The optimizer shard whose copy each writer writes (writer path -> optim path): a
+  // writer still writing at the save deadline is hung only once its copy was handed over.
+  std::map<std::string, std::string> optimizer_of_writer;
 };
 StepDriverConfig step_driver_config(const Config& c);
 
@@ -86,7 +92,7 @@ struct TrainStepClosed {  // every report of the step is in
   int64_t consumed_samples = 0;  // after the step
 };
 struct EvalClosed {};
-// The stop signal's value (SIGINT, SIGTERM; 0 none). A stop is acted on at the next
+// The stop signal's value (SIGINT, SIGTERM, SIGHUP; 0 none). A stop is acted on at the next
 // decision, as the signal handler can only set a flag.
 struct StopRequested {
   int signal = 0;
@@ -106,9 +112,15 @@ struct WriterDown {  // a writer's exit
   std::string path;
 };
 struct Tick {};  // the coordinator's periodic timer
+// The run's records cannot be written (the metrics actor gave up waiting for space): the
+// run stops as failed at the next step boundary, as after max_failed_saves failed saves.
+struct StorageFailed {
+  std::string error;
+};
 
 using StepEvent = std::variant<GroupWired, UpdateDecided, TrainStepClosed, EvalClosed, StopRequested, msg::SnapshotTaken,
-                               msg::ShardWritten, SaveOpened, SaveNotOpened, SaveCommitted, CommitFailed, WriterDown, Tick>;
+                               msg::ShardWritten, SaveOpened, SaveNotOpened, SaveCommitted, CommitFailed, WriterDown, Tick,
+                               StorageFailed>;
 
 // ---- actions --------------------------------------------------------------------
 
@@ -141,7 +153,14 @@ struct RetryFinalSave {  // a log line: the final save is begun again
   int64_t step = 0;
   int attempt = 0, attempts = 0;
 };
-struct SaveWaitsForWriters {  // a log line: the save begins once they are down
+// Writers that did not finish their shard of the save in flight by its deadline are
+// hung: their supervisor abandons and replaces them, so later saves go to successors.
+// Comes just before the save's SaveFailed. Each replacement arrives as a WriterDown.
+struct ReplaceWriters {
+  std::vector<std::string> paths;
+  std::string reason;
+};
+struct SaveWaitsForWriters {  // a log line: the save begins once the hung writers are replaced
   int64_t step = 0;
   size_t writers = 0;
 };
@@ -166,6 +185,12 @@ struct SaveFailed {
 struct FinishRun {
   std::string status, error;
 };
+// The run cannot go on writing what it must keep (max_failed_saves interval saves failed
+// in a row, or StorageFailed): it ends as failed, `error` saying why; the actor adds the
+// newest complete checkpoint and the space a checkpoint needs.
+struct FinishRunFailed {
+  std::string error;
+};
 // The final save failed `attempts` times: the run ends as failed, naming the newest
 // complete checkpoint (the actor reads it) and, after a stop, why it had stopped.
 struct FinishRunFinalSaveFailed {
@@ -175,8 +200,8 @@ struct FinishRunFinalSaveFailed {
 };
 
 using StepAction = std::variant<OpenTrainStep, OpenEval, SendUpdate, SendRunStepAhead, BeginSave, RetryFinalSave,
-                                SaveWaitsForWriters, SaveDeferred, KeepShard, CommitSave, SaveFailed, FinishRun,
-                                FinishRunFinalSaveFailed>;
+                                ReplaceWriters, SaveWaitsForWriters, SaveDeferred, KeepShard, CommitSave, SaveFailed, FinishRun,
+                                FinishRunFailed, FinishRunFinalSaveFailed>;
 
 // One line naming an action and its values ("SendUpdate 3"), for tests and debugging.
 std::string describe(const StepAction& a);
@@ -191,7 +216,7 @@ enum class Phase {
   Evaluating,         // an evaluation pass is open
   TakingCopies,       // between steps: training goes on once the save's copies are taken
   WaitingForSave,     // between steps: what comes next waits for the save in flight to end
-  WaitingForWriters,  // a save waits for writers that reported a failure to exit
+  WaitingForWriters,  // a save waits for hung writers to be replaced
   Stopping,           // the run ends (or begins its final save) once the save in flight ends
   FinalSave,          // the final save is in flight: the run ends when it is committed
   Finished,
@@ -243,6 +268,7 @@ class StepDriver {
   void on_event(const CommitFailed& e, Actions& out);
   void on_event(const WriterDown& e, Actions& out);
   void on_event(const Tick&, Actions& out);
+  void on_event(const StorageFailed& e, Actions& out);
 
   // What follows a step boundary (a close, the start, the end of a save waited for).
   void advance(Actions& out);
@@ -253,6 +279,7 @@ class StepDriver {
   void final_save(Actions& out);
   void finish_or_wait_for_save(Actions& out);
   void fail_save(const std::string& why, Actions& out);
+  void count_failed_save(const std::string& why);
   void final_save_failed(int64_t step, const std::string& why, Actions& out);
   void finish(Actions& out);
 
@@ -285,11 +312,15 @@ class StepDriver {
   double last_save_time_ = 0;
   std::string finish_status_, finish_error_;  // set when the run ends after a save
   int final_attempts_ = 0;                    // final saves begun
-  // Writers that reported a failed write: each exits right after, and its exit belongs
-  // to that attempt. No save begins until they are down (a snapshot sent meanwhile would
-  // go to the exiting writer); then the one deferred (WaitingForWriters) does.
-  std::set<std::string> writers_exiting_;
+  int32_t failed_saves_in_a_row_ = 0;         // interval saves failed since the last commit
+  // Hung writers being replaced (ReplaceWriters until their WriterDown): no save begins
+  // meanwhile, as its copy could still be handed to the abandoned writer; then the one
+  // deferred (WaitingForWriters) does.
+  std::set<std::string> writers_replaced_;
   bool deferred_save_final_ = false;  // WaitingForWriters: the save to begin is final
+  // Why the run must stop as failed at the next step boundary ("" while it may go on):
+  // max_failed_saves reached, or the run's records cannot be written.
+  std::string fatal_error_;
 };
 
 }  // namespace troupe::engine

@@ -46,6 +46,9 @@ std::string writer_path(const Rank& r);
 std::string loader_path(int32_t dp);
 inline const char* coordinator_path() { return "coordinator"; }
 inline const char* metrics_path() { return "metrics"; }
+// The writers' supervisor, in the directory so that the coordinator can have a hung
+// writer replaced (actors/supervision.h, abandon_atom). Not an actor that faults target.
+inline const char* writers_supervisor_path() { return "writers"; }
 
 // Every actor path the topology has (for validating fault injection targets).
 std::vector<std::string> all_paths(const Topology& t);

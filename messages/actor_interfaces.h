@@ -85,6 +85,7 @@ using coordinator_actor = caf::typed_actor<
     caf::reacts_to<msg::StageDone>, caf::reacts_to<msg::Heartbeat>,      // a step's reports
     caf::reacts_to<msg::SnapshotTaken>, caf::reacts_to<msg::ShardWritten>,  // a save's reports
     caf::reacts_to<writer_down_atom, std::string>,  // the writers' supervisor: a writer died
+    caf::reacts_to<storage_failed_atom, std::string>,  // the metrics actor: records cannot be written
     caf::reacts_to<tick_atom>,                      // itself: the watchdog and the save deadline
     caf::replies_to<ping_atom>::with<pong_atom>>;   // its supervisor's heartbeat
 

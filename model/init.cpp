@@ -2,8 +2,9 @@
 
 #include <cmath>
 #include <stdexcept>
-#include <thread>
 #include <vector>
+
+#include "util/thread_group.h"
 
 namespace troupe::model {
 
@@ -95,10 +96,9 @@ void init_parameters(const ParameterRegistry& reg, uint64_t seed, float* params,
       fill_range(t, seed, out, 0, t.numel);
       continue;
     }
-    std::vector<std::thread> pool;
-    for (int p = 0; p < threads; ++p)
-      pool.emplace_back([&, p] { fill_range(t, seed, out, t.numel * p / threads, t.numel * (p + 1) / threads); });
-    for (auto& th : pool) th.join();
+    util::run_on_threads(threads, "initialising the parameters", [&](int p) {
+      fill_range(t, seed, out, t.numel * p / threads, t.numel * (p + 1) / threads);
+    });
   }
 }
 

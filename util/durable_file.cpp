@@ -208,7 +208,16 @@ void AppendFile::close_fd() {
 
 void AppendFile::append(std::string_view bytes) {
   if (fd_ < 0) throw FileError(path_ + ": append on a closed file");
-  write_all(fd_, bytes.data(), bytes.size(), path_);
+  try {
+    write_all(fd_, bytes.data(), bytes.size(), path_);
+  } catch (const FileError&) {
+    // Cut short (a full disk mid-record): the file goes back to where this append began,
+    // so no reader sees a torn line or record, and the same bytes may be appended again.
+    // Should that fail too, a line-oriented file is repaired when it is next opened.
+    if (::ftruncate(fd_, off_t(size_)) != 0) {
+    }
+    throw;
+  }
   size_ += int64_t(bytes.size());
 }
 

@@ -109,7 +109,9 @@ class AppendFile {
   ~AppendFile();
 
   // Appends all of `bytes` (short writes and EINTR retried). Once this returns the bytes
-  // are in the kernel: they survive a crash of the process, not of the machine.
+  // are in the kernel: they survive a crash of the process, not of the machine. When it
+  // throws (a full disk), the file is cut back to its size before the call: nothing of
+  // `bytes` stays, so a record is in the file whole or not at all.
   void append(std::string_view bytes);
   // fdatasync: what was appended survives a crash of the machine too.
   void sync();

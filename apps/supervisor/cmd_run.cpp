@@ -17,6 +17,7 @@
 #include "apps/supervisor/config_args.h"
 #include "config/validate.h"
 #include "engine/placement.h"
+#include "util/sigpipe.h"
 
 namespace troupe::cli {
 namespace {
@@ -29,8 +30,10 @@ const char* kUsage =
     "Trains the model CONFIG describes (the embedded default without one) with the actor\n"
     "runtime: data loaders, pipeline stages, optimizer shards and a coordinator under a\n"
     "supervisor, in this process. Prints a startup block, one line per step and a summary;\n"
-    "writes metrics.jsonl and TensorBoard events into logging.run_dir. Ctrl-C (SIGINT) or\n"
-    "SIGTERM stops after the current step (exit 130 / 143).\n\n"
+    "writes metrics.jsonl and TensorBoard events into logging.run_dir. Ctrl-C (SIGINT),\n"
+    "SIGTERM or SIGHUP (a closed terminal) stops after the current step, SIGTERM and SIGHUP\n"
+    "with a final checkpoint (exit 130 / 143 / 129). A closed standard output (supervisor\n"
+    "run | head) stops console output only; the run goes on.\n\n"
     "With --listen (and cluster.workers > 0 in the config) the loaders, stages, optimizer\n"
     "shards and checkpoint writers run in worker processes (supervisor worker --connect\n"
     "ADDR:PORT); this process keeps the supervision tree, the coordinator and the metrics.\n"
@@ -120,6 +123,9 @@ Fault parse_inject(const std::string& text) {
 }  // namespace
 
 int run_main(int argc, char** argv) {
+  // From the first line printed: a closed console (`supervisor run | head`) is a failed
+  // write, not the end of the run (docs/runtime.md).
+  util::ignore_sigpipe();
   ConfigArgs config_args;
   CommandLine cmd("run");
   add_config_options(cmd.options, cmd.positional, config_args);

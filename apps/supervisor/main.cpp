@@ -1,5 +1,6 @@
 // supervisor: the one binary of troupe. `supervisor <command> --help` documents each command.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -53,6 +54,16 @@ const Subcommand kCommands[] = {
     {"replay", "recompute a run's steps from a checkpoint, bitwise against metrics.jsonl; counterfactuals", replay_main},
 };
 
+// Ends the process with `code` once standard output and error are flushed, without the
+// shared libraries' destructors: what a command writes is durable before it returns,
+// and a library thread stuck on memory it cannot get (OpenBLAS's server thread retries
+// its buffer's mmap forever under an address-space limit, and its destructor joins it)
+// would otherwise keep the process from ever exiting.
+[[noreturn]] void exit_now(int code) {
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
 void print_usage(std::FILE* out) {
   std::fprintf(out,
                "usage: supervisor <command> [options]\n\n"
@@ -79,12 +90,13 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
     std::string name = std::string("supervisor ") + c.name;
     argv[1] = name.data();
+    int code = 1;
     try {
-      return c.run(argc - 1, argv + 1);
+      code = c.run(argc - 1, argv + 1);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "supervisor %s: error: %s\n", c.name, e.what());
-      return 1;
     }
+    exit_now(code);
   }
   std::fprintf(stderr, "supervisor: unknown command '%s'\n\n", argv[1]);
   print_usage(stderr);

@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include <stdexcept>
+#include <string>
+#include <system_error>
 
 namespace troupe::kernels::cpu {
 namespace {
@@ -24,11 +26,20 @@ ThreadPool::OneCaller::OneCaller(std::atomic<bool>& busy) : busy_(busy) {
 
 ThreadPool::ThreadPool(int threads) : size_(threads) {
   if (threads < 1) throw std::invalid_argument("ThreadPool: threads must be >= 1");
-  workers_.reserve(size_t(threads - 1));
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  try {
+    workers_.reserve(size_t(threads - 1));
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  } catch (const std::system_error& e) {
+    // No thread to be had (a thread or memory limit): the workers started so far are
+    // stopped and joined (a joinable std::thread destroyed would abort the process), and
+    // the caller gets one error that says what could not be had.
+    stop_and_join();
+    throw std::runtime_error("cannot start compute thread " + std::to_string(workers_.size() + 1) + " of " +
+                             std::to_string(threads) + ": " + e.what());
+  }
 }
 
-ThreadPool::~ThreadPool() {
+void ThreadPool::stop_and_join() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -36,7 +47,10 @@ ThreadPool::~ThreadPool() {
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
+  workers_.clear();
 }
+
+ThreadPool::~ThreadPool() { stop_and_join(); }
 
 void ThreadPool::dispatch(TaskFn fn, void* ctx) {
   {

@@ -82,6 +82,7 @@ class ThreadPool {
   using TaskFn = void (*)(void*, int);
   void dispatch(TaskFn fn, void* ctx);
   void worker_loop(int id);
+  void stop_and_join();  // ends every worker (the destructor; a constructor that failed)
 
   int size_;
   std::vector<std::thread> workers_;

@@ -346,3 +346,46 @@ TEST_CASE("a watched child that leaves its heartbeat unanswered is hung: abandon
   self->send(sup, shutdown_atom::value);
   self->wait_for(sup);
 }
+
+TEST_CASE("a child that another actor judges hung (abandon_atom) is abandoned and restarted; unknown paths change nothing") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  Gate gate;
+  Journal j;
+  std::vector<std::string> reasons;
+  std::mutex mu;
+  SupervisorSpec spec;
+  spec.path = "writers";
+  spec.strategy = Strategy::OneForOne;
+  // Not watched: like a checkpoint writer, it answers no heartbeat while it works.
+  spec.children.push_back({"w", Restart::Permanent, [&](caf::event_based_actor* self, int inc) {
+                             j.add("start w#" + std::to_string(inc));
+                             return self->spawn<caf::detached>(watched, &gate);
+                           }});
+  spec.on_failure = [&](const std::string& path, const std::string& reason) {
+    std::lock_guard lock(mu);
+    reasons.push_back(path + ": " + reason);
+  };
+  auto sup = spawn_supervisor(sys, spec);
+  caf::scoped_actor self{sys};
+  auto first = registry(self, sup).at("w");
+  CHECK(j.take() == std::vector<std::string>{"start w#0"});
+  self->send(first, block_atom::value);
+  self->send(sup, abandon_atom::value, std::string("nobody"), std::string("no such child"));
+  self->send(sup, abandon_atom::value, std::string("w"), std::string("its save missed the deadline"));
+  caf::actor second;
+  for (int i = 0; i < 1000 && !second; ++i) {
+    auto r = registry(self, sup);
+    if (r.count("w") && r.at("w") != first) second = r.at("w");
+    std::this_thread::sleep_for(5ms);
+  }
+  REQUIRE(second);
+  CHECK(j.take() == std::vector<std::string>{"start w#1"});
+  {
+    std::lock_guard lock(mu);
+    CHECK(reasons == std::vector<std::string>{"w: hung: its save missed the deadline"});
+  }
+  gate.release();
+  self->send(sup, shutdown_atom::value);
+  self->wait_for(sup);
+}

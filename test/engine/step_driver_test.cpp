@@ -38,6 +38,7 @@ StepDriverConfig six_steps() {
   c.save_timeout_s = 600;
   c.optimizers = {kOptim0, kOptim1};
   c.writers = {kWriter0, kWriter1};
+  c.optimizer_of_writer = {{kWriter0, kOptim0}, {kWriter1, kOptim1}};
   return c;
 }
 
@@ -49,6 +50,7 @@ StepDriverConfig one_shard_deciding() {
   c.shard_decides = true;
   c.optimizers = {kOptim0};
   c.writers = {kWriter0};
+  c.optimizer_of_writer = {{kWriter0, kOptim0}};
   return c;
 }
 
@@ -510,10 +512,8 @@ TEST_CASE("step driver: a failed interval save is logged and training goes on; t
   d.decided(3);
   d.closed(3);
   d.decided(4);
-  // The failed writer has not exited yet: step 4's save waits for it.
-  CHECK(d.closed(4) == Lines{"SaveWaitsForWriters 4 writers 1"});
-  CHECK(d.phase() == Phase::WaitingForWriters);
-  CHECK(d.on(WriterDown{kWriter1}) == Lines{"BeginSave 4"});
+  // The writer that reported the failed write stays up: step 4's save goes to it.
+  CHECK(d.closed(4) == Lines{"BeginSave 4"});
   CHECK(d.phase() == Phase::TakingCopies);
   d.on(SaveOpened{32});
   d.copied(4, 0);
@@ -555,11 +555,23 @@ TEST_CASE("step driver: a save not committed within save_timeout_s fails, naming
   CHECK(d.on(Tick{}).empty());
   CHECK(d.phase() == Phase::TakingCopies);
   d.now = 130;
-  CHECK(d.on(Tick{}) == Lines{"SaveFailed 2: not committed within checkpoint.save_timeout_s = 30 s; still waiting for " +
-                              kOptim0 + ", " + kWriter0 + ", " + kWriter1,
-                              "OpenTrainStep 3 (went out ahead)"});
+  // Writer 1 had its copy and did not write it: hung, replaced. Writer 0 never got its
+  // copy (optim 0 has not copied): not hung.
+  const std::string why = "not committed within checkpoint.save_timeout_s = 30 s; still waiting for " + kOptim0 +
+                          ", " + kWriter0 + ", " + kWriter1;
+  CHECK(d.on(Tick{}) == Lines{"ReplaceWriters " + kWriter1, "SaveFailed 2: " + why, "OpenTrainStep 3 (went out ahead)"});
   // A copy of the given-up save arriving late changes nothing.
   CHECK(d.copied(2, 0).empty());
+  // The next save waits until the hung writer is replaced, so that its copy goes to the
+  // successor; another writer's exit does not count.
+  d.decided(3);
+  d.closed(3);
+  d.decided(4);
+  CHECK(d.closed(4) == Lines{"SaveWaitsForWriters 4 writers 1"});
+  CHECK(d.phase() == Phase::WaitingForWriters);
+  CHECK(d.on(WriterDown{kWriter0}).empty());
+  CHECK(d.on(WriterDown{kWriter1}) == Lines{"BeginSave 4"});
+  CHECK(d.phase() == Phase::TakingCopies);
 }
 
 TEST_CASE("step driver: a save that cannot be opened or committed fails; training goes on") {
@@ -597,17 +609,15 @@ TEST_CASE("step driver: a final save is retried once; a second failure ends the 
   d.on(GroupWired{});
   for (int64_t n = 1; n <= 5; ++n) d.plain_step(n);
   d.decided(6);
-  SUBCASE("a writer fails: the retry waits for it to exit, then times out") {
+  SUBCASE("a writer fails: the retry goes to it at once, then times out") {
     CHECK(d.closed(6) == Lines{"BeginSave 6 final"});
     d.on(SaveOpened{71});
     d.copied(6, 0);
     d.copied(6, 1);
+    d.now = 50;
     CHECK(d.written(0, 71, false, "injected") ==
           Lines{"SaveFailed 6 final: " + kWriter0 + ": injected", "RetryFinalSave 6 attempt 2 of 2",
-                "SaveWaitsForWriters 6 writers 1"});
-    CHECK(d.phase() == Phase::WaitingForWriters);
-    d.now = 50;
-    CHECK(d.on(WriterDown{kWriter0}) == Lines{"BeginSave 6 final"});
+                "BeginSave 6 final"});
     CHECK(d.phase() == Phase::FinalSave);
     d.on(SaveOpened{72});
     d.now = 60;
@@ -711,29 +721,117 @@ TEST_CASE("step driver: step_driver_config reads the config") {
   CHECK(d.writers.front() == writer_path(ranks.front()));
 }
 
-TEST_CASE("step driver: a failed write of a given-up save still holds the next save until its writer exits") {
+TEST_CASE("step driver: a hung writer is replaced at the deadline; the final save's retry waits for its successor") {
+  auto c = six_steps();
+  c.save_on_exit = true;
+  c.save_timeout_s = 10;
+  Drive d(c);
+  d.on(GroupWired{});
+  for (int64_t n = 1; n <= 5; ++n) d.plain_step(n);
+  d.decided(6);
+  CHECK(d.closed(6) == Lines{"BeginSave 6 final"});
+  d.on(SaveOpened{101});
+  d.copied(6, 0);
+  d.copied(6, 1);
+  d.written(1, 101);
+  d.now = 10;
+  const std::string why = "not committed within checkpoint.save_timeout_s = 10 s; still waiting for " + kWriter0;
+  CHECK(d.on(Tick{}) == Lines{"ReplaceWriters " + kWriter0, "SaveFailed 6 final: " + why,
+                              "RetryFinalSave 6 attempt 2 of 2", "SaveWaitsForWriters 6 writers 1"});
+  // The abandoned writer's late report belongs to a given-up save.
+  CHECK(d.written(0, 101, false, "late").empty());
+  CHECK(d.on(WriterDown{kWriter0}) == Lines{"BeginSave 6 final"});
+  d.on(SaveOpened{102});
+  d.copied(6, 0);
+  d.copied(6, 1);
+  d.written(0, 102);
+  CHECK(d.written(1, 102).back() == "CommitSave");
+  CHECK(d.on(SaveCommitted{}) == Lines{"FinishRun completed"});
+}
+
+TEST_CASE("step driver: max_failed_saves interval saves failed in a row stop the run as failed; a commit resets the count") {
+  auto c = six_steps();
+  c.total_steps = 10;
+  c.interval_steps = 1;
+  c.max_lag_steps = 0;
+  c.max_failed_saves = 2;
+  Drive d(c);
+  d.on(GroupWired{});
+  auto fail_at = [&](int64_t step) {
+    d.decided(step);
+    d.closed(step);
+    return d.on(SaveNotOpened{"mkdir: No space left on device"});
+  };
+  CHECK(fail_at(1) == Lines{"SaveFailed 1 not begun: mkdir: No space left on device",
+                            "OpenTrainStep 2 RunStep train 2 consumed 8 microbatches 2"});
+  // Step 2's save commits: the count starts again.
+  d.decided(2);
+  CHECK(d.closed(2) == Lines{"BeginSave 2"});
+  d.on(SaveOpened{121});
+  d.copied(2, 0);
+  d.copied(2, 1);
+  d.written(0, 121);
+  d.written(1, 121);
+  CHECK(d.on(SaveCommitted{}) == Lines{"OpenTrainStep 3 RunStep train 3 consumed 16 microbatches 2"});
+  CHECK(fail_at(3).back() == "OpenTrainStep 4 RunStep train 4 consumed 24 microbatches 2");
+  // The second in a row: no step after it, no final save, the run ends as failed.
+  CHECK(fail_at(4) == Lines{"SaveFailed 4 not begun: mkdir: No space left on device",
+                            "FinishRunFailed: 2 checkpoint(s) in a row failed (checkpoint.max_failed_saves = 2), the "
+                            "last: mkdir: No space left on device"});
+  CHECK(d.phase() == Phase::Finished);
+}
+
+TEST_CASE("step driver: a failed save past max_failed_saves with a step run ahead ends the run after that step") {
   auto c = six_steps();
   c.interval_steps = 2;
-  c.save_timeout_s = 10;
+  c.max_failed_saves = 1;
   Drive d(c);
   d.on(GroupWired{});
   d.plain_step(1);
   d.decided(2);
   d.closed(2);
-  d.on(SaveOpened{101});
+  d.on(SaveOpened{131});
   d.copied(2, 0);
   d.copied(2, 1);
-  d.now = 10;
-  CHECK(d.on(Tick{}).size() == 1);  // SaveFailed: the save is given up
-  // Its writer reports a failure afterwards: no save to fail, but it is exiting.
-  CHECK(d.written(0, 101, false, "late").empty());
-  d.decided(3);
-  d.closed(3);
-  d.decided(4);
-  CHECK(d.closed(4) == Lines{"SaveWaitsForWriters 4 writers 1"});
-  CHECK(d.on(WriterDown{kWriter1}).empty());  // not the one exiting
-  CHECK(d.phase() == Phase::WaitingForWriters);
-  CHECK(d.on(WriterDown{kWriter0}) == Lines{"BeginSave 4"});
+  // Step 3 went out ahead; the write fails while it runs: it ends, nothing more goes out.
+  CHECK(d.written(0, 131, false, "write: No space left on device") ==
+        Lines{"SaveFailed 2: " + kWriter0 + ": write: No space left on device"});
+  CHECK(d.decided(3) == Lines{"SendUpdate 3"});
+  CHECK(d.closed(3) == Lines{"FinishRunFailed: 1 checkpoint(s) in a row failed (checkpoint.max_failed_saves = 1), "
+                             "the last: " + kWriter0 + ": write: No space left on device"});
+}
+
+TEST_CASE("step driver: records that cannot be written stop the run at the next step boundary, after the save in flight") {
+  auto c = six_steps();
+  c.interval_steps = 2;
+  c.max_lag_steps = 0;
+  Drive d(c);
+  d.on(GroupWired{});
+  d.plain_step(1);
+  d.decided(2);
+  CHECK(d.closed(2) == Lines{"BeginSave 2"});
+  d.on(SaveOpened{141});
+  d.copied(2, 0);
+  d.copied(2, 1);
+  CHECK(d.phase() == Phase::WaitingForSave);
+  // Said while the save is written: the run waits for it, then ends.
+  CHECK(d.on(StorageFailed{"3 record(s) could not be written"}).empty());
+  CHECK(d.phase() == Phase::Stopping);
+  d.written(0, 141);
+  d.written(1, 141);
+  CHECK(d.on(SaveCommitted{}) == Lines{"FinishRunFailed: 3 record(s) could not be written"});
+  CHECK(d.driver.last_saved_step() == 2);
+}
+
+TEST_CASE("step driver: SIGHUP stops as SIGTERM does, with a final save") {
+  auto c = six_steps();
+  c.save_on_exit = true;
+  Drive d(c);
+  d.on(GroupWired{});
+  d.plain_step(1);
+  d.on(StopRequested{SIGHUP});
+  d.decided(2);
+  CHECK(d.closed(2) == Lines{"BeginSave 2 final"});
 }
 
 TEST_CASE("step driver: a final save whose shards are written before its last copy commits on that copy") {

@@ -73,6 +73,14 @@ ssize_t failing_write(int, const void*, size_t) {
   return -1;
 }
 
+// Writes half of what it is given, then fails as a full disk does.
+ssize_t half_then_full(int fd, const void* p, size_t n) {
+  ++g_calls;
+  if (g_calls == 1 && n > 1) return ::write(fd, p, n / 2);
+  errno = ENOSPC;
+  return -1;
+}
+
 void crash_before_rename(const std::string&, const std::string&) { throw std::runtime_error("crash before rename"); }
 
 void record_dir_fsync(const std::string& dir) { g_fsynced_dirs.push_back(dir); }
@@ -229,4 +237,23 @@ TEST_CASE("errors name the path and the call that failed") {
   CHECK_THROWS_WITH_AS(w.commit(), (w.temp_path() + ": write: Input/output error").c_str(), FileError);
   CHECK_THROWS_WITH_AS(MappedFile::open(s / "none", "shard file"),
                        (s / "none" + ": cannot open the shard file: No such file or directory").c_str(), FileError);
+}
+
+TEST_CASE("an append cut short by a full disk leaves nothing of itself: no torn line, and it can be appended again") {
+  HookGuard guard;
+  Scratch s;
+  const auto path = s / "metrics.jsonl";
+  AppendFile f(path, AppendFile::Create::kAppend, true);
+  f.append("{\"type\":\"step\",\"step\":1}\n");
+  const auto before = read_file(path);
+  g_calls = 0;
+  durable_file_hooks().write = half_then_full;
+  CHECK_THROWS_WITH_AS(f.append("{\"type\":\"step\",\"step\":2}\n"),
+                       (path + ": write: No space left on device").c_str(), FileError);
+  CHECK(g_calls == 2);  // half of the line went in before the disk was full
+  CHECK(read_file(path) == before);
+  CHECK(f.size() == int64_t(before.size()));
+  durable_file_hooks() = DurableFileHooks{};
+  f.append("{\"type\":\"step\",\"step\":2}\n");
+  CHECK(read_file(path) == before + "{\"type\":\"step\",\"step\":2}\n");
 }
