@@ -154,6 +154,23 @@ void write_failed(Self* self, const std::string& why) {
   }
 }
 
+// What a restart marker cut from the earlier event files (metrics/superseded_events.h),
+// and the files it had to leave as they were.
+void log_superseded(const metrics::SupersededEvents& cut) {
+  for (const auto& temp : cut.removed_temporaries)
+    spdlog::info("removed {}: a stale temporary copy of an event file", temp);
+  for (const auto& c : cut.rewritten) {
+    std::string what;
+    if (c.dropped_points > 0)
+      what = fmt::format("{} point{} of steps {}-{} that the restart supersedes", c.dropped_points,
+                         c.dropped_points == 1 ? "" : "s", c.first_dropped_step, c.last_dropped_step);
+    if (c.dropped_tail_bytes > 0)
+      what += fmt::format("{}a torn last record ({} bytes)", what.empty() ? "" : " and ", c.dropped_tail_bytes);
+    spdlog::info("{}: dropped {} (metrics.jsonl keeps every step)", c.path, what);
+  }
+  for (const auto& w : cut.warnings) spdlog::warn("event file not cut to the restart: {}", w);
+}
+
 // Writes every record waiting in the inbox, oldest first. A record leaves the inbox
 // only once it is written: one whose writing throws (an injected fault) or hangs stays
 // for this actor's successor; one whose file write fails stays for a retry.
@@ -211,7 +228,7 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
         }
         write_once(self, [&] { s.jsonl->startup(r); });
         if (s.events && r.resumed_from_step)
-          write_once(self, [&] { s.events->session_start(*r.resumed_from_step + 1, r.wall_time); });
+          write_once(self, [&] { log_superseded(s.events->session_start(*r.resumed_from_step + 1, r.wall_time)); });
       },
       [self](const metrics::StepRecord& r) {
         engine::check_fault(self->state.args.faults.get(), "metrics", r.step, Fault::OPTIMIZER);
@@ -219,13 +236,14 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
       },
       // The training group restarted from the checkpoint of `step` (0: from scratch):
       // the steps after it are done again. TensorBoard's readers drop the points at or
-      // after a SessionLog START's step, so each step shows once. The spike windows
+      // after a SessionLog START's step, so each step shows once (earlier event files
+      // are cut to it for the readers that take each file alone). The spike windows
       // start again from the steps up to `step` as metrics.jsonl holds them (the last
       // line of each step: every record before this marker is written), so spikes.jsonl
       // judges the new timeline as the coordinator's guard does (engine/spike_guard.h).
       [self](restart_marker_atom, int64_t step, double wall_time) {
         auto& s = self->state;
-        if (s.events) write_once(self, [&] { s.events->session_start(step + 1, wall_time); });
+        if (s.events) write_once(self, [&] { log_superseded(s.events->session_start(step + 1, wall_time)); });
         s.detector->clear_windows();
         try {
           metrics::warm_spike_windows(metrics::read_jsonl(s.args.layout.metrics).objects, step, *s.detector);

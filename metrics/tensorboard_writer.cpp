@@ -79,12 +79,14 @@ void EventFileWriter::scalars(int64_t step, double wall_time,
   write_event(e.SerializeAsString());
 }
 
-void EventFileWriter::session_start(int64_t step, double wall_time) {
+SupersededEvents EventFileWriter::session_start(int64_t step, double wall_time) {
   tensorboard::Event e;
   e.set_wall_time(wall_time);
   e.set_step(step);
   e.mutable_session_log()->set_status(tensorboard::SessionLog::START);
   write_event(e.SerializeAsString());
+  const std::filesystem::path own(path());
+  return drop_superseded_events(own.parent_path().string(), step, own.filename().string());
 }
 
 void EventFileWriter::write_event(const std::string& serialized) { file_.append(frame_tfrecord(serialized)); }

@@ -12,6 +12,7 @@
 
 #include "metrics/files.h"
 #include "metrics/step_record.h"
+#include "metrics/superseded_events.h"
 
 namespace troupe::metrics {
 
@@ -46,7 +47,11 @@ class EventFileWriter {
   // A SessionLog START at `step`: TensorBoard drops the events of this run with
   // step >= `step` written before it. Write it before the first step after a
   // restart from a checkpoint (step = checkpoint step + 1), so redone steps show once.
-  void session_start(int64_t step, double wall_time);
+  // Then the other event files in this file's folder (earlier processes', earlier
+  // metrics actors') are cut to what TensorBoard keeps of them (drop_superseded_events),
+  // so readers that take each file alone show each step once too; what was cut and
+  // the files left as they were come back, nothing is thrown for them.
+  SupersededEvents session_start(int64_t step, double wall_time);
   // fdatasync the file (end of run).
   void sync() { file_.sync(); }
 

@@ -40,38 +40,59 @@ std::string frame_tfrecord(std::string_view data) {
   return out;
 }
 
-TfRecordContents parse_tfrecords(std::string_view bytes, const std::string& name) {
-  TfRecordContents out;
+TfRecordScan scan_tfrecords(std::string_view bytes, const std::string& name) {
+  TfRecordScan out;
   size_t pos = 0;
+  const auto damaged = [&](std::string what, size_t record_end) {
+    out.end = TfRecordScan::End::kDamaged;
+    out.damage = name + ": record at byte offset " + std::to_string(pos) + what;
+    const bool zeros = bytes.find_first_not_of('\0', pos) == std::string_view::npos;
+    out.damage_is_tail = record_end == bytes.size() || zeros;
+  };
   while (pos < bytes.size()) {
+    out.good_bytes = int64_t(pos);
     const size_t left = bytes.size() - pos;
     const char* p = bytes.data() + pos;
     if (left < 12) {
-      out.truncated_tail = true;
-      out.truncated_at = int64_t(pos);
-      break;
+      out.end = TfRecordScan::End::kTorn;
+      return out;
     }
     const uint64_t len = get_le(p, 8);
     const uint32_t len_crc = uint32_t(get_le(p + 8, 4));
     const uint32_t want_len_crc = masked_crc(p, 8);
-    if (len_crc != want_len_crc)
-      throw MetricsError(name + ": record at byte offset " + std::to_string(pos) + ": length CRC mismatch (stored " +
-                         hex(len_crc) + ", computed " + hex(want_len_crc) + ")");
+    if (len_crc != want_len_crc) {
+      damaged(": length CRC mismatch (stored " + hex(len_crc) + ", computed " + hex(want_len_crc) + ")",
+              std::string_view::npos);
+      return out;
+    }
     if (len > left - 12 || left - 12 - len < 4) {
-      out.truncated_tail = true;
-      out.truncated_at = int64_t(pos);
-      break;
+      out.end = TfRecordScan::End::kTorn;
+      return out;
     }
     const char* data = p + 12;
     const uint32_t data_crc = uint32_t(get_le(data + len, 4));
     const uint32_t want_data_crc = masked_crc(data, len);
-    if (data_crc != want_data_crc)
-      throw MetricsError(name + ": record at byte offset " + std::to_string(pos) + " (" + std::to_string(len) +
-                         " data bytes): data CRC mismatch (stored " + hex(data_crc) + ", computed " +
-                         hex(want_data_crc) + ")");
-    out.records.emplace_back(data, len);
+    if (data_crc != want_data_crc) {
+      damaged(" (" + std::to_string(len) + " data bytes): data CRC mismatch (stored " + hex(data_crc) +
+                  ", computed " + hex(want_data_crc) + ")",
+              pos + kTfRecordOverhead + len);
+      return out;
+    }
+    out.records.push_back({int64_t(pos), std::string_view(data, len)});
     pos += kTfRecordOverhead + len;
   }
+  out.good_bytes = int64_t(pos);
+  return out;
+}
+
+TfRecordContents parse_tfrecords(std::string_view bytes, const std::string& name) {
+  const TfRecordScan scan = scan_tfrecords(bytes, name);
+  if (scan.end == TfRecordScan::End::kDamaged) throw MetricsError(scan.damage);
+  TfRecordContents out;
+  out.records.reserve(scan.records.size());
+  for (const auto& r : scan.records) out.records.emplace_back(r.data);
+  out.truncated_tail = scan.end == TfRecordScan::End::kTorn;
+  if (out.truncated_tail) out.truncated_at = scan.good_bytes;
   return out;
 }
 

@@ -69,3 +69,39 @@ TEST_CASE("TFRecord reader: a damaged byte fails its CRC, naming the offset") {
   CHECK_THROWS_WITH_AS(parse_tfrecords(bad_len_crc, "f"), doctest::Contains("record at byte offset 0: length CRC"),
                        MetricsError);
 }
+
+TEST_CASE("TFRecord scan: every good record with its offset, and what ends them, without throwing") {
+  const std::string a = frame_tfrecord("first"), b = frame_tfrecord("second record");
+  const auto clean = scan_tfrecords(a + b, "f");
+  CHECK(clean.end == TfRecordScan::End::kClean);
+  REQUIRE(clean.records.size() == 2);
+  CHECK(clean.records[1].offset == int64_t(a.size()));
+  CHECK(clean.records[1].data == "second record");
+  CHECK(clean.records[1].framed_size() == int64_t(b.size()));
+  CHECK(clean.good_bytes == int64_t(a.size() + b.size()));
+
+  const auto torn = scan_tfrecords(a + b.substr(0, 5), "f");
+  CHECK(torn.end == TfRecordScan::End::kTorn);
+  CHECK(torn.good_bytes == int64_t(a.size()));
+  CHECK(torn.records.size() == 1);
+
+  // A damaged last record and a zero-filled tail are a crash's; damage with a good record
+  // after it is not.
+  std::string last_bad = a + b;
+  last_bad[a.size() + 14] ^= 0x01;
+  const auto tail = scan_tfrecords(last_bad, "f");
+  CHECK(tail.end == TfRecordScan::End::kDamaged);
+  CHECK(tail.damage_is_tail);
+  CHECK(tail.good_bytes == int64_t(a.size()));
+  CHECK(tail.damage.find("f: record at byte offset 21 (13 data bytes): data CRC mismatch") == 0);
+  const auto zeros = scan_tfrecords(a + b + std::string(40, '\0'), "f");
+  CHECK(zeros.end == TfRecordScan::End::kDamaged);
+  CHECK(zeros.damage_is_tail);
+  CHECK(zeros.records.size() == 2);
+  std::string middle = a + b + a;
+  middle[a.size() + 14] ^= 0x01;
+  const auto inside = scan_tfrecords(middle, "f");
+  CHECK(inside.end == TfRecordScan::End::kDamaged);
+  CHECK_FALSE(inside.damage_is_tail);
+  CHECK(inside.records.size() == 1);
+}
