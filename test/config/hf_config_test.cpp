@@ -34,6 +34,12 @@ const char* kLlama31 = R"({"model_type": "llama", "hidden_act": "silu", "hidden_
   "mlp_bias": false, "head_dim": 128, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0,
   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}})";
 
+// Mistral-Nemo-Base-2407: 32 heads of 128 over a width of 5120 (not 5120 / 32 = 160).
+const char* kMistralNemo = R"({"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_act": "silu",
+  "hidden_size": 5120, "head_dim": 128, "intermediate_size": 14336, "max_position_embeddings": 1024000,
+  "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+  "rope_theta": 1000000.0, "sliding_window": null, "tie_word_embeddings": false, "vocab_size": 131072})";
+
 // GPT-2 small.
 const char* kGpt2 = R"({"model_type": "gpt2", "activation_function": "gelu_new", "n_embd": 768, "n_head": 12,
   "n_inner": null, "n_layer": 12, "n_positions": 1024, "layer_norm_epsilon": 1e-05, "vocab_size": 50257})";
@@ -71,6 +77,11 @@ TEST_CASE("published configs give the published parameter counts") {
   CHECK(l31.rope_scaling().original_max_positions() == 8192);
   CHECK(l31.rope_theta() == 500000);
   CHECK(count(l31) == 8'030'261'248);
+  CHECK_FALSE(l31.has_head_dim());  // its head_dim 128 is 4096 / 32: the usual size, left unset
+  const ModelConfig nemo = model_from_hf_config(kMistralNemo, "t");
+  CHECK(nemo.head_dim() == 128);
+  CHECK(head_size(nemo) == 128);
+  CHECK(count(nemo) == 12'247'782'400);
   const ModelConfig g = model_from_hf_config(kGpt2, "t");
   CHECK(g.architecture() == ModelConfig::GPT2);
   CHECK(g.ffn_width() == 0);  // n_inner null: 4 x width
@@ -78,7 +89,7 @@ TEST_CASE("published configs give the published parameter counts") {
 }
 
 TEST_CASE("the printed section loads back to the same model") {
-  for (const char* json : {kTinyLlama, kSmolLm, kLlama31, kGpt2}) {
+  for (const char* json : {kTinyLlama, kSmolLm, kLlama31, kMistralNemo, kGpt2}) {
     const ModelConfig m = model_from_hf_config(json, "t");
     const std::string text = model_section_text(m) + "batch { seq_length: 64 }\n";
     const Config c = load_config_text(text, "printed");
@@ -127,9 +138,8 @@ TEST_CASE("what troupe's families cannot express is refused by key") {
         "d/config.json: attention_bias: true is not supported: troupe's Llama attention has no biases");
   CHECK(error_of(base + R"(, "sliding_window": 4096})") ==
         "d/config.json: sliding_window: 4096 is not supported: troupe's attention is causal over the whole document");
-  CHECK(error_of(base + R"(, "head_dim": 128})") ==
-        "d/config.json: head_dim: 128 is not hidden_size / num_attention_heads = 64: troupe's head size is the width "
-        "over the heads");
+  CHECK(error_of(base + R"(, "head_dim": 0})") == "d/config.json: head_dim: expected a positive integer, got 0");
+  CHECK(error_of(base + R"(, "head_dim": 64.5})") == "d/config.json: head_dim: expected a positive integer, got 64.5");
   CHECK(error_of(base + R"(, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})") ==
         "d/config.json: rope_scaling.rope_type: \"dynamic\" is not supported: troupe scales rotary positions as "
         "Llama 3 does (llama3)");
