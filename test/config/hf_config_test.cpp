@@ -3,11 +3,13 @@
 // key troupe's families cannot express.
 #include <doctest/doctest.h>
 
+#include <fmt/format.h>
 #include <google/protobuf/util/message_differencer.h>
 
 #include "config/derived.h"
 #include "config/error.h"
 #include "config/hf_config.h"
+#include "config/import_config.h"
 #include "config/text_format.h"
 #include "config/validate.h"
 
@@ -156,4 +158,42 @@ TEST_CASE("what troupe's families cannot express is refused by key") {
                      "vocab_size": 10, "n_positions": 8})") ==
         "d/config.json: activation_function: \"relu\" is not supported: troupe's GPT-2 MLP is the tanh GELU (gelu_new)");
   CHECK(error_of("{not json").rfind("d/config.json: not JSON: ", 0) == 0);
+}
+
+TEST_CASE("import-config prints the model section of a vocabulary below the byte tokenizer's, with the tokenizers "
+          "that fit it") {
+  // A tiny test model (200 IDs): the model section is the same whatever the data
+  // section's tokenizer, so it imports; the note says BYTES does not fit and what does.
+  const std::string tiny = R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "num_hidden_layers": 2,
+    "max_position_embeddings": 64, "vocab_size": 200})";
+  const std::string text = import_config_text(tiny, "d/config.json", "d/tokenizer.json");
+  CHECK(text.find("# from d/config.json: ") == 0);
+  CHECK(text.find("#   data { tokenizer: HF_JSON tokenizer_file: \"d/tokenizer.json\" }  (the directory's own)\n") !=
+        std::string::npos);
+  CHECK(text.find("#   not BYTES, troupe's default: it needs 257 IDs (256 bytes + EOD), the model has 200\n") !=
+        std::string::npos);
+  CHECK(text.find("tokenizer: BYTES }") == std::string::npos);
+  CHECK(text.find("  vocab_size: 200\n") != std::string::npos);
+  CHECK(text.find("  head_dim: 24\n") != std::string::npos);
+  // Pasted into a config with a tokenizer that fits, it loads and validates as the model.
+  const Config c = load_config_text(
+      text + "batch { seq_length: 64 }\ndata { tokenizer: NONE prefix: \"x\" eod_id: 0 }\n", "pasted");
+  CHECK(c.model().vocab_size() == 200);
+  CHECK(c.model().head_dim() == 24);
+  CHECK(text.find(fmt::format("{} parameters", parameter_count(c))) != std::string::npos);
+  // Without a tokenizer.json beside config.json, any whose IDs fit.
+  CHECK(import_config_text(tiny, "d/config.json", "").find("(a tokenizer.json whose IDs are below vocab_size)") !=
+        std::string::npos);
+  // A vocabulary of 257 or more: BYTES fits too; from 50257 GPT-2's tokenizer as well.
+  const std::string smol = import_config_text(kSmolLm, "s/config.json", "");
+  CHECK(smol.find("#   data { tokenizer: BYTES }  (troupe's default: IDs 0-256)\n") != std::string::npos);
+  CHECK(smol.find("tokenizer: GPT2") == std::string::npos);
+  CHECK(import_config_text(kGpt2, "g/config.json", "").find("#   data { tokenizer: GPT2 ") != std::string::npos);
+  // The model section is still judged: a shape troupe refuses is refused, named.
+  CHECK_THROWS_WITH_AS(import_config_text(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                           "num_attention_heads": 4, "num_key_value_heads": 3, "num_hidden_layers": 2,
+                           "max_position_embeddings": 64, "vocab_size": 200})",
+                                          "d/config.json", ""),
+                       "d/config.json: model.kv_heads: 3 does not divide model.heads = 4", ConfigError);
 }
