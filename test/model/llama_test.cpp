@@ -221,6 +221,13 @@ TEST_CASE("finite differences match every gradient of a Llama whose heads are wi
   check_gradients(tiny_llama_head_dim_config(6));
 }
 
+TEST_CASE("finite differences match every gradient of a Llama of width 64 with 4 heads of 24 sharing 2 kv heads") {
+  // The attention 96 wide over a model of 64: q_proj [96, 64], k_proj and v_proj [48, 64].
+  Config c = tiny_llama_head_dim_config(24);
+  c.mutable_model()->set_width(64);
+  check_gradients(c);
+}
+
 TEST_CASE("finite differences match every gradient of a multi-query Llama with narrow heads and a tied head") {
   // 4 heads of 2 over width 16: the attention is 8 wide, half the model.
   check_gradients(tiny_llama_head_dim_config(2, 1, true));
