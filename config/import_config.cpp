@@ -51,8 +51,8 @@ std::string import_config_text(const std::string& json, const std::string& sourc
     c.mutable_data()->set_tokenizer_file(tokenizer_json.empty() ? "tokenizer.json" : tokenizer_json);
   }
   validate(c, Origins(source));
-  return fmt::format("# from {}: {} parameters (config::parameter_count, vocabulary padded to {} rows at TP 1)\n", source,
-                     parameter_count(c), padded_vocab(c)) +
+  return fmt::format("# from {}: {} parameters (config::parameter_count, vocabulary padded to {} rows at TP 1)\n",
+                     source, parameter_count(c), padded_vocab(c)) +
          tokenizer_note(m.vocab_size(), tokenizer_json) + model_section_text(m);
 }
 

@@ -3,10 +3,11 @@
 //
 // hs is the head size (AttentionConfig::head_size, model.head_dim; D / NH when unset),
 // so the attention width NH hs may differ from D. On tensor-parallel rank t of TP:
-// NHt = NH / TP query heads (global heads [t NHt, (t+1) NHt)), Dt = NHt hs. Its kv heads KVl: KV / TP of its own when KV divides by
-// TP; otherwise (TP % KV == 0) k_proj and v_proj are whole on every rank and the rank
-// computes only kv head g = t NHt / (NH / KV), the one all its query heads read, so
-// the group sums k_proj's and v_proj's gradients (partial_grads).
+// NHt = NH / TP query heads (global heads [t NHt, (t+1) NHt)), Dt = NHt hs. Its kv
+// heads KVl: KV / TP of its own when KV divides by TP; otherwise (TP % KV == 0) k_proj
+// and v_proj are whole on every rank and the rank computes only kv head
+// g = t NHt / (NH / KV), the one all its query heads read, so the group sums k_proj's
+// and v_proj's gradients (partial_grads).
 //   qkv[N, (NHt + 2 KVl) hs] = x [Wq_t | Wk_l | Wv_l]^T     (q | k | v per token)
 //   q, k rotated by the tokens' positions (rope.h), in place
 //   y[N, Dt] = dropout(softmax(q k^T / sqrt(hs))) v, causal within the document, query
