@@ -51,6 +51,10 @@ SmallModel derive_small_model(const Config& big, const std::string& data_prefix,
     m->set_width(16 * m->heads());
     m->set_kv_heads(!grouped ? m->heads() : big_kv == 1 ? 1 : m->heads() / 2);
     m->set_ffn_width(3 * m->width());
+    // Heads whose size is not width / heads (model.head_dim) stay so: wider (24) or
+    // narrower (8) than the small width's 16.
+    if (bm.head_dim() > 0 && config::attention_width(bm) != bm.width())
+      m->set_head_dim(config::attention_width(bm) > bm.width() ? 24 : 8);
     m->set_rope_theta(bm.rope_theta());
     if (bm.has_norm_eps()) m->set_norm_eps(bm.norm_eps());
   }
@@ -70,8 +74,12 @@ SmallModel derive_small_model(const Config& big, const std::string& data_prefix,
                      bm.rope_theta(),
                      bm.has_rope_scaling() ? "; rope_scaling dropped (its original context exceeds the small run's)"
                                            : "");
-    d += fmt::format("- model.width: {} (config: {}; head size 16), SwiGLU ffn {} (3 x width; config: {})\n",
-                     m->width(), bm.width(), m->ffn_width(), config::ffn_width(bm));
+    d += fmt::format("- model.width: {} (config: {}; head size {}{}), SwiGLU ffn {} (3 x width; config: {})\n",
+                     m->width(), bm.width(), config::head_size(*m),
+                     m->head_dim() > 0 ? fmt::format(", model.head_dim as the config's {} is {} than width / heads",
+                                                     bm.head_dim(), m->head_dim() > 16 ? "wider" : "narrower")
+                                       : std::string(),
+                     m->ffn_width(), config::ffn_width(bm));
   } else {
     d += fmt::format("- model.width: {} (config: {}; head size 16), ffn {} (4 x width; config: {})\n", m->width(),
                      big.model().width(), 4 * m->width(), config::ffn_width(big.model()));

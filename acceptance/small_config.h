@@ -6,7 +6,8 @@
 //
 //   model.layers       2 per pipeline stage (never more than the config's layers)
 //   model.heads        2, or TP when TP > 2 (heads must divide over TP)
-//   model.width        16 per head (head size 16)
+//   model.width        16 per head (head size 16; a Llama whose model.head_dim is not
+//                      width / heads keeps heads wider (24) or narrower (8) than that)
 //   model.ffn_width    4 x width
 //   model.vocab_size   257: the acceptance dataset is bytes + EOD (acceptance/dataset.h);
 //                      vocab_pad_multiple, init_std, layernorm_eps are the config's

@@ -247,7 +247,9 @@ void print_startup(const Config& c, const std::string& source, const std::string
   const auto& o = c.optimizer();
   spdlog::info("troupe: training {}", source.empty() ? "the embedded default config" : source);
   const std::string family =
-      config::is_llama(m) ? fmt::format("LLAMA ({} kv heads, rotary theta {:g}{}, RMSNorm, SwiGLU)", config::kv_heads(m),
+      config::is_llama(m) ? fmt::format("LLAMA ({} kv heads, {}rotary theta {:g}{}, RMSNorm, SwiGLU)",
+                                        config::kv_heads(m),
+                                        m.head_dim() > 0 ? fmt::format("head size {}, ", m.head_dim()) : "",
                                         m.rope_theta(), m.has_rope_scaling() ? " scaled" : "")
                           : std::string("GPT2 (learned positions, LayerNorm, GELU)");
   spdlog::info("model: {}, {} layers, {} heads, width {}, ffn {}, vocab {} (padded {}), {} positions, {} head, {} "

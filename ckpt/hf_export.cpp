@@ -68,7 +68,7 @@ void llama_fields(const ModelConfig& m, nlohmann::ordered_json& j) {
   j["num_hidden_layers"] = m.layers();
   j["num_attention_heads"] = m.heads();
   j["num_key_value_heads"] = config::kv_heads(m);
-  j["head_dim"] = m.width() / m.heads();
+  j["head_dim"] = config::head_size(m);
   j["hidden_act"] = "silu";
   j["max_position_embeddings"] = m.max_positions();
   j["vocab_size"] = m.vocab_size();

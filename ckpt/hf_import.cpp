@@ -84,6 +84,9 @@ std::vector<std::string> hf_config_mismatches(const ModelConfig& hf, const Model
   check("heads", "n_head", "num_attention_heads", num(hf.heads()), num(run.heads()));
   if (llama) check("kv_heads", "", "num_key_value_heads", num(config::kv_heads(hf)), num(config::kv_heads(run)));
   check("width", "n_embd", "hidden_size", num(hf.width()), num(run.width()));
+  // The head size where either side sets it (else it follows from width and heads, checked above).
+  if (llama && (hf.head_dim() > 0 || run.head_dim() > 0))
+    check("head_dim", "", "head_dim", num(config::head_size(hf)), num(config::head_size(run)));
   check("ffn_width", "n_inner", "intermediate_size", num(config::ffn_width(hf)), num(config::ffn_width(run)));
   check("vocab_size", "vocab_size", "vocab_size", num(hf.vocab_size()), num(run.vocab_size()));
   check("max_positions", "n_positions", "max_position_embeddings", num(hf.max_positions()), num(run.max_positions()));

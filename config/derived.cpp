@@ -8,6 +8,10 @@ int64_t ffn_width(const ModelConfig& m) {
 
 int64_t kv_heads(const ModelConfig& m) { return m.kv_heads() > 0 ? m.kv_heads() : m.heads(); }
 
+int64_t head_size(const ModelConfig& m) { return m.head_dim() > 0 ? m.head_dim() : m.width() / m.heads(); }
+
+int64_t attention_width(const ModelConfig& m) { return m.heads() * head_size(m); }
+
 float norm_eps(const ModelConfig& m) { return m.has_norm_eps() ? m.norm_eps() : m.layernorm_eps(); }
 
 bool is_llama(const ModelConfig& m) { return m.architecture() == ModelConfig::LLAMA; }
@@ -23,8 +27,8 @@ int64_t parameter_count(const Config& c) {
   const int64_t w = m.width(), f = ffn_width(m), embedding = padded_vocab(c) * w;
   const int64_t head = m.tied_embeddings() ? 0 : embedding;
   if (is_llama(m)) {
-    const int64_t kv_width = kv_heads(m) * (w / m.heads());
-    const int64_t per_layer = 2 * w * w + 2 * w * kv_width + 3 * w * f + 2 * w;
+    const int64_t q_width = attention_width(m), kv_width = kv_heads(m) * head_size(m);
+    const int64_t per_layer = 2 * w * q_width + 2 * w * kv_width + 3 * w * f + 2 * w;
     return embedding + head + m.layers() * per_layer + w;
   }
   const int64_t per_layer = 4 * w * w + 2 * w * f + 9 * w + f;

@@ -15,6 +15,11 @@ int64_t ffn_width(const ModelConfig& m);
 
 // Key/value heads: model.kv_heads, or heads when it is 0 (GPT-2 is always multi-head).
 int64_t kv_heads(const ModelConfig& m);
+// Size of one attention head: model.head_dim, or width / heads when it is 0.
+int64_t head_size(const ModelConfig& m);
+// Query heads times the head size: the rows of q_proj and the columns of o_proj
+// (width when head_dim is unset).
+int64_t attention_width(const ModelConfig& m);
 // Epsilon of the norms: model.norm_eps when set, else model.layernorm_eps.
 float norm_eps(const ModelConfig& m);
 bool is_llama(const ModelConfig& m);
@@ -28,9 +33,9 @@ int64_t padded_vocab(const Config& c);
 //   GPT2:  token embedding padded_vocab x width, positions max_positions x width,
 //          per layer 4 w^2 + 2 w f + 9 w + f (qkv, proj, fc, proj weights + biases,
 //          two LayerNorms), final LayerNorm 2 w.
-//   LLAMA: token embedding padded_vocab x width, per layer 2 w^2 + 2 w kv hs (q, o;
-//          k, v of kv heads of size hs) + 3 w f (gate, up, down) + 2 w (two RMSNorms),
-//          final RMSNorm w.
+//   LLAMA: token embedding padded_vocab x width, per layer 2 w heads hs + 2 w kv hs
+//          (q, o; k, v of kv heads; hs the head size, heads hs = w when head_dim is
+//          unset) + 3 w f (gate, up, down) + 2 w (two RMSNorms), final RMSNorm w.
 int64_t parameter_count(const Config& c);
 
 // Microbatches each data-parallel replica accumulates per update:

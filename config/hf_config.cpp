@@ -117,10 +117,12 @@ ModelConfig llama(const Reader& r) {
   r.require("attention_bias", false, "troupe's Llama attention has no biases");
   r.require("mlp_bias", false, "troupe's Llama MLP has no biases");
   r.require("sliding_window", nullptr, "troupe's attention is causal over the whole document");
-  if (r.has("head_dim") && r.at("head_dim") != Json(m.width() / m.heads()))
-    throw r.error("head_dim", fmt::format("{} is not hidden_size / num_attention_heads = {}: troupe's head size is "
-                                          "the width over the heads",
-                                          r.at("head_dim").dump(), m.width() / m.heads()));
+  // head_dim: set only where it is not hidden_size / num_attention_heads (Mistral-Nemo's
+  // 128 of 5120 / 32), so a config that spells out the usual size imports as before.
+  if (r.has("head_dim")) {
+    const int32_t head_dim = r.integer("head_dim");
+    if (m.width() % m.heads() != 0 || head_dim != m.width() / m.heads()) m.set_head_dim(head_dim);
+  }
   // The rotary settings: transformers < 5 writes rope_theta and rope_scaling, 5.x one
   // rope_parameters object holding rope_theta, rope_type ("default": unscaled) and the
   // scaling keys. Both forms in one file must agree on theta.

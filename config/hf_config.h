@@ -10,7 +10,8 @@
 //                      intermediate_size, vocab_size, max_position_embeddings,
 //                      rms_norm_eps, rope_theta, tie_word_embeddings (default false),
 //                      rope_scaling of rope_type llama3; hidden_act must be silu,
-//                      attention_bias and mlp_bias false, head_dim hidden/heads.
+//                      attention_bias and mlp_bias false; head_dim (model.head_dim
+//                      where it is not hidden_size / num_attention_heads).
 // Anything troupe's family cannot express is refused, naming the key and its value;
 // nothing is reinterpreted silently.
 #pragma once

@@ -243,6 +243,8 @@ const std::map<std::string, Flag>& flags() {
       {"disable-bias-linear", {false, [](const Context&) {}}},
       {"group-query-attention", {false, [](const Context&) {}}},
       {"num-query-groups", int32_flag("model.kv_heads", [](Config& c, int32_t v) { c.mutable_model()->set_kv_heads(v); })},
+      // The size of a head (Megatron's default: hidden size / heads); LLAMA only (validation).
+      {"kv-channels", int32_flag("model.head_dim", [](Config& c, int32_t v) { c.mutable_model()->set_head_dim(v); })},
       {"rotary-base", number_flag("model.rope_theta", [](Config& c, double v) { c.mutable_model()->set_rope_theta(v); })},
       {"norm-epsilon", number_flag("model.norm_eps", [](Config& c, double v) {
          c.mutable_model()->set_norm_eps(float(v));

@@ -78,6 +78,12 @@ void check_family(const Config& c, Checker& k) {
       k.fail("model.kv_heads",
              fmt::format("{} needs model.architecture LLAMA: GPT2 attention is multi-head", m.kv_heads()),
              {"model.architecture"});
+    if (m.head_dim() != 0 && (m.width() % m.heads() != 0 || m.head_dim() != m.width() / m.heads()))
+      k.fail("model.head_dim",
+             fmt::format("{} needs model.architecture LLAMA: GPT2's c_attn maps the width to q, k and v of the width "
+                         "each (Hugging Face's GPT2Config has no head_dim), so its head size is width / heads",
+                         m.head_dim()),
+             {"model.architecture"});
     if (m.has_rope_theta() || m.has_rope_scaling()) {
       // Name the field that was set (an origin is recorded per leaf).
       const auto& r = m.rope_scaling();
@@ -93,7 +99,11 @@ void check_family(const Config& c, Checker& k) {
   }
   if (m.ffn_width() == 0)
     k.fail("model.ffn_width", "must be set for LLAMA (the SwiGLU width; Llama 3 8B: 14336)", {"model.architecture"});
-  if (m.width() % m.heads() == 0 && (m.width() / m.heads()) % 2 != 0)
+  if (m.head_dim() != 0 && m.head_dim() % 2 != 0)
+    k.fail("model.head_dim",
+           fmt::format("{} is odd: rotary positions turn pairs of each head's values (head_dim / 2 of them)",
+                       m.head_dim()));
+  else if (m.head_dim() == 0 && m.width() % m.heads() == 0 && (m.width() / m.heads()) % 2 != 0)
     k.fail("model.heads",
            fmt::format("rotary positions need an even head size; width {} / heads {} = {}", m.width(), m.heads(),
                        m.width() / m.heads()),
@@ -190,7 +200,7 @@ void check_fields(const Config& c, Checker& k) {
   const auto& m = c.model();
   k.positive("model.layers", m.layers());
   k.at_most("model.layers", m.layers(), kMaxLayers);
-  k.positive("model.heads", m.heads());  // at most width: width % heads == 0
+  k.positive("model.heads", m.heads());  // at most width (width % heads == 0), or heads x head_dim bounded below
   k.positive("model.width", m.width());
   k.at_most("model.width", m.width(), kMaxWidth);
   k.non_negative("model.ffn_width", m.ffn_width());
@@ -213,6 +223,13 @@ void check_fields(const Config& c, Checker& k) {
                                  {"model.attention_dropout", m.attention_dropout()}})
     if (!(p >= 0.0f && p < 1.0f)) k.fail(field, fmt::format("must lie in [0, 1), got {}", p));
   k.non_negative("model.kv_heads", m.kv_heads());
+  k.non_negative("model.head_dim", m.head_dim());
+  k.at_most("model.head_dim", m.head_dim(), kMaxWidth);
+  if (m.head_dim() > 0 && int64_t(m.heads()) * m.head_dim() > kMaxWidth)
+    k.fail("model.head_dim",
+           fmt::format("model.heads {} x head_dim {} = {}: the attention width may be at most {}", m.heads(),
+                       m.head_dim(), int64_t(m.heads()) * m.head_dim(), kMaxWidth),
+           {"model.heads"});
   k.finite("model.rope_theta", m.rope_theta());
   k.positive("model.rope_theta", m.rope_theta());
   if (m.has_rope_scaling()) {
@@ -445,7 +462,8 @@ void check_relations(const Config& c, Checker& k) {
   const auto& p = c.parallel();
   const auto& b = c.batch();
 
-  if (m.width() % m.heads() != 0)
+  // With model.head_dim set (LLAMA) the heads need not split the width: the head size is given.
+  if ((m.head_dim() == 0 || !is_llama(m)) && m.width() % m.heads() != 0)
     k.fail("model.width", fmt::format("{} is not divisible by model.heads = {}", m.width(), m.heads()), {"model.heads"});
   if (m.heads() % p.tensor() != 0)
     k.fail("model.heads",

@@ -39,7 +39,8 @@ Architecture architecture(const Config& c, const ParameterRegistry& registry) {
   a.block.mlp.selective_recompute = selective;
   if (config::is_llama(m)) {
     const auto& r = m.rope_scaling();
-    a.rope = layers::RopeConfig{D / m.heads(),
+    const int hs = int(config::head_size(m));
+    a.rope = layers::RopeConfig{hs,
                                 m.max_positions(),
                                 m.rope_theta(),
                                 m.has_rope_scaling() ? r.factor() : 0.0,
@@ -53,6 +54,7 @@ Architecture architecture(const Config& c, const ParameterRegistry& registry) {
     a.block.attention.width = D;
     a.block.attention.heads = m.heads();
     a.block.attention.kv_heads = int(config::kv_heads(m));
+    a.block.attention.head_size = hs;
     a.block.mlp.kind = layers::MlpKind::kSwiGlu;
     a.block.mlp.width = D;
     a.block.mlp.ffn_width = int(config::ffn_width(m));

@@ -72,7 +72,7 @@ Decoder::Decoder(const Config& c, std::vector<float> params)
   D_ = m.width();
   NH_ = m.heads();
   KV_ = int(config::kv_heads(m));
-  hs_ = D_ / NH_;
+  hs_ = int(config::head_size(m));
   F_ = int(config::ffn_width(m));
   V_ = m.vocab_size();
   P_ = m.max_positions();
@@ -93,8 +93,8 @@ Decoder::Decoder(const Config& c, std::vector<float> params)
 }
 
 void Decoder::attention(int layer, const std::vector<double>& q, std::vector<double>& out) {
-  // q [NH * hs] of this position; the cache holds positions [0, position_].
-  out.assign(size_t(D_), 0.0);
+  // q [NH * hs] of this position; the cache holds positions [0, position_]; out [NH * hs].
+  out.assign(size_t(NH_) * hs_, 0.0);
   const int T = position_ + 1, group = NH_ / KV_;
   const double scale = 1 / std::sqrt(double(hs_));
   std::vector<double> score(static_cast<size_t>(T));
@@ -158,7 +158,7 @@ std::vector<float> Decoder::step(int32_t token) {
       for (int i = 0; i < D_; ++i) x[size_t(i)] += o[size_t(i)];
     } else {
       h = rms_norm(x, at(b + "input_layernorm.weight"), eps_);
-      linear(h, at(b + "self_attn.q_proj.weight"), D_, D_, q);
+      linear(h, at(b + "self_attn.q_proj.weight"), D_, NH_ * hs_, q);
       linear(h, at(b + "self_attn.k_proj.weight"), D_, KVs, k);
       linear(h, at(b + "self_attn.v_proj.weight"), D_, KVs, v);
       // Rotary: pairs (i, i + hs/2) of every head rotated by p f_i.
@@ -181,7 +181,7 @@ std::vector<float> Decoder::step(int32_t token) {
         vc[i] = float(v[size_t(i)]);
       }
       attention(l, q, a);
-      linear(a, at(b + "self_attn.o_proj.weight"), D_, D_, o);
+      linear(a, at(b + "self_attn.o_proj.weight"), NH_ * hs_, D_, o);
       for (int i = 0; i < D_; ++i) x[size_t(i)] += o[size_t(i)];
       h = rms_norm(x, at(b + "post_attention_layernorm.weight"), eps_);
       linear(h, at(b + "mlp.gate_proj.weight"), D_, F_, f);

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "config/derived.h"
 #include "model/architecture.h"
 #include "model/block.h"
 #include "model/init.h"
@@ -84,8 +85,9 @@ GptStage::GptStage(const Config& c, StageLayers stage_layers, kernels::Device& d
     if (n < 1) throw std::invalid_argument("GptStage: slots must be >= 1");
   if (shape.micro_batch < 1 || shape.seq < 1)
     throw std::invalid_argument("GptStage: micro batch and sequence length must be positive");
+  // A Llama with model.head_dim set needs no split of the width by the heads.
   const int NH = c.model().heads();
-  if (NH < 1 || D_ % NH != 0)
+  if (NH < 1 || (D_ % NH != 0 && !(config::is_llama(c.model()) && c.model().head_dim() > 0)))
     throw std::invalid_argument("model.width " + std::to_string(D_) + " is not divisible by model.heads " +
                                 std::to_string(NH));
   if (shape.seq > P_)

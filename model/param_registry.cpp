@@ -33,7 +33,8 @@ ParameterRegistry::ParameterRegistry(const Config& c, StageLayers layers, Tensor
                                   " is not divisible by the tensor-parallel size " + std::to_string(T));
   };
   must_divide("model.heads", m.heads());
-  must_divide("model.width", m.width());
+  // GPT-2 splits c_attn's and c_proj's width; a Llama splits heads (of any head size).
+  if (!config::is_llama(m)) must_divide("model.width", m.width());
   must_divide("the MLP width (model.ffn_width)", config::ffn_width(m));
   must_divide("the padded vocabulary", config::padded_vocab(c));
   tied_ = m.tied_embeddings();
@@ -105,9 +106,10 @@ void ParameterRegistry::add_gpt2(const Config& c) {
 void ParameterRegistry::add_llama(const Config& c) {
   const auto& m = c.model();
   const int64_t D = m.width(), F = config::ffn_width(m);
-  const int64_t NH = m.heads(), KV = config::kv_heads(m), hs = D / NH;
+  // hs: the head size (model.head_dim, or D / NH); A = NH hs the attention width.
+  const int64_t NH = m.heads(), KV = config::kv_heads(m), hs = config::head_size(m), A = NH * hs;
   const int T = slice_.size, t = slice_.rank;
-  const int64_t Dt = D / T, Ft = F / T;
+  const int64_t At = A / T, Ft = F / T;
   const float std = m.init_std();
   const float proj_std = std / std::sqrt(2.0f * float(m.layers()));
   const auto W = DecayGroup::kDecay, NW = DecayGroup::kNoDecay;
@@ -128,7 +130,7 @@ void ParameterRegistry::add_llama(const Config& c) {
     BlockOffsets b;
     b.begin = total_;
     b.ln1_w = add(p + "input_layernorm.weight", {D}, NW, O, 0);
-    b.q_w = column("self_attn.q_proj.weight", NH * hs, Dt);
+    b.q_w = column("self_attn.q_proj.weight", A, At);
     if (kv_split) {
       b.k_w = column("self_attn.k_proj.weight", KV * hs, KVt * hs);
       b.v_w = column("self_attn.v_proj.weight", KV * hs, KVt * hs);
@@ -136,7 +138,7 @@ void ParameterRegistry::add_llama(const Config& c) {
       b.k_w = add(p + "self_attn.k_proj.weight", {KV * hs, D}, W, N, std);
       b.v_w = add(p + "self_attn.v_proj.weight", {KV * hs, D}, W, N, std);
     }
-    b.attn_proj_w = add_slice(p + "self_attn.o_proj.weight", {D, D}, {0, t * Dt}, {D, Dt}, W, N, proj_std);
+    b.attn_proj_w = add_slice(p + "self_attn.o_proj.weight", {D, A}, {0, t * At}, {D, At}, W, N, proj_std);
     b.ln2_w = add(p + "post_attention_layernorm.weight", {D}, NW, O, 0);
     b.fc_w = column("mlp.gate_proj.weight", F, Ft);
     b.fc_up_w = column("mlp.up_proj.weight", F, Ft);

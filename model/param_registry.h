@@ -15,13 +15,14 @@
 //   h.{i}.mlp.c_fc.weight      [D, F],  .bias [F]
 //   h.{i}.mlp.c_proj.weight    [F, D],  .bias [D]
 //   ln_f.weight/.bias          [D]
-// LLAMA (nn.Linear weights [out, in]; no biases; KVs = kv_heads * hs):
+// LLAMA (nn.Linear weights [out, in]; no biases; hs the head size, model.head_dim or
+// D / heads; A = heads * hs, D unless head_dim says otherwise; KVs = kv_heads * hs):
 //   model.embed_tokens.weight                 [padded_vocab, D]
 //   model.layers.{i}.input_layernorm.weight   [D]
-//   model.layers.{i}.self_attn.q_proj.weight  [D, D]    head h at rows [h*hs, (h+1)*hs)
+//   model.layers.{i}.self_attn.q_proj.weight  [A, D]    head h at rows [h*hs, (h+1)*hs)
 //   model.layers.{i}.self_attn.k_proj.weight  [KVs, D]
 //   model.layers.{i}.self_attn.v_proj.weight  [KVs, D]
-//   model.layers.{i}.self_attn.o_proj.weight  [D, D]
+//   model.layers.{i}.self_attn.o_proj.weight  [D, A]
 //   model.layers.{i}.post_attention_layernorm.weight [D]
 //   model.layers.{i}.mlp.gate_proj.weight     [F, D],  up_proj [F, D],  down_proj [D, F]
 //   model.norm.weight                         [D]
@@ -58,7 +59,8 @@
 //   replicated (whole on every rank): wpe, ln_1, ln_2, ln_f, attn.c_proj.bias,
 //   mlp.c_proj.bias.
 // LLAMA splits the same way: embed_tokens and lm_head by vocabulary rows; q_proj,
-// gate_proj, up_proj by rows (out); o_proj and down_proj by columns (in); k_proj and
+// gate_proj, up_proj by rows (out: q_proj's [t*A/T, (t+1)*A/T), whole heads); o_proj
+// and down_proj by columns (in); k_proj and
 // v_proj by rows of kv heads when kv_heads divides by T, else replicated (each rank
 // uses the kv head of its query heads, and the group sums their gradients: the
 // attention layer reports them as partial); the norms replicated. Their copies on ranks t > 0 have counts_in_norm = false, so the

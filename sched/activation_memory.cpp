@@ -36,7 +36,7 @@ Shape shape_of(const Config& c) {
   s.Dt = s.D / s.TP;
   s.Ft = config::ffn_width(m) / s.TP;
   s.NHt = m.heads() / s.TP;
-  s.hs = s.D / m.heads();
+  s.hs = config::head_size(m);
   const int64_t kv = config::kv_heads(m);
   s.KVl = kv % s.TP != 0 ? 1 : kv / s.TP;
   s.llama = config::is_llama(m);
@@ -46,6 +46,11 @@ Shape shape_of(const Config& c) {
 int64_t norm_floats(const Shape& s) { return s.llama ? s.r : 2 * s.r; }
 int64_t qkv_width(const Shape& s) { return s.llama ? (s.NHt + 2 * s.KVl) * s.hs : 3 * s.Dt; }
 int64_t att_floats(const Shape& s) { return s.B * s.NHt * s.T * s.T; }
+// The attention backward's scratch per token: dqkv, and the gradient of its heads'
+// output [NHt hs] beside it when that is wider than the model (a Llama's head_dim).
+int64_t attention_scratch(const Shape& s) {
+  return qkv_width(s) + (s.llama && s.NHt * s.hs > s.D ? s.NHt * s.hs : 0);
+}
 
 int64_t layer_floats(const Shape& s, bool selective) {
   const int64_t attention = s.n * qkv_width(s) + (selective ? 0 : att_floats(s)) + s.n * s.NHt * s.hs;
@@ -112,7 +117,7 @@ StageActivations stage_activations(const Config& c, int32_t stage, const Pipelin
   // recompute buffer (attention probabilities or an MLP activation, the larger) and
   // full recomputation's replay of one layer (its saved floats and its output).
   int64_t width = 3 * s.TP;
-  if (L > 0) width = std::max({width, qkv_width(s), s.Ft});
+  if (L > 0) width = std::max({width, attention_scratch(s), s.Ft});
   int64_t scratch = 2 * s.n * s.D + s.n * width;
   if (m.hidden_dropout() > 0) scratch += s.n * s.D;
   if (selective && L > 0) scratch += std::max(att_floats(s), s.n * s.Ft);

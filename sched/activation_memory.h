@@ -9,8 +9,9 @@
 //
 // With n = B x T (micro batch x sequence length, the slot's capacity), r = n / TP
 // under sequence parallelism (else n) the residual rows a rank holds, D the width,
-// Dt = D / TP, Ft = ffn / TP, NHt = heads / TP, hs = D / heads, KVl = kv_heads / TP
-// (1 when kv_heads does not split), floats saved by one transformer layer:
+// Dt = D / TP, Ft = ffn / TP, NHt = heads / TP, hs the head size (D / heads, or a
+// Llama's model.head_dim), KVl = kv_heads / TP (1 when kv_heads does not split),
+// floats saved by one transformer layer:
 //   2 n D + r D                          the two norms' outputs (gathered) and h
 //   + 2 x norm statistics                LayerNorm 2 r, RMSNorm r
 //   + attention: qkv n (NHt + 2 KVl) hs  (GPT-2: n 3 Dt) + output n NHt hs

@@ -164,7 +164,7 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
     t.row({"architecture", config::is_llama(m) ? "LLAMA (RMSNorm, rotary, grouped-query, SwiGLU)"
                                                : "GPT2 (LayerNorm, learned positions, GELU)"});
     t.row({"layers x width", fmt::format("{} x {}", m.layers(), group_digits(m.width()))});
-    t.row({"heads (head size)", fmt::format("{} ({})", m.heads(), m.width() / m.heads())});
+    t.row({"heads (head size)", fmt::format("{} ({}{})", m.heads(), config::head_size(m), m.head_dim() > 0 ? ", model.head_dim" : "")});
     if (config::is_llama(m)) t.row({"kv heads", fmt::format("{}", config::kv_heads(m))});
     t.row({config::is_llama(m) ? "ffn width (SwiGLU)" : "ffn width", group_digits(config::ffn_width(m))});
     t.row({"LM head", m.tied_embeddings() ? "tied to the token embedding" : "untied"});

@@ -108,16 +108,22 @@ def is_llama(c):
     return c.get("architecture", "GPT2") == "LLAMA"
 
 
+def head_size(c):
+    """update.json's head_dim (written since model.head_dim exists), else width / heads."""
+    return c.get("head_dim") or c["width"] // c["heads"]
+
+
 def llama_param_shapes(c):
     """Hugging Face Llama names and shapes (nn.Linear weights [out, in]), embeddings unpadded."""
     D, V, L, F_ = c["width"], c["vocab_size"], c["layers"], c["ffn_width"]
-    KVs = c["kv_heads"] * (D // c["heads"])
+    hs = head_size(c)
+    A, KVs = c["heads"] * hs, c["kv_heads"] * hs
     shapes = [("model.embed_tokens.weight", (V, D))]
     for i in range(L):
         p = f"model.layers.{i}."
-        shapes += [(p + "input_layernorm.weight", (D,)), (p + "self_attn.q_proj.weight", (D, D)),
+        shapes += [(p + "input_layernorm.weight", (D,)), (p + "self_attn.q_proj.weight", (A, D)),
                    (p + "self_attn.k_proj.weight", (KVs, D)), (p + "self_attn.v_proj.weight", (KVs, D)),
-                   (p + "self_attn.o_proj.weight", (D, D)), (p + "post_attention_layernorm.weight", (D,)),
+                   (p + "self_attn.o_proj.weight", (D, A)), (p + "post_attention_layernorm.weight", (D,)),
                    (p + "mlp.gate_proj.weight", (F_, D)), (p + "mlp.up_proj.weight", (F_, D)),
                    (p + "mlp.down_proj.weight", (D, F_))]
     shapes += [("model.norm.weight", (D,))]
@@ -163,7 +169,7 @@ def llama_loss_sum_and_tokens(P, b, c):
     """The Llama forward (RMSNorm, rotary positions restarting at each document,
     grouped-query attention, SwiGLU, head tied or not) and its masked loss sum."""
     D, H, L, V, KV = c["width"], c["heads"], c["layers"], c["vocab_size"], c["kv_heads"]
-    hs, eps, theta = D // H, c["norm_eps"], c["rope_theta"]
+    hs, eps, theta = head_size(c), c["norm_eps"], c["rope_theta"]
     tok, pos, seg, tgt, mask = b["tokens"], b["positions"], b["segments"], b["targets"], b["loss_mask"]
     S, T = tok.shape
     x = P["model.embed_tokens.weight"][tok]
@@ -179,7 +185,7 @@ def llama_loss_sum_and_tokens(P, b, c):
         k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
         att = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
         att = att.masked_fill(~allowed[:, None], float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).reshape(S, T, D)
+        y = (att @ v).transpose(1, 2).reshape(S, T, H * hs)
         x = x + y @ P[p + "self_attn.o_proj.weight"].T
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
         g = F.silu(h @ P[p + "mlp.gate_proj.weight"].T) * (h @ P[p + "mlp.up_proj.weight"].T)

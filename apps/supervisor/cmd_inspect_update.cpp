@@ -173,7 +173,8 @@ int inspect_update_main(int argc, char** argv) {
   j["threads"] = threads;
   j["parameters"] = n;
   j["config"] = {{"architecture", config::is_llama(mc) ? "LLAMA" : "GPT2"},
-                 {"kv_heads", config::kv_heads(mc)}, {"ffn_width", config::ffn_width(mc)},
+                 {"kv_heads", config::kv_heads(mc)}, {"head_dim", config::head_size(mc)},
+                 {"ffn_width", config::ffn_width(mc)},
                  {"tied_embeddings", mc.tied_embeddings()}, {"rope_theta", mc.rope_theta()},
                  {"norm_eps", config::norm_eps(mc)},
                  {"hidden_dropout", mc.hidden_dropout()}, {"attention_dropout", mc.attention_dropout()},

@@ -24,8 +24,10 @@ class Rope;
 struct AttentionConfig {
   AttentionKind kind = AttentionKind::kMultiHead;
   int width = 0;     // D
-  int heads = 0;     // NH over the whole group; head size D / NH
+  int heads = 0;     // NH over the whole group
   int kv_heads = 0;  // KV (kGroupedQuery); NH % KV == 0
+  // hs (kGroupedQuery; model.head_dim); 0: D / NH. kMultiHead's is always D / NH.
+  int head_size = 0;
   // The rotary tables (kGroupedQuery; shared by the stage's layers, outlives them).
   const Rope* rope = nullptr;
   // attention_dropout on the probabilities; hidden_dropout on the output projection
@@ -42,7 +44,7 @@ struct AttentionConfig {
 // its bias [D].
 // kGroupedQuery: q_w, k_w, v_w the q_proj, k_proj, v_proj weights this rank holds
 // ([out, in]: rows of its heads, or k_proj and v_proj whole when replicated); proj_w
-// o_proj's columns [D, Dt]. No biases.
+// o_proj's columns [D, NHt hs]. No biases.
 struct AttentionWeights {
   Weight qkv_w, qkv_b, proj_w, proj_b;
   Weight q_w, k_w, v_w;

@@ -24,12 +24,14 @@ GroupedQueryAttention::GroupedQueryAttention(const AttentionConfig& c, Attention
       selective_(c.selective_recompute),
       D_(c.width) {
   const int TP = tp.size(), NH = c.heads, KV = c.kv_heads;
-  if (NH < 1 || KV < 1 || c.width % NH != 0 || NH % KV != 0 || NH % TP != 0 || (KV % TP != 0 && TP % KV != 0))
+  if (NH < 1 || KV < 1 || c.head_size < 0 || (c.head_size == 0 && c.width % NH != 0) || NH % KV != 0 ||
+      NH % TP != 0 || (KV % TP != 0 && TP % KV != 0))
     throw std::invalid_argument("GroupedQueryAttention: width " + std::to_string(c.width) + ", heads " +
-                                std::to_string(NH) + " and kv heads " + std::to_string(KV) + " do not split over " +
-                                std::to_string(TP) + " tensor-parallel ranks");
+                                std::to_string(NH) + " (head size " + std::to_string(c.head_size) + ") and kv heads " +
+                                std::to_string(KV) + " do not split over " + std::to_string(TP) +
+                                " tensor-parallel ranks");
   if (!c.rope) throw std::invalid_argument("GroupedQueryAttention: needs the rotary tables");
-  hs_ = c.width / NH;
+  hs_ = c.head_size > 0 ? c.head_size : c.width / NH;
   if (rope_.head_size() != hs_) throw std::invalid_argument("GroupedQueryAttention: rotary tables of another head size");
   NHt_ = NH / TP;
   kv_replicated_ = KV % TP != 0;
@@ -84,8 +86,8 @@ float* GroupedQueryAttention::backward(float* saved, float* dout, const float* x
   const int N = seq.tokens(), Dt = NHt_ * hs_, KVs = KVl_ * hs_;
   const int64_t W = qkv_width();
   kernels::Device& dev = tp_.device();
-  float* dy = ws.small;  // [N, Dt]
-  float* dqkv = ws.big;  // [N, W]
+  float* dqkv = ws.big;                                     // [N, W]
+  float* dy = dy_in_big() ? ws.big + int64_t(N) * W : ws.small;  // [N, Dt]
   const kernels::DropoutMask probs = dropout_mask(probs_dropout_, seq, tp_.rank() * NHt_);
   float* att = s.att;
   if (selective_) {  // att again from the saved (rotated) qkv; y rewritten with the same bits

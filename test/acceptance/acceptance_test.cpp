@@ -125,6 +125,18 @@ TEST_CASE("the small model keeps the layout and shrinks the model") {
   CHECK(s1.config.model().heads() == 8);    // TP 8
   CHECK(s1.config.model().width() == 128);
   CHECK(config::microbatches_per_replica(s1.config) == 16);  // min(1,920, max(2 x 8, 4))
+
+  // A Llama whose heads are not width / heads (model.head_dim) keeps them so: 4 heads of
+  // 64 over 128 (wider than 32) give heads of 24 over the small width 64, of 16 give 8.
+  Config llama = config::load_config_file(std::string(TROUPE_SOURCE_DIR) + "/configs/llama-tiny.textproto");
+  CHECK_FALSE(derive_small_model(llama, "/tmp/x", 64).config.model().has_head_dim());
+  llama.mutable_model()->set_head_dim(64);
+  const auto wide = derive_small_model(llama, "/tmp/x", 64);
+  CHECK(wide.config.model().head_dim() == 24);
+  CHECK(wide.derivation.find("head size 24, model.head_dim as the config's 64 is wider than width / heads") !=
+        std::string::npos);
+  llama.mutable_model()->set_head_dim(16);
+  CHECK(derive_small_model(llama, "/tmp/x", 64).config.model().head_dim() == 8);
 }
 
 TEST_CASE("the capacity rung's measured step counts every chunk's slots and the deferred weight gradients") {

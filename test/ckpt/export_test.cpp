@@ -17,6 +17,7 @@
 #include "ckpt/hf_import.h"
 #include "ckpt/reader.h"
 #include "config/derived.h"
+#include "config/hf_config.h"
 #include "kernels/cpu/cpu_device.h"
 #include "model/gpt_stage.h"
 #include "model/safetensors.h"
@@ -242,25 +243,17 @@ TEST_CASE("transformers loads the export and reproduces the reference logits") {
   CHECK(output.find("\nOK\n") != std::string::npos);
 }
 
-TEST_CASE("transformers loads a sharded Llama export and reproduces the C++ forward's logits") {
-  // Tolerance, fixed before the first run: both forwards are fp32 over the same
-  // weights and differ only in the order of their sums (GEMM blocking, RMSNorm and
-  // softmax reductions), about 1e-6 relative on logits of size ~1 here: 1e-4, as the
-  // GPT-2 check.
-  ScratchDir scratch;
-  Config config;
-  auto* m = config.mutable_model();
-  m->set_architecture(ModelConfig::LLAMA);
-  m->set_layers(2);
-  m->set_heads(4);
-  m->set_kv_heads(2);
-  m->set_width(32);
-  m->set_ffn_width(48);
-  m->set_vocab_size(50);
-  m->set_max_positions(16);
-  m->set_tied_embeddings(false);
-  m->set_norm_eps(1e-5f);
-  m->set_rope_theta(10000);
+namespace {
+
+// A Llama's checkpoint of `config` (one shard, weights of test_value) exported in
+// shards of at most `shard_bytes`, the C++ forward (the training stage, whole model,
+// CPU) over the export read back, and ckpt_hf_check.py's transformers forward on the
+// export against those logits (skipped without transformers). Returns the export.
+// Tolerance, fixed before the first run: both forwards are fp32 over the same
+// weights and differ only in the order of their sums (GEMM blocking, RMSNorm and
+// softmax reductions), about 1e-6 relative on logits of size ~1 here: 1e-4, as the
+// GPT-2 check.
+std::string check_llama_export(const ScratchDir& scratch, const Config& config, uint64_t shard_bytes) {
   auto commit = CheckpointCommit::begin(scratch / "ckpt", 3);
   CheckpointManifest manifest;
   set_manifest_config(manifest, config);
@@ -278,10 +271,9 @@ TEST_CASE("transformers loads a sharded Llama export and reproduces the C++ forw
   *manifest.add_shard() = w.finish();
   const Checkpoint c = Checkpoint::open(commit.commit(manifest, 0));
   const std::string out = scratch / "hf";
-  const auto result = export_hf(c, out, {.max_shard_bytes = 16000});
-  REQUIRE(result.weight_files.size() > 1);
+  const auto result = export_hf(c, out, {.max_shard_bytes = shard_bytes});
+  CHECK(result.weight_files.size() > 1);
 
-  // The C++ forward (the training stage, whole model, CPU) over the export read back.
   const std::vector<int> tokens = {49, 0, 7, 13, 7, 42, 1, 30, 30, 5, 11};
   const int T = int(tokens.size());
   kernels::cpu::CpuDevice device(1);
@@ -316,10 +308,59 @@ TEST_CASE("transformers loads a sharded Llama export and reproduces the C++ forw
     MESSAGE("SKIPPED: transformers check (python3 with transformers, torch and safetensors "
             "not available): "
             << output);
-    return;
+    return out;
   }
   INFO(output);
   CHECK(status == 0);
   CHECK(output.find("model: LlamaForCausalLM") != std::string::npos);
   CHECK(output.find("\nOK\n") != std::string::npos);
+  return out;
+}
+
+Config export_llama_config() {
+  Config config;
+  auto* m = config.mutable_model();
+  m->set_architecture(ModelConfig::LLAMA);
+  m->set_layers(2);
+  m->set_heads(4);
+  m->set_kv_heads(2);
+  m->set_width(32);
+  m->set_ffn_width(48);
+  m->set_vocab_size(50);
+  m->set_max_positions(16);
+  m->set_tied_embeddings(false);
+  m->set_norm_eps(1e-5f);
+  m->set_rope_theta(10000);
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("transformers loads a sharded Llama export and reproduces the C++ forward's logits") {
+  ScratchDir scratch;
+  check_llama_export(scratch, export_llama_config(), 16000);
+}
+
+TEST_CASE("a Llama whose head_dim is not width / heads exports it, and transformers reproduces its logits") {
+  // width 64, 4 heads of 24 (not 64 / 4 = 16) sharing 2 kv heads: q_proj [96, 64],
+  // k_proj and v_proj [48, 64], o_proj [64, 96].
+  ScratchDir scratch;
+  Config config = export_llama_config();
+  config.mutable_model()->set_width(64);
+  config.mutable_model()->set_head_dim(24);
+  const std::string out = check_llama_export(scratch, config, 40000);
+  const auto j = nlohmann::json::parse(file_bytes(out + "/config.json"));
+  CHECK(j["head_dim"] == 24);
+  CHECK(j["hidden_size"] == 64);
+  CHECK(j["num_attention_heads"] == 4);
+  const auto index = nlohmann::json::parse(file_bytes(out + "/model.safetensors.index.json"));
+  CHECK(index["metadata"]["total_size"] == 4 * config::parameter_count(config) - 4 * (64 - 50) * 64 * 2);
+  // The config.json reads back as the same model (import-config's reader), head_dim kept.
+  const ModelConfig back = config::model_from_hf_config(file_bytes(out + "/config.json"), "config.json");
+  CHECK(back.head_dim() == 24);
+  CHECK(ckpt::hf_config_mismatches(back, config.model()).empty());
+  Config other = config;
+  other.mutable_model()->set_head_dim(16);
+  CHECK(ckpt::hf_config_mismatches(back, other.model()) ==
+        std::vector<std::string>{"model.head_dim: config.json head_dim = 24, the run has 16"});
 }

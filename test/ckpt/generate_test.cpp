@@ -40,7 +40,8 @@ using namespace troupe::ckpt::testing;
 
 namespace {
 
-Config family(bool llama) {
+// head_dim (Llama only): model.head_dim, 0 for width / heads.
+Config family(bool llama, int head_dim = 0) {
   Config c;
   auto* m = c.mutable_model();
   m->set_layers(2);
@@ -52,6 +53,7 @@ Config family(bool llama) {
     m->set_architecture(ModelConfig::LLAMA);
     m->set_heads(4);
     m->set_kv_heads(2);
+    m->set_head_dim(head_dim);
     m->set_tied_embeddings(false);
     m->set_norm_eps(1e-5f);
     m->set_rope_theta(500);
@@ -110,6 +112,15 @@ std::vector<int32_t> greedy(const Config& c, const std::vector<float>& params, i
   return out;
 }
 
+// The models both decoder cases run: GPT-2, a Llama, and a Llama of 4 heads of 12 over
+// width 32 (model.head_dim; q_proj [48, 32]).
+struct Family {
+  const char* name;
+  bool llama;
+  int head_dim;
+};
+const Family kFamilies[] = {{"gpt2", false, 0}, {"llama", true, 0}, {"llama-head-dim", true, 12}};
+
 std::string join(const std::vector<int32_t>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -121,12 +132,12 @@ std::string join(const std::vector<int32_t>& v) {
 
 }  // namespace
 
-TEST_CASE("the KV-cache decoder's logits equal the training forward at every position (GPT-2, Llama)") {
+TEST_CASE("the KV-cache decoder's logits equal the training forward at every position (GPT-2, Llama, head_dim)") {
   ScratchDir scratch;
-  for (const bool llama : {false, true}) {
-    CAPTURE(llama);
-    const Config c = family(llama);
-    const std::string dir = export_model(scratch, c, llama ? "llama" : "gpt2");
+  for (const Family& f : kFamilies) {
+    CAPTURE(f.name);
+    const Config c = family(f.llama, f.head_dim);
+    const std::string dir = export_model(scratch, c, f.name);
     const auto params = whole_params(dir, c);
     const int T = int(kPrompt.size());
     kernels::cpu::CpuDevice device(1);
@@ -155,7 +166,7 @@ TEST_CASE("the KV-cache decoder's logits equal the training forward at every pos
         spread = std::max(spread, double(std::fabs(got[size_t(v)] - got[0])));
       }
     }
-    MESSAGE("max |decoder - training forward| = " << worst << (llama ? " (Llama)" : " (GPT-2)"));
+    MESSAGE("max |decoder - training forward| = " << worst << " (" << std::string(f.name) << ")");
     CHECK(worst <= 1e-4);
     CHECK(spread > 0.1);  // the logits are not degenerate
     CHECK_THROWS_WITH_AS(d.step(50), doctest::Contains("token id 50 is outside the vocabulary"),
@@ -189,12 +200,12 @@ TEST_CASE("sampling is deterministic for a seed; top-k 1 and temperature 0 are g
   CHECK(seen.size() > 1);
 }
 
-TEST_CASE("greedy generation equals transformers' token for token (GPT-2, Llama with llama3 rope scaling)") {
+TEST_CASE("greedy generation equals transformers' token for token (GPT-2, Llama with llama3 rope scaling, head_dim)") {
   ScratchDir scratch;
-  for (const bool llama : {false, true}) {
-    CAPTURE(llama);
-    const Config c = family(llama);
-    const std::string dir = export_model(scratch, c, llama ? "llama" : "gpt2");
+  for (const Family& f : kFamilies) {
+    CAPTURE(f.name);
+    const Config c = family(f.llama, f.head_dim);
+    const std::string dir = export_model(scratch, c, f.name);
     const auto ids = greedy(c, whole_params(dir, c), 24);
     const std::string log = scratch / "generate_check.log";
     const std::string cmd = "python3 " + std::string(TROUPE_SOURCE_DIR) + "/tools/generate_hf_check.py " + dir +
@@ -331,13 +342,13 @@ TEST_CASE("a model without a tokenizer says why; --tokenizer FILE supplies one; 
 }
 
 TEST_CASE("generation on a kernels::Device (the path of --device cuda) on the CPU device: the logits of every "
-          "step equal the KV-cache decoder's, the continuations token for token (GPT-2, Llama)") {
+          "step equal the KV-cache decoder's, the continuations token for token (GPT-2, Llama, head_dim)") {
   // Tolerance as for the training forward above (the same kernels): 1e-4.
   ScratchDir scratch;
-  for (const bool llama : {false, true}) {
-    CAPTURE(llama);
-    const Config c = family(llama);
-    const auto params = whole_params(export_model(scratch, c, llama ? "llama" : "gpt2"), c);
+  for (const Family& f : kFamilies) {
+    CAPTURE(f.name);
+    const Config c = family(f.llama, f.head_dim);
+    const auto params = whole_params(export_model(scratch, c, f.name), c);
     kernels::cpu::CpuDevice device(1);
     model::DeviceDecoder on_device(c, params, device, 30);
     model::Decoder reference(c, params);
@@ -349,7 +360,8 @@ TEST_CASE("generation on a kernels::Device (the path of --device cuda) on the CP
       REQUIRE(a.size() == b.size());
       for (size_t v = 0; v < a.size(); ++v) worst = std::max(worst, double(std::fabs(a[v] - b[v])));
     }
-    MESSAGE("max |device stepper - KV-cache decoder| over 30 positions = " << worst);
+    MESSAGE("max |device stepper - KV-cache decoder| over 30 positions = " << worst << " (" << std::string(f.name)
+                                                                          << ")");
     CHECK(worst <= 1e-4);
     CHECK(on_device.position() == 30);
     CHECK_THROWS_WITH_AS(on_device.step(1), "position 30 is past the decoder's capacity 30", std::invalid_argument);

@@ -198,6 +198,21 @@ TEST_CASE("a Llama fragment imports to the LLAMA family with Megatron's defaults
   CHECK(q.config.model().kv_heads() == 1);
 }
 
+TEST_CASE("--kv-channels is model.head_dim: any even size for a Llama fragment, only hidden / heads for GPT2") {
+  const std::string llama =
+      "--num-layers 2 --hidden-size 128 --num-attention-heads 4 --kv-channels 48\n"
+      "--normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear\n"
+      "--group-query-attention --num-query-groups 2\n";
+  auto p = parse_megatron_args(llama, "m.args");
+  validate(p.config, p.origins);
+  CHECK(p.config.model().head_dim() == 48);
+  CHECK(p.origins.where("model.head_dim") == "m.args:1 (--kv-channels)");
+  CHECK(import_error("--hidden-size 128 --num-attention-heads 4 --kv-channels 32") == "(no error)");
+  CHECK(import_error("--hidden-size 128 --num-attention-heads 4\n--kv-channels 48") ==
+        "m.args:2 (--kv-channels): model.head_dim: 48 needs model.architecture LLAMA: GPT2's c_attn maps the width to "
+        "q, k and v of the width each (Hugging Face's GPT2Config has no head_dim), so its head size is width / heads");
+}
+
 TEST_CASE("a mix of the two families' features is refused with what is missing") {
   CHECK(import_error("--normalization RMSNorm --swiglu") ==
         "m.args: the fragment sets --normalization RMSNorm, --swiglu but not --position-embedding-type rope, "

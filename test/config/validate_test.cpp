@@ -105,6 +105,38 @@ TEST_CASE("the model families: what LLAMA needs, and Llama knobs refused on GPT2
   CHECK(load_error("model { norm_eps: -1 }") == "t.textproto:1: model.norm_eps: must be positive, got -1");
 }
 
+TEST_CASE("model.head_dim: any even size for LLAMA (the width need not split by the heads), refused on GPT2") {
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96 head_dim: 24 }") == "(no error)");
+  // Mistral-Nemo's shape: 32 heads of 128 over a width of 5120 (not 5120 / 32 = 160).
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96 width: 5120 heads: 32 kv_heads: 8 head_dim: 128 }") ==
+        "(no error)");
+  // The heads need not divide the width when head_dim gives their size.
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96 width: 100 heads: 3 kv_heads: 1 head_dim: 32 }") ==
+        "(no error)");
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96 width: 100 heads: 3 kv_heads: 1 }") ==
+        "t.textproto:1: model.width: 100 is not divisible by model.heads = 3");
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96\n  head_dim: 7 }") ==
+        "t.textproto:2: model.head_dim: 7 is odd: rotary positions turn pairs of each head's values (head_dim / 2 "
+        "of them)");
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96 head_dim: -2 }") ==
+        "t.textproto:1: model.head_dim: must not be negative, got -2");
+  CHECK(load_error("model { architecture: LLAMA ffn_width: 96 heads: 64 head_dim: 32768 }") ==
+        "t.textproto:1: model.head_dim: model.heads 64 x head_dim 32768 = 2097152: the attention width may be at "
+        "most 1048576");
+  // GPT2: only width / heads (what 0 means anyway).
+  CHECK(load_error("model { head_dim: 16 }") == "(no error)");
+  CHECK(load_error("model {\n  head_dim: 24\n}") ==
+        "t.textproto:2: model.head_dim: 24 needs model.architecture LLAMA: GPT2's c_attn maps the width to q, k and v "
+        "of the width each (Hugging Face's GPT2Config has no head_dim), so its head size is width / heads");
+  Config c;
+  c.mutable_model()->set_width(64);
+  CHECK(head_size(c.model()) == 16);
+  CHECK(attention_width(c.model()) == 64);
+  c.mutable_model()->set_head_dim(24);
+  CHECK(head_size(c.model()) == 24);
+  CHECK(attention_width(c.model()) == 96);
+}
+
 TEST_CASE("data.tokenizer NONE: a dataset tokenized elsewhere names its end-of-document ID") {
   CHECK(load_error("data {\n  tokenizer: NONE\n}") ==
         "t.textproto:2: data.tokenizer: NONE needs data.prefix: a dataset tokenized elsewhere (the embedded default "

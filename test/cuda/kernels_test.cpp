@@ -382,7 +382,7 @@ TEST_CASE("rope forward and backward on the q and k heads of a qkv row, position
   REQUIRE_GPU();
   CpuDevice cpu(2);
   CudaDevice gpu;
-  for (int hs : {8, 16}) {
+  for (int hs : {8, 16, 24}) {  // 24: a head_dim that is no power of two (model.head_dim)
     CAPTURE(hs);
     const int T = 37, N = 2 * T, NH = 4, KV = 2, half = hs / 2;
     const int64_t ld = int64_t(NH + 2 * KV) * hs;
@@ -447,7 +447,7 @@ TEST_CASE("grouped-query attention (KV = 1, 2, 4 of NH = 4) with a per-document 
   for (GemmType t : {GemmType::kF32, GemmType::kBf16}) {
     CudaDevice gpu(opts(t));
     for (const float p : {0.0f, 0.2f})
-    for (int hs : {8, 16})
+    for (int hs : {8, 16, 24})
       for (int KV : {1, 2, 4}) {
         CAPTURE(name(t));
         CAPTURE(hs);

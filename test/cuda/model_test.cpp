@@ -6,7 +6,8 @@
 //     run), as ||gpu - cpu|| / ||cpu||: fp32 GEMM operands 1e-5 everywhere; bf16
 //     operands: loss 5e-3, grad norm 2e-2, gradients 3e-2, weights 1e-2;
 //   - the same for a Llama (grouped-query attention, rotary positions, SwiGLU, untied
-//     head), with the same bounds;
+//     head), and for one whose heads are wider than width / heads (model.head_dim),
+//     with the same bounds;
 //   - bitwise identical results from two runs on the GPU;
 //   - PP2 on one GPU: two stage "actors" (two CudaDevices, each with its own streams,
 //     sharing GPU 0, handing activations over with events) against the single-stage
@@ -118,6 +119,14 @@ TEST_CASE("two full updates on the GPU match the CPU reference trainer") {
 TEST_CASE("two full updates of a Llama on the GPU match the CPU reference trainer (same bounds)") {
   REQUIRE_GPU();
   check_updates_against_cpu(gpu_llama_config());
+}
+
+TEST_CASE("two full updates of a Llama with model.head_dim on the GPU match the CPU reference trainer (same bounds)") {
+  // 4 heads of 24 over width 64 (not 64 / 4 = 16): q_proj [96, 64], o_proj [64, 96].
+  REQUIRE_GPU();
+  Config c = gpu_llama_config();
+  c.mutable_model()->set_head_dim(24);
+  check_updates_against_cpu(c);
 }
 
 TEST_CASE("the GPU update is bitwise identical run to run") {

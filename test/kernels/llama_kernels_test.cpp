@@ -216,7 +216,7 @@ std::vector<int32_t> doc_starts_two_rows(int T) {
 }  // namespace
 
 TEST_CASE("rope forward and backward match the rotation, positions restarting mid-row") {
-  for (int hs : {8, 16}) {
+  for (int hs : {8, 16, 24}) {  // 24: a head_dim that is no power of two (model.head_dim)
     CAPTURE(hs);
     const int T = 11, N = 2 * T, heads = 3;
     const int64_t ld = int64_t(heads) * hs + 5;  // columns past the heads stay untouched
@@ -302,10 +302,10 @@ TEST_CASE("swiglu forward and backward match the formulas, with aliasing and ext
   }
 }
 
-TEST_CASE("grouped-query attention matches the double loops for KV = 1, 2, 4 of NH = 4, hs = 8 and 16") {
+TEST_CASE("grouped-query attention matches the double loops for KV = 1, 2, 4 of NH = 4, hs = 8, 16 and 24") {
   const int B = 2, T = 13, NH = 4;  // T not a multiple of 8; row 0 has three documents
   const auto start = doc_starts_two_rows(T);
-  for (int hs : {8, 16})
+  for (int hs : {8, 16, 24})
     for (int KV : {1, 2, 4}) {
       CAPTURE(hs);
       CAPTURE(KV);
@@ -355,7 +355,7 @@ TEST_CASE("grouped-query attention over several causal blocks matches the double
   cpu::Scratch scratch;
   const troupe::kernels::cpu::AttentionPlan plans[] = {{0, false}, {7, false}, {0, true}};
   for (const auto& plan : plans)
-    for (int hs : {16, 32})
+    for (int hs : {16, 24, 32})
       for (int KV : {1, 2, 4})
         for (bool dropped : {false, true}) {
           CAPTURE(plan.block);

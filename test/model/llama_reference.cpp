@@ -74,7 +74,9 @@ ReferenceOutput llama_reference_forward(const Config& c, const model::ParameterR
                                         const std::vector<double>* input) {
   const auto& m = c.model();
   const int B = mb.batch, T = mb.seq, N = B * T;
-  const int D = m.width(), NH = m.heads(), KV = int(config::kv_heads(m)), hs = D / NH;
+  // hs: model.head_dim when set (LlamaConfig's head_dim), else D / NH.
+  const int D = m.width(), NH = m.heads(), KV = int(config::kv_heads(m));
+  const int hs = m.head_dim() > 0 ? m.head_dim() : D / NH;
   const int F = int(config::ffn_width(m)), V = m.vocab_size();
   const double eps = config::norm_eps(m);
   const double* P = params.data();
@@ -104,7 +106,7 @@ ReferenceOutput llama_reference_forward(const Config& c, const model::ParameterR
       for (int g = 0; g < KV; ++g) rotate(&k[size_t(n) * KV * hs + size_t(g) * hs], hs, mb.positions[size_t(n)], freq);
     }
     reference_attention(y, q.data(), NH * hs, k.data(), v.data(), KV * hs, mb, NH, KV, hs, &c, l);
-    linear(o, y, W("self_attn.o_proj.weight"), N, D, D);
+    linear(o, y, W("self_attn.o_proj.weight"), N, NH * hs, D);
     reference_hidden_dropout(o, c, mb, l, kernels::DropoutSite::kAttentionOutput, D);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     rmsnorm(h, x, W("post_attention_layernorm.weight"), N, D, eps);

@@ -2,7 +2,8 @@
 // groups), its parameter count, Llama 3's rotary frequency scaling, and every
 // parameter gradient of the fp32 model against central differences of the
 // double-precision reference (llama_reference.cpp), for grouped-query, multi-query
-// and multi-head attention, tied and untied heads.
+// and multi-head attention, tied and untied heads, and heads of model.head_dim wider
+// and narrower than width / heads.
 //
 // Tolerances, fixed before the first run (those of gradcheck_test.cpp, whose
 // reasoning holds here: the same sizes of sums in fp32): the loss within 1e-5
@@ -136,6 +137,31 @@ TEST_CASE("a Llama registry holds Hugging Face's names and shapes") {
   CHECK(treg.total() == config::parameter_count(tied));
 }
 
+TEST_CASE("a Llama with model.head_dim holds q, k, v and o projections of heads x head_dim") {
+  // width 16, 4 heads of 6 (not 16 / 4 = 4), 2 kv heads: the attention is 24 wide.
+  const Config c = tiny_llama_head_dim_config(6);
+  const model::ParameterRegistry reg(c, model::StageRange::whole(c));
+  using S = std::vector<int64_t>;
+  CHECK(reg.at("model.layers.0.self_attn.q_proj.weight").shape == S{24, 16});
+  CHECK(reg.at("model.layers.0.self_attn.k_proj.weight").shape == S{12, 16});
+  CHECK(reg.at("model.layers.0.self_attn.v_proj.weight").shape == S{12, 16});
+  CHECK(reg.at("model.layers.0.self_attn.o_proj.weight").shape == S{16, 24});
+  CHECK(reg.at("model.layers.0.mlp.gate_proj.weight").shape == S{24, 16});
+  CHECK(reg.total() == config::parameter_count(c));
+  // embed 320 x 16, lm_head 320 x 16, per layer q 384 + k, v 192 each + o 384 + MLP 3 x 384 + 2 norms of 16, final norm.
+  CHECK(config::parameter_count(c) == 2 * 320 * 16 + 2 * (384 + 2 * 192 + 384 + 3 * 384 + 32) + 16);
+  // head_dim 0 is width / heads: the same registry as tiny_llama_config's, name by name.
+  const Config plain = tiny_llama_head_dim_config(0);
+  const Config usual = tiny_llama_head_dim_config(4);
+  const model::ParameterRegistry a(plain, model::StageRange::whole(plain)), b(usual, model::StageRange::whole(usual));
+  REQUIRE(a.tensors().size() == b.tensors().size());
+  for (size_t i = 0; i < a.tensors().size(); ++i) {
+    CHECK(a.tensors()[i].name == b.tensors()[i].name);
+    CHECK(a.tensors()[i].shape == b.tensors()[i].shape);
+    CHECK(a.tensors()[i].offset == b.tensors()[i].offset);
+  }
+}
+
 TEST_CASE("the shipped Llama 3 8B config has 8,030,261,248 parameters") {
   const Config c = config::load_config_file(std::string(TROUPE_SOURCE_DIR) + "/configs/llama3-8b.textproto");
   CHECK(config::parameter_count(c) == 8'030'261'248);
@@ -189,8 +215,39 @@ TEST_CASE("finite differences match every gradient of a multi-head Llama with sc
   check_gradients(c);
 }
 
+TEST_CASE("finite differences match every gradient of a Llama whose heads are wider than width / heads") {
+  // 4 heads of 6 over width 16: q | k | v is 48 wide and the attention output 24, wider
+  // than the model (the output gradient then lives beside dqkv in the backward scratch).
+  check_gradients(tiny_llama_head_dim_config(6));
+}
+
+TEST_CASE("finite differences match every gradient of a Llama of width 64 with 4 heads of 24 sharing 2 kv heads") {
+  // The attention 96 wide over a model of 64: q_proj [96, 64], k_proj and v_proj [48, 64].
+  Config c = tiny_llama_head_dim_config(24);
+  c.mutable_model()->set_width(64);
+  check_gradients(c);
+}
+
+TEST_CASE("finite differences match every gradient of a multi-query Llama with narrow heads and a tied head") {
+  // 4 heads of 2 over width 16: the attention is 8 wide, half the model.
+  check_gradients(tiny_llama_head_dim_config(2, 1, true));
+}
+
+TEST_CASE("finite differences match every gradient of a Llama with wide heads under selective recomputation") {
+  Config c = tiny_llama_head_dim_config(6);
+  c.mutable_model()->set_recompute(ModelConfig::SELECTIVE);
+  check_gradients(c);
+}
+
 TEST_CASE("Llama stages [0,1) [1,2) chained by hand equal the whole model bitwise") {
   const Config c = tiny_llama_config();
+  kernels::cpu::CpuDevice dev(2);
+  model::GptStage whole(c, model::StageRange::whole(c), dev, 1);
+  check_cut_equals_whole(c, dev, whole, packed_batches()[0]);
+}
+
+TEST_CASE("stages of a Llama with model.head_dim chained by hand equal the whole model bitwise") {
+  const Config c = tiny_llama_head_dim_config(6);
   kernels::cpu::CpuDevice dev(2);
   model::GptStage whole(c, model::StageRange::whole(c), dev, 1);
   check_cut_equals_whole(c, dev, whole, packed_batches()[0]);

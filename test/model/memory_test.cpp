@@ -190,6 +190,13 @@ TEST_CASE("stage memory: the ledger's split against the planner, Llama (grouped-
   check_family(tiny_llama_config());
 }
 
+TEST_CASE("stage memory: the ledger's split against the planner, Llama with model.head_dim") {
+  // Heads of 6 over width 16 (the attention 24 wide: its output gradient lives in the
+  // backward scratch beside dqkv) and of 2 (8 wide).
+  SUBCASE("wider") { check_family(tiny_llama_head_dim_config(6)); }
+  SUBCASE("narrower") { check_family(tiny_llama_head_dim_config(2, 1)); }
+}
+
 // The formula worked by hand for one case (docs/planner.md, "Activation memory"):
 // tiny GPT-2 (width 16, 2 heads, ffn 64, B 2 x T 16 so n = 32) with 4 layers cut in
 // 2 stages, 1F1B over m = 2 microbatches. Stage 0 holds 2 layers, 2 in flight, so

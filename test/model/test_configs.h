@@ -43,6 +43,15 @@ inline Config tiny_llama_config(int kv_heads = 2, bool tied = false) {
   return c;
 }
 
+// tiny_llama_config with heads of `head_dim` (model.head_dim) instead of width / heads:
+// q_proj [4 head_dim, 16], k_proj and v_proj [kv_heads head_dim, 16], o_proj
+// [16, 4 head_dim].
+inline Config tiny_llama_head_dim_config(int head_dim, int kv_heads = 2, bool tied = false) {
+  Config c = tiny_llama_config(kv_heads, tied);
+  c.mutable_model()->set_head_dim(head_dim);
+  return c;
+}
+
 // Two microbatches of two rows with every case of docs/numerics.md, "Packed windows":
 // two short documents packed in one window, documents cut by the window end, and
 // padding.

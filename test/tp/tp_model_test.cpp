@@ -305,6 +305,18 @@ TEST_CASE("tensor-parallel Llama gradients equal the single-device ones: kv head
     c.mutable_model()->set_tied_embeddings(true);
     check_against_whole(c, 2, true, mbs);
   }
+  // model.head_dim: 4 heads of 12 over width 32 (q_proj [48, 32], split by whole heads),
+  // and of 4 (q_proj [16, 32]).
+  SUBCASE("TP2, heads wider than width / heads, kv heads split, sequence parallel") {
+    Config c = llama(2, 2);
+    c.mutable_model()->set_head_dim(12);
+    check_against_whole(c, 2, true, mbs);
+  }
+  SUBCASE("TP4, heads narrower than width / heads, one kv head replicated") {
+    Config c = llama(4, 1);
+    c.mutable_model()->set_head_dim(4);
+    check_against_whole(c, 4, false, mbs);
+  }
 }
 
 TEST_CASE("TP2 x PP2 chained by hand equals the whole model (sequence parallel on and off)") {

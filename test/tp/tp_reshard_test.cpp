@@ -24,8 +24,9 @@ namespace {
 
 const TensorKind kKinds[] = {TensorPiece::PARAM, TensorPiece::EXP_AVG, TensorPiece::EXP_AVG_SQ};
 
-// 50 real tokens: 64 padded rows at TP1, 128 at TP2, 256 at TP4.
-Config layout_config(int tp, int pp, int dp) {
+// 50 real tokens: 64 padded rows at TP1, 128 at TP2, 256 at TP4. head_dim > 0: a
+// Llama of 4 heads of head_dim (model.head_dim) sharing 2 kv heads instead of GPT-2.
+Config layout_config(int tp, int pp, int dp, int head_dim = 0) {
   Config c;
   auto* m = c.mutable_model();
   m->set_layers(4);
@@ -33,6 +34,13 @@ Config layout_config(int tp, int pp, int dp) {
   m->set_width(16);
   m->set_vocab_size(50);
   m->set_max_positions(16);
+  if (head_dim > 0) {
+    m->set_architecture(ModelConfig::LLAMA);
+    m->set_kv_heads(2);
+    m->set_head_dim(head_dim);
+    m->set_ffn_width(32);
+    m->set_tied_embeddings(false);
+  }
   c.mutable_parallel()->set_tensor(tp);
   c.mutable_parallel()->set_pipeline(pp);
   c.mutable_parallel()->set_data(dp);
@@ -62,8 +70,8 @@ std::vector<float> state_buffer(const Config& c, const model::ParameterRegistry&
 
 // A checkpoint of every rank of layout (tp, pp, dp), as the runtime writes it:
 // data-parallel rank 0 writes the parameters, each rank its flat range of moments.
-void write_layout(const std::string& root, int64_t step, int tp, int pp, int dp) {
-  const Config c = layout_config(tp, pp, dp);
+void write_layout(const std::string& root, int64_t step, int tp, int pp, int dp, int head_dim = 0) {
+  const Config c = layout_config(tp, pp, dp, head_dim);
   auto commit = CheckpointCommit::begin(root, step);
   CheckpointManifest m;
   set_manifest_config(m, c);
@@ -90,11 +98,11 @@ void write_layout(const std::string& root, int64_t step, int tp, int pp, int dp)
 }
 
 // Every rank of layout (tp, pp, dp) reads its ranges and gets its own state buffer.
-void check_reads_as(const Checkpoint& ck, int tp, int pp, int dp) {
+void check_reads_as(const Checkpoint& ck, int tp, int pp, int dp, int head_dim = 0) {
   CAPTURE(tp);
   CAPTURE(pp);
   CAPTURE(dp);
-  const Config c = layout_config(tp, pp, dp);
+  const Config c = layout_config(tp, pp, dp, head_dim);
   for (int s = 0; s < pp; ++s)
     for (int t = 0; t < tp; ++t) {
       const auto reg = engine::stage_registry(c, {0, s, t});
@@ -134,6 +142,24 @@ TEST_CASE("a TP2 x PP2 x DP2 checkpoint loads into TP1, TP4 and other pipeline c
   CHECK(tp1.shape("wte.weight", TensorPiece::PARAM) == Shape{64, 16});
   check_reads_as(tp1, 2, 2, 2);
   check_reads_as(tp1, 4, 2, 1);
+}
+
+TEST_CASE("a Llama checkpoint with model.head_dim reshards: TP2 x PP2 x DP2 into TP1 and TP4, and back") {
+  // 4 heads of 6 over width 16: q_proj [24, 16] split by rows of whole heads, o_proj
+  // [16, 24] by columns; 2 kv heads split at TP2, whole on every rank at TP4.
+  ScratchDir root;
+  write_layout(root.path(), 1, 2, 2, 2, 6);
+  const Checkpoint tp2 = Checkpoint::open(root / "step_00000001");
+  CHECK(tp2.shape("model.layers.0.self_attn.q_proj.weight", TensorPiece::PARAM) == Shape{24, 16});
+  CHECK(tp2.shape("model.layers.0.self_attn.o_proj.weight", TensorPiece::PARAM) == Shape{16, 24});
+  CHECK(tp2.shape("model.layers.0.self_attn.k_proj.weight", TensorPiece::PARAM) == Shape{12, 16});
+  check_reads_as(tp2, 1, 1, 1, 6);
+  check_reads_as(tp2, 4, 2, 1, 6);
+  check_reads_as(tp2, 2, 4, 3, 6);
+  write_layout(root.path(), 2, 4, 1, 1, 6);
+  const Checkpoint tp4 = Checkpoint::open(root / "step_00000002");
+  check_reads_as(tp4, 2, 2, 2, 6);
+  check_reads_as(tp4, 1, 1, 1, 6);
 }
 
 TEST_CASE("a checkpoint whose embedding has fewer rows than the vocabulary is refused by name") {
