@@ -82,7 +82,7 @@ writer_actor::behavior_type writer_impl(Self* self, WriterArgs args) {
                                  values(s.exp_avg), values(s.exp_avg_sq)};
         const auto file = engine::shard_file_name(state.rank);
         try {
-          if (fail_write) throw ckpt::CheckpointError(w.path + ": injected FAIL_WRITE");
+          if (fail_write) throw ckpt::CheckpointError("injected FAIL_WRITE");
           const auto record = engine::write_shard(w.args.config, state, s.partial_dir, file, w.path);
           if (damage) {
             const auto target = s.partial_dir + "/" + file;

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ckpt/commit.h"
 #include "ckpt/error.h"
 #include "ckpt/flat_layout.h"
 #include "ckpt/manifest.h"
@@ -32,15 +33,54 @@ std::string unused_name_beside(const std::string& path, const std::string& suffi
   return name;
 }
 
+namespace {
+
+// What the commit protocol leaves in a root (ckpt/commit.h): `latest`, its temporary, and
+// step_N directories, complete, .partial or .deleting. Anything else is not troupe's.
+bool is_checkpoint_entry(const std::string& name) {
+  return name == "latest" || name == "latest.tmp" || ckpt::parse_step_dir_name(name.substr(0, name.find('.')));
+}
+
+std::vector<std::filesystem::path> checkpoint_entries(const std::filesystem::path& root) {
+  std::vector<std::filesystem::path> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec))
+    if (is_checkpoint_entry(e.path().filename().string())) out.push_back(e.path());
+  if (ec) throw ckpt::CheckpointError(root.string() + ": cannot list: " + ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
 std::string set_aside_earlier_checkpoints(const Config& c) {
   if (!c.checkpoint().load().empty()) return "";
   const std::filesystem::path root = checkpoint_root(c);
   std::error_code ec;
-  if (!std::filesystem::is_directory(root, ec) || std::filesystem::is_empty(root, ec)) return "";
+  if (!std::filesystem::is_directory(root, ec)) return "";
+  const auto entries = checkpoint_entries(root);
+  if (entries.empty()) return "";  // nothing of an earlier run (other files are not troupe's to move)
   const auto stamp = std::chrono::duration_cast<std::chrono::seconds>(
                          std::chrono::system_clock::now().time_since_epoch()).count();
-  const std::filesystem::path aside = unused_name_beside(root.string(), fmt::format(".previous-{}", stamp));
-  std::filesystem::rename(root, aside);
+  std::filesystem::path aside = unused_name_beside(root.string(), fmt::format(".previous-{}", stamp));
+  std::filesystem::rename(root, aside, ec);
+  if (ec) {
+    // A root that cannot be renamed (a mount point of its own: EBUSY; or its parent is
+    // not writable): the earlier run's entries move into ROOT/previous-<time>/ instead,
+    // which the commit protocol never lists or prunes.
+    aside = unused_name_beside((root / "previous").string(), fmt::format("-{}", stamp));
+    std::filesystem::create_directory(aside, ec);
+    if (ec)
+      throw ckpt::CheckpointError(fmt::format("{}: holds an earlier run's checkpoints, and neither the root nor they "
+                                              "could be set aside ({}: {})",
+                                              root.string(), aside.string(), ec.message()));
+    for (const auto& e : entries) {
+      std::filesystem::rename(e, aside / e.filename(), ec);
+      if (ec)
+        throw ckpt::CheckpointError(fmt::format("{}: cannot set the earlier run's {} aside into {}: {}", root.string(),
+                                                e.filename().string(), aside.string(), ec.message()));
+    }
+  }
   spdlog::warn("checkpoint: a fresh start (checkpoint.load is empty); the earlier checkpoints in {} were moved to {}",
                root.string(), aside.string());
   return aside.string();

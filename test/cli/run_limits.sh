@@ -99,8 +99,9 @@ fi
 
 # Too few file descriptors: one error naming what could not be opened, exit 1, no hang.
 for n in 4 6 8 12 16; do
-  (ulimit -n "$n" && exec timeout 120 "$supervisor" run "${small[@]}" --set logging.run_dir="$work/f$n" \
-    --set checkpoint.interval_steps=3) >"$work/fds-$n.out" 2>&1
+  # The limit is set by the shell timeout starts, so that timeout itself is not short of them.
+  timeout 120 bash -c 'ulimit -n "$0" && exec "$@"' "$n" "$supervisor" run "${small[@]}" \
+    --set logging.run_dir="$work/f$n" --set checkpoint.interval_steps=3 >"$work/fds-$n.out" 2>&1
   rc=$?
   if [ "$rc" -eq 0 ]; then
     echo "ok   fds-$n: the run fits in $n descriptors"
@@ -118,8 +119,8 @@ done
 # Below about 0.95 GB the dynamic loader itself cannot map the CUDA libraries the binary
 # links, before troupe runs: not tried here.
 for kb in 1000000 1400000 1800000 2200000 3000000; do
-  (ulimit -v "$kb" && exec timeout 120 "$supervisor" run "${small[@]}" --set logging.run_dir="$work/g$kb" \
-    --set checkpoint.interval_steps=3) >"$work/mem-$kb.out" 2>&1
+  timeout 120 bash -c 'ulimit -v "$0" && exec "$@"' "$kb" "$supervisor" run "${small[@]}" \
+    --set logging.run_dir="$work/g$kb" --set checkpoint.interval_steps=3 >"$work/mem-$kb.out" 2>&1
   rc=$?
   if [ "$rc" -eq 0 ]; then
     echo "ok   mem-$kb: the run fits in $kb KiB of address space"
