@@ -13,21 +13,7 @@ fails=0
 small=(--quiet --set training.train_samples=64 --set lr_schedule.warmup_samples=16 --set training.eval_interval=0 --set training.eval_samples=0
        --set checkpoint.interval_steps=2 --set checkpoint.keep_last=5)
 
-# expect NAME WANT_RC PATTERN -- COMMAND...: runs COMMAND, checks its exit status and that
-# its output holds PATTERN (a fixed string).
-expect() {
-  local name=$1 want=$2 pattern=$3
-  shift 4
-  "$@" >"$work/$name.out" 2>&1
-  local rc=$?
-  if [ "$rc" -ne "$want" ] || ! grep -qF -- "$pattern" "$work/$name.out"; then
-    echo "FAIL $name: exit $rc (want $want), output should hold: $pattern"
-    tail -n 20 "$work/$name.out"
-    fails=$((fails + 1))
-  else
-    echo "ok   $name: exit $rc, says: $(grep -F -- "$pattern" "$work/$name.out" | head -n 1 | cut -c1-160)"
-  fi
-}
+source "$(dirname "$0")/expect.sh"
 
 expect first 0 "checkpoint: step 4 saved" -- "$supervisor" run "${small[@]}" --set logging.run_dir="$work/a"
 ckpt="$work/a/checkpoints"
