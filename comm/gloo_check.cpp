@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "util/thread_group.h"
+
 namespace troupe::comm {
 namespace {
 
@@ -211,21 +213,18 @@ std::vector<GroupRows> run_layout_check(const LayoutCheck& check, int rank, Stor
   world->barrier();
 
   // Concurrent: every group at once.
-  std::vector<std::thread> threads;
   std::vector<std::vector<CheckRow>> rows(mine.all.size());
   std::vector<std::exception_ptr> errors(mine.all.size());
-  for (size_t i = 0; i < mine.all.size(); ++i) {
-    if (mine.all[i].first.members.size() < 2) continue;
-    threads.emplace_back([&, i] {
-      try {
-        rows[i] = run_group_check(*mine.all[i].second, counts_for(mine.all[i].first.kind), check.full,
-                                  check.iterations);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  util::run_on_threads(int(mine.all.size()), "checking the groups at once", [&](int t) {
+    const size_t i = size_t(t);
+    if (mine.all[i].first.members.size() < 2) return;
+    try {
+      rows[i] = run_group_check(*mine.all[i].second, counts_for(mine.all[i].first.kind), check.full,
+                                check.iterations);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  });
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
   for (size_t i = 0; i < mine.all.size(); ++i)

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "util/thread_group.h"
+
 namespace troupe::comm {
 
 const char* group_kind_name(GroupKind k) {
@@ -77,16 +79,15 @@ std::vector<GlooRankComms> connect_ranks_comms(int dp, int pp, int tp, const std
                                                const std::string& prefix, const GlooOptions& options) {
   std::vector<GlooRankComms> out(ranks.size());
   std::vector<std::exception_ptr> errors(ranks.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < ranks.size(); ++i)
-    threads.emplace_back([&, i] {
-      try {
-        out[i] = connect_rank_comms(dp, pp, tp, ranks[i], store, prefix, options);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
+  // A rank whose thread cannot be started leaves its peers to time out in their
+  // connects; the call then ends with the thread's error, never an abort.
+  util::run_on_threads(int(ranks.size()), "connecting the ranks' communicators", [&](int i) {
+    try {
+      out[size_t(i)] = connect_rank_comms(dp, pp, tp, ranks[size_t(i)], store, prefix, options);
+    } catch (...) {
+      errors[size_t(i)] = std::current_exception();
+    }
+  });
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
   return out;
