@@ -456,8 +456,9 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   caf::actor group;
   // Stop the tree in order whatever happens: an actor_system cannot be destroyed
   // while actors live, so no exception may skip this.
+  bool metrics_waited = false;  // the records were waited for (and what was left said) once
   auto shutdown = [&] {
-    wait_for_metrics(*inbox, c, metrics_gone);
+    if (!metrics_waited) wait_for_metrics(*inbox, c, metrics_gone);
     faults->release_hangs();
     for (auto* sup : {&group, &writers_sup, &metrics_sup}) {
       if (!*sup) continue;
@@ -532,7 +533,9 @@ RunResult run_training(const Config& given, const RunOptions& options) {
     }
     // A hung metrics actor is replaced meanwhile, and counted below. Records that could
     // not be written fail a run that would otherwise report success.
-    if (const auto unwritten = wait_for_metrics(*inbox, c, metrics_gone); !unwritten.empty() && result.outcome.status != "failed") {
+    metrics_waited = true;
+    if (const auto unwritten = wait_for_metrics(*inbox, c, metrics_gone);
+        !unwritten.empty() && result.outcome.status != "failed") {
       result.outcome.status = "failed";
       result.outcome.error = unwritten;
     }
