@@ -40,7 +40,6 @@ struct MetricsState {
   int writes_done = 0, writes_seen = 0;
   bool blocked = false;        // the oldest record's write failed; a retry is scheduled
   bool stop_asked = false;     // the coordinator was told the records cannot be written
-  bool console_closed = false;  // standard output went away (EPIPE): console output stopped
   std::optional<metrics::SpikeRecord> spike;  // the spike of the StepExtras being written, if any
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
@@ -94,7 +93,6 @@ void check_console(Self* self) {
   std::clearerr(stdout);
   st.args.console = false;
   st.bar = false;
-  st.console_closed = true;
   const std::string why = err == EPIPE ? "standard output was closed (broken pipe)"
                                        : std::string("standard output: ") + std::strerror(err);
   event_line(self, "console_closed", 0, {{"reason", why + "; console output stopped, the run goes on"}});

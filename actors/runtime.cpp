@@ -45,6 +45,7 @@ using group_exit_atom = caf::atom_constant<caf::atom("groupexit")>;
 // The writers' or the metrics actor's supervisor ended (its report): past its restart
 // limit, the run cannot go on without what it supervises.
 using tree_exit_atom = caf::atom_constant<caf::atom("treeexit")>;
+constexpr const char* kMetricsSupervisor = "metrics-supervisor";
 
 // The first SIGINT / SIGTERM / SIGHUP asks the run to stop after the current step (SIGHUP,
 // a closed terminal or ssh session, as SIGTERM: with a final checkpoint); a second one
@@ -434,7 +435,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   auto metrics_sup = spawn_supervisor(sys, [&] {
     SupervisorSpec s;
     s.on_exit = tree_exit;
-    s.path = "metrics-supervisor";
+    s.path = kMetricsSupervisor;
     s.strategy = Strategy::OneForOne;
     s.max_restarts = 3;
     s.directory = directory;
@@ -492,6 +493,13 @@ RunResult run_training(const Config& given, const RunOptions& options) {
     for (bool rolled_back = true; rolled_back;) {
       rolled_back = false;
       bool running = true;
+      // A supervisor gave up (or its start failed): the run ends as failed with its report.
+      auto fail_with = [&](SupervisorReport r) {
+        result.failure = std::move(r);
+        result.outcome.status = "failed";
+        result.outcome.error = result.failure->summary;
+        running = false;
+      };
       client->receive_while([&] { return running; })(
           [&](finished_atom, RunOutcome& o) {
             rolled_back = o.status == "rollback";
@@ -500,18 +508,12 @@ RunResult run_training(const Config& given, const RunOptions& options) {
           },
           [&](group_exit_atom, int64_t from, SupervisorReport& r) {
             if (from != generation) return;  // the group stopped for a rollback
-            result.failure = std::move(r);
-            result.outcome.status = "failed";
-            result.outcome.error = result.failure->summary;
-            running = false;
+            fail_with(std::move(r));
           },
           [&](tree_exit_atom, SupervisorReport& r) {
             if (!r.gave_up && r.vetoed.empty() && r.start_failed.empty()) return;
-            if (r.path == "metrics-supervisor") metrics_gone = true;
-            result.failure = std::move(r);
-            result.outcome.status = "failed";
-            result.outcome.error = result.failure->summary;
-            running = false;
+            if (r.path == kMetricsSupervisor) metrics_gone = true;
+            fail_with(std::move(r));
           },
           caf::after(options.timeout) >> [&] {
             result.outcome.status = "failed";

@@ -173,12 +173,7 @@ void StepDriver::advance(Actions& out) {
   // written): it ends as failed once the save in flight has ended. No final save: the
   // storage it would go to is what failed.
   if (!fatal_error_.empty() && !issued) {
-    if (save_) {
-      phase_ = Phase::Stopping;
-      return;
-    }
-    out.push_back(FinishRunFailed{fatal_error_});
-    phase_ = Phase::Finished;
+    finish_or_wait_for_save(out);  // FinishRunFailed once no save is in flight
     return;
   }
   // 0. A spike that rolls the run back: the run of this group ends once the save in

@@ -11,6 +11,7 @@
 #include "engine/checkpointing.h"
 #include "engine/stage_worker.h"
 #include "engine/topology.h"
+#include "metrics/human_units.h"
 
 namespace troupe::engine {
 namespace {
@@ -18,8 +19,6 @@ namespace {
 // Each shard file's header, piece table and footer, and the manifest: well under this.
 constexpr int64_t kOverheadPerShard = 64 << 10;
 constexpr int kKindsWritten = 3;  // param, exp_avg, exp_avg_sq (engine/checkpointing.h)
-
-std::string megabytes(int64_t bytes) { return fmt::format("{:.1f} MB", double(bytes) / 1e6); }
 
 }  // namespace
 
@@ -57,8 +56,9 @@ std::optional<int64_t> free_bytes(const std::string& path) {
 }
 
 std::string space_note(const Config& c, const std::string& root) {
-  std::string note = fmt::format("a checkpoint of this run needs about {}", megabytes(checkpoint_bytes(c)));
-  if (const auto free = free_bytes(root)) note += fmt::format("; {} free in {}", megabytes(*free), root);
+  using metrics::format_bytes;
+  std::string note = fmt::format("a checkpoint of this run needs about {}", format_bytes(double(checkpoint_bytes(c))));
+  if (const auto free = free_bytes(root)) note += fmt::format("; {} free in {}", format_bytes(double(*free)), root);
   return note;
 }
 
@@ -73,7 +73,8 @@ std::string check_checkpoint_space(const Config& c) {
   const auto warning = fmt::format(
       "checkpoint: {} has {} free, less than the {} that {} checkpoint(s) of about {} each need at once ({}): "
       "saves will fail once the disk is full",
-      root, megabytes(*free), megabytes(held * one), held, megabytes(one),
+      root, metrics::format_bytes(double(*free)), metrics::format_bytes(double(held * one)), held,
+      metrics::format_bytes(double(one)),
       keep > 0 ? fmt::format("checkpoint.keep_last {} and the one being written", keep)
                : std::string("checkpoint.keep_last 0 keeps every save"));
   spdlog::warn("{}", warning);

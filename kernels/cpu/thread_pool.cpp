@@ -33,8 +33,9 @@ ThreadPool::ThreadPool(int threads) : size_(threads) {
     // No thread to be had (a thread or memory limit): the workers started so far are
     // stopped and joined (a joinable std::thread destroyed would abort the process), and
     // the caller gets one error that says what could not be had.
+    const size_t failed = workers_.size() + 2;  // the caller is participant 1
     stop_and_join();
-    throw std::runtime_error("cannot start compute thread " + std::to_string(workers_.size() + 1) + " of " +
+    throw std::runtime_error("cannot start compute thread " + std::to_string(failed) + " of " +
                              std::to_string(threads) + ": " + e.what());
   }
 }
