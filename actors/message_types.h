@@ -57,6 +57,14 @@ using eval_consumed_atom = caf::atom_constant<caf::atom("evalused")>;
 // optimizer -> itself, from its device's when_done: its norm partial is on the host
 // (step, sum of squares), when it decides the update itself (msg::UpdateRule).
 using norm_summed_atom = caf::atom_constant<caf::atom("normsummed")>;
+// Logical replicas hosted by one physical replica (parallel.physical_replicas < data),
+// stage -> stage of the same physical rank: its turn on the shared stage, for the
+// sender's n-th step (RunStep) counted from the group's start: from round j to round j + 1
+// once round j's ops are done, and from the last round to round 0 once the step is over.
+using turn_atom = caf::atom_constant<caf::atom("turn")>;
+// the last round -> the earlier rounds of its physical rank: the step's data-parallel
+// sums are in the shared gradient buffer (step).
+using reduced_atom = caf::atom_constant<caf::atom("reduced")>;
 // optimizer -> itself, from its device's when_done: a snapshot's host copies landed.
 using snapshot_landed_atom = caf::atom_constant<caf::atom("snaplanded")>;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <mutex>
 #include <optional>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "actors/send_when_done.h"
 #include "comm/communicator.h"
 #include "engine/checkpointing.h"
+#include "engine/hosted_stage.h"
 #include "engine/optimizer_shard.h"
 #include "engine/stage_worker.h"
 #include "engine/rank_device.h"
@@ -44,6 +46,13 @@ struct OptimizerState {
 };
 
 using Self = optimizer_actor::stateful_base<OptimizerState>;
+
+// The shared device's turn while this shard computes on it, when its rank is hosted
+// (OptimizerArgs::hosted); nothing to hold otherwise.
+std::unique_lock<std::mutex> device_turn(OptimizerState& s) {
+  if (!s.args.hosted) return {};
+  return std::unique_lock(s.args.hosted->device_turn);
+}
 
 void maybe_fault(Self* self, int64_t step, Fault::Phase phase) {
   engine::check_fault(self->state.args.faults.get(), self->state.path, step, phase);
@@ -121,7 +130,10 @@ void apply_update(Self* self, const msg::UpdateCommand& u) {
   if (!s.pending || s.pending->step != u.step)
     throw std::logic_error(s.path + ": update for step " + std::to_string(u.step) + " without its gradients");
   maybe_fault(self, u.step, Fault::OPTIMIZER);
-  if (!u.skip) s.shard->apply(s.pending->params, s.pending->grads, u.lr, u.clip_factor);
+  if (!u.skip) {
+    const auto turn = device_turn(s);
+    s.shard->apply(s.pending->params, s.pending->grads, u.lr, u.clip_factor);
+  }
   s.pending.reset();
   s.state_step = u.step;
   // Once the update is done on the device (the stage gets nothing else from here),
@@ -179,7 +191,10 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
         s.stage_owner = g.owner;
         // The partial reaches the coordinator once the device has summed it (on a GPU
         // from its completion callback): this thread does not wait for the device.
-        s.shard->issue_norm_partial(g.grads);
+        {
+          const auto turn = device_turn(s);
+          s.shard->issue_norm_partial(g.grads);
+        }
         const auto& rk = s.args.rank;
         // When it decides the update itself, the partial also comes back to it, after the
         // coordinator's copy (whose decision then runs beside the update).

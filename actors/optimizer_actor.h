@@ -39,6 +39,9 @@ struct OptimizerArgs {
   std::shared_ptr<Directory> directory;             // finds its checkpoint writer
   // The rank's device, shared with its stage (null: one of its own).
   std::shared_ptr<kernels::Device> device;
+  // A physical rank hosting several logical ones: the hosted optimizer shards share its
+  // device and take its device_turn across each computation (engine/hosted_stage.h).
+  std::shared_ptr<engine::HostedStage> hosted;
 };
 
 optimizer_actor spawn_optimizer(caf::event_based_actor* parent, OptimizerArgs args);

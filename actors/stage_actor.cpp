@@ -53,6 +53,28 @@ struct StageState {
   loader_actor loader;
   stage_actor next, prev;
 
+  // A physical rank hosting several logical ones (engine::Topology::hosts_several): this
+  // logical rank is turn `round` of `rounds` on the shared stage. It runs the ops of its
+  // n-th RunStep (seq, counted from 0) only once it has the turn for n (turn_seq >= n):
+  // round 0 has it for its first, then from the last round when a step is over; round
+  // j > 0 from round j - 1 when its ops are done (turn_atom). The last round, once every
+  // round has contributed, tells the earlier ones the sums are in (reduced_atom).
+  bool hosted = false;
+  int32_t round = 0, rounds = 1;
+  int64_t seq = -1, turn_seq = 0;
+  bool round_begun = false;
+  stage_actor next_round, first_round;
+  std::vector<stage_actor> earlier_rounds;
+  // An evaluation pass has no backward to pace the slots: its outputs handed to the next
+  // stage (this pass), and a finished pass whose turn waits until the next stage has
+  // copied every one of them out (the next round would rewrite the shared slots).
+  size_t eval_handed = 0;
+  struct EvalTurn {
+    int64_t step = -1;
+    size_t handed = 0, consumed = 0;
+  };
+  std::optional<EvalTurn> eval_turn;
+
   // The step in progress.
   int64_t step = -1;
   // The next step, when the coordinator handed it over before this one finished
@@ -195,6 +217,7 @@ void run_forward(Self* self, const sched::PipelineOp& op) {
                                 int64_t(batch->batch) * batch->seq,
                                 st.kind == StepKind::Train ? batch : nullptr});
   } else {
+    if (st.kind == StepKind::Eval) ++st.eval_handed;
     auto out = st.transport->send_forward(st.kind, mb, *batch, chunk);
     const bool via_comm = out.via_comm;
     to_neighbour(self, st.next,
@@ -286,6 +309,26 @@ void gradients_reduced(Self* self, model::FlatRange range) {
   st.held_credit.reset();
 }
 
+// Hosted replicas: the turn on the shared stage passes on once this replica's ops of
+// its current RunStep are done (to the next round), or the step is over (from the last
+// round to round 0, for the next RunStep).
+void pass_turn(Self* self, bool step_over) {
+  auto& st = self->state;
+  if (!st.hosted) return;
+  if (!step_over && st.round + 1 < st.rounds) self->send(st.next_round, turn_atom::value, st.seq);
+  if (step_over && st.round + 1 == st.rounds) self->send(st.first_round, turn_atom::value, st.seq + 1);
+}
+
+// A hosted replica's finished evaluation pass: the turn passes once the next stage has
+// copied out every output this pass handed it.
+void pass_eval_turn(Self* self) {
+  auto& st = self->state;
+  if (!st.eval_turn || st.eval_turn->consumed < st.eval_turn->handed) return;
+  st.eval_turn.reset();
+  pass_turn(self, /*step_over=*/false);
+  pass_turn(self, /*step_over=*/true);
+}
+
 // After the step's parameter all-gather: done; the next step starts if it is here.
 void parameters_gathered(Self* self) {
   auto& s = self->state;
@@ -301,6 +344,7 @@ void parameters_gathered(Self* self) {
   s.last_finished_step = s.step;
   s.step = -1;
   s.waiting_for_update = false;
+  pass_turn(self, /*step_over=*/true);
   start_queued(self);
 }
 
@@ -315,12 +359,26 @@ void end_of_ops(Self* self) {
     st.timing.end_time = unix_now();
     // The losses first: the coordinator closes the pass on the last StageDone.
     send_losses(self, msg::StageDone{st.step, st.kind, r.dp, r.pp, r.tp, std::move(st.timing), {}, {}});
+    if (st.hosted) {
+      st.eval_turn = StageState::EvalTurn{st.step, st.eval_handed, st.eval_consumed.size()};
+      pass_eval_turn(self);
+    }
     st.step = -1;
     start_queued(self);
     return;
   }
   maybe_fault(self, Fault::REDUCE);
   st.waiting_for_update = true;
+  if (st.hosted) {
+    // This replica's addition to the ordered reduction, then the next round's turn; the
+    // last round puts the sums into the shared buffer and tells the earlier rounds.
+    st.worker->contribute_gradients();
+    pass_turn(self, /*step_over=*/false);
+    if (st.round + 1 < st.rounds) return;  // reduced_atom comes
+    st.worker->finish_reduction();
+    for (const auto& earlier : st.earlier_rounds) self->send(earlier, reduced_atom::value, st.step);
+    return gradients_reduced(self, st.worker->shard_range());
+  }
   if (!st.worker->stages_collectives()) return gradients_reduced(self, st.worker->reduce_gradients());
   // On a GPU the collectives run on a host copy: once it has landed (a message from
   // the device's completion), not by waiting for it here.
@@ -339,6 +397,11 @@ void check_landed(const StageState& st, int64_t step, const char* what) {
 void advance(Self* self) {
   auto& st = self->state;
   if (st.step < 0 || st.waiting_for_update) return;
+  if (st.hosted) {
+    if (st.turn_seq < st.seq) return;  // another round has the shared stage
+    if (st.kind == StepKind::Train && !st.round_begun) st.worker->begin_round(st.round == 0);
+    st.round_begun = true;
+  }
   while (st.next_op < st.ops.size() && op_ready(st, st.ops[st.next_op])) {
     const size_t index = st.next_op++;
     const auto op = st.ops[index];
@@ -379,6 +442,8 @@ void start_step(Self* self, const msg::RunStep& rs) {
   }
   st.step = rs.step;
   st.kind = rs.kind;
+  ++st.seq;
+  st.round_begun = false;
   st.update_rule = rs.update;
   st.next_op = 0;
   st.waiting_for_update = false;
@@ -388,10 +453,11 @@ void start_step(Self* self, const msg::RunStep& rs) {
   if (rs.kind == StepKind::Train) {
     st.ops = st.train_ops;
     st.forwarded.assign(size_t(rs.microbatches), false);
-    st.worker->begin_step();
+    if (!st.hosted) st.worker->begin_step();  // hosted: when its turn comes (advance)
   } else {
     st.ops = sched::forward_pass_order(st.topo.pp, rs.microbatches, st.worker->chunks());
     st.eval_consumed.clear();
+    st.eval_handed = 0;
   }
   advance(self);
 }
@@ -417,10 +483,15 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
   st.transport.emplace(st.path, st.worker, st.args.comms.pipeline_prev, st.args.comms.pipeline_next);
   st.beat_period = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(c.supervision().heartbeat_interval_s()));
+  st.hosted = st.worker->hosted();
+  st.round = st.topo.round_of(st.args.rank);
+  st.rounds = st.topo.hosted();
+  st.turn_seq = st.round == 0 ? 0 : -1;
   if (st.args.resume) {
-    engine::restore_stage(*st.args.resume, st.worker->model());
+    // A shared stage's weights are loaded once, by the hosted rank that made it.
+    if (st.worker->made_model()) engine::restore_stage(*st.args.resume, st.worker->model());
     st.last_finished_step = st.args.resume->step();
-  } else if (!c.training().init_from().empty()) {
+  } else if (!c.training().init_from().empty() && st.worker->made_model()) {
     // A fresh start from a Hugging Face model: this rank maps the files and reads
     // only its own boxes of them (run_training checked the directory before).
     engine::init_stage_from_hf(engine::open_init_from(c), st.worker->model());
@@ -454,6 +525,14 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
         if (r.pp > 0 || ring)
           s.prev = typed_handle<stage_actor>(peers.at(engine::stage_path({r.dp, (r.pp + p - 1) % p, r.tp})));
         s.transport->set_remote(in_other_process(s.prev, self->node()), in_other_process(s.next, self->node()));
+        if (s.hosted) {
+          const int32_t physical = s.topo.physical_replicas();
+          const auto at = [&](int32_t dp) { return typed_handle<stage_actor>(peers.at(engine::stage_path({dp, r.pp, r.tp}))); };
+          if (s.round + 1 < s.rounds) s.next_round = at(r.dp + physical);
+          s.first_round = at(r.dp % physical);
+          s.earlier_rounds.clear();
+          for (int32_t d = r.dp % physical; d < r.dp; d += physical) s.earlier_rounds.push_back(at(d));
+        }
         return wired_atom::value;
       },
       [self](const msg::RunStep& rs) { start_step(self, rs); },
@@ -479,6 +558,10 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
       },
       [self](eval_consumed_atom, int64_t step, int32_t mb, int32_t chunk) {
         auto& s = self->state;
+        if (s.eval_turn && s.eval_turn->step == step) {  // a finished pass whose turn waits
+          ++s.eval_turn->consumed;
+          return pass_eval_turn(self);
+        }
         if (s.kind != StepKind::Eval || step != s.step) return;  // a pass already over
         s.eval_consumed.insert({mb, chunk});
         advance(self);
@@ -501,6 +584,15 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
         }
         if (!s.worker->issue_parameters_to_host()) return parameters_gathered(self);
         send_when_done(s.worker->device(), stage_actor{self}, params_on_host_atom::value, s.step);
+      },
+      [self](turn_atom, int64_t seq) {
+        auto& s = self->state;
+        s.turn_seq = std::max(s.turn_seq, seq);
+        advance(self);
+      },
+      [self](reduced_atom, int64_t step) {
+        check_landed(self->state, step, "the ordered reduction's sums");
+        gradients_reduced(self, self->state.worker->shard_range());
       },
       [self](grads_on_host_atom, int64_t step) {
         check_landed(self->state, step, "gradients");

@@ -135,13 +135,17 @@ SupervisorSpec training_group_spec(GroupArgs args) {
     const auto plan = comms->current();
     return plan->devices.empty() ? devices->get(r, incarnation) : plan->devices[size_t(topo.index(r))];
   };
+  // Logical ranks hosted by one physical rank (Topology::hosts_several) get its round-0
+  // rank's communicators and shared stage (engine/hosted_stage.h).
   for (const auto& r : topo.all_ranks())
     spec.children.push_back(
         {engine::optim_path(r), Restart::Permanent,
-         [c, r, faults = args.faults, resume, dir = args.directory, cluster, placement, device_of](
+         [c, r, topo, comms, faults = args.faults, resume, dir = args.directory, cluster, placement, device_of](
              caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("optim", r, 0, incarnation));
-           return untyped_handle(spawn_optimizer(self, OptimizerArgs{c, r, faults, resume->current(), dir, device_of(r, incarnation)}));
+           auto hosted = comms->current()->ranks[size_t(topo.index(topo.host_of(r)))].hosted;
+           return untyped_handle(spawn_optimizer(
+               self, OptimizerArgs{c, r, faults, resume->current(), dir, device_of(r, incarnation), std::move(hosted)}));
          }});
   for (const auto& r : topo.all_ranks())
     spec.children.push_back(
@@ -150,7 +154,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
              caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("stage", r, cluster_comms->current(), incarnation));
            auto plan = comms->current();
-           return untyped_handle(spawn_stage(self, StageArgs{c, r, plan->ranks[size_t(topo.index(r))], faults,
+           return untyped_handle(spawn_stage(self, StageArgs{c, r, plan->ranks[size_t(topo.index(topo.host_of(r)))], faults,
                                                              resume->current(), {}, device_of(r, incarnation)}));
          }});
   ChildSpec coordinator{engine::coordinator_path(), Restart::Permanent,

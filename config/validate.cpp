@@ -165,6 +165,40 @@ void check_schedule(const Config& c, Checker& k) {
            {"cluster.workers"});
 }
 
+// The placement of the data-parallel replicas (docs/layout.md): physical replicas
+// that each host a whole number of logical ones.
+void check_placement(const Config& c, Checker& k) {
+  const auto& p = c.parallel();
+  const int physical = p.physical_replicas();
+  if (physical == 0 || p.data() < 1) return;
+  if (physical < 0 || p.data() % physical != 0) {
+    k.fail("parallel.physical_replicas",
+           fmt::format("{} does not divide parallel.data = {}: each physical replica hosts a whole number of "
+                       "logical ones",
+                       physical, p.data()),
+           {"parallel.data"});
+    return;
+  }
+  if (physical == p.data()) return;
+  // Hosting several logical replicas a worker: what is built so far.
+  if (!p.distributed_optimizer())
+    k.fail("parallel.physical_replicas",
+           fmt::format("{} physical for {} logical replicas needs parallel.distributed_optimizer: a hosted "
+                       "replica's update is its own optimizer shard",
+                       physical, p.data()),
+           {"parallel.distributed_optimizer", "parallel.data"});
+  if (c.cluster().workers() > 0)
+    k.fail("parallel.physical_replicas",
+           fmt::format("{} physical for {} logical replicas runs in one process only so far (cluster.workers is {})",
+                       physical, p.data(), c.cluster().workers()),
+           {"cluster.workers", "parallel.data"});
+  if (c.device().type() != DeviceConfig::CPU)
+    k.fail("parallel.physical_replicas",
+           fmt::format("{} physical for {} logical replicas runs on the CPU device only so far", physical,
+                       p.data()),
+           {"device.type", "parallel.data"});
+}
+
 // Recomputation's layer count against the layers of a pipeline stage (Megatron's rules).
 void check_recompute(const Config& c, Checker& k) {
   const auto& m = c.model();
@@ -484,6 +518,7 @@ void check_relations(const Config& c, Checker& k) {
                                        m.layers(), p.pipeline()),
            {"parallel.pipeline"});
   check_schedule(c, k);
+  check_placement(c, k);
   if (p.sequence_parallel() && b.seq_length() % p.tensor() != 0)
     k.fail("parallel.sequence_parallel",
            fmt::format("needs batch.seq_length ({}) divisible by parallel.tensor = {}",

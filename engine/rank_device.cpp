@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "comm/gloo_groups.h"
+#include "engine/hosted_stage.h"
 #include "engine/stage_worker.h"
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/gpu_backend.h"
@@ -75,6 +76,7 @@ std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r
 CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout) {
   const auto topo = Topology::of(c);
   CommPlan plan = make_inprocess_comms(topo, timeout);
+  add_hosting(plan, c, timeout);
   if (c.device().type() == DeviceConfig::CPU) return plan;
   const auto gpus = usable_gpus(c);
   if (!device_groups(gpus, c)) return plan;
@@ -98,7 +100,9 @@ CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout) {
 
 std::shared_ptr<kernels::Device> RankDevices::get(const Rank& r, int incarnation) {
   std::lock_guard lock(mu_);
-  const std::tuple key{r.dp, r.pp, r.tp};
+  // Logical ranks hosted by one physical rank share its device (engine/hosted_stage.h).
+  const Rank host = Topology::of(config_).host_of(r);
+  const std::tuple key{host.dp, host.pp, host.tp};
   auto& e = devices_[key];
   if (e.incarnation == incarnation)
     if (auto d = e.device.lock()) return d;
@@ -116,7 +120,7 @@ std::shared_ptr<kernels::Device> RankDevices::get(const Rank& r, int incarnation
                          gpu_of_.size(), gpus.count));
     d = gpus.backend->make(gpu);
   } else {
-    d = make_rank_device(config_, r);
+    d = make_rank_device(config_, host);
   }
   e = {incarnation, d};
   return d;

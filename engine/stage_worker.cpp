@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "config/derived.h"
+#include "comm/ordered_reduction.h"
 #include "engine/document_losses.h"
+#include "engine/hosted_stage.h"
 #include "engine/rank_device.h"
 #include "sched/activation_memory.h"
 #include "sched/pipeline_schedule.h"
@@ -31,7 +33,9 @@ model::StageLayers stage_layers(const Config& c, const Rank& r) { return model::
 int threads_per_stage(const Config& c) {
   int total = c.device().threads();
   if (total <= 0) total = int(std::max(1u, std::thread::hardware_concurrency()));
-  const int stages = c.parallel().data() * c.parallel().pipeline() * c.parallel().tensor();
+  // Hosted logical replicas take turns on their physical replica's device (Topology).
+  const auto t = Topology::of(c);
+  const int stages = t.physical_replicas() * t.pp * t.tp;
   return std::max(1, total / stages);
 }
 
@@ -60,17 +64,52 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::share
   // This stage's slots per chunk, as the planner's ledger counts them (only this stage:
   // under interleaving each stage's count is a happens-before analysis of the op lists).
   const auto plan = sched::stage_activations(c, rank.pp, sched::build_pipeline_schedule(c));
-  model_ = std::make_unique<model::GptStage>(c, stage_layers(c, rank), *device_,
+  const auto make = [&] {
+    return std::make_unique<model::GptStage>(c, stage_layers(c, rank), *device_,
                                              std::vector<int>(plan.chunk_slots.begin(), plan.chunk_slots.end()),
                                              model::StageShape::from_config(c), std::move(tp));
+  };
+  const auto topo = Topology::of(c);
+  if (hosted())
+    model_ = shared_model(comms_, topo.host_of(rank).dp, device_, make, made_model_);
+  else
+    model_ = make();
   planned_activations_ = plan.saved_bytes();
   const size_t n = size_t(model_->param_count());
-  if (distributed_) {
+  if (hosted()) {
+    // Logical replica d owns chunk d of the logical layout's, whatever hosts it.
+    const auto chunk = comm::chunk_range(n, topo.dp, rank.dp);
+    shard_ = {int64_t(chunk.begin), int64_t(chunk.end)};
+  } else if (distributed_) {
     const auto chunk = comm::chunk_range(n, comms_.data_parallel->size(), comms_.data_parallel->rank());
     shard_ = {int64_t(chunk.begin), int64_t(chunk.end)};
   } else {
     shard_ = {0, int64_t(n)};
   }
+}
+
+void StageWorker::begin_round(bool first) {
+  if (first) device_->memory().reset_peak();
+  model_->zero_grads();
+  model_->reset_tp_comm_seconds();
+  buckets_.clear();
+}
+
+void StageWorker::contribute_gradients() {
+  const auto t0 = std::chrono::steady_clock::now();
+  model_->reduce_tensor_parallel_grads();
+  if (comm::Communicator* tied = tied_embedding_group()) {
+    const auto& wte = model_->registry().at(model_->registry().embedding_name());
+    tied->all_reduce_sum({model_->grads() + wte.offset, size_t(wte.numel)});
+  }
+  comms_.ordered_reduction->contribute(rank_.dp, model_->grads());
+  sync_s_ = seconds_since(t0);
+}
+
+void StageWorker::finish_reduction() {
+  const auto t0 = std::chrono::steady_clock::now();
+  comms_.ordered_reduction->finish(rank_.dp % comms_.ordered_reduction->physical(), model_->grads());
+  sync_s_ += seconds_since(t0);
 }
 
 void StageWorker::begin_step() {
@@ -93,6 +132,7 @@ msg::StageMemory StageWorker::memory_peak() {
 }
 
 bool StageWorker::overlaps_reduction() const {
+  if (hosted()) return false;
   const auto& dp = *comms_.data_parallel;
   return dp.on_device() && distributed_ && dp.size() > 1 && model_->tensor_parallel().size() == 1;
 }
@@ -242,6 +282,9 @@ void StageWorker::gather_parameters_on_host() {
 }
 
 model::FlatRange StageWorker::reduce_gradients() {
+  if (hosted())
+    throw std::logic_error("StageWorker::reduce_gradients: a hosted replica's gradients go through "
+                           "contribute_gradients and finish_reduction");
   if (stages_collectives())
     throw std::logic_error("StageWorker::reduce_gradients: collectives staged through the host run in two parts "
                            "(issue_gradients_to_host, reduce_gradients_on_host)");
@@ -253,6 +296,12 @@ model::FlatRange StageWorker::reduce_gradients() {
 }
 
 void StageWorker::gather_parameters() {
+  if (hosted()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    comms_.ordered_reduction->gather(rank_.dp);
+    sync_s_ += seconds_since(t0);
+    return;
+  }
   if (stages_collectives())
     throw std::logic_error("StageWorker::gather_parameters: collectives staged through the host run in two parts "
                            "(issue_parameters_to_host, gather_parameters_on_host)");

@@ -110,6 +110,24 @@ class StageWorker {
   // Zeroes the gradients and starts measuring the device's memory peak afresh: the
   // start of every training step.
   void begin_step();
+
+  // A physical replica hosting several logical ones (RankComms::ordered_reduction;
+  // engine/hosted_stage.h): its hosted ranks' workers share one model (weights,
+  // gradients, activation slots) and take turns, one logical replica's ops at a time.
+  bool hosted() const { return comms_.ordered_reduction != nullptr; }
+  // Whether this worker made the shared model (it alone loads the weights); true
+  // when the model is its own.
+  bool made_model() const { return made_model_; }
+  // The start of this logical replica's turn: zeroes the gradients; the step's first
+  // turn (round 0) also starts the memory peak afresh.
+  void begin_round(bool first);
+  // After this replica's last op: steps 0 and 1 below, then its addition to the
+  // ordered reduction (blocks until it has added to every shard in logical order).
+  void contribute_gradients();
+  // After the physical replica's last round contributed: waits for the shards it owns
+  // and puts their sums into the gradient buffer, where the hosted optimizer shards
+  // read their ranges.
+  void finish_reduction();
   // The device's memory at its highest since begin_step, by category, beside the
   // planner's saved-activation bytes for this stage (sched::stage_activations). With
   // a device shared with the optimizer shard, its moments are in optimizer_state.
@@ -161,8 +179,8 @@ class StageWorker {
   // (the whole buffer without the distributed optimizer). Not with
   // stages_collectives() (std::logic_error): those run in the two parts below.
   model::FlatRange reduce_gradients();
-  // Step 4 above (nothing without the distributed optimizer). Not with
-  // stages_collectives() (std::logic_error).
+  // Step 4 above (nothing without the distributed optimizer); for a hosted replica the
+  // ordered reduction's gather. Not with stages_collectives() (std::logic_error).
   void gather_parameters();
 
   // True when the collectives run on a host copy (a GPU device with in-process
@@ -223,7 +241,9 @@ class StageWorker {
   bool distributed_;
   int64_t width_;
   std::shared_ptr<kernels::Device> device_;  // declared before model_: outlives its buffers
-  std::unique_ptr<model::GptStage> model_;
+  // Shared with the other hosted ranks of its physical rank when hosted().
+  std::shared_ptr<model::GptStage> model_;
+  bool made_model_ = true;
   model::FlatRange shard_;
   double sync_s_ = 0;
   int64_t planned_activations_ = 0;  // sched::stage_activations(c, pp).saved_bytes()

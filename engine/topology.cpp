@@ -6,11 +6,12 @@
 
 #include "comm/gloo_groups.h"
 #include "comm/inprocess.h"
+#include "comm/ordered_reduction.h"
 
 namespace troupe::engine {
 
 Topology Topology::of(const Config& c) {
-  return {c.parallel().data(), c.parallel().pipeline(), c.parallel().tensor()};
+  return {c.parallel().data(), c.parallel().pipeline(), c.parallel().tensor(), c.parallel().physical_replicas()};
 }
 
 std::vector<Rank> Topology::all_ranks() const {
@@ -55,6 +56,7 @@ std::chrono::milliseconds collective_timeout(const Config& c) {
 
 void CommPlan::abort_all(const std::string& why) const {
   for (const auto& c : all_members) c->abort(why);
+  for (const auto& r : ordered_reductions) r->abort(why);
 }
 
 CommPlan make_inprocess_comms(const Topology& t, std::chrono::milliseconds timeout) {

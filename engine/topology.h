@@ -16,19 +16,37 @@
 
 namespace troupe::comm {
 struct GroupSpec;
+class OrderedReduction;
 }
 
 namespace troupe::engine {
+
+struct HostedStage;  // engine/hosted_stage.h
 
 struct Rank {
   int32_t dp = 0, pp = 0, tp = 0;
   bool operator==(const Rank&) const = default;
 };
 
+// The logical layout (dp, pp, tp), which alone decides the numbers, and the placement of
+// its data-parallel replicas (docs/layout.md): `physical` replicas compute the dp logical
+// ones, physical replica q hosting logical replicas q, q + physical, q + 2 physical, ...
+// (round 0, 1, 2, ...), one after another on one copy of the stage.
 struct Topology {
   int32_t dp = 1, pp = 1, tp = 1;
+  int32_t physical = 0;  // 0: dp (every logical replica computed by one of its own)
 
   static Topology of(const Config& c);
+
+  int32_t physical_replicas() const { return physical > 0 ? physical : dp; }
+  // Logical replicas each physical one hosts.
+  int32_t hosted() const { return dp / physical_replicas(); }
+  bool hosts_several() const { return hosted() > 1; }
+  // The rank of round 0 on the physical replica that computes r: its stage, device and
+  // communicators are the ones r shares.
+  Rank host_of(const Rank& r) const { return {r.dp % physical_replicas(), r.pp, r.tp}; }
+  // Which of its physical replica's turns r is: 0 for the first logical replica it hosts.
+  int32_t round_of(const Rank& r) const { return r.dp / physical_replicas(); }
 
   int32_t ranks() const { return dp * pp * tp; }
   // Every rank in (dp, pp, tp) order: the fixed order in which the coordinator sums
@@ -67,6 +85,12 @@ struct RankComms {
   // through them when the neighbour lives elsewhere; null in one process, where
   // neighbours hand each other pointers.
   std::shared_ptr<comm::Communicator> pipeline_prev, pipeline_next;
+  // Physical replicas hosting several logical ones (Topology::hosts_several): what the
+  // hosted ranks of this physical rank share, and the data-parallel reduction of its
+  // (pp, tp) group that replaces data_parallel (comm/ordered_reduction.h). Every hosted
+  // rank gets its round-0 rank's RankComms. Null otherwise.
+  std::shared_ptr<HostedStage> hosted;
+  std::shared_ptr<comm::OrderedReduction> ordered_reduction;
 };
 
 // The communicator of `r` that member `member` of the layout group `g`
@@ -86,6 +110,9 @@ struct CommPlan {
   // The ranks' devices (Topology::index order) when the communicators were made over
   // them (device memory, engine/rank_device.h: make_group_comms); empty otherwise.
   std::vector<std::shared_ptr<kernels::Device>> devices;
+  // Physical replicas hosting several logical ones: the ordered reductions (also in the
+  // host ranks' RankComms), aborted with the rest.
+  std::vector<std::shared_ptr<comm::OrderedReduction>> ordered_reductions;
   void abort_all(const std::string& why) const;
 };
 CommPlan make_inprocess_comms(const Topology& t, std::chrono::milliseconds timeout);

@@ -64,6 +64,8 @@ using stage_actor = caf::typed_actor<
     caf::reacts_to<msg::ShardApplied>,                       // its optimizer shard
     caf::reacts_to<grads_on_host_atom, int64_t>,             // its device's when_done (host-staged
     caf::reacts_to<params_on_host_atom, int64_t>,            // collectives)
+    caf::reacts_to<turn_atom, int64_t>,                      // a stage of its physical rank: its turn (hosted replicas)
+    caf::reacts_to<reduced_atom, int64_t>,                   // its physical rank's last round: the sums are in
     caf::replies_to<snapshot_atom>::with<engine::StageSnapshot>>;  // tests: a copy of its weights
 
 // An optimizer shard (actors/optimizer_actor.h).
