@@ -161,6 +161,14 @@ Config replay_config(const Config& run, const ReplayOptions& o, const std::strin
   // The dump of step N reads the weights after N - 1 (2(N - 1) > N from N = 3 on: one save).
   if (o.dump && from_step < o.step - 1) ck->set_interval_steps(int32_t(o.step - 1));
   c.clear_faults();  // the run's injected failures recover bitwise; replaying them only costs time
+  // Replay small: the logical layout on one physical replica where it may be hosted so.
+  int physical = o.physical_replicas;
+  if (physical < 0)
+    physical = c.parallel().distributed_optimizer() && c.device().type() == DeviceConfig::CPU &&
+                       c.cluster().workers() == 0
+                   ? 1
+                   : 0;
+  if (physical > 0) c.mutable_parallel()->set_physical_replicas(physical);
 
   // One list, sorted, each ID once (the config check refuses repeats).
   engine::add_skip_samples(c, o.skip_samples);
@@ -214,6 +222,7 @@ ReplayResult replay_run(const ReplayOptions& given) {
                  fmt::format("{}_{}_{}", o.counterfactual() ? "changed" : "run", from_step, o.step)).string();
   // The replay's config first: a bad change is refused before anything is written.
   const Config c = replay_config(run, o, checkpoint, from_step);
+  const std::string placement = config::placement_text(c);
   const fs::path out(o.out_dir);
   if (fs::exists(out)) {
     if (fs::exists(run_dir) && fs::equivalent(out, run_dir))
@@ -243,6 +252,7 @@ ReplayResult replay_run(const ReplayOptions& given) {
   r.from_step = from_step;
   r.checkpoint = checkpoint;
   r.out_dir = o.out_dir;
+  r.placement = placement;
   r.counterfactual = o.counterfactual();
   r.samples_compared = true;
   for (int64_t s = from_step + 1; s <= o.step; ++s) {
@@ -291,7 +301,8 @@ std::string format_replay(const ReplayResult& r) {
     }
     return out;
   }
-  out += fmt::format("replay: steps {}..{} from {}\nscratch run: {}\n\n", first, last, origin, r.out_dir);
+  out += fmt::format("replay: steps {}..{} from {}\nscratch run: {}\nplacement: {}\n\n", first, last, origin,
+                     r.out_dir, r.placement);
   out += fmt::format("{:>7}  {:>20}  {:>20}  {:>20}  {:>20}  {}\n", "step", "loss (recorded)", "loss (replayed)",
                      "grad (recorded)", "grad (replayed)", "bitwise");
   for (const auto& s : r.steps) {

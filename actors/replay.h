@@ -30,6 +30,11 @@ struct ReplayOptions {
   std::optional<double> clip;           // optimizer.clip_grad
   std::vector<std::string> sets;        // --set PATH=VALUE, applied last
   int timeout_s = 3600;                 // the recomputation's upper bound
+  // The placement it recomputes on (parallel.physical_replicas; not a change: the numbers
+  // depend on the logical layout alone, docs/layout.md). -1: every logical replica on one
+  // physical replica where the run's layout allows it (the distributed optimizer on the
+  // CPU), else the run's own; 0: the run's own.
+  int physical_replicas = -1;
   // Also write step N's documents with their losses to RUN_DIR/replay/step_N
   // (actors/replay_dump.h); faithful replays only.
   bool dump = false;
@@ -54,6 +59,7 @@ struct ReplayResult {
   int64_t from_step = 0;           // 0: recomputed from the initial weights
   std::string checkpoint;          // its directory ("" from step 0)
   std::string out_dir;
+  std::string placement;  // the recomputation's (config::placement_text)
   bool counterfactual = false;
   std::vector<std::string> changes;  // the counterfactual changes, as given
   std::vector<ReplayStep> steps;     // from_step + 1 .. N
@@ -65,7 +71,8 @@ struct ReplayResult {
 // The config the steps after `from_step` ran with, made into a replay's: the run's
 // RUN_DIR/config.textproto, writing to `out_dir` only (logging.run_dir, checkpoint.dir,
 // no saves), resuming from `checkpoint` ("" = fresh), stopping after step N with the
-// LR schedule unchanged (decay_samples pinned to the run's), no faults, no evaluation;
+// LR schedule unchanged (decay_samples pinned to the run's), no faults, no evaluation,
+// on the placement of ReplayOptions::physical_replicas;
 // with dump, a checkpoint of step N - 1 saved when the replay starts before it.
 // Throws std::invalid_argument / config::ConfigError naming what is wrong.
 Config replay_config(const Config& run, const ReplayOptions& o, const std::string& checkpoint, int64_t from_step);

@@ -283,6 +283,8 @@ void print_startup(const Config& c, const std::string& source, const std::string
                c.parallel().distributed_optimizer() ? "distributed" : "replicated",
                engine::all_paths(topo).size());
   spdlog::info("  {}", join(engine::all_paths(topo)));
+  spdlog::info("placement: {} (parallel.physical_replicas; the numbers depend on the logical layout alone)",
+               config::placement_text(c));
   // The machine as the CPU kernels see it: CPU flags, the kernels' ISA, the BLAS and its kernel.
   if (c.device().type() == DeviceConfig::CPU) spdlog::info("compute: {}", kernels::cpu::compute_description());
 }
@@ -313,6 +315,14 @@ RunResult run_training(const Config& given, const RunOptions& options) {
                                                                                       : c.data().prefix(),
                                               c.data().split()));
   }
+  // The checkpoint to resume from, read and verified before any actor starts (and
+  // before the run directory is written): one named in checkpoint.load that is missing
+  // or damaged ends the start with its diagnosis, as does one of another logical layout
+  // offered as a placement change. The group's first start takes it from here.
+  // (set_aside_earlier_checkpoints below acts only on a fresh start, which reads none.)
+  auto resume = std::make_shared<engine::ResumeSource>(c);
+  const auto first_checkpoint = resume->current();
+  if (first_checkpoint) engine::check_resume_layout(c, *first_checkpoint);
   // config.textproto holds the config the run used; a caller that gives no text (a
   // test, a library user) gets the config printed, so `supervisor replay` can read it.
   std::string config_text = options.config_text;
@@ -333,11 +343,6 @@ RunResult run_training(const Config& given, const RunOptions& options) {
     throw std::invalid_argument("--listen needs cluster.workers > 0 in the config (the active worker processes)");
   }
   engine::set_aside_earlier_checkpoints(c);
-  // The checkpoint to resume from, read and verified before any actor starts: one
-  // named in checkpoint.load that is missing or damaged ends the start with its
-  // diagnosis. The group's first start takes it from here.
-  auto resume = std::make_shared<engine::ResumeSource>(c);
-  const auto first_checkpoint = resume->current();
   // A resume keeps skipping what the checkpoint's run skipped (docs/data.md,
   // "Skipping samples"); the list is checked against the split again.
   if (first_checkpoint && engine::add_checkpoint_skips(c, first_checkpoint->manifest())) {

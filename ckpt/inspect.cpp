@@ -48,6 +48,9 @@ void print_manifest(const Checkpoint& c, std::ostream& out) {
                      m.data_position().consumed_samples(), m.data_position().epoch());
   out << fmt::format("  topology            data {} x pipeline {} x tensor {}\n",
                      m.topology().data(), m.topology().pipeline(), m.topology().tensor());
+  if (m.topology().physical_replicas() > 0 && m.topology().physical_replicas() != m.topology().data())
+    out << fmt::format("  placement           {} physical replicas computed the {} logical ones\n",
+                       m.topology().physical_replicas(), m.topology().data());
   out << fmt::format("  config hash         0x{:016x} (FNV-1a 64 of the config text; matches)\n",
                      m.config_hash());
   out << fmt::format("  RNG states          {}\n", m.rng_size());

@@ -58,4 +58,17 @@ int64_t decay_samples(const Config& c) {
                                              : c.training().train_samples();
 }
 
+int32_t physical_replicas(const Config& c) {
+  return c.parallel().physical_replicas() > 0 ? c.parallel().physical_replicas() : c.parallel().data();
+}
+
+std::string placement_text(const Config& c) {
+  const int32_t logical = c.parallel().data(), physical = physical_replicas(c);
+  if (physical == logical) return "one physical replica per logical one";
+  std::string turns;
+  for (int32_t d = 0; d < logical; d += physical) turns += (d == 0 ? "q" : ", q + " + std::to_string(d));
+  return std::to_string(logical) + " logical replicas on " + std::to_string(physical) + " physical one" +
+         (physical == 1 ? "" : "s") + ": physical q computes " + turns + " in turn";
+}
+
 }  // namespace troupe::config

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "messages/config.pb.h"
 
@@ -49,6 +50,13 @@ int64_t eval_microbatches_per_replica(const Config& c);
 
 // Input tokens per update: global_batch_size * seq_length.
 int64_t tokens_per_update(const Config& c);
+
+// parallel.physical_replicas with its default (0: parallel.data) filled in.
+int32_t physical_replicas(const Config& c);
+// The placement of the data-parallel replicas in words (docs/layout.md), e.g. "4 logical
+// replicas on 2 physical ones: physical q computes q, q + 2 in turn" or "one physical
+// replica per logical one".
+std::string placement_text(const Config& c);
 
 // Full updates in training.train_samples (rounded down).
 int64_t full_updates(const Config& c);

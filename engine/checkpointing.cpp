@@ -240,6 +240,7 @@ CheckpointManifest make_manifest(const Config& c, const TrainingPosition& pos,
   t->set_data(c.parallel().data());
   t->set_pipeline(c.parallel().pipeline());
   t->set_tensor(c.parallel().tensor());
+  t->set_physical_replicas(Topology::of(c).physical_replicas());
   m.set_step(pos.step);
   m.set_consumed_samples(pos.consumed_samples);
   m.set_successful_updates(pos.successful_updates);
@@ -283,6 +284,46 @@ bool add_checkpoint_skips(Config& c, const CheckpointManifest& m) {
 TrainingPosition position_of(const CheckpointManifest& m) {
   return {m.step(), m.consumed_samples(), m.successful_updates(), m.skipped_updates(),
           m.data_position().epoch()};
+}
+
+}  // namespace troupe::engine
+
+namespace troupe::engine {
+
+namespace {
+
+std::string layout_text(int32_t dp, int32_t pp, int32_t tp) {
+  return fmt::format("data {} x pipeline {} x tensor {}", dp, pp, tp);
+}
+
+}  // namespace
+
+void check_resume_layout(const Config& c, const ckpt::Checkpoint& ck) {
+  const auto& written = ck.manifest().topology();
+  const auto t = Topology::of(c);
+  const int32_t written_physical = written.physical_replicas() > 0 ? written.physical_replicas() : written.data();
+  const std::string now = layout_text(t.dp, t.pp, t.tp);
+  const std::string then = layout_text(written.data(), written.pipeline(), written.tensor());
+  if (written.data() == t.dp && written.pipeline() == t.pp && written.tensor() == t.tp) {
+    if (written_physical != t.physical_replicas())
+      spdlog::info("checkpoint: logical layout {} written by {} physical replica(s), resumed on {}: a placement change, "
+                   "the run continues bit for bit",
+                   now, written_physical, t.physical_replicas());
+    return;
+  }
+  if (c.parallel().physical_replicas() > 0 && t.hosts_several())
+    throw std::invalid_argument(fmt::format(
+        "parallel.physical_replicas: {} physical replicas place the logical layout {}, but the checkpoint {} was "
+        "written under the logical layout {} (by {} physical replicas). A placement change keeps the logical layout: "
+        "set parallel.data = {}, parallel.pipeline = {} and parallel.tensor = {} with physical_replicas dividing "
+        "parallel.data; or leave parallel.physical_replicas unset to reshard into the new logical layout (within fp32 "
+        "tolerance, not bit for bit)",
+        t.physical_replicas(), now, ck.dir(), then, written_physical, written.data(), written.pipeline(),
+        written.tensor()));
+  spdlog::info("checkpoint: written under the logical layout {}, resumed as {}: the state is resharded by name and "
+               "global slice, and the run continues within fp32 tolerance, not bit for bit (a change of the logical "
+               "layout; docs/checkpoints.md)",
+               then, now);
 }
 
 }  // namespace troupe::engine

@@ -44,6 +44,14 @@ std::string set_aside_earlier_checkpoints(const Config& c);
 // checkpoint.load ("" fresh, "latest", or a path); after a failure (invalidate())
 // every start takes the newest complete checkpoint under the root, falling back
 // past damaged ones, or starts fresh when there is none.
+// A resume's logical layout against the checkpoint's (docs/layout.md). The same
+// logical layout on any placement continues bit for bit (said at start when the
+// placement changed). Another logical layout reshards, within fp32 tolerance, and says
+// so, unless the config places its replicas (parallel.physical_replicas below
+// parallel.data): that is a placement change offered on another logical layout,
+// refused with std::invalid_argument naming the fields and the numbers.
+void check_resume_layout(const Config& c, const ckpt::Checkpoint& ck);
+
 class ResumeSource {
  public:
   explicit ResumeSource(const Config& c);

@@ -179,6 +179,7 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
     Table t;
     t.row({"TP x PP x CP x DP", fmt::format("{} x {} x {} x {} = {} GPUs", tp, pp, cp, dp,
                                             group_digits(tp * pp * cp * dp))});
+    t.row({"placement", config::placement_text(c)});
     t.row({"sequence parallel", p.sequence_parallel() ? "on" : "off"});
     t.row({"pipeline schedule", p.schedule() == ParallelConfig::GPIPE   ? "GPipe"
                                 : p.schedule() == ParallelConfig::ZB_H1 ? "ZB-H1"

@@ -21,7 +21,7 @@ namespace po = boost::program_options;
 const char* kUsage =
     "usage: supervisor replay RUN_DIR --step N [--from STEP] [--out DIR] [--dump]\n"
     "                         [--skip-samples IDS] [--skip-documents IDS] [--lr-scale F]\n"
-    "                         [--clip F] [--set PATH=VALUE]...\n\n"
+    "                         [--clip F] [--set PATH=VALUE]... [--physical-replicas P]\n\n"
     "Recomputes the steps of the run in RUN_DIR up to step N, from the newest complete\n"
     "checkpoint before N (or the one of step --from; 0: the initial weights), with the\n"
     "run's saved config (RUN_DIR/config.textproto) and data, in a scratch run directory\n"
@@ -49,6 +49,11 @@ const char* kUsage =
     "  --lr-scale F        optimizer.lr and optimizer.min_lr times F\n"
     "  --clip F            optimizer.clip_grad = F\n"
     "  --set PATH=VALUE    any config field, as for supervisor run (repeatable)\n"
+    "  --physical-replicas P  the placement to recompute on (parallel.physical_replicas;\n"
+    "                      not a change: the numbers depend on the logical layout alone).\n"
+    "                      Default: every logical replica on one physical replica where\n"
+    "                      the run allows it (distributed optimizer, CPU), else the run's\n"
+    "                      placement; 0: the run's placement\n"
     "  -h, --help          this text\n";
 
 // "16,17,203" -> {16, 17, 203}; nullopt on anything else.
@@ -85,6 +90,7 @@ int replay_main(int argc, char** argv) {
       ("clip", po::value<double>(&clip))
       ("set", po::value<std::vector<std::string>>(&o.sets))
       ("dump", po::bool_switch(&o.dump))
+      ("physical-replicas", po::value<int>(&o.physical_replicas))
       ("help,h", "");
   cmd.positional.add("run", 1);
   if (const auto status = cmd.parse(argc, argv, kUsage)) return *status;
@@ -108,6 +114,9 @@ int replay_main(int argc, char** argv) {
       return cmd.usage_error("--skip-documents: '" + skip_documents + "' is not a comma-separated list of documents");
     o.skip_documents = *ids;
   }
+  if (cmd.has("physical-replicas") && o.physical_replicas < 0)
+    return cmd.usage_error("--physical-replicas must be 0 (the run's placement) or more, got " +
+                           std::to_string(o.physical_replicas));
   if (cmd.has("lr-scale") && !(o.lr_scale > 0))
     return cmd.usage_error("--lr-scale must be positive, got " + std::to_string(o.lr_scale));
   if (cmd.has("clip")) {
