@@ -292,6 +292,8 @@ namespace troupe::engine {
 
 namespace {
 
+std::string replicas(int32_t n) { return fmt::format("{} physical replica{}", n, n == 1 ? "" : "s"); }
+
 std::string layout_text(int32_t dp, int32_t pp, int32_t tp) {
   return fmt::format("data {} x pipeline {} x tensor {}", dp, pp, tp);
 }
@@ -306,20 +308,20 @@ void check_resume_layout(const Config& c, const ckpt::Checkpoint& ck) {
   const std::string then = layout_text(written.data(), written.pipeline(), written.tensor());
   if (written.data() == t.dp && written.pipeline() == t.pp && written.tensor() == t.tp) {
     if (written_physical != t.physical_replicas())
-      spdlog::info("checkpoint: logical layout {} written by {} physical replica(s), resumed on {}: a placement change, "
-                   "the run continues bit for bit",
-                   now, written_physical, t.physical_replicas());
+      spdlog::info("checkpoint: logical layout {} written by {}, resumed on {}: a placement change, the run "
+                   "continues bit for bit",
+                   now, replicas(written_physical), t.physical_replicas());
     return;
   }
   if (c.parallel().physical_replicas() > 0 && t.hosts_several())
     throw std::invalid_argument(fmt::format(
-        "parallel.physical_replicas: {} physical replicas place the logical layout {}, but the checkpoint {} was "
-        "written under the logical layout {} (by {} physical replicas). A placement change keeps the logical layout: "
+        "parallel.physical_replicas: {} place the logical layout {}, but the checkpoint {} was written under the "
+        "logical layout {} (by {}). A placement change keeps the logical layout: "
         "set parallel.data = {}, parallel.pipeline = {} and parallel.tensor = {} with physical_replicas dividing "
         "parallel.data; or leave parallel.physical_replicas unset to reshard into the new logical layout (within fp32 "
         "tolerance, not bit for bit)",
-        t.physical_replicas(), now, ck.dir(), then, written_physical, written.data(), written.pipeline(),
-        written.tensor()));
+        replicas(t.physical_replicas()), now, ck.dir(), then, replicas(written_physical), written.data(),
+        written.pipeline(), written.tensor()));
   spdlog::info("checkpoint: written under the logical layout {}, resumed as {}: the state is resharded by name and "
                "global slice, and the run continues within fp32 tolerance, not bit for bit (a change of the logical "
                "layout; docs/checkpoints.md)",

@@ -51,6 +51,28 @@ TEST_CASE("the interleaved schedule: chunks, stages, microbatches, one process; 
         "is ZB_H1)");
 }
 
+TEST_CASE("parallel.physical_replicas: divides parallel.data; hosting needs the distributed optimizer, one process, "
+          "the CPU") {
+  CHECK(load_error("parallel { data: 4 physical_replicas: 2 }") == "(no error)");
+  CHECK(load_error("parallel { data: 4 physical_replicas: 1 }") == "(no error)");
+  CHECK(load_error("parallel { data: 4 physical_replicas: 4 }") == "(no error)");
+  CHECK(load_error("parallel { data: 4 physical_replicas: 3 }") ==
+        "t.textproto:1: parallel.physical_replicas: 3 does not divide parallel.data = 4: each physical replica hosts "
+        "a whole number of logical ones");
+  CHECK(load_error("parallel { data: 2 physical_replicas: 4 }") ==
+        "t.textproto:1: parallel.physical_replicas: 4 does not divide parallel.data = 2: each physical replica hosts "
+        "a whole number of logical ones");
+  CHECK(load_error("parallel { data: 4 physical_replicas: -2 }") ==
+        "t.textproto:1: parallel.physical_replicas: -2 does not divide parallel.data = 4: each physical replica "
+        "hosts a whole number of logical ones");
+  CHECK(load_error("parallel { data: 4 physical_replicas: 2 distributed_optimizer: false }") ==
+        "t.textproto:1: parallel.physical_replicas: 2 physical for 4 logical replicas needs "
+        "parallel.distributed_optimizer: a hosted replica's update is its own optimizer shard");
+  CHECK(load_error("parallel { data: 4 physical_replicas: 2 }\ndevice { type: CUDA }") ==
+        "t.textproto:1: parallel.physical_replicas: 2 physical for 4 logical replicas runs on the CPU device only so "
+        "far");
+}
+
 TEST_CASE("padded vocab always splits across tensor-parallel ranks") {
   Config c;
   c.mutable_parallel()->set_tensor(8);
