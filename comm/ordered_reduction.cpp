@@ -6,22 +6,18 @@
 
 namespace troupe::comm {
 
-OrderedReduction::OrderedReduction(int logical, int physical, size_t n, std::string name,
+OrderedReduction::OrderedReduction(std::shared_ptr<Communicator> group, int logical, size_t n,
                                    std::chrono::milliseconds timeout)
-    : logical_(logical),
-      physical_(physical),
+    : group_(std::move(group)),
+      logical_(logical),
+      physical_(group_->size()),
+      member_(group_->rank()),
       n_(n),
-      name_(std::move(name)),
-      timeout_(timeout),
-      accumulators_(size_t(std::max(physical, 0)), nullptr),
-      params_(size_t(std::max(physical, 0)), nullptr),
-      added_(size_t(std::max(logical, 0)), 0),
-      contributed_(size_t(std::max(logical, 0)), 0),
-      finished_(size_t(std::max(physical, 0)), 0),
-      gathers_(size_t(std::max(logical, 0)), 0) {
-  if (physical < 1 || logical < physical || logical % physical != 0)
-    throw std::invalid_argument(fmt::format("{}: {} logical replicas cannot be hosted by {} physical ones", name_,
-                                            logical, physical));
+      timeout_(timeout) {
+  if (logical < physical_ || logical % physical_ != 0)
+    throw std::invalid_argument(fmt::format("{}: {} logical replicas cannot be hosted by {} physical ones",
+                                            group_->name(), logical, physical_));
+  staging_.resize(chunk_range(n_, logical_, logical_ - 1).size() + 1);
 }
 
 size_t OrderedReduction::accumulator_offset(int s) const {
@@ -30,88 +26,94 @@ size_t OrderedReduction::accumulator_offset(int s) const {
   return at;
 }
 
-size_t OrderedReduction::accumulator_size(int q) const {
+size_t OrderedReduction::accumulator_size() const {
   size_t size = 0;
-  for (int s = q; s < logical_; s += physical_) size += chunk_range(n_, logical_, s).size();
+  for (int s = member_; s < logical_; s += physical_) size += chunk_range(n_, logical_, s).size();
   return size;
 }
 
-void OrderedReduction::attach(int q, float* accumulator, float* params) {
-  std::lock_guard lock(mu_);
-  accumulators_.at(size_t(q)) = accumulator;
-  params_.at(size_t(q)) = params;
-  cv_.notify_all();
-}
-
-template <class Ready>
-void OrderedReduction::wait(std::unique_lock<std::mutex>& lock, Ready ready, const std::string& what) {
-  const bool done = cv_.wait_for(lock, timeout_, [&] { return !aborted_.empty() || ready(); });
-  if (!aborted_.empty()) throw CommError(fmt::format("{}: aborted: {}", name_, aborted_));
-  if (!done) throw CommError(fmt::format("{}: timed out after {} ms waiting for {}", name_, timeout_.count(), what));
+void OrderedReduction::attach(float* accumulator, float* params) {
+  accumulator_ = accumulator;
+  params_ = params;
 }
 
 void OrderedReduction::contribute(int d, const float* grads) {
-  std::unique_lock lock(mu_);
-  const int64_t step = contributed_.at(size_t(d))++;
-  const auto attached = [&] {
-    return std::all_of(accumulators_.begin(), accumulators_.end(), [](float* a) { return a != nullptr; });
-  };
-  wait(lock, attached, "every physical replica's accumulator");
+  if (d % physical_ != member_ || d < 0 || d >= logical_)
+    throw std::logic_error(fmt::format("{}: logical replica {} is not hosted by member {} of {}", group_->name(), d,
+                                       member_, physical_));
+  const int turn = d / physical_;
   for (int s = 0; s < logical_; ++s) {
-    const int64_t turn = step * logical_ + d;
-    wait(lock, [&] { return added_[size_t(s)] == turn; },
-         fmt::format("logical replica {}'s part of shard {}", d - 1, s));
+    if (owner(s) == member_) continue;
     const Chunk c = chunk_range(n_, logical_, s);
-    float* sum = accumulators_[size_t(owner(s))] + accumulator_offset(s);
-    lock.unlock();
-    // Outside the lock: only this member touches shard s until it counts its addition.
-    const float* g = grads + c.begin;
-    if (d == 0)
-      std::copy(g, g + c.size(), sum);
-    else
-      for (size_t i = 0; i < c.size(); ++i) sum[i] += g[i];
-    lock.lock();
-    ++added_[size_t(s)];
-    cv_.notify_all();
+    group_->send({grads + c.begin, c.size()}, owner(s), tag(s));
+  }
+  for (int s = member_; s < logical_; s += physical_) {
+    const Chunk c = chunk_range(n_, logical_, s);
+    float* sum = accumulator_ + accumulator_offset(s);
+    // The turn's contributions in member order: logical replicas jP, jP + 1, ...
+    for (int m = 0; m < physical_; ++m) {
+      const float* g = grads + c.begin;
+      if (m != member_) {
+        group_->recv({staging_.data(), c.size()}, m, tag(s));
+        g = staging_.data();
+      }
+      if (turn == 0 && m == 0)
+        std::copy(g, g + c.size(), sum);
+      else
+        for (size_t i = 0; i < c.size(); ++i) sum[i] += g[i];
+    }
   }
 }
 
-void OrderedReduction::finish(int q, float* grads) {
-  std::unique_lock lock(mu_);
-  const int64_t step = finished_.at(size_t(q))++;
-  for (int s = q; s < logical_; s += physical_) {
-    wait(lock, [&] { return added_[size_t(s)] == (step + 1) * logical_; },
-         fmt::format("every logical replica's part of shard {}", s));
+void OrderedReduction::finish(float* grads) {
+  for (int s = member_; s < logical_; s += physical_) {
     const Chunk c = chunk_range(n_, logical_, s);
-    const float* sum = accumulators_[size_t(q)] + accumulator_offset(s);
+    const float* sum = accumulator_ + accumulator_offset(s);
     std::copy(sum, sum + c.size(), grads + c.begin);
   }
 }
 
 void OrderedReduction::gather(int d) {
   std::unique_lock lock(mu_);
-  const int64_t step = gathers_.at(size_t(d))++;
-  ++gather_arrived_;
-  cv_.notify_all();
-  wait(lock, [&] { return gather_arrived_ >= (step + 1) * logical_; }, "every logical replica's updated shard");
-  if (d >= physical_) return;  // the round-0 member copies for its physical replica
-  float* mine = params_[size_t(d)];
-  const std::vector<float*> params = params_;
-  lock.unlock();
-  // Every shard's owner has updated it (its members arrived after their updates) and
-  // changes it again only after a whole next step, which needs this member.
-  for (int s = 0; s < logical_; ++s) {
-    if (owner(s) == d) continue;
-    const Chunk c = chunk_range(n_, logical_, s);
-    const float* from = params[size_t(owner(s))] + c.begin;
-    std::copy(from, from + c.size(), mine + c.begin);
+  if (!aborted_.empty()) throw CommError(fmt::format("{}: aborted: {}", group_->name(), aborted_));
+  const int64_t gen = gathered_;
+  const int hosted = logical_ / physical_;
+  if (++arrived_ < hosted) {
+    // The last hosted replica to arrive gathers for all of them.
+    const bool done = cv_.wait_for(lock, timeout_, [&] { return gathered_ > gen || !aborted_.empty(); });
+    if (!aborted_.empty()) throw CommError(fmt::format("{}: aborted: {}", group_->name(), aborted_));
+    if (!done)
+      throw CommError(fmt::format("{}: logical replica {} timed out after {} ms waiting for its physical replica's "
+                                  "other hosted replicas' updates",
+                                  group_->name(), d, timeout_.count()));
+    return;
   }
+  arrived_ = 0;
+  lock.unlock();
+  if (physical_ > 1) {
+    for (int s = member_; s < logical_; s += physical_) {
+      const Chunk c = chunk_range(n_, logical_, s);
+      for (int m = 0; m < physical_; ++m)
+        if (m != member_) group_->send({params_ + c.begin, c.size()}, m, tag(s));
+    }
+    for (int s = 0; s < logical_; ++s) {
+      if (owner(s) == member_) continue;
+      const Chunk c = chunk_range(n_, logical_, s);
+      group_->recv({params_ + c.begin, c.size()}, owner(s), tag(s));
+    }
+  }
+  lock.lock();
+  ++gathered_;
+  cv_.notify_all();
 }
 
 void OrderedReduction::abort(const std::string& why) {
-  std::lock_guard lock(mu_);
-  if (aborted_.empty()) aborted_ = why.empty() ? std::string("aborted") : why;
-  cv_.notify_all();
+  {
+    std::lock_guard lock(mu_);
+    if (aborted_.empty()) aborted_ = why.empty() ? std::string("aborted") : why;
+    cv_.notify_all();
+  }
+  group_->abort(why);
 }
 
 }  // namespace troupe::comm

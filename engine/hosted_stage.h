@@ -31,14 +31,24 @@ struct HostedStage {
 // The shared stage of `comms` (comms.hosted), made on first use by `make` on `device`,
 // with its accumulator allocated there (counted as gradients) and handed to the ordered
 // reduction. `made` says whether this call made it (that rank loads its weights).
-std::shared_ptr<model::GptStage> shared_model(const RankComms& comms, int32_t physical_replica,
+std::shared_ptr<model::GptStage> shared_model(const RankComms& comms,
                                               const std::shared_ptr<kernels::Device>& device,
                                               const std::function<std::unique_ptr<model::GptStage>()>& make,
                                               bool& made);
 
-// Adds the hosting of a layout whose physical replicas host several logical ones to
-// `plan` (in-process communicators): a HostedStage per physical rank and an
-// OrderedReduction per (pp, tp), in the host ranks' RankComms. Nothing otherwise.
-void add_hosting(CommPlan& plan, const Config& c, std::chrono::milliseconds timeout);
+// The layout of the physical replicas: (physical_replicas, pp, tp). Its ranks are the
+// host ranks (round 0), with the same Topology::index as in the logical layout.
+Topology physical_topology(const Topology& t);
+
+// Makes `host` (the RankComms of host rank r, its groups those of the physical
+// layout) a hosting one: its HostedStage and its member of the ordered reduction over
+// its data-parallel group of the physical replicas.
+void add_hosting(RankComms& host, const Config& c, const Rank& r, std::chrono::milliseconds timeout);
+
+// In-process communicators of a layout whose physical replicas host several logical
+// ones: the groups of the physical layout, and each host rank made hosting; indexed by
+// the logical Topology::index (ranks of later rounds are left empty: they take their
+// host's).
+CommPlan make_hosting_comms(const Config& c, std::chrono::milliseconds timeout);
 
 }  // namespace troupe::engine

@@ -75,8 +75,8 @@ std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r
 
 CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout) {
   const auto topo = Topology::of(c);
+  if (topo.hosts_several()) return make_hosting_comms(c, timeout);  // the CPU only (config/validate.cpp)
   CommPlan plan = make_inprocess_comms(topo, timeout);
-  add_hosting(plan, c, timeout);
   if (c.device().type() == DeviceConfig::CPU) return plan;
   const auto gpus = usable_gpus(c);
   if (!device_groups(gpus, c)) return plan;

@@ -71,7 +71,7 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::share
   };
   const auto topo = Topology::of(c);
   if (hosted())
-    model_ = shared_model(comms_, topo.host_of(rank).dp, device_, make, made_model_);
+    model_ = shared_model(comms_, device_, make, made_model_);
   else
     model_ = make();
   planned_activations_ = plan.saved_bytes();
@@ -108,7 +108,7 @@ void StageWorker::contribute_gradients() {
 
 void StageWorker::finish_reduction() {
   const auto t0 = std::chrono::steady_clock::now();
-  comms_.ordered_reduction->finish(rank_.dp % comms_.ordered_reduction->physical(), model_->grads());
+  comms_.ordered_reduction->finish(model_->grads());
   sync_s_ += seconds_since(t0);
 }
 

@@ -86,9 +86,10 @@ struct RankComms {
   // neighbours hand each other pointers.
   std::shared_ptr<comm::Communicator> pipeline_prev, pipeline_next;
   // Physical replicas hosting several logical ones (Topology::hosts_several): what the
-  // hosted ranks of this physical rank share, and the data-parallel reduction of its
-  // (pp, tp) group that replaces data_parallel (comm/ordered_reduction.h). Every hosted
-  // rank gets its round-0 rank's RankComms. Null otherwise.
+  // hosted ranks of this physical rank share, and its member of the ordered reduction
+  // over data_parallel, here the group of the (pp, tp)'s physical replicas
+  // (comm/ordered_reduction.h). Every hosted rank gets its round-0 rank's RankComms,
+  // whose groups are those of the physical layout. Null otherwise.
   std::shared_ptr<HostedStage> hosted;
   std::shared_ptr<comm::OrderedReduction> ordered_reduction;
 };
