@@ -187,11 +187,6 @@ void check_placement(const Config& c, Checker& k) {
                        "replica's update is its own optimizer shard",
                        physical, p.data()),
            {"parallel.distributed_optimizer", "parallel.data"});
-  if (c.cluster().workers() > 0)
-    k.fail("parallel.physical_replicas",
-           fmt::format("{} physical for {} logical replicas runs in one process only so far (cluster.workers is {})",
-                       physical, p.data(), c.cluster().workers()),
-           {"cluster.workers", "parallel.data"});
   if (c.device().type() != DeviceConfig::CPU)
     k.fail("parallel.physical_replicas",
            fmt::format("{} physical for {} logical replicas runs on the CPU device only so far", physical,

@@ -26,8 +26,6 @@ std::shared_ptr<model::GptStage> shared_model(const RankComms& comms,
   return h.model;
 }
 
-Topology physical_topology(const Topology& t) { return {t.physical_replicas(), t.pp, t.tp}; }
-
 void add_hosting(RankComms& host, const Config& c, const Rank& r, std::chrono::milliseconds timeout) {
   const auto t = Topology::of(c);
   host.hosted = std::make_shared<HostedStage>();
@@ -39,9 +37,9 @@ CommPlan make_hosting_comms(const Config& c, std::chrono::milliseconds timeout) 
   const auto t = Topology::of(c);
   // The groups of the physical layout, indexed as its host ranks are (Topology::index of
   // (q, pp, tp) is the same under both); the other logical ranks have none of their own.
-  CommPlan plan = make_inprocess_comms(physical_topology(t), timeout);
+  CommPlan plan = make_inprocess_comms(t.physical_layout(), timeout);
   plan.ranks.resize(size_t(t.ranks()));
-  for (const auto& r : physical_topology(t).all_ranks()) {
+  for (const auto& r : t.physical_layout().all_ranks()) {
     auto& host = plan.ranks[size_t(t.index(r))];
     add_hosting(host, c, r, timeout);
     plan.ordered_reductions.push_back(host.ordered_reduction);

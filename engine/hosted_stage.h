@@ -36,10 +36,6 @@ std::shared_ptr<model::GptStage> shared_model(const RankComms& comms,
                                               const std::function<std::unique_ptr<model::GptStage>()>& make,
                                               bool& made);
 
-// The layout of the physical replicas: (physical_replicas, pp, tp). Its ranks are the
-// host ranks (round 0), with the same Topology::index as in the logical layout.
-Topology physical_topology(const Topology& t);
-
 // Makes `host` (the RankComms of host rank r, its groups those of the physical
 // layout) a hosting one: its HostedStage and its member of the ordered reduction over
 // its data-parallel group of the physical replicas.

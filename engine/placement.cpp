@@ -32,7 +32,8 @@ bool cluster_mode(const Config& c) { return c.cluster().workers() > 0; }
 std::vector<config::Violation> cluster_violations(const Config& c) {
   std::vector<config::Violation> out;
   const auto& k = c.cluster();
-  const auto t = Topology::of(c);
+  // Workers host physical ranks; the logical ranks a physical rank hosts go with it.
+  const auto t = Topology::of(c).physical_layout();
   const int32_t ranks = t.ranks();
   if (k.workers() < 0) out.push_back({"cluster.workers", fmt::format("{} is negative", k.workers())});
   if (k.spares() < 0) out.push_back({"cluster.spares", fmt::format("{} is negative", k.spares())});
@@ -117,11 +118,12 @@ void validate_cluster(const Config& c, const config::Origins& origins) {
 Placement placement_of(const Config& c) {
   if (!cluster_violations(c).empty() || !cluster_mode(c))
     throw std::invalid_argument("placement_of: the cluster section is not a valid cluster layout");
-  const auto t = Topology::of(c);
+  const auto logical = Topology::of(c);
+  const auto t = logical.physical_layout();
   const auto& k = c.cluster();
   Placement p;
   p.ranks_of.resize(size_t(k.workers()));
-  p.worker_of.assign(size_t(t.ranks()), -1);
+  p.worker_of.assign(size_t(logical.ranks()), -1);
   if (k.placement() == ClusterConfig::EXPLICIT) {
     for (int w = 0; w < k.worker_size(); ++w)
       for (int32_t r : k.worker(w).rank()) p.ranks_of[size_t(w)].push_back(r);
@@ -136,6 +138,9 @@ Placement placement_of(const Config& c) {
     std::sort(p.ranks_of[w].begin(), p.ranks_of[w].end());
     for (int32_t r : p.ranks_of[w]) p.worker_of[size_t(r)] = int32_t(w);
   }
+  // A hosted logical rank lives where its host rank does (the same index in both layouts).
+  for (const auto& r : logical.all_ranks())
+    p.worker_of[size_t(logical.index(r))] = p.worker_of[size_t(logical.index(logical.host_of(r)))];
   return p;
 }
 

@@ -21,9 +21,12 @@ namespace troupe::engine {
 bool cluster_mode(const Config& c);
 
 struct Placement {
-  // ranks_of[w]: the global rank indices (Topology::index) active worker w hosts, ascending.
+  // ranks_of[w]: the global rank indices (Topology::index) active worker w hosts,
+  // ascending: with physical replicas hosting several logical ones
+  // (parallel.physical_replicas), the host ranks, one device each (docs/layout.md).
   std::vector<std::vector<int32_t>> ranks_of;
-  // worker_of[index]: the active worker hosting rank `index`.
+  // worker_of[index]: the active worker hosting logical rank `index` (a hosted rank's is
+  // its host rank's).
   std::vector<int32_t> worker_of;
 
   int32_t workers() const { return int32_t(ranks_of.size()); }

@@ -47,6 +47,9 @@ struct Topology {
   Rank host_of(const Rank& r) const { return {r.dp % physical_replicas(), r.pp, r.tp}; }
   // Which of its physical replica's turns r is: 0 for the first logical replica it hosts.
   int32_t round_of(const Rank& r) const { return r.dp / physical_replicas(); }
+  // The layout of the physical replicas, (physical_replicas, pp, tp): its ranks are the
+  // host ranks (round 0), with the same index() as in this layout.
+  Topology physical_layout() const { return {physical_replicas(), pp, tp}; }
 
   int32_t ranks() const { return dp * pp * tp; }
   // Every rank in (dp, pp, tp) order: the fixed order in which the coordinator sums

@@ -1,5 +1,7 @@
 #include "actors/cluster/worker_host.h"
 
+#include <future>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -16,7 +18,9 @@
 #include "actors/writer_actor.h"
 #include "ckpt/reader.h"
 #include "comm/gloo_groups.h"
+#include "comm/ordered_reduction.h"
 #include "engine/cluster_device_groups.h"
+#include "engine/hosted_stage.h"
 #include "engine/rank_device.h"
 
 namespace troupe::actors {
@@ -25,7 +29,10 @@ namespace {
 // The communicators of one generation on this worker: each stage connects its own
 // rank's groups (blocking, on its thread): Gloo groups on the CPU, NCCL groups on the
 // rank's device with the supervisor's IDs on GPUs (engine/cluster_device_groups.h).
-// abort() fails all of them, also those connected after it.
+// With physical replicas hosting several logical ones (docs/layout.md) the groups are
+// the physical layout's: the first of a physical rank's hosted stages to start connects
+// its host rank's and makes them hosting (engine/hosted_stage.h), the others wait for
+// and share them. abort() fails all of them, also those connected after it.
 class GenerationComms {
  public:
   GenerationComms(int64_t generation, const Config& c, std::shared_ptr<comm::Store> store, std::string prefix,
@@ -39,14 +46,56 @@ class GenerationComms {
 
   int64_t generation() const { return generation_; }
 
-  engine::RankComms connect(int32_t index, const std::shared_ptr<kernels::Device>& device) {
+  // `hosted`: what the physical rank's hosted ranks share on this worker (null unless
+  // Topology::hosts_several).
+  engine::RankComms connect(const engine::Rank& rank, const std::shared_ptr<kernels::Device>& device,
+                            const std::shared_ptr<engine::HostedStage>& hosted) {
+    if (!topo_.hosts_several()) return connect_rank(topo_, topo_.index(rank), device);
+    const engine::Rank host = topo_.host_of(rank);
+    std::shared_future<engine::RankComms> ready;
+    std::promise<engine::RankComms> mine;
+    {
+      std::lock_guard lock(mu_);
+      auto [at, first] = hosts_.try_emplace(topo_.index(host));
+      if (first) at->second = mine.get_future().share();
+      else ready = at->second;
+    }
+    if (ready.valid()) return ready.get();
+    try {
+      auto r = connect_rank(topo_.physical_layout(), topo_.index(host), device);
+      engine::add_hosting(r, config_, host, options_.timeout);
+      r.hosted = hosted;
+      {
+        std::lock_guard lock(mu_);
+        reductions_.push_back(r.ordered_reduction);
+        if (!why_.empty()) r.ordered_reduction->abort(why_);
+      }
+      mine.set_value(r);
+      return r;
+    } catch (...) {
+      mine.set_exception(std::current_exception());
+      throw;
+    }
+  }
+
+  void abort(const std::string& why) {
+    std::lock_guard lock(mu_);
+    if (why_.empty()) why_ = why.empty() ? "aborted" : why;
+    for (const auto& c : all_) c->abort(why_);
+    for (const auto& r : reductions_) r->abort(why_);
+  }
+
+ private:
+  // Rank `index`'s groups of `layout` (the logical one, or the physical one for a host rank).
+  engine::RankComms connect_rank(const engine::Topology& layout, int32_t index,
+                                 const std::shared_ptr<kernels::Device>& device) {
     {
       std::lock_guard lock(mu_);
       if (!why_.empty()) throw comm::CommError(fmt::format("generation {} was abandoned: {}", generation_, why_));
     }
     engine::RankComms r;
     if (config_.device().type() == DeviceConfig::CPU) {
-      const auto g = comm::connect_rank_comms(topo_.dp, topo_.pp, topo_.tp, index, *store_, prefix_, options_);
+      const auto g = comm::connect_rank_comms(layout.dp, layout.pp, layout.tp, index, *store_, prefix_, options_);
       r.data_parallel = g.data_parallel;
       r.tensor_parallel = g.tensor_parallel;
       r.embedding = g.embedding;
@@ -74,13 +123,6 @@ class GenerationComms {
     return r;
   }
 
-  void abort(const std::string& why) {
-    std::lock_guard lock(mu_);
-    if (why_.empty()) why_ = why.empty() ? "aborted" : why;
-    for (const auto& c : all_) c->abort(why_);
-  }
-
- private:
   const int64_t generation_;
   const Config config_;
   const engine::Topology topo_;
@@ -90,6 +132,8 @@ class GenerationComms {
   std::mutex mu_;
   std::string why_;
   std::vector<std::shared_ptr<comm::Communicator>> all_;
+  std::map<int32_t, std::shared_future<engine::RankComms>> hosts_;  // by host rank index
+  std::vector<std::shared_ptr<comm::OrderedReduction>> reductions_;
 };
 
 struct HostState {
@@ -103,6 +147,9 @@ struct HostState {
   std::string ckpt_dir;
   std::shared_ptr<const ckpt::Checkpoint> ckpt;
   std::vector<caf::actor_addr> hosted;
+  // With physical replicas hosting several logical ones: what the stages and optimizer
+  // shards of one start (incarnation) of a physical rank share, by (host index, incarnation).
+  std::map<std::pair<int32_t, int>, std::weak_ptr<engine::HostedStage>> hosted_stages;
 };
 
 using Self = caf::stateful_actor<HostState>;
@@ -128,6 +175,17 @@ std::shared_ptr<GenerationComms> generation(Self* self, int64_t g) {
   return st.comms;
 }
 
+// The HostedStage rank r's physical rank shares with its other hosted ranks of the same
+// start, as RankDevices hands out devices; null when physical replicas host one each.
+std::shared_ptr<engine::HostedStage> hosted_stage(Self* self, const engine::Rank& r, int incarnation) {
+  const auto topo = engine::Topology::of(self->state.args->config);
+  if (!topo.hosts_several()) return nullptr;
+  auto& slot = self->state.hosted_stages[{topo.index(topo.host_of(r)), incarnation}];
+  auto h = slot.lock();
+  if (!h) slot = h = std::make_shared<engine::HostedStage>();
+  return h;
+}
+
 caf::actor place(Self* self, const PlaceActor& p) {
   auto& st = self->state;
   const auto& a = *st.args;
@@ -142,13 +200,15 @@ caf::actor place(Self* self, const PlaceActor& p) {
   if (p.kind == "stage") {
     const auto device = st.devices->get(r, p.incarnation);
     StageArgs s{c, r, {}, a.faults, checkpoint(self, p.resume_dir), {}, device};
-    s.connect_comms = [comms = generation(self, p.generation), index = topo.index(r), device] {
-      return comms->connect(index, device);
+    s.connect_comms = [comms = generation(self, p.generation), r, device, hosted = hosted_stage(self, r, p.incarnation)] {
+      return comms->connect(r, device, hosted);
     };
     placed = untyped_handle(spawn_stage(self, std::move(s)));
   } else if (p.kind == "optim") {
+    // A hosted rank's shard takes its physical rank's device turn (engine/hosted_stage.h).
     placed = untyped_handle(spawn_optimizer(self, OptimizerArgs{c, r, a.faults, checkpoint(self, p.resume_dir),
-                                                                st.directory, st.devices->get(r, p.incarnation)}));
+                                                                st.directory, st.devices->get(r, p.incarnation),
+                                                                hosted_stage(self, r, p.incarnation)}));
   } else if (p.kind == "writer") {
     placed = untyped_handle(spawn_writer(self, WriterArgs{c, r, a.faults, st.directory}));
     st.directory->put(engine::writer_path(r), placed);

@@ -45,6 +45,32 @@ TEST_CASE("2 workers x DP2 x PP2 placed BY_STAGE: two ranks per worker, bitwise 
   check_parity(c, 2);
 }
 
+TEST_CASE("logical DP4 x PP2 on 2 physical replicas, one per worker: the ordered reduction over Gloo, bitwise the "
+          "in-process run on 4") {
+  // Each worker hosts one physical replica (both stages) computing logical replicas q
+  // and q + 2 in turn; every turn's gradient shards cross to their owner in the other
+  // process (docs/layout.md). Against the unplaced in-process run: the placement
+  // changes no bit.
+  Config c = tiny("dp4on2", 4, 2, 2);
+  c.mutable_parallel()->set_physical_replicas(2);
+  c.mutable_model()->set_hidden_dropout(0.1f);
+  Config unplaced = local_of(c);
+  unplaced.mutable_parallel()->set_physical_replicas(4);
+  const auto want = testing::run(unplaced);
+  check_matches(run_cluster(c, 2), want);
+}
+
+TEST_CASE("logical DP4 x PP2 on 2 physical replicas placed BY_STAGE: hosted stages with their pipeline neighbour in "
+          "the other process, bitwise the in-process run on 4") {
+  Config c = tiny("dp4on2-by-stage", 4, 2, 2);
+  c.mutable_parallel()->set_physical_replicas(2);
+  c.mutable_cluster()->set_placement(ClusterConfig::BY_STAGE);
+  Config unplaced = local_of(c);
+  unplaced.mutable_parallel()->set_physical_replicas(4);
+  const auto want = testing::run(unplaced);
+  check_matches(run_cluster(c, 2), want);
+}
+
 TEST_CASE("a SIGKILLed worker is replaced by the spare; the run finishes bitwise the fault-free run") {
   Config c = tiny("kill", 2, 1, 2, 1);
   c.mutable_checkpoint()->set_interval_steps(1);
