@@ -51,8 +51,7 @@ TEST_CASE("the interleaved schedule: chunks, stages, microbatches, one process; 
         "is ZB_H1)");
 }
 
-TEST_CASE("parallel.physical_replicas: divides parallel.data; hosting needs the distributed optimizer, one process, "
-          "the CPU") {
+TEST_CASE("parallel.physical_replicas: divides parallel.data; hosting needs the distributed optimizer and the CPU") {
   CHECK(load_error("parallel { data: 4 physical_replicas: 2 }") == "(no error)");
   CHECK(load_error("parallel { data: 4 physical_replicas: 1 }") == "(no error)");
   CHECK(load_error("parallel { data: 4 physical_replicas: 4 }") == "(no error)");
