@@ -27,6 +27,7 @@
 #include "engine/checkpointing.h"
 #include "engine/stage_worker.h"
 #include "test/actors/parity_check.h"
+#include "test/support/fault.h"
 #include "test/support/same_state.h"
 #include "test/support/tiny_runtime_config.h"
 
@@ -154,6 +155,27 @@ TEST_CASE("a checkpoint written on one placement resumes on another bitwise equa
       CHECK(got.consumed_samples == want.consumed_samples);
     }
     check_same_state(*resumed.state, *straight.state);
+  }
+}
+
+TEST_CASE("a killed hosted rank restarts the group from the checkpoint; the run ends bitwise the fault-free one") {
+  // Logical DP4 x PP2 on 2 physical replicas, a checkpoint every 2 steps: a stage of a
+  // later turn (dp3) killed in its backward, an optimizer shard of a first turn (dp0)
+  // killed in its update, and a stage killed while its turn waits (dp2's forward).
+  Config c = placed(with_steps(parity_layout(4, 2, "troupe-placement-recovery"), 5), 2);
+  c.mutable_supervision()->set_max_restarts(3);
+  c.mutable_checkpoint()->set_interval_steps(2);
+  const auto clean = run(c);
+  for (const auto& f : {fault("stage/dp3/pp1/tp0", 3, Fault::BACKWARD), fault("optim/dp0/pp0/tp0", 4, Fault::OPTIMIZER),
+                        fault("stage/dp2/pp0/tp0", 3, Fault::FORWARD)}) {
+    CAPTURE(f.actor());
+    Config k = c;
+    k.mutable_logging()->set_run_dir(c.logging().run_dir() + "-" + std::to_string(f.step()) + "-" +
+                                     Fault::Phase_Name(f.phase()));
+    *k.mutable_faults()->add_fault() = f;
+    const auto r = run(k);
+    CHECK(r.restarts == 1);
+    check_same_run(r, clean);
   }
 }
 
