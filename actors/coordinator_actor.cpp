@@ -181,7 +181,7 @@ void commit_save(Self* self) {
   auto& s = *st.save;
   check_fault(self, s.step, Fault::CHECKPOINT_WRITE);
   try {
-    auto manifest = engine::make_manifest(st.args.config, s.position, std::move(s.shards));
+    auto manifest = engine::make_manifest(st.args.config, st.args.skip_samples, s.position, std::move(s.shards));
     const auto dir = s.commit->commit(std::move(manifest), st.args.config.checkpoint().keep_last());
     const double secs = seconds_since(s.started);
     spdlog::info("checkpoint: step {} saved to {} ({:.1f} MB in {:.2f} s)", s.step, dir, s.bytes / 1e6, secs);
@@ -691,7 +691,7 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
   st.total_steps = config::full_updates(c);
   st.eval_microbatches = int32_t(config::eval_microbatches_per_replica(c));
   st.ckpt_root = engine::checkpoint_root(c);
-  st.data = data::BatchSource::open(c);
+  st.data = data::BatchSource::open(c, data::Split::Train, st.args.skip_samples);
   if (st.args.resume) st.pos = engine::position_of(st.args.resume->manifest());
   // A restarted group redoes the steps after its checkpoint: TensorBoard's marker.
   if (st.args.book->resume_from(st.pos.step) > 0 || !st.args.book->rollbacks().empty())

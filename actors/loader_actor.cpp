@@ -91,7 +91,7 @@ loader_actor::behavior_type loader_impl(Self* self, LoaderArgs args) {
   st.args = std::move(args);
   exit_on_exception(self, engine::loader_path(st.args.dp));
   const auto& c = st.args.config;
-  st.train = data::BatchSource::open(c, data::Split::Train);
+  st.train = data::BatchSource::open(c, data::Split::Train, st.args.skip_samples);
   if (c.training().eval_samples() > 0) st.valid = data::BatchSource::open(c, data::Split::Valid);
   st.microbatches = int32_t(config::microbatches_per_replica(c));
   st.global_batch = c.batch().global_batch_size();

@@ -17,6 +17,9 @@
 // (messages/actor_interfaces.h).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include <caf/all.hpp>
 
 #include "engine/faults.h"
@@ -29,6 +32,7 @@ struct LoaderArgs {
   Config config;
   int32_t dp = 0;
   std::shared_ptr<engine::FaultPlan> faults;
+  std::vector<int64_t> skip_samples;  // the run state's (engine/run_state.h): the train split skips them
 };
 
 loader_actor spawn_loader(caf::event_based_actor* parent, LoaderArgs args);

@@ -81,7 +81,7 @@ void deliver_snapshot(Self* self, msg::ShardSnapshot snap, int64_t waited_ms) {
   } else {
     const auto& r = st.args.rank;
     self->send(st.coordinator,
-               msg::ShardWritten{snap.step, r.dp, r.pp, r.tp, false,
+               msg::ShardWritten{snap.step, r, false,
                                  fmt::format("{} is not running (waited {:.2f} s for its restart)", path,
                                              std::chrono::duration<double>(waited).count()),
                                  {}, 0, 0, snap.attempt});
@@ -116,11 +116,11 @@ void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
       st.device->copy_to_host_async(copy.get(), sources[i], n * sizeof(float));
     }
     st.landing.push_back(msg::ShardSnapshot{cmd.step, cmd.partial_dir, cmd.partial_dir_inode,
-                                            cmd.partial_dir_generation, cmd.attempt, r.dp, r.pp, r.tp, range.begin,
+                                            cmd.partial_dir_generation, cmd.attempt, r, range.begin,
                                             range.end, st.snapshot[0], st.snapshot[1], st.snapshot[2]});
     send_when_done(*st.device, optimizer_actor{self}, snapshot_landed_atom::value, cmd.step);
   }
-  self->send(st.coordinator, msg::SnapshotTaken{cmd.step, r.dp, r.pp, r.tp});
+  self->send(st.coordinator, msg::SnapshotTaken{cmd.step, r});
 }
 
 // Applies step u.step's update to the gradients the stage handed over (or drops it:
@@ -201,7 +201,7 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
         const auto me = g.update.shard_decides ? optimizer_actor{self} : optimizer_actor{};
         s.device->when_done([to = s.coordinator, me, sums = s.shard->norm_readback(), layer_sums = s.shard->layer_readback(),
                              layers = s.shard->norm_part_layers(),
-                             partial = msg::NormPartial{g.step, rk.dp, rk.pp, rk.tp, 0.0, {}, {}}]() mutable {
+                             partial = msg::NormPartial{g.step, rk, 0.0, {}, {}}]() mutable {
           partial.sum_squares = sums.total();
           const double sum_squares = partial.sum_squares;
           const int64_t step = partial.step;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <span>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -24,6 +25,7 @@
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
 #include "engine/rollback.h"
+#include "engine/run_state.h"
 #include "metrics/json_records.h"
 #include "metrics/run_history.h"
 
@@ -133,8 +135,17 @@ std::vector<int64_t> samples_reading(const Config& c, const std::vector<int64_t>
 // the steps before it read the same samples either way). Its recorded steps keep no
 // rolled-back spike, so the replay drops a spike's update as the run's last timeline
 // did at most (a run stopped at the rollback cap): SKIP_UPDATE.
+// The replay's config is a new run's: what the recorded run skipped becomes what it is
+// configured to skip (data.skip_samples, sorted, each once: the config check refuses repeats).
+void skip_in_config(Config& c, std::span<const int64_t> ids) {
+  std::vector<int64_t> skip(c.data().skip_samples().begin(), c.data().skip_samples().end());
+  engine::merge_skip_samples(skip, ids);
+  c.mutable_data()->clear_skip_samples();
+  for (const int64_t id : skip) c.mutable_data()->add_skip_samples(id);
+}
+
 void with_rollback_skips(Config& run, const fs::path& metrics_path) {
-  for (const auto& r : engine::recorded_rollbacks(metrics_path.string())) engine::add_skip_samples(run, r.skipped_samples);
+  for (const auto& r : engine::recorded_rollbacks(metrics_path.string())) skip_in_config(run, r.skipped_samples);
   if (run.logging().on_spike() == LoggingConfig::ROLLBACK) run.mutable_logging()->set_on_spike(LoggingConfig::SKIP_UPDATE);
 }
 
@@ -170,9 +181,8 @@ Config replay_config(const Config& run, const ReplayOptions& o, const std::strin
                    : 0;
   if (physical > 0) c.mutable_parallel()->set_physical_replicas(physical);
 
-  // One list, sorted, each ID once (the config check refuses repeats).
-  engine::add_skip_samples(c, o.skip_samples);
-  if (!o.skip_documents.empty()) engine::add_skip_samples(c, samples_reading(c, o.skip_documents));
+  skip_in_config(c, o.skip_samples);
+  if (!o.skip_documents.empty()) skip_in_config(c, samples_reading(c, o.skip_documents));
   if (o.lr_scale != 1.0) {
     if (!(o.lr_scale > 0)) throw std::invalid_argument(fmt::format("--lr-scale must be positive, got {}", o.lr_scale));
     c.mutable_optimizer()->set_lr(run.optimizer().lr() * o.lr_scale);

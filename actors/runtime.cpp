@@ -29,6 +29,7 @@
 #include "engine/placement.h"
 #include "engine/rank_device.h"
 #include "engine/rollback.h"
+#include "engine/run_state.h"
 #include "engine/storage_space.h"
 #include "engine/topology.h"
 #include "kernels/cpu/gemm.h"
@@ -159,8 +160,8 @@ std::string join(const std::vector<std::string>& v, size_t max_items = 1000) {
   return out;
 }
 
-metrics::StartupRecord startup_record(const Config& c, const std::string& source, const std::string& run_dir,
-                                      const ckpt::Checkpoint* resume) {
+metrics::StartupRecord startup_record(const Config& c, const engine::RunState& state, const std::string& source,
+                                      const std::string& run_dir, const ckpt::Checkpoint* resume) {
   metrics::StartupRecord r;
   if (resume) r.resumed_from_step = resume->step();
   r.config_path = source;
@@ -174,8 +175,7 @@ metrics::StartupRecord startup_record(const Config& c, const std::string& source
   r.microbatches_per_replica = config::microbatches_per_replica(c);
   r.train_steps = config::full_updates(c);
   r.actor_paths = engine::all_paths(engine::Topology::of(c));
-  r.skip_samples.assign(c.data().skip_samples().begin(), c.data().skip_samples().end());
-  std::sort(r.skip_samples.begin(), r.skip_samples.end());
+  r.skip_samples = state.skip_samples;
   r.wall_time = unix_now();
   return r;
 }
@@ -292,7 +292,7 @@ void print_startup(const Config& c, const std::string& source, const std::string
 RunResult run_training(const Config& given, const RunOptions& options) {
   // The run's config: the one given, with the skip list of the checkpoint it resumes
   // from added below.
-  Config c = given;
+  const Config& c = given;
   engine::check_runtime_device(c);
   // A bad TROUPE_CPU_ISA or TROUPE_CPU_GEMM fails here, before anything is written.
   if (c.device().type() == DeviceConfig::CPU) kernels::cpu::gemm_kernel();
@@ -320,7 +320,9 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   // or damaged ends the start with its diagnosis, as does one of another logical layout
   // offered as a placement change. The group's first start takes it from here.
   // (set_aside_earlier_checkpoints below acts only on a fresh start, which reads none.)
-  auto resume = std::make_shared<engine::ResumeSource>(c);
+  // What the run changes as it goes (engine/run_state.h); `c` stays as configured.
+  engine::RunState state = engine::RunState::of(c);
+  auto resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
   const auto first_checkpoint = resume->current();
   if (first_checkpoint) engine::check_resume_layout(c, *first_checkpoint);
   // config.textproto holds the config the run used; a caller that gives no text (a
@@ -345,10 +347,10 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   engine::set_aside_earlier_checkpoints(c);
   // A resume keeps skipping what the checkpoint's run skipped (docs/data.md,
   // "Skipping samples"); the list is checked against the split again.
-  if (first_checkpoint && engine::add_checkpoint_skips(c, first_checkpoint->manifest())) {
-    data::BatchSource::open(c, data::Split::Train);
+  if (first_checkpoint && state.add_checkpoint_skips(first_checkpoint->manifest())) {
+    data::BatchSource::open(c, data::Split::Train, state.skip_samples);
     spdlog::info("data: skipping {} sample(s) of the train split (data.skip_samples with the checkpoint's)",
-                 c.data().skip_samples_size());
+                 state.skip_samples.size());
   }
   // A fresh start from a Hugging Face model: its directory checked (config.json
   // against the model section, every tensor's name, shape and dtype) before any actor
@@ -481,14 +483,15 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   };
   try {
     post_metrics(*inbox, *directory,
-                 caf::make_message(startup_record(c, options.config_source, run_dir.layout.root, first_checkpoint.get())));
+                 caf::make_message(startup_record(c, state, options.config_source, run_dir.layout.root, first_checkpoint.get())));
 
     // The training group of each timeline: one, or one more after each rollback
     // (logging.on_spike ROLLBACK). The exit report of a group stopped for a rollback
     // is told apart by its generation.
     int64_t generation = 0;
     auto start_group = [&] {
-      GroupArgs g{c, faults, directory, book, resume, inbox, client_handle, {}, cluster, root ? root->comms() : nullptr};
+      GroupArgs g{c, state, faults, directory, book, resume, inbox, client_handle, {}, cluster,
+                  root ? root->comms() : nullptr};
       g.on_exit = [client_handle, generation](const SupervisorReport& r) {
         caf::anon_send(client_handle, group_exit_atom::value, generation, r);
       };
@@ -532,9 +535,9 @@ RunResult run_training(const Config& given, const RunOptions& options) {
       const auto rollback = book->take_rollback();
       client->send(group, shutdown_atom::value);
       client->wait_for(group);
-      c = engine::rolled_back_config(c, rollback->request, rollback->done);
-      data::BatchSource::open(c, data::Split::Train);  // the grown skip list checked against the split
-      resume = std::make_shared<engine::ResumeSource>(c);
+      state.roll_back(rollback->request, rollback->done);
+      data::BatchSource::open(c, data::Split::Train, state.skip_samples);  // the grown list checked against the split
+      resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
       ++generation;
       start_group();
     }

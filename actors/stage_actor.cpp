@@ -336,7 +336,7 @@ void parameters_gathered(Self* self) {
   s.timing.end_time = unix_now();
   s.timing.memory = s.worker->memory_peak();
   const auto& r = s.args.rank;
-  msg::StageDone done{s.step, s.kind, r.dp, r.pp, r.tp, std::move(s.timing), s.update_sums, s.update_applied};
+  msg::StageDone done{s.step, s.kind, r, std::move(s.timing), s.update_sums, s.update_applied};
   if (s.queued && s.queued->previous_done_may_wait)
     s.held_done = std::move(done);
   else
@@ -358,7 +358,7 @@ void end_of_ops(Self* self) {
   if (st.kind == StepKind::Eval) {
     st.timing.end_time = unix_now();
     // The losses first: the coordinator closes the pass on the last StageDone.
-    send_losses(self, msg::StageDone{st.step, st.kind, r.dp, r.pp, r.tp, std::move(st.timing), {}, {}});
+    send_losses(self, msg::StageDone{st.step, st.kind, r, std::move(st.timing), {}, {}});
     if (st.hosted) {
       st.eval_turn = StageState::EvalTurn{st.step, st.eval_handed, st.eval_consumed.size()};
       pass_eval_turn(self);

@@ -105,25 +105,24 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   auto cluster = args.cluster;
   auto cluster_comms = args.cluster_comms;
   // Cluster mode: what a worker needs to place one of the group's actors.
-  auto placement = [cluster, resume, faults = args.faults](const std::string& kind, const engine::Rank& r,
-                                                             int64_t generation, int incarnation) {
+  auto skip = std::make_shared<const std::vector<int64_t>>(args.run_state.skip_samples);
+  auto placement = [cluster, resume, skip, faults = args.faults](const std::string& kind, const engine::Rank& r,
+                                                                   int64_t generation, int incarnation) {
     PlaceActor p;
     p.kind = kind;
-    p.dp = r.dp;
-    p.pp = r.pp;
-    p.tp = r.tp;
+    p.rank = r;
     p.generation = generation;
     p.incarnation = incarnation;
-    if (kind != "loader")
-      if (auto ck = resume->current()) p.resume_dir = ck->dir();
+    if (kind == "loader") p.skip_samples = *skip;
+    else if (auto ck = resume->current()) p.resume_dir = ck->dir();
     p.fired = faults->fired_indices();
     return p;
   };
   for (int32_t d = 0; d < topo.dp; ++d) {
     ChildSpec child{engine::loader_path(d), Restart::Permanent,
-                    [c, d, faults = args.faults, cluster, placement](caf::event_based_actor* self, int) {
+                    [c, d, skip, faults = args.faults, cluster, placement](caf::event_based_actor* self, int) {
                       if (cluster) return place_on_worker(self, *cluster, placement("loader", {d, 0, 0}, 0, 0));
-                      return untyped_handle(spawn_loader(self, LoaderArgs{c, d, faults}));
+                      return untyped_handle(spawn_loader(self, LoaderArgs{c, d, faults, *skip}));
                     }};
     child.restart_alone = true;
     spec.children.push_back(std::move(child));
@@ -158,10 +157,10 @@ SupervisorSpec training_group_spec(GroupArgs args) {
                                                              resume->current(), {}, device_of(r, incarnation)}));
          }});
   ChildSpec coordinator{engine::coordinator_path(), Restart::Permanent,
-                        [c, faults = args.faults, dir = args.directory, book = args.book, resume,
+                        [c, skip, faults = args.faults, dir = args.directory, book = args.book, resume,
                          inbox = args.metrics, client = args.client](caf::event_based_actor* self, int) {
                           return untyped_handle(spawn_coordinator(
-                              self, CoordinatorArgs{c, faults, dir, book, inbox, resume->current(), client}));
+                              self, CoordinatorArgs{c, *skip, faults, dir, book, inbox, resume->current(), client}));
                         }};
   watch_for_hangs(coordinator, c.supervision());
   spec.children.push_back(std::move(coordinator));
@@ -235,9 +234,7 @@ SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultP
                                if (cluster) {
                                  PlaceActor p;
                                  p.kind = "writer";
-                                 p.dp = r.dp;
-                                 p.pp = r.pp;
-                                 p.tp = r.tp;
+                                 p.rank = r;
                                  p.fired = faults->fired_indices();
                                  return place_on_worker(self, *cluster, std::move(p));
                                }

@@ -21,12 +21,14 @@
 #include "actors/supervision.h"
 #include "engine/checkpointing.h"
 #include "engine/faults.h"
+#include "engine/run_state.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {
 
 struct GroupArgs {
   Config config;
+  engine::RunState run_state;  // the skip list for the loaders and the manifests, where the group resumes
   std::shared_ptr<engine::FaultPlan> faults;
   std::shared_ptr<Directory> directory;
   std::shared_ptr<RunBook> book;

@@ -78,7 +78,7 @@ writer_actor::behavior_type writer_impl(Self* self, WriterArgs args) {
         const auto values = [n = size_t(s.range_end - s.range_begin)](const std::shared_ptr<const float>& p) {
           return std::vector<float>(p.get(), p.get() + n);
         };
-        engine::ShardState state{{s.dp, s.pp, s.tp}, {s.range_begin, s.range_end}, values(s.params),
+        engine::ShardState state{s.rank, {s.range_begin, s.range_end}, values(s.params),
                                  values(s.exp_avg), values(s.exp_avg_sq)};
         const auto file = engine::shard_file_name(state.rank);
         try {
@@ -93,7 +93,7 @@ writer_actor::behavior_type writer_impl(Self* self, WriterArgs args) {
             spdlog::warn("{}: injected {} of {} at step {}", w.path, Fault::Kind_Name(damage->kind()), target,
                          s.step);
           }
-          report({s.step, s.dp, s.pp, s.tp, true, {}, record.SerializeAsString(),
+          report({s.step, s.rank, true, {}, record.SerializeAsString(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                   int64_t(record.size_bytes())});
         } catch (const ckpt::CheckpointError& e) {
@@ -108,7 +108,7 @@ writer_actor::behavior_type writer_impl(Self* self, WriterArgs args) {
           // fails and the coordinator says so once. The fault is the storage's, not this
           // writer's: it stays up for the next save. The coordinator removes the save's
           // partial directory, with what this writer left in it.
-          report({s.step, s.dp, s.pp, s.tp, false, e.what(), {}, 0, 0});
+          report({s.step, s.rank, false, e.what(), {}, 0, 0});
         }
       },
   };

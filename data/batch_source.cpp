@@ -39,6 +39,11 @@ struct BatchSource::EpochSkips {
 };
 
 BatchSource BatchSource::open(const Config& cfg, Split split) {
+  return open(cfg, split, std::span<const int64_t>(cfg.data().skip_samples().data(),
+                                                   size_t(cfg.data().skip_samples_size())));
+}
+
+BatchSource BatchSource::open(const Config& cfg, Split split, std::span<const int64_t> skip_samples) {
   const auto& b = cfg.batch();
   const int64_t mbs = b.micro_batch_size(), dp = cfg.parallel().data(), G = b.global_batch_size();
   if (mbs <= 0 || dp <= 0 || G <= 0 || G % (mbs * dp) != 0) {
@@ -114,7 +119,7 @@ BatchSource BatchSource::open(const Config& cfg, Split split) {
                                                            : int32_t(vocab - 1);
   if (s->pad_id >= vocab) s->pad_id = int32_t(vocab - 1);
   if (split == Split::Train) {
-    s->skip.assign(cfg.data().skip_samples().begin(), cfg.data().skip_samples().end());
+    s->skip.assign(skip_samples.begin(), skip_samples.end());
     std::sort(s->skip.begin(), s->skip.end());
     s->skip.erase(std::unique(s->skip.begin(), s->skip.end()), s->skip.end());
     if (!s->skip.empty() && (s->skip.front() < 0 || s->skip.back() >= x.samples())) {

@@ -44,7 +44,11 @@ class BatchSource {
   // checks it against the config: token IDs < model.vocab_size, at least one
   // sample of seq_length + 1 tokens, global_batch_size divisible by
   // micro_batch_size * parallel.data. Throws DataError naming file/field on failure.
+  // The train split skips cfg.data.skip_samples; a running run passes its run state's
+  // list instead (engine/run_state.h: those plus the resumed checkpoint's and each
+  // rollback's), checked the same way.
   static BatchSource open(const Config& cfg, Split split = Split::Train);
+  static BatchSource open(const Config& cfg, Split split, std::span<const int64_t> skip_samples);
 
   // Microbatch `mb` (0 .. microbatches_per_replica-1) of replica `dp` for the global
   // batch starting at consumed_samples; global_loss_tokens filled in.

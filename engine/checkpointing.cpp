@@ -86,7 +86,7 @@ std::string set_aside_earlier_checkpoints(const Config& c) {
   return aside.string();
 }
 
-ResumeSource::ResumeSource(const Config& c) : root_(checkpoint_root(c)), load_(c.checkpoint().load()) {}
+ResumeSource::ResumeSource(const Config& c, std::string load) : root_(checkpoint_root(c)), load_(std::move(load)) {}
 
 std::shared_ptr<const ckpt::Checkpoint> ResumeSource::current() {
   std::lock_guard lock(mu_);
@@ -232,8 +232,8 @@ ShardFile write_shard(const Config& c, const ShardState& s, const std::string& d
   return w.finish();
 }
 
-CheckpointManifest make_manifest(const Config& c, const TrainingPosition& pos,
-                                       std::vector<ShardFile> shards) {
+CheckpointManifest make_manifest(const Config& c, std::span<const int64_t> skip_samples, const TrainingPosition& pos,
+                                 std::vector<ShardFile> shards) {
   CheckpointManifest m;
   ckpt::set_manifest_config(m, c);
   auto* t = m.mutable_topology();
@@ -255,30 +255,9 @@ CheckpointManifest make_manifest(const Config& c, const TrainingPosition& pos,
   rng->set_state(std::string(reinterpret_cast<const char*>(&seed), sizeof(seed)));
   m.mutable_data_position()->set_consumed_samples(pos.consumed_samples);
   m.mutable_data_position()->set_epoch(pos.epoch);
-  std::vector<int64_t> skip(c.data().skip_samples().begin(), c.data().skip_samples().end());
-  std::sort(skip.begin(), skip.end());
-  skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
-  for (const int64_t id : skip) m.mutable_data_position()->add_skip_samples(id);
+  for (const int64_t id : skip_samples) m.mutable_data_position()->add_skip_samples(id);
   for (auto& s : shards) *m.add_shard() = std::move(s);
   return m;
-}
-
-bool add_skip_samples(Config& c, std::span<const int64_t> ids) {
-  std::vector<int64_t> skip(c.data().skip_samples().begin(), c.data().skip_samples().end());
-  std::sort(skip.begin(), skip.end());
-  skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
-  const size_t given = skip.size();
-  skip.insert(skip.end(), ids.begin(), ids.end());
-  std::sort(skip.begin(), skip.end());
-  skip.erase(std::unique(skip.begin(), skip.end()), skip.end());
-  c.mutable_data()->clear_skip_samples();
-  for (const int64_t id : skip) c.mutable_data()->add_skip_samples(id);
-  return skip.size() > given;
-}
-
-bool add_checkpoint_skips(Config& c, const CheckpointManifest& m) {
-  const auto& listed = m.data_position().skip_samples();
-  return add_skip_samples(c, std::span<const int64_t>(listed.data(), size_t(listed.size())));
 }
 
 TrainingPosition position_of(const CheckpointManifest& m) {

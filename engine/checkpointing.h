@@ -54,7 +54,9 @@ void check_resume_layout(const Config& c, const ckpt::Checkpoint& ck);
 
 class ResumeSource {
  public:
-  explicit ResumeSource(const Config& c);
+  // `load`: what the first start reads (engine::RunState::resume_from: "" fresh,
+  // "latest", or a checkpoint directory).
+  ResumeSource(const Config& c, std::string load);
 
   // The checkpoint of the group's current start (null: fresh). Loaded once per start.
   // Throws CheckpointError when checkpoint.load names a checkpoint that does not load,
@@ -127,14 +129,9 @@ struct TrainingPosition {
   int64_t step = 0, consumed_samples = 0, successful_updates = 0, skipped_updates = 0;
   int64_t epoch = 0;
 };
-CheckpointManifest make_manifest(const Config& c, const TrainingPosition& pos,
-                                       std::vector<ShardFile> shards);
+// `skip_samples`: the run state's skip list (engine/run_state.h), sorted, each once.
+CheckpointManifest make_manifest(const Config& c, std::span<const int64_t> skip_samples, const TrainingPosition& pos,
+                                 std::vector<ShardFile> shards);
 TrainingPosition position_of(const CheckpointManifest& m);
-// Adds `ids` to c.data.skip_samples, leaving the list sorted with each ID once (the
-// one place a skip list grows: a resume, a rollback, a replay). Returns whether it grew.
-bool add_skip_samples(Config& c, std::span<const int64_t> ids);
-// Adds the samples the checkpoint's run skipped (data_position.skip_samples) to
-// c.data.skip_samples, so a resume keeps skipping them. Returns whether the list grew.
-bool add_checkpoint_skips(Config& c, const CheckpointManifest& m);
 
 }  // namespace troupe::engine

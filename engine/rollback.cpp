@@ -139,10 +139,4 @@ RollbackDone roll_back_checkpoints(const Config& c, int64_t spike_step) {
   return d;
 }
 
-Config rolled_back_config(Config c, const RollbackRequest& r, const RollbackDone& d) {
-  add_skip_samples(c, r.skip_ids);
-  c.mutable_checkpoint()->set_load(d.target_dir);
-  return c;
-}
-
 }  // namespace troupe::engine

@@ -1,13 +1,13 @@
 // logging.on_spike ROLLBACK (docs/metrics.md, "Acting on a spike"), without actors: what
-// a spike asks of a rollback, the checkpoint root moved back to the checkpoint resumed,
-// and the config the training group starts again with.
+// a spike asks of a rollback and the checkpoint root moved back to the checkpoint resumed.
 //
 // The flow: the coordinator's spike guard judges step n a spike; decide_rollback()
 // names the samples to skip (or why the run stops instead); the update of n is dropped
 // and nothing is handed over ahead; once n closes, roll_back_checkpoints() keeps the
 // newest complete checkpoint at or before n - rollback_steps and moves the later ones
-// aside; the run's client (actors/runtime.cpp) stops the group and starts a new one
-// from rolled_back_config(). A fresh run told to skip the same samples from its start
+// aside; the run's client (actors/runtime.cpp) stops the group, rolls its run state
+// back (engine/run_state.h: the spike's samples skipped, the kept checkpoint resumed) and
+// starts a new group. A fresh run told to skip the same samples from its start
 // (data.skip_samples) trains on exactly the same samples in the same order, so both
 // end bitwise equal (the skipped samples lie in the first epoch, past the checkpoint's
 // position: nothing before them moves).
@@ -68,10 +68,5 @@ struct RollbackDone {
 // partial, is renamed into ROOT.rolled-back-SPIKE/ (nothing is deleted). Throws
 // ckpt::CheckpointError naming the path when a rename or the `latest` write fails.
 RollbackDone roll_back_checkpoints(const Config& c, int64_t spike_step);
-
-// The config the group starts again with: `c` with the request's samples added to
-// data.skip_samples (sorted, each once) and checkpoint.load naming the kept checkpoint
-// ("" from scratch; a later failure resumes from the newest one, as after any start).
-Config rolled_back_config(Config c, const RollbackRequest& r, const RollbackDone& d);
 
 }  // namespace troupe::engine

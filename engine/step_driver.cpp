@@ -408,7 +408,7 @@ void StepDriver::on_event(const StopRequested& e, Actions&) { stop_signal_ = e.s
 
 void StepDriver::on_event(const msg::SnapshotTaken& t, Actions& out) {
   if (!save_ || save_->step != t.step) return;
-  save_->snapshots_missing.erase(optim_path({t.dp, t.pp, t.tp}));
+  save_->snapshots_missing.erase(optim_path(t.rank));
   if (!save_->snapshots_missing.empty()) return;
   // Every copy is taken: training goes on while the writers write.
   if (save_->shards_missing.empty())
@@ -418,7 +418,7 @@ void StepDriver::on_event(const msg::SnapshotTaken& t, Actions& out) {
 }
 
 void StepDriver::on_event(const msg::ShardWritten& w, Actions& out) {
-  const std::string writer = writer_path({w.dp, w.pp, w.tp});
+  const std::string writer = writer_path(w.rank);
   // A writer that reports a failed write stays up (the fault was the storage's): the
   // next save goes to it again.
   if (!save_ || save_->attempt != w.attempt) return;  // a checkpoint already given up

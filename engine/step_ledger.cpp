@@ -44,9 +44,9 @@ void StepLedger::add(const msg::ReplicaCounts& r) {
 }
 
 void StepLedger::add(const msg::NormPartial& r) {
-  const auto what = fmt::format("step {} norm partial of dp{}/pp{}/tp{}", r.step, r.dp, r.pp, r.tp);
+  const auto what = fmt::format("step {} norm partial of {}", r.step, optim_path(r.rank));
   if (r.step != step_ || kind_ != msg::StepKind::Train) throw std::logic_error(what + ": not the current step");
-  const size_t at = size_t(topo_.index({r.dp, r.pp, r.tp}));
+  const size_t at = size_t(topo_.index(r.rank));
   put(norms_, at, r.sum_squares, norms_seen_, what);
   if (layer_norms_.size() < norms_.size()) layer_norms_.resize(norms_.size());
   layer_norms_[at].clear();
@@ -66,9 +66,9 @@ std::vector<std::pair<std::string, double>> StepLedger::layer_sum_squares() cons
 }
 
 void StepLedger::add(const msg::StageDone& r) {
-  const auto what = fmt::format("step {} done of {}", r.step, stage_path({r.dp, r.pp, r.tp}));
+  const auto what = fmt::format("step {} done of {}", r.step, stage_path(r.rank));
   if (r.step != step_ || r.kind != kind_) throw std::logic_error(what + ": not the current step");
-  const size_t at = size_t(topo_.index({r.dp, r.pp, r.tp}));
+  const size_t at = size_t(topo_.index(r.rank));
   put(stages_, at, r.timing, stages_seen_, what);
   updates_[at] = r.update;
   applied_[at] = r.applied;

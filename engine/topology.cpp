@@ -22,9 +22,13 @@ std::vector<Rank> Topology::all_ranks() const {
   return out;
 }
 
-std::string stage_path(const Rank& r) { return fmt::format("stage/dp{}/pp{}/tp{}", r.dp, r.pp, r.tp); }
-std::string optim_path(const Rank& r) { return fmt::format("optim/dp{}/pp{}/tp{}", r.dp, r.pp, r.tp); }
-std::string writer_path(const Rank& r) { return fmt::format("writer/dp{}/pp{}/tp{}", r.dp, r.pp, r.tp); }
+std::string rank_path(std::string_view kind, const Rank& r) {
+  return fmt::format("{}/dp{}/pp{}/tp{}", kind, r.dp, r.pp, r.tp);
+}
+std::string stage_path(const Rank& r) { return rank_path("stage", r); }
+std::string optim_path(const Rank& r) { return rank_path("optim", r); }
+std::string writer_path(const Rank& r) { return rank_path("writer", r); }
+std::string rank_text(const Rank& r) { return fmt::format("(dp {}, pp {}, tp {})", r.dp, r.pp, r.tp); }
 std::string loader_path(int32_t dp) { return fmt::format("loader/dp{}", dp); }
 
 std::vector<std::string> all_paths(const Topology& t) {

@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "kernels/device.h"
 #include "messages/config.pb.h"
+#include "messages/rank.h"
 
 namespace troupe::comm {
 struct GroupSpec;
@@ -23,10 +25,7 @@ namespace troupe::engine {
 
 struct HostedStage;  // engine/hosted_stage.h
 
-struct Rank {
-  int32_t dp = 0, pp = 0, tp = 0;
-  bool operator==(const Rank&) const = default;
-};
+using troupe::Rank;  // messages/rank.h
 
 // The logical layout (dp, pp, tp), which alone decides the numbers, and the placement of
 // its data-parallel replicas (docs/layout.md): `physical` replicas compute the dp logical
@@ -57,14 +56,21 @@ struct Topology {
   std::vector<Rank> all_ranks() const;
   int32_t index(const Rank& r) const { return (r.dp * pp + r.pp) * tp + r.tp; }
 
+  bool contains(const Rank& r) const {
+    return r.dp >= 0 && r.dp < dp && r.pp >= 0 && r.pp < pp && r.tp >= 0 && r.tp < tp;
+  }
   bool first_stage(const Rank& r) const { return r.pp == 0; }
   bool last_stage(const Rank& r) const { return r.pp == pp - 1; }
 };
 
+// The path of a rank's actor of one kind ("stage", "optim", "writer"): KIND/dpD/ppP/tpT.
+std::string rank_path(std::string_view kind, const Rank& r);
 std::string stage_path(const Rank& r);
 std::string optim_path(const Rank& r);
 std::string writer_path(const Rank& r);
 std::string loader_path(int32_t dp);
+// "(dp D, pp P, tp T)": a rank in an error message.
+std::string rank_text(const Rank& r);
 inline const char* coordinator_path() { return "coordinator"; }
 inline const char* metrics_path() { return "metrics"; }
 // The writers' supervisor, in the directory so that the coordinator can have a hung

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "messages/rank.h"
 
 namespace troupe::msg {
 
@@ -174,7 +175,7 @@ struct GradShardReady {
 // counts in the global norm (each parameter counted once across replicas and stages).
 struct NormPartial {
   int64_t step = 0;
-  int32_t dp = 0, pp = 0, tp = 0;
+  Rank rank;
   double sum_squares = 0;
   // The same split by layer (OptimizerShard::norm_part_layers: "h.3", "wte", ...), in
   // layout order; only for the spike record, never for the norm itself.
@@ -236,7 +237,7 @@ struct StageTiming {
 struct StageDone {
   int64_t step = 0;
   StepKind kind = StepKind::Train;
-  int32_t dp = 0, pp = 0, tp = 0;
+  Rank rank;
   StageTiming timing;
   // Train: what the rank's optimizer shard reported of its update (ShardApplied): its
   // sums, and the update it applied (the coordinator checks it against its decision).
@@ -275,7 +276,7 @@ struct ShardSnapshot {
   uint64_t partial_dir_inode = 0;  // as in SnapshotCommand: another directory means the save was given up
   uint64_t partial_dir_generation = 0;
   uint64_t attempt = 0;
-  int32_t dp = 0, pp = 0, tp = 0;
+  Rank rank;
   int64_t range_begin = 0, range_end = 0;
   // range_end - range_begin values each, in host memory from the device's
   // allocate_host (page-locked on a GPU), sent once the copies into it have landed.
@@ -285,14 +286,14 @@ struct ShardSnapshot {
 // optimizer shard -> coordinator: the copy is taken; training may go on.
 struct SnapshotTaken {
   int64_t step = 0;
-  int32_t dp = 0, pp = 0, tp = 0;
+  Rank rank;
 };
 
 // writer -> coordinator: the shard file of one rank is written and renamed into
 // place (`ok`), or writing it failed (`error`).
 struct ShardWritten {
   int64_t step = 0;
-  int32_t dp = 0, pp = 0, tp = 0;
+  Rank rank;
   bool ok = false;
   std::string error;
   std::string record;  // a serialized ckpt::ShardFile (the manifest's entry)

@@ -229,10 +229,9 @@ caf::actor stand_in(caf::event_based_actor* self, const std::string& why) {
 caf::actor place_on_worker(caf::event_based_actor* self, Cluster& cluster, PlaceActor request,
                            std::chrono::milliseconds timeout) {
   const bool loader = request.kind == "loader";
-  const engine::Rank rank{request.dp, request.pp, request.tp};
-  const auto what = loader ? engine::loader_path(request.dp)
-                           : fmt::format("{}/dp{}/pp{}/tp{}", request.kind, rank.dp, rank.pp, rank.tp);
-  const auto host = loader ? cluster.host_of_loader(request.dp) : cluster.host_of_rank(cluster.index_of(rank));
+  const engine::Rank& rank = request.rank;
+  const auto what = loader ? engine::loader_path(rank.dp) : engine::rank_path(request.kind, rank);
+  const auto host = loader ? cluster.host_of_loader(rank.dp) : cluster.host_of_rank(cluster.index_of(rank));
   if (!host) {
     const auto why = cluster.exhausted().value_or("no worker hosts it");
     return stand_in(self, fmt::format("{} cannot be placed: {}", what, why));

@@ -23,10 +23,12 @@
 
 #include <caf/all.hpp>
 
+#include "actors/cluster/wire_rank.h"
+
 namespace troupe::actors {
 
 // Bumped whenever a message below or a training message changes shape.
-inline constexpr int32_t kClusterProtocolVersion = 4;
+inline constexpr int32_t kClusterProtocolVersion = 5;
 
 struct JoinRequest {
   std::string ticket;    // from the gate's verdict: what this connection proved
@@ -45,11 +47,12 @@ struct Welcome {
 
 struct PlaceActor {
   std::string kind;  // "stage", "optim", "writer", "loader" (loader: rank.dp only)
-  int32_t dp = 0, pp = 0, tp = 0;
+  Rank rank;
   int64_t generation = 0;           // communicator generation of the training group's start
   int32_t incarnation = 0;          // the child's start: a rank's stage and optim of one start share a device
   std::string resume_dir;           // checkpoint to start from ("" : initial weights)
   std::vector<int32_t> fired;       // fault indices fired anywhere so far
+  std::vector<int64_t> skip_samples;  // a loader's: the run state's skip list (engine/run_state.h)
 };
 
 struct AbortComms {
@@ -106,8 +109,8 @@ typename Inspector::result_type inspect(Inspector& f, Welcome& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PlaceActor& x) {
-  return f(caf::meta::type_name("troupe::actors::PlaceActor"), x.kind, x.dp, x.pp, x.tp, x.generation,
-           x.incarnation, x.resume_dir, x.fired);
+  return f(caf::meta::type_name("troupe::actors::PlaceActor"), x.kind, x.rank, x.generation,
+           x.incarnation, x.resume_dir, x.fired, x.skip_samples);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, AbortComms& x) {

@@ -23,6 +23,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/cluster/wire_rank.h"
 #include "data/batch.h"
 #include "engine/state_snapshot.h"
 #include "engine/topology.h"
@@ -107,11 +108,6 @@ typename Inspector::result_type inspect(Inspector& f, ParamTensor& x) {
 }  // namespace troupe::model
 
 namespace troupe::engine {
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, Rank& x) {
-  return f(caf::meta::type_name("troupe::engine::Rank"), x.dp, x.pp, x.tp);
-}
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StageSnapshot& x) {
@@ -228,7 +224,7 @@ typename Inspector::result_type inspect(Inspector& f, ReplicaCounts& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NormPartial& x) {
-  return f(caf::meta::type_name("troupe::msg::NormPartial"), x.step, x.dp, x.pp, x.tp, x.sum_squares, x.layers,
+  return f(caf::meta::type_name("troupe::msg::NormPartial"), x.step, x.rank, x.sum_squares, x.layers,
            x.layer_sum_squares);
 }
 
@@ -261,7 +257,7 @@ typename Inspector::result_type inspect(Inspector& f, UpdateSums& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StageDone& x) {
   auto kind = uint8_t(x.kind);
-  return f(caf::meta::type_name("troupe::msg::StageDone"), x.step, kind, x.dp, x.pp, x.tp, x.timing, x.update,
+  return f(caf::meta::type_name("troupe::msg::StageDone"), x.step, kind, x.rank, x.timing, x.update,
            x.applied, caf::meta::load_callback([&]() -> caf::error {
              x.kind = StepKind(kind);
              return caf::none;
@@ -281,12 +277,12 @@ typename Inspector::result_type inspect(Inspector& f, SnapshotCommand& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SnapshotTaken& x) {
-  return f(caf::meta::type_name("troupe::msg::SnapshotTaken"), x.step, x.dp, x.pp, x.tp);
+  return f(caf::meta::type_name("troupe::msg::SnapshotTaken"), x.step, x.rank);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShardWritten& x) {
-  return f(caf::meta::type_name("troupe::msg::ShardWritten"), x.step, x.dp, x.pp, x.tp, x.ok, x.error, x.record,
+  return f(caf::meta::type_name("troupe::msg::ShardWritten"), x.step, x.rank, x.ok, x.error, x.record,
            x.seconds, x.bytes, x.attempt);
 }
 

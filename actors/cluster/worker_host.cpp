@@ -191,10 +191,9 @@ caf::actor place(Self* self, const PlaceActor& p) {
   const auto& a = *st.args;
   const auto& c = a.config;
   a.faults->mark_fired(p.fired);
-  const engine::Rank r{p.dp, p.pp, p.tp};
-  const auto topo = engine::Topology::of(c);
-  if (p.dp < 0 || p.dp >= topo.dp || p.pp < 0 || p.pp >= topo.pp || p.tp < 0 || p.tp >= topo.tp)
-    throw std::invalid_argument(fmt::format("rank (dp {}, pp {}, tp {}) is outside the layout", p.dp, p.pp, p.tp));
+  const engine::Rank& r = p.rank;
+  if (!engine::Topology::of(c).contains(r))
+    throw std::invalid_argument(fmt::format("rank {} is outside the layout", engine::rank_text(r)));
   caf::actor placed;
   if (!st.devices) st.devices = std::make_shared<engine::RankDevices>(c);
   if (p.kind == "stage") {
@@ -213,13 +212,13 @@ caf::actor place(Self* self, const PlaceActor& p) {
     placed = untyped_handle(spawn_writer(self, WriterArgs{c, r, a.faults, st.directory}));
     st.directory->put(engine::writer_path(r), placed);
   } else if (p.kind == "loader") {
-    placed = untyped_handle(spawn_loader(self, LoaderArgs{c, p.dp, a.faults}));
+    placed = untyped_handle(spawn_loader(self, LoaderArgs{c, r.dp, a.faults, p.skip_samples}));
   } else {
     throw std::invalid_argument(fmt::format("unknown actor kind '{}'", p.kind));
   }
   st.hosted.push_back(placed.address());
   spdlog::info("{}: hosting {}", st.name,
-               p.kind == "loader" ? engine::loader_path(p.dp) : fmt::format("{}/dp{}/pp{}/tp{}", p.kind, p.dp, p.pp, p.tp));
+               p.kind == "loader" ? engine::loader_path(r.dp) : engine::rank_path(p.kind, r));
   return placed;
 }
 
@@ -239,8 +238,8 @@ caf::behavior configured(Self* self) {
         try {
           return place(self, p);
         } catch (const std::exception& e) {
-          spdlog::error("{}: cannot place {} for rank (dp {}, pp {}, tp {}): {}", self->state.name, p.kind, p.dp, p.pp,
-                        p.tp, e.what());
+          spdlog::error("{}: cannot place {} for rank {}: {}", self->state.name, p.kind, engine::rank_text(p.rank),
+                        e.what());
           return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
         }
       },

@@ -21,6 +21,8 @@
 #include "actors/runtime.h"
 #include "actors/cluster/worker_process.h"
 #include "ckpt/reader.h"
+#include "ckpt/commit.h"
+#include "data/batch_source.h"
 #include "engine/checkpointing.h"
 #include "test/actors/parity_check.h"
 #include "test/cluster/cluster_harness.h"
@@ -68,6 +70,42 @@ TEST_CASE("logical DP4 x PP2 on 2 physical replicas placed BY_STAGE: hosted stag
   Config unplaced = local_of(c);
   unplaced.mutable_parallel()->set_physical_replicas(4);
   const auto want = testing::run(unplaced);
+  check_matches(run_cluster(c, 2), want);
+}
+
+TEST_CASE("a cluster resume keeps skipping its checkpoint's samples: the loaders on the workers get the run state's "
+          "list") {
+  // Two steps in process skipping two samples of the third step's global batch, saved at
+  // step 2; the resume's config names no skip: the checkpoint's list (the run state,
+  // engine/run_state.h) reaches the loaders on the workers in their placement messages.
+  Config c = tiny("skips", 2, 1, 2);
+  Config first = local_of(c);
+  first.mutable_logging()->set_run_dir(first.logging().run_dir() + "-first");
+  for (const auto* suffix : {"-first", "-whole", "-whole-none"}) fs::remove_all(local_of(c).logging().run_dir() + suffix);
+  first.mutable_training()->set_train_samples(16);
+  first.mutable_checkpoint()->set_save_on_exit(true);
+  const auto order = data::BatchSource::open(first);
+  for (const int64_t position : {17, 21}) first.mutable_data()->add_skip_samples(order.sample_at(position));
+  REQUIRE(testing::run(first).outcome.status == "completed");
+  const auto saved = fs::path(engine::checkpoint_root(first)) / ckpt::step_dir_name(2);
+  REQUIRE(fs::exists(saved));
+
+  c.mutable_checkpoint()->set_load(saved.string());
+  const auto want = testing::run(local_of(c));
+  REQUIRE(want.outcome.steps.size() == 1);
+  // The same run from the start with the list configured: the resume skipped the same.
+  Config whole = local_of(c);
+  whole.mutable_logging()->set_run_dir(whole.logging().run_dir() + "-whole");
+  whole.mutable_checkpoint()->set_load("");
+  *whole.mutable_data()->mutable_skip_samples() = first.data().skip_samples();
+  const auto uninterrupted = testing::run(whole);
+  REQUIRE(uninterrupted.outcome.steps.size() == 3);
+  CHECK(uninterrupted.outcome.steps[2].loss == want.outcome.steps[0].loss);
+  // Without the list the third step reads other samples.
+  whole.mutable_logging()->set_run_dir(whole.logging().run_dir() + "-none");
+  whole.mutable_data()->clear_skip_samples();
+  CHECK(testing::run(whole).outcome.steps[2].loss != want.outcome.steps[0].loss);
+
   check_matches(run_cluster(c, 2), want);
 }
 

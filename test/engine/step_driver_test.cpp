@@ -81,10 +81,10 @@ struct Drive {
   // Shorthands for the events of one step.
   Lines decided(int64_t step, double at = 0) { return on(UpdateDecided{step, at}); }
   Lines closed(int64_t step) { return on(TrainStepClosed{step, step * 8}); }
-  Lines copied(int64_t step, int32_t pp) { return on(msg::SnapshotTaken{step, 0, pp, 0}); }
+  Lines copied(int64_t step, int32_t pp) { return on(msg::SnapshotTaken{step, {0, pp, 0}}); }
   Lines written(int32_t pp, uint64_t attempt, bool ok = true, std::string error = {}) {
     msg::ShardWritten w;
-    w.pp = pp;
+    w.rank.pp = pp;
     w.ok = ok;
     w.error = std::move(error);
     w.record = "shard" + std::to_string(pp);

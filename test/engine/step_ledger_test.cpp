@@ -15,9 +15,7 @@ namespace {
 msg::StageDone done(const Rank& r, const msg::UpdateCommand& applied) {
   msg::StageDone d;
   d.step = applied.step;
-  d.dp = r.dp;
-  d.pp = r.pp;
-  d.tp = r.tp;
+  d.rank = r;
   d.applied = applied;
   return d;
 }
