@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "actors/runtime.h"
+#include "bench/bench_models.h"
 #include "bench/stats.h"
 #include "comm/communicator.h"
 #include "engine/stage_worker.h"
@@ -38,23 +39,8 @@ struct Options {
 // runtime_bench's models with a global batch of 32 in microbatches of 4.
 Config model_config(const Options& o) {
   Config c;
-  auto* m = c.mutable_model();
+  bench::set_model_shape(c, o.model);  // bench/bench_models.h
   auto* b = c.mutable_batch();
-  if (o.model == "tiny") {
-    m->set_layers(2);
-    m->set_heads(4);
-    m->set_width(64);
-    m->set_vocab_size(257);
-    m->set_max_positions(64);
-    b->set_seq_length(64);
-  } else {
-    m->set_layers(4);
-    m->set_heads(4);
-    m->set_width(256);
-    m->set_vocab_size(4096);
-    m->set_max_positions(128);
-    b->set_seq_length(128);
-  }
   b->set_micro_batch_size(4);
   b->set_global_batch_size(32);
   c.mutable_optimizer()->set_lr(1e-3);

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "actors/runtime.h"
+#include "bench/bench_models.h"
 #include "config/embedded_default.h"
 #include "config/text_format.h"
 #include "metrics/jsonl_log.h"
@@ -70,23 +71,8 @@ double quantile(std::vector<double> v, double q) {
 
 Config model_config(const std::string& name, const Options& o) {
   Config c;
-  auto* m = c.mutable_model();
+  troupe::bench::set_model_shape(c, name);  // issue 3's tiny, or small (bench/bench_models.h); batch 8
   auto* b = c.mutable_batch();
-  if (name == "tiny") {  // issue 3's tiny: 2 layers, 4 heads, width 64, seq 64, batch 8
-    m->set_layers(2);
-    m->set_heads(4);
-    m->set_width(64);
-    m->set_vocab_size(257);
-    m->set_max_positions(64);
-    b->set_seq_length(64);
-  } else {  // small: 4 layers, 4 heads, width 256, vocab 4096, seq 128, batch 8
-    m->set_layers(4);
-    m->set_heads(4);
-    m->set_width(256);
-    m->set_vocab_size(4096);
-    m->set_max_positions(128);
-    b->set_seq_length(128);
-  }
   b->set_micro_batch_size(8);
   b->set_global_batch_size(8);
   c.mutable_optimizer()->set_lr(1e-3);
