@@ -15,19 +15,19 @@ layers::Weight at(int64_t offset, float* params, float* grads) {
 
 }  // namespace
 
-Architecture architecture(const Config& c, const ParameterRegistry& registry) {
-  const auto& m = c.model();
+Architecture architecture(const ModelSpec& spec, const ParameterRegistry& registry) {
+  const auto& m = spec.model;
   const int T = registry.slice().size;
   const int D = m.width();
   layers::VocabShard vocab;
   vocab.begin = int(registry.vocab_begin());
-  vocab.rows = int(config::padded_vocab(c)) / T;
+  vocab.rows = int(spec.padded_vocab) / T;
   vocab.valid = std::clamp(m.vocab_size() - vocab.begin, 0, vocab.rows);
 
   Architecture a;
   a.head = {D, vocab};
   a.loss = {vocab};
-  a.seed = c.training().seed();
+  a.seed = spec.seed;
   // Dropout probabilities; block_config adds each layer's keys.
   const layers::DropoutConfig embedding_dropout{
       m.hidden_dropout(), kernels::dropout_key(a.seed, 0, kernels::DropoutSite::kEmbedding)};

@@ -22,6 +22,7 @@
 #include "model/layers/head.h"
 #include "model/layers/loss.h"
 #include "model/layers/rope.h"
+#include "model/model_spec.h"
 #include "model/param_registry.h"
 
 namespace troupe::model {
@@ -39,8 +40,8 @@ struct Architecture {
   uint64_t seed = 0;
 };
 
-// The layer configs of the model `c` for the tensor-parallel slice `registry` holds.
-Architecture architecture(const Config& c, const ParameterRegistry& registry);
+// The layer configs of the model `spec` for the tensor-parallel slice `registry` holds.
+Architecture architecture(const ModelSpec& spec, const ParameterRegistry& registry);
 
 // Block `layer`'s config (global index): a.block with the dropout keys of that layer
 // (kernels::dropout_key of the run's seed, the layer and the site).

@@ -63,9 +63,12 @@ double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 
 
 }  // namespace
 
-Decoder::Decoder(const Config& c, std::vector<float> params)
-    : c_(c), reg_(c, StageRange::whole(c)), p_(std::move(params)), llama_(config::is_llama(c.model())) {
-  const auto& m = c.model();
+Decoder::Decoder(const ModelSpec& spec, std::vector<float> params)
+    : spec_(spec),
+      reg_(spec, StageRange{0, spec.model.layers()}),
+      p_(std::move(params)),
+      llama_(config::is_llama(spec.model)) {
+  const auto& m = spec.model;
   if (int64_t(p_.size()) != reg_.total())
     throw std::invalid_argument("Decoder: " + std::to_string(p_.size()) + " parameters, the model has " +
                                 std::to_string(reg_.total()));
@@ -135,7 +138,7 @@ std::vector<float> Decoder::step(int32_t token) {
     for (int i = 0; i < D_; ++i) x[size_t(i)] += pos[i];
   }
   const int KVs = KV_ * hs_;
-  for (int l = 0; l < c_.model().layers(); ++l) {
+  for (int l = 0; l < spec_.model.layers(); ++l) {
     const std::string b = llama_ ? "model.layers." + std::to_string(l) + "." : "h." + std::to_string(l) + ".";
     float* kc = k_cache_[size_t(l)].data() + int64_t(p) * KVs;
     float* vc = v_cache_[size_t(l)].data() + int64_t(p) * KVs;
@@ -223,7 +226,7 @@ int32_t next_token(const std::vector<float>& logits, const SamplingOptions& o, i
   return int32_t(ids[size_t(k - 1)]);
 }
 
-std::vector<int32_t> continue_prompt(TokenStepper& stepper, const Config& c, const std::vector<int32_t>& prompt,
+std::vector<int32_t> continue_prompt(TokenStepper& stepper, const ModelSpec& spec, const std::vector<int32_t>& prompt,
                                      int max_tokens, const SamplingOptions& o, const std::vector<int32_t>& stop_ids,
                                      bool ignore_stop) {
   if (prompt.empty()) throw std::invalid_argument("the prompt is empty");
@@ -234,17 +237,17 @@ std::vector<int32_t> continue_prompt(TokenStepper& stepper, const Config& c, con
     const int32_t next = next_token(logits, o, s);
     out.push_back(next);
     const bool stop = !ignore_stop && std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end();
-    if (stop || stepper.position() >= c.model().max_positions()) break;
+    if (stop || stepper.position() >= spec.model.max_positions()) break;
     logits = stepper.step(next);
   }
   return out;
 }
 
-std::vector<int32_t> continue_prompt(const Config& c, std::vector<float> params, const std::vector<int32_t>& prompt,
-                                     int max_tokens, const SamplingOptions& o, const std::vector<int32_t>& stop_ids,
-                                     bool ignore_stop) {
-  Decoder decoder(c, std::move(params));
-  return continue_prompt(decoder, c, prompt, max_tokens, o, stop_ids, ignore_stop);
+std::vector<int32_t> continue_prompt(const ModelSpec& spec, std::vector<float> params,
+                                     const std::vector<int32_t>& prompt, int max_tokens, const SamplingOptions& o,
+                                     const std::vector<int32_t>& stop_ids, bool ignore_stop) {
+  Decoder decoder(spec, std::move(params));
+  return continue_prompt(decoder, spec, prompt, max_tokens, o, stop_ids, ignore_stop);
 }
 
 }  // namespace troupe::model

@@ -34,8 +34,8 @@ class TokenStepper {
 
 class Decoder final : public TokenStepper {
  public:
-  // `params`: reg.total() floats of a registry of the whole model of `c` (tp 1).
-  Decoder(const Config& c, std::vector<float> params);
+  // `params`: reg.total() floats of a registry of the whole model of `spec` (tp 1).
+  Decoder(const ModelSpec& spec, std::vector<float> params);
 
   // Feeds token `token` at the next position; returns the vocab_size logits after it.
   // Throws std::invalid_argument past model.max_positions or for an id outside the
@@ -47,7 +47,7 @@ class Decoder final : public TokenStepper {
  private:
   void attention(int layer, const std::vector<double>& q, std::vector<double>& out);
 
-  Config c_;
+  ModelSpec spec_;
   ParameterRegistry reg_;
   std::vector<float> p_;
   bool llama_;
@@ -70,13 +70,13 @@ int32_t next_token(const std::vector<float>& logits, const SamplingOptions& o, i
 
 // Feeds `prompt` (not empty) to a fresh stepper (position 0) and continues it: up to
 // `max_tokens` tokens, ending after one of `stop_ids` (unless `ignore_stop`) or at
-// model.max_positions of `c`. Returns the generated IDs (a stop ID included).
-std::vector<int32_t> continue_prompt(TokenStepper& stepper, const Config& c, const std::vector<int32_t>& prompt,
+// model.max_positions of `spec`. Returns the generated IDs (a stop ID included).
+std::vector<int32_t> continue_prompt(TokenStepper& stepper, const ModelSpec& spec, const std::vector<int32_t>& prompt,
                                      int max_tokens, const SamplingOptions& o, const std::vector<int32_t>& stop_ids,
                                      bool ignore_stop = false);
 // The same on a Decoder (the CPU) of `params`.
-std::vector<int32_t> continue_prompt(const Config& c, std::vector<float> params, const std::vector<int32_t>& prompt,
-                                     int max_tokens, const SamplingOptions& o, const std::vector<int32_t>& stop_ids,
-                                     bool ignore_stop = false);
+std::vector<int32_t> continue_prompt(const ModelSpec& spec, std::vector<float> params,
+                                     const std::vector<int32_t>& prompt, int max_tokens, const SamplingOptions& o,
+                                     const std::vector<int32_t>& stop_ids, bool ignore_stop = false);
 
 }  // namespace troupe::model

@@ -8,12 +8,13 @@
 
 namespace troupe::model {
 
-DeviceDecoder::DeviceDecoder(const Config& c, const std::vector<float>& params, kernels::Device& device, int capacity)
-    : c_(c), device_(device), capacity_(capacity) {
-  if (capacity < 1 || capacity > c.model().max_positions())
+DeviceDecoder::DeviceDecoder(const ModelSpec& spec, const std::vector<float>& params, kernels::Device& device,
+                             int capacity)
+    : spec_(spec), device_(device), capacity_(capacity) {
+  if (capacity < 1 || capacity > spec.model.max_positions())
     throw std::invalid_argument("DeviceDecoder: capacity " + std::to_string(capacity) + " outside [1, max_positions " +
-                                std::to_string(c.model().max_positions()) + "]");
-  stage_ = std::make_unique<GptStage>(c_, StageRange::whole(c_), device_, 1, StageShape{1, capacity});
+                                std::to_string(spec.model.max_positions()) + "]");
+  stage_ = std::make_unique<GptStage>(spec_, StageRange{0, spec.model.layers()}, device_, 1, StageShape{1, capacity});
   if (int64_t(params.size()) != stage_->param_count())
     throw std::invalid_argument("DeviceDecoder: " + std::to_string(params.size()) + " parameters for a model of " +
                                 std::to_string(stage_->param_count()));
@@ -24,7 +25,7 @@ DeviceDecoder::DeviceDecoder(const Config& c, const std::vector<float>& params, 
 DeviceDecoder::~DeviceDecoder() = default;
 
 std::vector<float> DeviceDecoder::step(int32_t token) {
-  const int64_t vocab = c_.model().vocab_size();
+  const int64_t vocab = spec_.model.vocab_size();
   if (token < 0 || token >= vocab)
     throw std::invalid_argument("token id " + std::to_string(token) + " is outside the vocabulary [0, " +
                                 std::to_string(vocab) + ")");
@@ -43,7 +44,7 @@ std::vector<float> DeviceDecoder::step(int32_t token) {
   mb_.loss_tokens = mb_.global_loss_tokens = t + 1;
   stage_->forward(0, mb_);
   std::vector<float> logits(static_cast<size_t>(vocab));
-  device_.copy_to_host(logits.data(), stage_->logits(0) + int64_t(t) * config::padded_vocab(c_),
+  device_.copy_to_host(logits.data(), stage_->logits(0) + int64_t(t) * spec_.padded_vocab,
                        logits.size() * sizeof(float));
   return logits;
 }

@@ -23,7 +23,7 @@ class DeviceDecoder final : public TokenStepper {
  public:
   // `params`: reg.total() floats of a whole-model registry of `c` (tp 1, pp 1), copied
   // onto `device`; `capacity`: the most positions it will be fed (<= max_positions).
-  DeviceDecoder(const Config& c, const std::vector<float>& params, kernels::Device& device, int capacity);
+  DeviceDecoder(const ModelSpec& spec, const std::vector<float>& params, kernels::Device& device, int capacity);
   ~DeviceDecoder() override;
 
   // Throws std::invalid_argument past `capacity` or for an id outside the vocabulary.
@@ -31,7 +31,7 @@ class DeviceDecoder final : public TokenStepper {
   int position() const override { return int(mb_.tokens.size()); }
 
  private:
-  Config c_;
+  ModelSpec spec_;
   kernels::Device& device_;
   int capacity_;
   std::unique_ptr<GptStage> stage_;

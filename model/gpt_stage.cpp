@@ -63,20 +63,20 @@ std::string where(const data::Microbatch& mb, int64_t i, int T) {
 
 }  // namespace
 
-GptStage::GptStage(const Config& c, StageRange range, kernels::Device& device, int slots, StageShape shape,
+GptStage::GptStage(const ModelSpec& spec, StageRange range, kernels::Device& device, int slots, StageShape shape,
                    TensorParallel tp)
-    : GptStage(c, StageLayers::single(range), device, std::vector<int>{slots}, shape, std::move(tp)) {}
+    : GptStage(spec, StageLayers::single(range), device, std::vector<int>{slots}, shape, std::move(tp)) {}
 
-GptStage::GptStage(const Config& c, StageLayers stage_layers, kernels::Device& device, std::vector<int> chunk_slots,
-                   StageShape shape, TensorParallel tp)
-    : seed_(c.training().seed()),
+GptStage::GptStage(const ModelSpec& spec, StageLayers stage_layers, kernels::Device& device,
+                   std::vector<int> chunk_slots, StageShape shape, TensorParallel tp)
+    : seed_(spec.seed),
       device_(device),
-      registry_(c, std::move(stage_layers), TensorSlice{tp.rank(), tp.size()}),
+      registry_(spec, std::move(stage_layers), TensorSlice{tp.rank(), tp.size()}),
       shape_(shape),
-      last_(registry_.layers().has_head(c)),
-      D_(c.model().width()),
-      V_(c.model().vocab_size()),
-      P_(c.model().max_positions()),
+      last_(registry_.layers().has_head(spec.model.layers())),
+      D_(spec.model.width()),
+      V_(spec.model.vocab_size()),
+      P_(spec.model.max_positions()),
       tp_(device, std::move(tp), int64_t(shape.micro_batch) * shape.seq) {
   if (int(chunk_slots.size()) != chunks())
     throw std::invalid_argument("GptStage: " + std::to_string(chunk_slots.size()) + " slot counts for " +
@@ -86,8 +86,8 @@ GptStage::GptStage(const Config& c, StageLayers stage_layers, kernels::Device& d
   if (shape.micro_batch < 1 || shape.seq < 1)
     throw std::invalid_argument("GptStage: micro batch and sequence length must be positive");
   // A Llama with model.head_dim set needs no split of the width by the heads.
-  const int NH = c.model().heads();
-  if (NH < 1 || (D_ % NH != 0 && !(config::is_llama(c.model()) && c.model().head_dim() > 0)))
+  const int NH = spec.model.heads();
+  if (NH < 1 || (D_ % NH != 0 && !(config::is_llama(spec.model) && spec.model.head_dim() > 0)))
     throw std::invalid_argument("model.width " + std::to_string(D_) + " is not divisible by model.heads " +
                                 std::to_string(NH));
   if (shape.seq > P_)
@@ -105,7 +105,7 @@ GptStage::GptStage(const Config& c, StageLayers stage_layers, kernels::Device& d
   init_parameters();
 
   // The layers, over the two buffers.
-  const Architecture arch = architecture(c, registry_);
+  const Architecture arch = architecture(spec, registry_);
   const layers::Capacity cap{shape.micro_batch, shape.seq};
   float* P = params_.f32();
   float* G = grads_.f32();
@@ -133,16 +133,16 @@ GptStage::GptStage(const Config& c, StageLayers stage_layers, kernels::Device& d
   // Full recomputation (model.recompute FULL): UNIFORM replays every layer, BLOCK the
   // first recompute_num_layers of the stage (of each chunk); the others keep their
   // saved activations.
-  const auto& m = c.model();
+  const auto& m = spec.model;
   // The split backward's weight pass reads the linears' inputs in the slot, which
   // recomputation keeps elsewhere (config/validate.cpp refuses the pair first).
-  split_ = c.parallel().schedule() == ParallelConfig::ZB_H1;
+  split_ = spec.split_backward;
   if (split_ && m.recompute() != ModelConfig::NONE)
-    throw std::invalid_argument("GptStage: parallel.schedule ZB_H1 needs model.recompute NONE (the weight pass "
-                                "reads the activations recomputation does not keep)");
+    throw std::invalid_argument("GptStage: a split backward (parallel.schedule ZB_H1) needs model.recompute NONE "
+                                "(the weight pass reads the activations recomputation does not keep)");
   if (split_ && chunks() > 1)
-    throw std::invalid_argument("GptStage: parallel.schedule ZB_H1 runs one model chunk a stage, not " +
-                                std::to_string(chunks()));
+    throw std::invalid_argument("GptStage: a split backward (parallel.schedule ZB_H1) runs one model chunk a "
+                                "stage, not " + std::to_string(chunks()));
   if (split_) {
     if (is_first()) slot_deferred_floats_ += layers::Embedding::deferred_floats(BT, D_);
     for (const auto& b : blocks_) slot_deferred_floats_ += b->deferred_floats();

@@ -111,16 +111,18 @@ struct StageShape {
 class GptStage {
  public:
   // Parameters are initialised from (training.seed, tensor name) (model/init.h).
-  GptStage(const Config& c, StageRange range, kernels::Device& device, int slots,
-           StageShape shape, TensorParallel tp = {});
+  // `spec`: the model's piece of the run (model/model_spec.h; a Config converts to it).
+  GptStage(const ModelSpec& spec, StageRange range, kernels::Device& device, int slots, StageShape shape,
+           TensorParallel tp = {});
   // A stage of several model chunks (the interleaved schedule; model/stage_range.h):
   // chunk c gets chunk_slots[c] activation slots of its own, numbered after the
   // earlier chunks' (slot_base(c) + i). A slot belongs to one chunk: forward(slot)
   // runs that chunk's blocks (the embedding first on chunk 0 of the first stage; the
   // final norm, head and loss after the last chunk of the last stage), and its input,
   // output and gradients are that chunk's. One chunk: the constructor above.
-  GptStage(const Config& c, StageLayers layers, kernels::Device& device, std::vector<int> chunk_slots,
+  GptStage(const ModelSpec& spec, StageLayers layers, kernels::Device& device, std::vector<int> chunk_slots,
            StageShape shape, TensorParallel tp = {});
+  // The activation capacity of the run's batch (StageShape::from_config).
   GptStage(const Config& c, StageRange range, kernels::Device& device, int slots = 1)
       : GptStage(c, range, device, slots, StageShape::from_config(c)) {}
   ~GptStage();

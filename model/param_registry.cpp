@@ -9,12 +9,12 @@ namespace troupe::model {
 
 const char* decay_group_name(DecayGroup g) { return g == DecayGroup::kDecay ? "decay" : "no_decay"; }
 
-ParameterRegistry::ParameterRegistry(const Config& c, StageRange range, TensorSlice slice)
-    : ParameterRegistry(c, StageLayers::single(range), slice) {}
+ParameterRegistry::ParameterRegistry(const ModelSpec& spec, StageRange range, TensorSlice slice)
+    : ParameterRegistry(spec, StageLayers::single(range), slice) {}
 
-ParameterRegistry::ParameterRegistry(const Config& c, StageLayers layers, TensorSlice slice)
+ParameterRegistry::ParameterRegistry(const ModelSpec& spec, StageLayers layers, TensorSlice slice)
     : range_(std::move(layers)), slice_(slice) {
-  const auto& m = c.model();
+  const auto& m = spec.model;
   if (range_.chunks.empty()) throw std::invalid_argument("a stage needs at least one layer range");
   int previous_end = 0;
   for (const auto& range : range_.chunks) {
@@ -36,27 +36,27 @@ ParameterRegistry::ParameterRegistry(const Config& c, StageLayers layers, Tensor
   // GPT-2 splits c_attn's and c_proj's width; a Llama splits heads (of any head size).
   if (!config::is_llama(m)) must_divide("model.width", m.width());
   must_divide("the MLP width (model.ffn_width)", config::ffn_width(m));
-  must_divide("the padded vocabulary", config::padded_vocab(c));
+  must_divide("the padded vocabulary", spec.padded_vocab);
   tied_ = m.tied_embeddings();
-  vocab_rows_ = config::padded_vocab(c) / T;
+  vocab_rows_ = spec.padded_vocab / T;
   vocab_begin_ = t * vocab_rows_;
   const bool llama = config::is_llama(m);
   embedding_name_ = llama ? "model.embed_tokens.weight" : "wte.weight";
   if (llama)
-    add_llama(c);
+    add_llama(spec);
   else
-    add_gpt2(c);
+    add_gpt2(spec);
 }
 
-int64_t ParameterRegistry::add_vocab_table(const Config& c, const std::string& name) {
-  const auto& m = c.model();
-  const int64_t D = m.width(), Vp = config::padded_vocab(c);
+int64_t ParameterRegistry::add_vocab_table(const ModelSpec& spec, const std::string& name) {
+  const auto& m = spec.model;
+  const int64_t D = m.width(), Vp = spec.padded_vocab;
   return add_slice(name, {Vp, D}, {vocab_begin_, 0}, {vocab_rows_, D}, DecayGroup::kDecay, InitKind::kNormal,
                    m.init_std(), m.vocab_size());
 }
 
-void ParameterRegistry::add_gpt2(const Config& c) {
-  const auto& m = c.model();
+void ParameterRegistry::add_gpt2(const ModelSpec& spec) {
+  const auto& m = spec.model;
   const int64_t D = m.width(), F = config::ffn_width(m);
   const int T = slice_.size, t = slice_.rank;
   const int64_t Dt = D / T, Ft = F / T;
@@ -66,7 +66,7 @@ void ParameterRegistry::add_gpt2(const Config& c) {
   const auto N = InitKind::kNormal, Z = InitKind::kZeros, O = InitKind::kOnes;
 
   if (range_.has_embedding()) {
-    wte_ = add_vocab_table(c, embedding_name_);
+    wte_ = add_vocab_table(spec, embedding_name_);
     wpe_ = add("wpe.weight", {m.max_positions(), D}, W, N, std);
   }
   for (const int l : range_.layer_ids()) {
@@ -96,15 +96,15 @@ void ParameterRegistry::add_gpt2(const Config& c) {
     b.end = total_;
     blocks_.push_back(b);
   }
-  if (range_.has_head(c)) {
+  if (range_.has_head(spec.model.layers())) {
     lnf_w_ = add("ln_f.weight", {D}, NW, O, 0);
     lnf_b_ = add("ln_f.bias", {D}, NW, Z, 0);
-    add_head(c);
+    add_head(spec);
   }
 }
 
-void ParameterRegistry::add_llama(const Config& c) {
-  const auto& m = c.model();
+void ParameterRegistry::add_llama(const ModelSpec& spec) {
+  const auto& m = spec.model;
   const int64_t D = m.width(), F = config::ffn_width(m);
   // hs: the head size (model.head_dim, or D / NH); A = NH hs the attention width.
   const int64_t NH = m.heads(), KV = config::kv_heads(m), hs = config::head_size(m), A = NH * hs;
@@ -119,7 +119,7 @@ void ParameterRegistry::add_llama(const Config& c) {
   const bool kv_split = KV % T == 0;
   const int64_t KVt = kv_split ? KV / T : KV;
 
-  if (range_.has_embedding()) wte_ = add_vocab_table(c, embedding_name_);
+  if (range_.has_embedding()) wte_ = add_vocab_table(spec, embedding_name_);
   for (const int l : range_.layer_ids()) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     // Linear weights in nn.Linear's layout [out, in]: column-parallel ones split rows
@@ -146,19 +146,19 @@ void ParameterRegistry::add_llama(const Config& c) {
     b.end = total_;
     blocks_.push_back(b);
   }
-  if (range_.has_head(c)) {
+  if (range_.has_head(spec.model.layers())) {
     lnf_w_ = add("model.norm.weight", {D}, NW, O, 0);
-    add_head(c);
+    add_head(spec);
   }
 }
 
-void ParameterRegistry::add_head(const Config& c) {
+void ParameterRegistry::add_head(const ModelSpec& spec) {
   if (!tied_) {
-    head_ = add_vocab_table(c, "lm_head.weight");
+    head_ = add_vocab_table(spec, "lm_head.weight");
     return;
   }
   if (!range_.has_embedding()) {
-    wte_ = add_vocab_table(c, embedding_name_);
+    wte_ = add_vocab_table(spec, embedding_name_);
     tensors_.back().counts_in_norm = false;  // the first stage's copy is the one counted
   }
   head_ = wte_;

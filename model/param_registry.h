@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "messages/config.pb.h"
+#include "model/model_spec.h"
 #include "model/stage_range.h"
 
 namespace troupe::model {
@@ -136,11 +137,11 @@ class ParameterRegistry {
  public:
   // Throws std::invalid_argument when heads, ffn width or padded vocab do not split
   // evenly over slice.size.
-  ParameterRegistry(const Config& c, StageRange range, TensorSlice slice = {});
+  ParameterRegistry(const ModelSpec& spec, StageRange range, TensorSlice slice = {});
   // A stage of several model chunks (the interleaved schedule): the embedding when
   // chunk 0 starts at layer 0, every chunk's blocks in chunk order, the final norm and
   // head when the last chunk ends at the last layer.
-  ParameterRegistry(const Config& c, StageLayers layers, TensorSlice slice = {});
+  ParameterRegistry(const ModelSpec& spec, StageLayers layers, TensorSlice slice = {});
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   // The tensor called `name`; throws std::out_of_range naming it and the stage.
@@ -177,15 +178,15 @@ class ParameterRegistry {
   const std::string& embedding_name() const { return embedding_name_; }
 
  private:
-  void add_gpt2(const Config& c);
-  void add_llama(const Config& c);
+  void add_gpt2(const ModelSpec& spec);
+  void add_llama(const ModelSpec& spec);
   // A vocabulary-parallel [padded_vocab, D] table: this rank's rows [vocab_begin,
   // vocab_begin + vocab_rows), padding rows past vocab_size (the token embedding, an
   // untied head). Returns its offset.
-  int64_t add_vocab_table(const Config& c, const std::string& name);
+  int64_t add_vocab_table(const ModelSpec& spec, const std::string& name);
   // The head on the last stage: lm_head.weight (untied) or, tied, the token embedding
   // (its own copy when the stage is not also the first).
-  void add_head(const Config& c);
+  void add_head(const ModelSpec& spec);
   // A whole tensor (replicated across tensor-parallel ranks when T > 1).
   int64_t add(std::string name, std::vector<int64_t> shape, DecayGroup g, InitKind init,
               float std);

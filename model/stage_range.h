@@ -25,7 +25,9 @@ struct StageRange {
   static StageRange pipeline(const Config& c, int k, int stages);
 
   bool has_embedding() const { return first_layer == 0; }
-  bool has_head(const Config& c) const { return last_layer == c.model().layers(); }
+  // Whether the range ends at the last of the model's `model_layers` layers.
+  bool has_head(int model_layers) const { return last_layer == model_layers; }
+  bool has_head(const Config& c) const { return has_head(c.model().layers()); }
   int layers() const { return last_layer - first_layer; }
   std::string str() const;
 };
@@ -43,7 +45,8 @@ struct StageLayers {
   static StageLayers pipeline(const Config& c, int k, int stages, int chunks);
 
   bool has_embedding() const { return !chunks.empty() && chunks.front().has_embedding(); }
-  bool has_head(const Config& c) const { return !chunks.empty() && chunks.back().has_head(c); }
+  bool has_head(int model_layers) const { return !chunks.empty() && chunks.back().has_head(model_layers); }
+  bool has_head(const Config& c) const { return has_head(c.model().layers()); }
   int count() const { return int(chunks.size()); }
   int layers() const;  // over every chunk
   // Global layer ids in order (chunk 0's first).

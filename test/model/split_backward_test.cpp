@@ -167,5 +167,5 @@ TEST_CASE("split backward: the passes out of turn are refused") {
   Config recompute = c;
   recompute.mutable_model()->set_recompute(ModelConfig::SELECTIVE);
   CHECK_THROWS_WITH_AS(model::GptStage(recompute, model::StageRange::whole(recompute), dev, 1),
-                       doctest::Contains("ZB_H1 needs model.recompute NONE"), std::invalid_argument);
+                       doctest::Contains("ZB_H1) needs model.recompute NONE"), std::invalid_argument);
 }
