@@ -19,6 +19,7 @@
 #include "ckpt/manifest.h"
 #include "ckpt/shard_writer.h"
 #include "engine/stage_worker.h"
+#include "util/durable_file.h"
 
 namespace troupe::engine {
 
@@ -81,6 +82,17 @@ std::string set_aside_earlier_checkpoints(const Config& c) {
                                                 e.filename().string(), aside.string(), ec.message()));
     }
   }
+  // The renames made durable before the fresh run writes its first checkpoint: a crash
+  // must not bring the earlier run's `latest` back under the root. Moved whole: the
+  // root's folder holds both names; moved entry by entry: both folders changed.
+  util::rethrow_file_error_as<ckpt::CheckpointError>([&] {
+    if (std::filesystem::exists(root)) {
+      util::fsync_dir(aside.string());
+      util::fsync_dir(root.string());
+    } else {
+      util::fsync_parent_dir(aside.string());
+    }
+  });
   spdlog::warn("checkpoint: a fresh start (checkpoint.load is empty); the earlier checkpoints in {} were moved to {}",
                root.string(), aside.string());
   return aside.string();

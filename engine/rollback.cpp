@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "ckpt/commit.h"
+#include "ckpt/durable_io.h"
 #include "ckpt/error.h"
 #include "ckpt/format.h"
 #include "ckpt/reader.h"
@@ -78,12 +79,6 @@ std::variant<RollbackRequest, std::string> decide_rollback(const Config& c, cons
 
 namespace {
 
-void rename_or_throw(const fs::path& from, const fs::path& to) {
-  std::error_code ec;
-  fs::rename(from, to, ec);
-  if (ec) throw ckpt::CheckpointError(fmt::format("{}: cannot move to {}: {}", from.string(), to.string(), ec.message()));
-}
-
 // The step of ROOT's entry `name` when it is a step directory, complete ("step_N") or
 // not ("step_N.partial", "step_N.deleting", ...).
 std::optional<int64_t> step_of_entry(const std::string& name) {
@@ -125,10 +120,10 @@ RollbackDone roll_back_checkpoints(const Config& c, int64_t spike_step) {
     if (ec) throw ckpt::CheckpointError(fmt::format("{}: cannot create: {}", aside.string(), ec.message()));
     d.aside_dir = aside.string();
     for (const auto& name : later) {
-      rename_or_throw(root / name, aside / name);
+      ckpt::rename_path((root / name).string(), (aside / name).string());
       if (const auto s = step_of_entry(name); s && name == ckpt::step_dir_name(*s)) d.moved_steps.push_back(*s);
     }
-    if (drop_latest) rename_or_throw(latest, aside / std::string(ckpt::kLatestFile));
+    if (drop_latest) ckpt::rename_path(latest.string(), (aside / std::string(ckpt::kLatestFile)).string());
     util::rethrow_file_error_as<ckpt::CheckpointError>([&] {
       util::fsync_dir(aside.string());
       if (!d.target_dir.empty())
