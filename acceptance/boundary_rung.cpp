@@ -24,7 +24,7 @@
 #include "data/batch_source.h"
 #include "kernels/cpu/cpu_device.h"
 #include "model/gpt_stage.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 
 namespace troupe::acceptance {
 namespace {
@@ -211,7 +211,7 @@ Section boundary_masks(const LadderContext& ctx) {
   // EOD learned: ten updates on the window lower the loss of its EOD predictions.
   {
     kernels::cpu::CpuDevice device(1);
-    optim::ReferenceTrainer trainer(c, device);
+    engine::ReferenceTrainer trainer(c, device);
     data::Microbatch mb = base;
     mb.global_loss_tokens = mb.loss_tokens;
     const data::Microbatch one[] = {mb};

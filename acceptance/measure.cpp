@@ -14,6 +14,7 @@
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "engine/optimizer_shard.h"
+#include "engine/rank_device.h"
 #include "engine/stage_worker.h"
 #include "kernels/cpu/cpu_device.h"
 #include "sched/activation_memory.h"

@@ -20,7 +20,7 @@
 #include "data/batch_source.h"
 #include "kernels/cpu/cpu_device.h"
 #include "model/param_registry.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 
 namespace troupe::acceptance {
 namespace {
@@ -41,7 +41,7 @@ void compare_layout(const Config& layout, Section& s) {
   }
 
   kernels::cpu::CpuDevice device(1);
-  optim::ReferenceTrainer ref(layout, device);
+  engine::ReferenceTrainer ref(layout, device);
   const auto src = data::BatchSource::open(layout);
   const int m = int(config::microbatches_per_replica(layout));
   double loss_rel = 0, norm_rel = 0;

@@ -34,7 +34,7 @@
 // Messages in: wire_atom + Registry (from the group supervisor), rejoin_atom,
 // LossReport, ReplicaCounts, NormPartial, StageDone, Heartbeat, SnapshotTaken,
 // ShardWritten, writer_down_atom, tick_atom, ping_atom: coordinator_actor
-// (messages/actor_interfaces.h).
+// (actors/actor_interfaces.h).
 #pragma once
 
 #include <memory>
@@ -47,7 +47,7 @@
 #include "actors/metrics_inbox.h"
 #include "actors/run_book.h"
 #include "actors/run_outcome.h"
-#include "messages/actor_interfaces.h"
+#include "actors/actor_interfaces.h"
 #include "ckpt/reader.h"
 #include "engine/faults.h"
 #include "messages/config.pb.h"

@@ -14,7 +14,7 @@
 //
 // Messages in: wire_atom + Registry, start_atom (first step, consumed samples, last
 // step), credit_atom (step, microbatch), RunStep (Eval): loader_actor
-// (messages/actor_interfaces.h).
+// (actors/actor_interfaces.h).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,7 @@
 #include <caf/all.hpp>
 
 #include "engine/faults.h"
-#include "messages/actor_interfaces.h"
+#include "actors/actor_interfaces.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {

@@ -15,7 +15,7 @@
 // restart: TensorBoard's SessionLog START), event_atom + type + step + time + JSON
 // object text (checkpoint saves and failures, recoveries: written to metrics.jsonl).
 // Messages: drain_atom (records are waiting), ping_atom (its supervisor's heartbeat):
-// metrics_actor (messages/actor_interfaces.h).
+// metrics_actor (actors/actor_interfaces.h).
 #pragma once
 
 #include <memory>
@@ -25,7 +25,7 @@
 
 #include "actors/metrics_inbox.h"
 #include "engine/faults.h"
-#include "messages/actor_interfaces.h"
+#include "actors/actor_interfaces.h"
 #include "messages/config.pb.h"
 #include "messages/runtime.h"
 #include "metrics/run_dir.h"

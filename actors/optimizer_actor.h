@@ -14,7 +14,7 @@
 // past it the shard's write is reported failed (ShardWritten) and the next save retries.
 //
 // Messages in: wire_atom + Registry, GradShardReady, UpdateCommand, SnapshotCommand,
-// snapshot_atom (-> OptimSnapshot): optimizer_actor (messages/actor_interfaces.h).
+// snapshot_atom (-> OptimSnapshot): optimizer_actor (actors/actor_interfaces.h).
 #pragma once
 
 #include <memory>
@@ -26,7 +26,7 @@
 #include "engine/faults.h"
 #include "engine/topology.h"
 #include "kernels/device.h"
-#include "messages/actor_interfaces.h"
+#include "actors/actor_interfaces.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {

@@ -15,7 +15,7 @@
 
 namespace troupe::actors {
 
-// `to`: a typed handle (messages/actor_interfaces.h; the message is checked against its
+// `to`: a typed handle (actors/actor_interfaces.h; the message is checked against its
 // interface) or a caf::actor.
 template <class Handle, class... Ts>
 void send_when_done(kernels::Device& device, const Handle& to, Ts... xs) {

@@ -23,7 +23,7 @@
 //
 // Messages in: wire_atom + Registry, RunStep, MicrobatchReady, ActivationsReady,
 // GradientsReady, ShardApplied, loader_atom + actor (its loader was restarted),
-// snapshot_atom (-> StageSnapshot): stage_actor (messages/actor_interfaces.h).
+// snapshot_atom (-> StageSnapshot): stage_actor (actors/actor_interfaces.h).
 #pragma once
 
 #include <functional>
@@ -35,7 +35,7 @@
 #include "engine/faults.h"
 #include "engine/topology.h"
 #include "kernels/device.h"
-#include "messages/actor_interfaces.h"
+#include "actors/actor_interfaces.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {

@@ -10,7 +10,7 @@
 //
 // Runs detached: file I/O blocks.
 //
-// Messages in: ShardSnapshot (writer_actor, messages/actor_interfaces.h).
+// Messages in: ShardSnapshot (writer_actor, actors/actor_interfaces.h).
 #pragma once
 
 #include <memory>
@@ -20,7 +20,7 @@
 #include "actors/directory.h"
 #include "engine/faults.h"
 #include "engine/topology.h"
-#include "messages/actor_interfaces.h"
+#include "actors/actor_interfaces.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {

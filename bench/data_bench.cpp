@@ -7,7 +7,7 @@
 //      random lexicon, numbers and punctuation, blank-line paragraphs).
 //   3. Microbatch production from the mmapped fortunes dataset with the embedded
 //      default config (seq 128, mbs 2, global batch 16) against one training step of
-//      the same tiny model (optim::ReferenceTrainer, the whole global batch, forward +
+//      the same tiny model (engine::ReferenceTrainer, the whole global batch, forward +
 //      backward + AdamW on --threads CPU threads). Both are medians.
 //
 // Usage: data_bench [--workdir runs/bench-data] [--gen-mb 100] [--repeats 5]
@@ -30,7 +30,7 @@
 #include "data/prepare.h"
 #include "data/random.h"
 #include "kernels/cpu/cpu_device.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "bench/stats.h"
 
 using namespace troupe;
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
   const double per_batch_us = per_mb_us * dp * m;
 
   kernels::cpu::CpuDevice dev(threads);
-  optim::ReferenceTrainer trainer(cfg, dev);
+  engine::ReferenceTrainer trainer(cfg, dev);
   std::vector<data::Microbatch> batch;
   for (int r = 0; r < dp; ++r)
     for (int j = 0; j < m; ++j) batch.push_back(src.microbatch(0, r, j));

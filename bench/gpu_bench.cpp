@@ -1,4 +1,4 @@
-// gpu_bench: full training steps of GPT-2 124M (optim::ReferenceTrainer: forward,
+// gpu_bench: full training steps of GPT-2 124M (engine::ReferenceTrainer: forward,
 // backward, global norm, clip, AdamW) on one GPU through the CUDA device, against the
 // GPU's bf16 dense GEMM rate measured in the same run.
 //
@@ -40,7 +40,7 @@
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/timed_device.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "util/durable_file.h"
 #include "bench/stats.h"
 
@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
     const Config c = make_config(a);
     kernels::cuda::TimedDevice timed(gpu);
     double t0 = now();
-    optim::ReferenceTrainer trainer(c, timed);
+    engine::ReferenceTrainer trainer(c, timed);
     std::printf("model: %d layers, width %d, %d heads, vocab %d (%lld parameters); batch %d x %d sequences of %d; "
                 "built in %.1f s\n",
                 a.layers, a.width, a.heads, a.vocab, (long long)config::parameter_count(c), a.accum, a.micro, a.seq,

@@ -2,7 +2,7 @@
 //
 // 1. Runtime overhead: the same model and batches trained DP1 x PP1 through the
 //    actors (supervisor, coordinator, loader, stage, optimizer shard, metrics) and by
-//    the compute core in a plain loop (optim::ReferenceTrainer), both with the same
+//    the compute core in a plain loop (engine::ReferenceTrainer), both with the same
 //    compute threads. Median step time after warm-up; goal: actors at most 5% slower.
 // 2. Pipeline idle: PP2, 8 microbatches, 1F1B and INTERLEAVED_1F1B with 2 chunks a
 //    stage, balanced stages (a small vocabulary so the head does not weigh on the last
@@ -40,7 +40,7 @@
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "kernels/cpu/cpu_device.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "sched/pipeline_schedule.h"
 #include "bench/stats.h"
 
@@ -132,7 +132,7 @@ std::vector<double> stage_busy(const actors::RunResult& r, const Options& o) {
 // batches' forward + backward alone (ReferenceTrainer::accumulate), without it.
 StepSplit plain_loop_step_times(const Config& c, const Options& o) {
   kernels::cpu::CpuDevice device(o.threads);
-  optim::ReferenceTrainer trainer(c, device);
+  engine::ReferenceTrainer trainer(c, device);
   const auto src = data::BatchSource::open(c);
   const int m = int(config::microbatches_per_replica(c));
   StepSplit t;

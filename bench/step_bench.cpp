@@ -69,7 +69,7 @@
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/cpu/gemm.h"
 #include "optim/grad_clip.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "bench/stats.h"
 
 using namespace troupe;
@@ -207,7 +207,7 @@ int run_case(const Case& k, int threads, int steps) {
   const double base = rss_mb() - probes_mb;
 
   kernels::cpu::CpuDevice dev(threads);
-  optim::ReferenceTrainer trainer(c, dev);
+  engine::ReferenceTrainer trainer(c, dev);
   const std::vector<data::Microbatch> mbs = {make_batch(k)};
   model::GptStage& m = trainer.model();
 

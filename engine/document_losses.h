@@ -1,5 +1,5 @@
 // A step's losses by document, for the spike record (docs/metrics.md, "Spikes") and
-// `supervisor replay --dump` (actors/replay_dump.h), computed one way for both. A
+// `supervisor replay --dump` (replay/replay_dump.h), computed one way for both. A
 // document is the dataset sequence a packed segment reads: (dataset index, today
 // always 0; its sequence index in the .idx), named from the sample ID by
 // data::BatchSource::pieces_of (segment k of a row is piece k of its window,

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "config/derived.h"
-#include "engine/stage_worker.h"
+#include "engine/rank_device.h"
 
 namespace troupe::engine {
 

@@ -1,13 +1,14 @@
 #include "engine/rank_device.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "comm/gloo_groups.h"
 #include "engine/hosted_stage.h"
-#include "engine/stage_worker.h"
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/gpu_backend.h"
 
@@ -60,6 +61,15 @@ UsableGpus usable_gpus(const Config& c, bool count = true) {
 
 void check_runtime_device(const Config& c) {
   if (c.device().type() != DeviceConfig::CPU) usable_gpus(c, /*count=*/c.cluster().workers() == 0);
+}
+
+int threads_per_stage(const Config& c) {
+  int total = c.device().threads();
+  if (total <= 0) total = int(std::max(1u, std::thread::hardware_concurrency()));
+  // Hosted logical replicas take turns on their physical replica's device (Topology).
+  const auto t = Topology::of(c);
+  const int stages = t.physical_replicas() * t.pp * t.tp;
+  return std::max(1, total / stages);
 }
 
 std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r) {

@@ -28,6 +28,10 @@ namespace troupe::engine {
 // devices are checked as they make them).
 void check_runtime_device(const Config& c);
 
+// Compute threads for each stage device: the configured threads (0: the machine's
+// cores) divided among the stage ranks that run at once, at least 1.
+int threads_per_stage(const Config& c);
+
 // A new device for rank r: a CPU device with threads_per_stage(c) threads, or a CUDA
 // device on GPU (flat rank index mod GPU count) from the installed GPU backend.
 std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r);

@@ -30,15 +30,6 @@ int activation_slots(ParallelConfig::Schedule schedule, int pipeline, int pp, in
 
 model::StageLayers stage_layers(const Config& c, const Rank& r) { return model::StageLayers::pipeline(c, r.pp); }
 
-int threads_per_stage(const Config& c) {
-  int total = c.device().threads();
-  if (total <= 0) total = int(std::max(1u, std::thread::hardware_concurrency()));
-  // Hosted logical replicas take turns on their physical replica's device (Topology).
-  const auto t = Topology::of(c);
-  const int stages = t.physical_replicas() * t.pp * t.tp;
-  return std::max(1, total / stages);
-}
-
 model::TensorSlice tensor_slice(const Config& c, const Rank& r) { return {r.tp, c.parallel().tensor()}; }
 
 model::ParameterRegistry stage_registry(const Config& c, const Rank& r) {

@@ -58,10 +58,6 @@ int activation_slots(ParallelConfig::Schedule schedule, int pipeline, int pp, in
 // The layers of rank r's stage: its range, or its model chunks (parallel.virtual_stages).
 model::StageLayers stage_layers(const Config& c, const Rank& r);
 
-// Compute threads for each stage device: the configured threads (0: the machine's
-// cores) divided among the stage ranks that run at once, at least 1.
-int threads_per_stage(const Config& c);
-
 // The tensor-parallel slice of rank r (ParameterRegistry's {tp, parallel.tensor}).
 model::TensorSlice tensor_slice(const Config& c, const Rank& r);
 // The parameter layout of rank r's stage: its layer range and tensor-parallel slice.

@@ -24,7 +24,7 @@
 #include "kernels/cpu/cpu_device.h"
 #include "model/named_tensors.h"
 #include "model/safetensors.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "util/durable_file.h"
 
 namespace troupe::cli {
@@ -133,7 +133,7 @@ int inspect_update_main(int argc, char** argv) {
     for (int64_t j = 0; j < per_replica; ++j) mbs.push_back(source.microbatch(0, dp, int(j)));
 
   kernels::cpu::CpuDevice dev(threads);
-  optim::ReferenceTrainer trainer(cfg, dev);
+  engine::ReferenceTrainer trainer(cfg, dev);
   model::GptStage& m = trainer.model();
   const model::ParameterRegistry& reg = m.registry();
   const int64_t n = m.param_count();
@@ -144,7 +144,7 @@ int inspect_update_main(int argc, char** argv) {
   }
   const std::vector<float> initial = download(dev, m.params(), n);
 
-  const optim::StepReport r = trainer.step(mbs);
+  const engine::StepReport r = trainer.step(mbs);
 
   const auto path = [&](const char* name) { return (fs::path(out_dir) / name).string(); };
   std::string text;

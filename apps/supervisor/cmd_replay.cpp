@@ -1,6 +1,6 @@
 // `supervisor replay RUN_DIR --step N`: a run's steps recomputed from one of its
 // checkpoints and compared bit for bit with metrics.jsonl, or rerun under a
-// counterfactual change beside the recorded ones (actors/replay.h; docs/metrics.md,
+// counterfactual change beside the recorded ones (replay/replay.h; docs/metrics.md,
 // "Replay").
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/replay.h"
+#include "replay/replay.h"
 #include "apps/supervisor/cli_args.h"
 
 namespace troupe::cli {
@@ -74,7 +74,7 @@ std::optional<std::vector<int64_t>> parse_ids(const std::string& text) {
 }  // namespace
 
 int replay_main(int argc, char** argv) {
-  actors::ReplayOptions o;
+  replay::ReplayOptions o;
   int64_t from = -1;
   std::string skip_samples, skip_documents;
   double clip = -1;
@@ -125,8 +125,8 @@ int replay_main(int argc, char** argv) {
   }
 
   try {
-    const auto r = actors::replay_run(o);
-    std::fputs(actors::format_replay(r).c_str(), stdout);
+    const auto r = replay::replay_run(o);
+    std::fputs(replay::format_replay(r).c_str(), stdout);
     return r.first_difference ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "supervisor replay: %s\n", e.what());

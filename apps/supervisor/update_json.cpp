@@ -4,7 +4,7 @@
 
 namespace troupe::cli {
 
-metrics::Json update_numbers(const optim::StepReport& r, const data::BatchCounts& counts) {
+metrics::Json update_numbers(const engine::StepReport& r, const data::BatchCounts& counts) {
   using metrics::json_number;
   return {{"loss", json_number(r.loss)},
           {"loss_sum", json_number(r.loss_sum)},

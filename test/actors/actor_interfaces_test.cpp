@@ -1,9 +1,9 @@
-// The training actors' typed interfaces (messages/actor_interfaces.h), checked at
+// The training actors' typed interfaces (actors/actor_interfaces.h), checked at
 // compile time the way CAF 0.17's send, anon_send and request check a message: what
 // each actor accepts, and messages meant for another actor that it refuses (sending
 // one of those does not compile). Nothing here runs; the file compiles into
 // test_supervision.
-#include "messages/actor_interfaces.h"
+#include "actors/actor_interfaces.h"
 #include "metrics/step_record.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // The parity check shared by the runtime suites (test_runtime, test_tp_runtime): run a
 // layout through the actor runtime and compare it with the single-device compute core
-// (optim::ReferenceTrainer) fed the same global batches.
+// (engine::ReferenceTrainer) fed the same global batches.
 //
 // Tolerances, fixed before any run and never widened. Data, pipeline and tensor
 // parallelism change only the association of fp32 sums (gradients of at most 8
@@ -18,7 +18,7 @@
 #include "data/batch_source.h"
 #include "kernels/cpu/cpu_device.h"
 #include "messages/config.pb.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "test/support/same_state.h"
 
 namespace troupe::testing {
@@ -46,8 +46,8 @@ std::vector<data::Microbatch> global_batch(const Config& c, const data::BatchSou
 // The single-device run over the same global batches (every replica's microbatches).
 struct Reference {
   kernels::cpu::CpuDevice device{1};
-  optim::ReferenceTrainer trainer;
-  std::vector<optim::StepReport> reports;
+  engine::ReferenceTrainer trainer;
+  std::vector<engine::StepReport> reports;
 
   Reference(const Config& c, int steps);
 };

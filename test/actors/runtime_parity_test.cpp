@@ -1,7 +1,7 @@
 // The acceptance ladder's "Second" part (docs/acceptance.md, "Where the rungs come
 // from"): the same data, initial weights and global batch through
 // every parallel layout of the actor runtime, compared with the single-device
-// compute core (optim::ReferenceTrainer) after 1 and after 3 updates.
+// compute core (engine::ReferenceTrainer) after 1 and after 3 updates.
 //
 // Tolerances (test/actors/parity_check.h, fixed before any run and never widened):
 //   Data parallelism, pipeline accumulation and the tied-embedding sum change only
@@ -20,7 +20,7 @@
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "kernels/cpu/cpu_device.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "test/actors/parity_check.h"
 #include "test/support/tiny_runtime_config.h"
 

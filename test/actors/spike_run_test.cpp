@@ -17,7 +17,7 @@
 #include <variant>
 #include <vector>
 
-#include "actors/replay.h"
+#include "replay/replay.h"
 #include "actors/runtime.h"
 #include "ckpt/commit.h"
 #include "ckpt/reader.h"
@@ -259,20 +259,20 @@ TEST_CASE("a run resumed onto random bytes spikes at the switch and not before")
     std::memcpy(&b, &v, sizeof b);
     return b;
   };
-  actors::ReplayOptions ro;
+  replay::ReplayOptions ro;
   ro.run_dir = run_dir;
   ro.step = 41;
   ro.dump = true;
-  const auto replay = actors::replay_run(ro);
+  const auto replay = replay::replay_run(ro);
   CHECK(replay.from_step == 40);
   CHECK(replay.samples_compared);
   REQUIRE(replay.steps.size() == 1);
-  CHECK_MESSAGE(!replay.first_difference, actors::format_replay(replay));
+  CHECK_MESSAGE(!replay.first_difference, replay::format_replay(replay));
   CHECK(bits(replay.steps[0].replayed.loss) == bits(at41.loss));
   CHECK(bits(replay.steps[0].replayed.grad_norm) == bits(at41.grad_norm));
   CHECK(replay.steps[0].replayed.samples_hash == at41.samples_hash);
   CHECK(fs::exists(fs::path(run_dir) / "replay" / "run_40_41" / "metrics.jsonl"));
-  MESSAGE(actors::format_replay(replay));
+  MESSAGE(replay::format_replay(replay));
   // The dump: step 41's documents with their losses, from the weights of step 40 on one
   // device. Its tokens are the step's; its loss matches the recorded one to 1e-9
   // (relative; the pipeline sums microbatches in another order).
@@ -292,21 +292,21 @@ TEST_CASE("a run resumed onto random bytes spikes at the switch and not before")
   // step 41's samples changes step 41's loss itself: the spike is the data's.
   ro.step = 42;
   ro.lr_scale = 0.5;
-  const auto half_lr = actors::replay_run(ro);
+  const auto half_lr = replay::replay_run(ro);
   REQUIRE(half_lr.steps.size() == 2);
   CHECK(half_lr.counterfactual);
   CHECK(bits(half_lr.steps[0].replayed.loss) == bits(at41.loss));
   CHECK(half_lr.steps[1].replayed.loss != half_lr.steps[1].recorded.loss);
   ro.lr_scale = 1.0;
   ro.skip_samples = ids;
-  const auto skipped = actors::replay_run(ro);
+  const auto skipped = replay::replay_run(ro);
   REQUIRE(skipped.steps.size() == 2);
   CHECK(skipped.steps[0].replayed.loss != at41.loss);
   auto passed_over = skipped.steps[0].replayed.skipped_samples;
   std::sort(passed_over.begin(), passed_over.end());
   CHECK(passed_over == ids);  // step 41 passed over each of its old samples once
   CHECK(skipped.steps[1].replayed.skipped_samples.empty());
-  MESSAGE(actors::format_replay(skipped));
+  MESSAGE(replay::format_replay(skipped));
 
   // A tampered record is reported as a difference: step 41's grad_norm in metrics.jsonl
   // moved by one unit in the last place.
@@ -321,11 +321,11 @@ TEST_CASE("a run resumed onto random bytes spikes at the switch and not before")
   out.close();
   ro.step = 41;
   ro.skip_samples.clear();
-  const auto tampered = actors::replay_run(ro);
+  const auto tampered = replay::replay_run(ro);
   REQUIRE(tampered.first_difference);
   CHECK(tampered.first_difference->step == 41);
   CHECK(tampered.first_difference->quantity == "grad_norm");
-  CHECK(actors::format_replay(tampered).find("DIFFERENT at step 41: grad_norm recorded") != std::string::npos);
+  CHECK(replay::format_replay(tampered).find("DIFFERENT at step 41: grad_norm recorded") != std::string::npos);
 
   // logging.on_spike SKIP_UPDATE: the same resume from step 40 with the guard, in the
   // same run directory (its windows come from the 40 steps in metrics.jsonl). Step 41
@@ -438,12 +438,12 @@ TEST_CASE("garbage documents spike where the sampler put them; skipping their sa
 
   // A replay from the checkpoint of step 20 that skips the garbage samples has no spike:
   // the recorded steps 1..20 and the replayed 21..26 judged in order.
-  actors::ReplayOptions ro;
+  replay::ReplayOptions ro;
   ro.run_dir = c.logging().run_dir();
   ro.step = 26;
   ro.from = 20;
   ro.skip_samples = garbage_samples;
-  const auto skipped = actors::replay_run(ro);
+  const auto skipped = replay::replay_run(ro);
   REQUIRE(skipped.steps.size() == 6);
   metrics::SpikeDetector detector;
   int found = 0;
@@ -457,7 +457,7 @@ TEST_CASE("garbage documents spike where the sampler put them; skipping their sa
   for (int64_t k = 0; k < 20; ++k) judge(r.outcome.steps[size_t(k)]);
   for (const auto& s : skipped.steps) judge(s.replayed);
   CHECK(found == 0);
-  MESSAGE(actors::format_replay(skipped));
+  MESSAGE(replay::format_replay(skipped));
 
   // A fresh run told to skip them from its start (data.skip_samples) has none either.
   Config fresh = c;
@@ -786,13 +786,13 @@ TEST_CASE("logging.on_spike ROLLBACK: the garbage step is rolled back past and s
 
   // Replay (with the rollbacks' skips, read from metrics.jsonl) recomputes the final
   // timeline from the checkpoint the rollback kept, bit for bit.
-  actors::ReplayOptions ro;
+  replay::ReplayOptions ro;
   ro.run_dir = c.logging().run_dir();
   ro.step = 26;
   ro.from = 15;
-  const auto replay = actors::replay_run(ro);
+  const auto replay = replay::replay_run(ro);
   CHECK(replay.from_step == 15);
-  CHECK_MESSAGE(!replay.first_difference, actors::format_replay(replay));
+  CHECK_MESSAGE(!replay.first_difference, replay::format_replay(replay));
 
   // A fresh run told to skip the same samples from its start: the same samples in every
   // step, the same losses, and the same weights and moments at the end, bit for bit.

@@ -1,4 +1,4 @@
-// The whole model on the CUDA device: GptStage and optim::ReferenceTrainer run
+// The whole model on the CUDA device: GptStage and engine::ReferenceTrainer run
 // unchanged on a CudaDevice (they see only the kernels::Device interface).
 //   - one full update (two, so that Adam's second-moment path is exercised) against
 //     the CPU reference from the same config, seed and batches: loss, pre-clip grad
@@ -23,7 +23,7 @@
 #include "kernels/cpu/cpu_device.h"
 #include "model/device_decoder.h"
 #include "model/gpt_stage.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "test/cuda/cuda_test_util.h"
 #include "test/model/test_configs.h"
 
@@ -79,7 +79,7 @@ void check_updates_against_cpu(const Config& c) {
     CAPTURE(bf16);
     CpuDevice cpu(2);
     CudaDevice gpu(opts(t));
-    optim::ReferenceTrainer ref(c, cpu), run(c, gpu);
+    engine::ReferenceTrainer ref(c, cpu), run(c, gpu);
     const int64_t n = ref.model().param_count();
     REQUIRE(run.model().param_count() == n);
     // The same deterministic initialisation lands on both devices.
@@ -137,7 +137,7 @@ TEST_CASE("the GPU update is bitwise identical run to run") {
   double losses[2] = {0, 0}, norms[2] = {0, 0};
   for (int r = 0; r < 2; ++r) {
     CudaDevice gpu;
-    optim::ReferenceTrainer run(c, gpu);
+    engine::ReferenceTrainer run(c, gpu);
     run.step(mbs);
     const auto s = run.step(mbs);
     losses[r] = s.loss;
@@ -255,7 +255,7 @@ TEST_CASE("the CUDA device's memory ledger: the CPU's weights, gradients, moment
   const auto mbs = packed_batches(kSeq);
   CudaDevice gpu;
   kernels::cpu::CpuDevice cpu(1);
-  optim::ReferenceTrainer on_gpu(c, gpu), on_cpu(c, cpu);
+  engine::ReferenceTrainer on_gpu(c, gpu), on_cpu(c, cpu);
   gpu.memory().reset_peak();
   cpu.memory().reset_peak();
   on_gpu.step(mbs);

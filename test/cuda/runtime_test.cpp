@@ -43,7 +43,7 @@
 #include "engine/checkpointing.h"
 #include "engine/rank_device.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "test/actors/parity_check.h"
 #include "test/cuda/cuda_test_util.h"
 #include "test/support/fault.h"
@@ -146,7 +146,7 @@ TEST_CASE("device.type CUDA: DP2 x PP2 on one GPU matches one GPU device running
   // The single-device run on the GPU: the reference trainer on one CudaDevice, fed
   // every replica's microbatches of each global batch.
   CudaDevice device(gemm(GemmType::kBf16));
-  optim::ReferenceTrainer single(c, device);
+  engine::ReferenceTrainer single(c, device);
   const auto src = data::BatchSource::open(c);
   REQUIRE(r.outcome.steps.size() == size_t(steps));
   for (int s = 0; s < steps; ++s) {

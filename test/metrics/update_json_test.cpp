@@ -10,7 +10,7 @@
 using namespace troupe;
 
 TEST_CASE("update.json writes non-finite numbers as metrics.jsonl does: \"nan\", \"inf\", never null") {
-  optim::StepReport r;
+  engine::StepReport r;
   r.loss = NAN;
   r.loss_sum = NAN;
   r.loss_tokens = 12;

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "kernels/cpu/cpu_device.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "test/model/test_configs.h"
 
 using namespace troupe;
@@ -22,7 +22,7 @@ struct Outcome {
 
 Outcome train(const Config& c, int threads, int steps) {
   kernels::cpu::CpuDevice dev(threads);
-  optim::ReferenceTrainer trainer(c, dev);
+  engine::ReferenceTrainer trainer(c, dev);
   const auto mbs = packed_batches();
   Outcome o;
   for (int s = 0; s < steps; ++s) o.losses.push_back(trainer.step(mbs).loss);

@@ -32,7 +32,7 @@
 #include "kernels/cpu/cpu_device.h"
 #include "model/named_tensors.h"
 #include "model/safetensors.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "test/support/scratch_dir.h"
 
 using namespace troupe;
@@ -86,7 +86,7 @@ TEST_CASE("one inspectable update matches the independent PyTorch reference") {
   std::ifstream(kDir + "expected.json") >> expected;
 
   kernels::cpu::CpuDevice dev(2);
-  optim::ReferenceTrainer trainer(cfg, dev);
+  engine::ReferenceTrainer trainer(cfg, dev);
   model::GptStage& m = trainer.model();
   std::vector<float> host(static_cast<size_t>(m.param_count()));
   model::import_tensors(m.registry(), fx, host.data(), "init.");
@@ -94,7 +94,7 @@ TEST_CASE("one inspectable update matches the independent PyTorch reference") {
 
   const auto mbs = fixture_microbatches(fx, cfg.batch().micro_batch_size(), cfg.batch().seq_length());
   REQUIRE(mbs.size() == 6);
-  const optim::StepReport r = trainer.step(mbs);
+  const engine::StepReport r = trainer.step(mbs);
 
   CHECK(r.loss_tokens == expected["loss_tokens"].get<int64_t>());
   CHECK(r.samples == 24);

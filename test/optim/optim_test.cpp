@@ -7,7 +7,7 @@
 #include "kernels/cpu/cpu_device.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "sched/lr_schedule.h"
 #include "test/model/test_configs.h"
 
@@ -166,7 +166,7 @@ TEST_CASE("reference trainer: a non-finite gradient skips the update and holds t
   c.mutable_optimizer()->set_min_lr(1e-3);
   c.mutable_lr_schedule()->set_warmup_samples(8);  // 2 updates of 4 samples
   kernels::cpu::CpuDevice dev(2);
-  optim::ReferenceTrainer t(c, dev);
+  engine::ReferenceTrainer t(c, dev);
   const auto mbs = packed_batches();
   const sched::LrSchedule lrs(c);
 
@@ -225,7 +225,7 @@ TEST_CASE("the pre-clip norm the trainer reports is the L2 norm of every gradien
   Config c = tiny_config();
   c.mutable_optimizer()->set_clip_grad(1e-3);  // force clipping
   kernels::cpu::CpuDevice dev(2);
-  optim::ReferenceTrainer t(c, dev);
+  engine::ReferenceTrainer t(c, dev);
   const auto r = t.step(packed_batches());
   const auto g = to_host(dev, t.model().grads(), t.model().param_count());
   double ss = 0;

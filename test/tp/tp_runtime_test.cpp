@@ -1,6 +1,6 @@
 // Tensor parallelism through the actor runtime (actors::run_training): the same data,
 // initial weights and global batch as the single-device compute core
-// (optim::ReferenceTrainer), compared after 1 and after 3 updates, for TP2, TP2 with
+// (engine::ReferenceTrainer), compared after 1 and after 3 updates, for TP2, TP2 with
 // sequence parallelism, TP2 x PP2 and TP2 x PP2 x DP2 (8 stage actors).
 //
 // Tolerances, fixed before any run (test/actors/parity_check.h, shared with test_runtime):
@@ -22,7 +22,7 @@
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "kernels/cpu/cpu_device.h"
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 #include "test/actors/parity_check.h"
 #include "test/support/tiny_runtime_config.h"
 

@@ -11,7 +11,7 @@
 
 #include "messages/config.pb.h"
 
-namespace troupe::actors {
+namespace troupe::replay {
 
 struct DumpedDocument {
   int64_t dataset = 0;   // index of the dataset (one per run today)
@@ -41,4 +41,4 @@ StepDump dump_step(const Config& c, int64_t step, const std::string& checkpoint,
 // The top documents by mean loss, one line each, for the terminal.
 std::string format_dump(const StepDump& d, size_t top = 5);
 
-}  // namespace troupe::actors
+}  // namespace troupe::replay

@@ -1,4 +1,4 @@
-#include "actors/replay_dump.h"
+#include "replay/replay_dump.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -19,7 +19,7 @@
 #include "model/stage_range.h"
 #include "util/durable_file.h"
 
-namespace troupe::actors {
+namespace troupe::replay {
 namespace {
 
 namespace fs = std::filesystem;
@@ -146,4 +146,4 @@ std::string format_dump(const StepDump& d, size_t top) {
   return out;
 }
 
-}  // namespace troupe::actors
+}  // namespace troupe::replay

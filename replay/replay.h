@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "actors/replay_dump.h"
+#include "replay/replay_dump.h"
 #include "messages/config.pb.h"
 #include "metrics/step_record.h"
 
-namespace troupe::actors {
+namespace troupe::replay {
 
 struct ReplayOptions {
   std::string run_dir;
@@ -36,7 +36,7 @@ struct ReplayOptions {
   // CPU), else the run's own; 0: the run's own.
   int physical_replicas = -1;
   // Also write step N's documents with their losses to RUN_DIR/replay/step_N
-  // (actors/replay_dump.h); faithful replays only.
+  // (replay/replay_dump.h); faithful replays only.
   bool dump = false;
 
   bool counterfactual() const {
@@ -86,4 +86,4 @@ ReplayResult replay_run(const ReplayOptions& o);
 // norm, and whether the step is bitwise equal), then the verdict.
 std::string format_replay(const ReplayResult& r);
 
-}  // namespace troupe::actors
+}  // namespace troupe::replay

@@ -1,4 +1,4 @@
-#include "actors/replay.h"
+#include "replay/replay.h"
 
 #include <google/protobuf/text_format.h>
 
@@ -29,7 +29,7 @@
 #include "metrics/json_records.h"
 #include "metrics/run_history.h"
 
-namespace troupe::actors {
+namespace troupe::replay {
 namespace {
 
 namespace fs = std::filesystem;
@@ -245,12 +245,12 @@ ReplayResult replay_run(const ReplayOptions& given) {
   fs::create_directories(out);
   std::ofstream(out / kMarker) << "scratch run of supervisor replay " << o.run_dir << "\n";
 
-  RunOptions ro;
+  actors::RunOptions ro;
   ro.console = false;
   ro.timeout = std::chrono::seconds(o.timeout_s);
   ro.config_source = "replay of " + o.run_dir;
   google::protobuf::TextFormat::PrintToString(c, &ro.config_text);
-  const RunResult result = run_training(c, ro);
+  const actors::RunResult result = actors::run_training(c, ro);
   if (result.outcome.status != "completed")
     throw std::runtime_error(fmt::format("the recomputation in {} did not complete: {}", o.out_dir,
                                          result.outcome.error));
@@ -336,4 +336,4 @@ std::string format_replay(const ReplayResult& r) {
   return out;
 }
 
-}  // namespace troupe::actors
+}  // namespace troupe::replay

@@ -22,7 +22,7 @@
 #include "optim/adamw.h"
 #include "sched/lr_schedule.h"
 
-namespace troupe::optim {
+namespace troupe::engine {
 
 struct StepReport {
   double loss = 0;           // sum of per-token losses / loss-bearing tokens of the global batch
@@ -49,7 +49,7 @@ class ReferenceTrainer {
   StepReport accumulate(std::span<const data::Microbatch> microbatches);
 
   model::GptStage& model() { return model_; }
-  AdamW& optimizer() { return adamw_; }
+  optim::AdamW& optimizer() { return adamw_; }
   const sched::LrSchedule& schedule() const { return schedule_; }
 
   int64_t successful_updates() const { return successful_; }
@@ -66,10 +66,10 @@ class ReferenceTrainer {
   Config config_;
   kernels::Device& device_;
   model::GptStage model_;
-  AdamW adamw_;
+  optim::AdamW adamw_;
   sched::LrSchedule schedule_;
   std::vector<model::FlatRange> norm_ranges_;
   int64_t successful_ = 0, skipped_ = 0, consumed_ = 0;
 };
 
-}  // namespace troupe::optim
+}  // namespace troupe::engine

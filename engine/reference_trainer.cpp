@@ -1,16 +1,16 @@
-#include "optim/reference_trainer.h"
+#include "engine/reference_trainer.h"
 
 #include <stdexcept>
 
 #include "optim/grad_clip.h"
 
-namespace troupe::optim {
+namespace troupe::engine {
 
 ReferenceTrainer::ReferenceTrainer(const Config& c, kernels::Device& device)
     : config_(c),
       device_(device),
       model_(c, model::StageRange::whole(c), device, 1),
-      adamw_(device, AdamWHyper::from_config(c), model_.registry().decay_spans(), {0, model_.param_count()}),
+      adamw_(device, optim::AdamWHyper::from_config(c), model_.registry().decay_spans(), {0, model_.param_count()}),
       schedule_(c),
       norm_ranges_(model_.registry().norm_ranges()) {}
 
@@ -41,15 +41,15 @@ StepReport ReferenceTrainer::accumulate(std::span<const data::Microbatch> microb
     throw std::invalid_argument("ReferenceTrainer: loss masks hold " + std::to_string(r.loss_tokens) +
                                 " loss-bearing tokens, the microbatches' loss_tokens say " + std::to_string(tokens));
   r.loss = r.loss_tokens > 0 ? r.loss_sum / double(r.loss_tokens) : 0.0;
-  *sumsq = sum_squares(device_, model_.grads(), norm_ranges_);
-  r.grad_norm = decide(*sumsq, 0).norm;
+  *sumsq = optim::sum_squares(device_, model_.grads(), norm_ranges_);
+  r.grad_norm = optim::decide(*sumsq, 0).norm;
   return r;
 }
 
 StepReport ReferenceTrainer::step(std::span<const data::Microbatch> microbatches) {
   double sumsq = 0;
   StepReport r = accumulate(microbatches, &sumsq);
-  const ClipDecision d = decide(sumsq, config_.optimizer().clip_grad());
+  const optim::ClipDecision d = optim::decide(sumsq, config_.optimizer().clip_grad());
   r.lr = schedule_.lr_for_update(successful_);
   consumed_ += r.samples;
   if (d.skip) {
@@ -80,4 +80,4 @@ std::string ReferenceTrainer::describe_groups() const {
   return s;
 }
 
-}  // namespace troupe::optim
+}  // namespace troupe::engine
