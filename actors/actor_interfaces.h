@@ -16,8 +16,9 @@
 // - The supervision tree (actors/supervision.h) holds children of every kind:
 //   ChildSpec::start returns caf::actor, the Registry maps paths to caf::actor, the
 //   Directory holds caf::actor. A start function wraps its spawn_* in untyped_handle;
-//   an actor that finds a peer in a Registry or Directory wraps it in typed_handle
-//   with the peer's interface (the path says which actor it is).
+//   an actor finds its group's peers in the Registry by role through Peers
+//   (actors/peers.h: typed, and a missing path named at the lookup), and wraps what
+//   the Directory holds in typed_handle with the peer's interface.
 // - Cluster mode: a worker's host actor answers PlaceActor with the placed actor as a
 //   caf::actor (actors/cluster/cluster_protocol.h, worker_host.cpp; place_on_worker returns
 //   it as a start function's result), and handles cross processes inside the

@@ -16,6 +16,7 @@
 
 #include "actors/message_types.h"
 #include "actors/metrics_actor.h"
+#include "actors/peers.h"
 #include "actors/unix_time.h"
 #include "ckpt/commit.h"
 #include "ckpt/error.h"
@@ -611,17 +612,17 @@ void wire(Self* self, const Member& a, const Registry& peers, std::function<void
 }
 
 // Looks up every member, wires them and starts once all have answered.
-void wire_group(Self* self, const Registry& peers) {
+void wire_group(Self* self, const Registry& registry) {
   auto& st = self->state;
+  const Peers peers(registry);
   st.stages.clear();
   st.optimizers.clear();
   st.loaders.clear();
   for (const auto& r : st.topo.all_ranks()) {
-    st.stages.push_back(typed_handle<stage_actor>(peers.at(engine::stage_path(r))));
-    st.optimizers.push_back(typed_handle<optimizer_actor>(peers.at(engine::optim_path(r))));
+    st.stages.push_back(peers.stage(r));
+    st.optimizers.push_back(peers.optimizer(r));
   }
-  for (int32_t d = 0; d < st.topo.dp; ++d)
-    st.loaders.push_back(typed_handle<loader_actor>(peers.at(engine::loader_path(d))));
+  for (int32_t d = 0; d < st.topo.dp; ++d) st.loaders.push_back(peers.loader(d));
   auto pending = std::make_shared<size_t>(st.stages.size() + st.optimizers.size() + st.loaders.size());
   auto on_wired = [self, pending] {
     if (--*pending > 0) return;
@@ -632,9 +633,9 @@ void wire_group(Self* self, const Registry& peers) {
       self->send(l, start_atom::value, s.pos.step + 1, s.pos.consumed_samples, s.total_steps);
     feed(self, engine::GroupWired{});
   };
-  for (const auto& a : st.stages) wire(self, a, peers, on_wired);
-  for (const auto& a : st.optimizers) wire(self, a, peers, on_wired);
-  for (const auto& a : st.loaders) wire(self, a, peers, on_wired);
+  for (const auto& a : st.stages) wire(self, a, registry, on_wired);
+  for (const auto& a : st.optimizers) wire(self, a, registry, on_wired);
+  for (const auto& a : st.loaders) wire(self, a, registry, on_wired);
 }
 
 // A loader restarted on its own: it resumes at the step in flight (stages drop

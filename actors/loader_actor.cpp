@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "actors/message_types.h"
+#include "actors/peers.h"
 #include "config/derived.h"
 #include "data/batch_source.h"
 #include "engine/topology.h"
@@ -97,13 +98,14 @@ loader_actor::behavior_type loader_impl(Self* self, LoaderArgs args) {
   st.global_batch = c.batch().global_batch_size();
   st.prefetch = std::max(1, c.data().prefetch_microbatches());
   return {
-      [self](wire_atom, const Registry& peers) {
+      [self](wire_atom, const Registry& registry) {
         auto& s = self->state;
+        const Peers peers(registry);
         const auto t = engine::Topology::of(s.args.config);
-        s.coordinator = typed_handle<coordinator_actor>(peers.at(engine::coordinator_path()));
+        s.coordinator = peers.coordinator();
         s.stages.clear();
         for (int32_t p = 0; p < t.pp; ++p)
-          for (int32_t k = 0; k < t.tp; ++k) s.stages.push_back(typed_handle<stage_actor>(peers.at(engine::stage_path({s.args.dp, p, k}))));
+          for (int32_t k = 0; k < t.tp; ++k) s.stages.push_back(peers.stage({s.args.dp, p, k}));
         return wired_atom::value;
       },
       [self](start_atom, int64_t first_step, int64_t consumed, int64_t last_step) {

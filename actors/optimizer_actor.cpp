@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/message_types.h"
+#include "actors/peers.h"
 #include "actors/send_when_done.h"
 #include "comm/communicator.h"
 #include "engine/checkpointing.h"
@@ -170,9 +171,10 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
     st.state_step = st.args.resume->step();
   }
   return {
-      [self](wire_atom, const Registry& peers) {
-        self->state.coordinator = typed_handle<coordinator_actor>(peers.at(engine::coordinator_path()));
-        self->state.stage = typed_handle<stage_actor>(peers.at(engine::stage_path(self->state.args.rank)));
+      [self](wire_atom, const Registry& registry) {
+        const Peers peers(registry);
+        self->state.coordinator = peers.coordinator();
+        self->state.stage = peers.stage(self->state.args.rank);
         return wired_atom::value;
       },
       [self](const msg::GradShardReady& g) {

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "actors/message_types.h"
+#include "actors/peers.h"
 #include "actors/send_when_done.h"
 #include "actors/unix_time.h"
 #include "config/derived.h"
@@ -510,24 +511,25 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
   for (const auto& op : st.train_ops)
     if (op.kind == sched::OpKind::Forward && op.chunk == 0) st.last_train_forward = op.microbatch;
   return {
-      [self](wire_atom, const Registry& peers) {
+      [self](wire_atom, const Registry& registry) {
         auto& s = self->state;
         const auto& r = s.args.rank;
-        s.coordinator = typed_handle<coordinator_actor>(peers.at(engine::coordinator_path()));
-        s.optimizer = typed_handle<optimizer_actor>(peers.at(engine::optim_path(r)));
-        s.loader = typed_handle<loader_actor>(peers.at(engine::loader_path(r.dp)));
+        const Peers peers(registry);
+        s.coordinator = peers.coordinator();
+        s.optimizer = peers.optimizer(r);
+        s.loader = peers.loader(r.dp);
         // With model chunks (interleaved) the pipeline is a ring: the last stage's
         // chunk c feeds the first stage's chunk c + 1.
         const bool ring = s.worker->chunks() > 1;
         const int p = s.topo.pp;
         if (r.pp + 1 < p || ring)
-          s.next = typed_handle<stage_actor>(peers.at(engine::stage_path({r.dp, (r.pp + 1) % p, r.tp})));
+          s.next = peers.stage({r.dp, (r.pp + 1) % p, r.tp});
         if (r.pp > 0 || ring)
-          s.prev = typed_handle<stage_actor>(peers.at(engine::stage_path({r.dp, (r.pp + p - 1) % p, r.tp})));
+          s.prev = peers.stage({r.dp, (r.pp + p - 1) % p, r.tp});
         s.transport->set_remote(in_other_process(s.prev, self->node()), in_other_process(s.next, self->node()));
         if (s.hosted) {
           const int32_t physical = s.topo.physical_replicas();
-          const auto at = [&](int32_t dp) { return typed_handle<stage_actor>(peers.at(engine::stage_path({dp, r.pp, r.tp}))); };
+          const auto at = [&](int32_t dp) { return peers.stage({dp, r.pp, r.tp}); };
           if (s.round + 1 < s.rounds) s.next_round = at(r.dp + physical);
           s.first_round = at(r.dp % physical);
           s.earlier_rounds.clear();

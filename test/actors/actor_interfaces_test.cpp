@@ -1,9 +1,14 @@
 // The training actors' typed interfaces (actors/actor_interfaces.h), checked at
 // compile time the way CAF 0.17's send, anon_send and request check a message: what
 // each actor accepts, and messages meant for another actor that it refuses (sending
-// one of those does not compile). Nothing here runs; the file compiles into
-// test_supervision.
+// one of those does not compile). The file compiles into test_supervision; the one
+// case that runs checks Peers (actors/peers.h), the lookup of the group's actors by role.
+#include <doctest/doctest.h>
+
+#include <type_traits>
+
 #include "actors/actor_interfaces.h"
+#include "actors/peers.h"
 #include "metrics/step_record.h"
 
 namespace {
@@ -64,3 +69,24 @@ static_assert(accepts<run_client, finished_atom, RunOutcome>);
 static_assert(!accepts<run_client, msg::StageDone>);
 
 }  // namespace
+
+// Peers: the group's actors by role, typed; a role the registry lacks fails at the
+// lookup, naming its path.
+TEST_CASE("Peers hands out typed handles by role and names the path a lookup misses") {
+  using namespace troupe;
+  using namespace troupe::actors;
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  const caf::actor echo = sys.spawn([]() -> caf::behavior { return {[](int x) { return x; }}; });
+  const Registry registry{{"coordinator", echo}, {"stage/dp1/pp0/tp0", echo}, {"loader/dp1", echo}};
+  const Peers peers(registry);
+  static_assert(std::is_same_v<decltype(peers.stage({})), stage_actor>);
+  static_assert(std::is_same_v<decltype(peers.coordinator()), coordinator_actor>);
+  CHECK(peers.coordinator().address() == echo.address());
+  CHECK(peers.stage({1, 0, 0}).address() == echo.address());
+  CHECK(peers.loader(1).address() == echo.address());
+  CHECK_THROWS_WITH_AS(peers.stage({0, 1, 0}), "the training group has no actor at stage/dp0/pp1/tp0", std::logic_error);
+  CHECK_THROWS_WITH_AS(peers.optimizer({1, 0, 0}), "the training group has no actor at optim/dp1/pp0/tp0",
+                       std::logic_error);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
