@@ -149,6 +149,74 @@ std::string group_digits(int64_t v) {
   return (v < 0 ? "-" : "") + out;
 }
 
+namespace {
+
+// The calendar with failures: the kept fraction of wall time at the best checkpoint
+// interval (RESTART) or with the config's (ELASTIC), and the days it gives.
+std::string failure_calendar_text(const Config& c, const PlanInputs& in, double compute_days) {
+  const auto& p = c.parallel();
+  const int64_t gpus = int64_t(p.tensor()) * p.pipeline() * p.context() * p.data();
+  const double step_tokens = double(c.batch().global_batch_size()) * double(c.batch().seq_length());
+  FailureModel m;
+  m.mtbf_s = in.mtbf_hours ? *in.mtbf_hours * 3600 : mtbf_seconds(*in.failures_per_gpu_hour, gpus);
+  m.save_stall_s = in.save_stall_s;
+  m.recovery_s = in.recovery_s;
+  m.step_s = step_tokens / *in.tokens_per_s;
+  m.recovery = in.recovery;
+  const bool restart = m.recovery == Recovery::Restart;
+  std::string o = fmt::format("\nCalendar with failures ({})\n", restart ? "RESTART from the newest checkpoint"
+                                                                         : "ELASTIC: survivors adopt the lost replicas");
+  Table t;
+  t.row({"mean time between failures",
+         in.mtbf_hours ? fmt::format("{:.2f} h (the cluster's, --mtbf-hours)", m.mtbf_s / 3600)
+                       : fmt::format("{:.2f} h = 1 / ({:.3g} failures per GPU-hour x {} GPUs)", m.mtbf_s / 3600,
+                                     *in.failures_per_gpu_hour, group_digits(gpus))});
+  t.row({"step", fmt::format("{:.3f} s ({} tokens at {} tokens/s)", m.step_s, group_digits(int64_t(step_tokens)),
+                             rate_text(*in.tokens_per_s))});
+  t.row({"save stall C, recovery R", fmt::format("{:g} s, {:g} s", m.save_stall_s, m.recovery_s)});
+  auto describe = [&](const FailureCost& f) {
+    return fmt::format("{} steps ({:.0f} s): saving {}, failures {} ({:.0f} s lost each), kept {}",
+                       group_digits(f.interval_steps), f.interval_s, percent(f.save_fraction, 2),
+                       percent(f.failure_fraction, 2), f.lost_per_failure_s, percent(f.efficiency, 2));
+  };
+  FailureCost used;
+  if (restart) {
+    const double daly = daly_interval_s(m);
+    t.row({"Daly's interval sqrt(2 C M) - C", fmt::format("{:.0f} s = {:.1f} steps", daly, daly / m.step_s)});
+    used = best_interval(m);
+    t.row({"best interval", describe(used)});
+    if (c.checkpoint().interval_steps() > 0)
+      t.row({fmt::format("checkpoint.interval_steps = {}", c.checkpoint().interval_steps()),
+             describe(failure_cost(m, c.checkpoint().interval_steps()))});
+  } else {
+    const int64_t k = c.checkpoint().interval_steps() > 0 ? c.checkpoint().interval_steps() : 0;
+    if (k == 0) {
+      FailureModel no_saves = m;
+      no_saves.save_stall_s = 0;
+      used = failure_cost(no_saves, 1);
+      used.interval_steps = 0;
+      t.row({"checkpoint.interval_steps = 0", fmt::format("no saves: failures {} ({:.0f} s lost each), kept {}",
+                                                          percent(used.failure_fraction, 2),
+                                                          used.lost_per_failure_s, percent(used.efficiency, 2))});
+    } else {
+      used = failure_cost(m, k);
+      t.row({fmt::format("checkpoint.interval_steps = {}", k), describe(used)});
+    }
+  }
+  if (used.efficiency <= 0) {
+    t.row({"calendar days", "never: each failure costs more than the time between failures"});
+  } else {
+    t.row({fmt::format("calendar days at {} kept", percent(used.efficiency, 1)),
+           fmt::format("{:.2f}", compute_days / used.efficiency)});
+  }
+  o += t.str();
+  o += restart ? "  (kept = tau / (tau + C) x (1 - (R + (tau + C) / 2) / M); docs/planner.md)\n"
+               : "  (kept = tau / (tau + C) x (1 - (R + step / 2) / M); elastic recovery is not built yet: a what-if)\n";
+  return o;
+}
+
+}  // namespace
+
 std::string render_plan(const Config& c, const PlanInputs& in) {
   const auto& m = c.model();
   const auto& p = c.parallel();
@@ -337,6 +405,7 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
     o += t.str();
     o += "  (efficiency applies once: if the throughput was measured over whole wall time,\n"
          "  including saves and restarts, use --calendar-efficiency 1)\n";
+    if (in.failures_per_gpu_hour || in.mtbf_hours) o += failure_calendar_text(c, in, cal.compute_days);
   }
 
   if (!in.scaling.empty()) {

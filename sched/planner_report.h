@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "messages/config.pb.h"
+#include "sched/failure_calendar.h"
 #include "sched/planner.h"
 
 namespace troupe::sched {
@@ -17,6 +18,15 @@ struct PlanInputs {
   std::optional<double> tokens_per_s;   // measured throughput: adds the calendar
   double calendar_efficiency = 0.9;     // share of wall time spent training
   std::vector<ScalingPoint> scaling;    // --scaling rows (may be empty)
+  // The calendar with failures (sched/failure_calendar.h), with a throughput: the
+  // failure rate per GPU-hour (or the cluster's mean time between failures), the
+  // seconds a checkpoint save stalls training and the seconds from a failure to
+  // training again. Empty rate and MTBF: no failure calendar.
+  std::optional<double> failures_per_gpu_hour;
+  std::optional<double> mtbf_hours;
+  double save_stall_s = 0;
+  double recovery_s = 0;
+  Recovery recovery = Recovery::Restart;
 };
 
 std::string render_plan(const Config& c, const PlanInputs& in);

@@ -27,7 +27,9 @@ namespace po = boost::program_options;
 const char* kUsage =
     "usage: supervisor plan [CONFIG] [--set PATH=VALUE]... [--megatron-args FILE]\n"
     "                       [--gpus N] [--throughput TOKENS_PER_S] [--calendar-efficiency F]\n"
-    "                       [--scaling FILE] [--token-budget T] [--gpu-memory SIZE]\n\n"
+    "                       [--scaling FILE] [--token-budget T] [--gpu-memory SIZE]\n"
+    "                       [--failure-rate R | --mtbf-hours H --save-seconds C --recovery-seconds S\n"
+    "                        [--recovery RESTART|ELASTIC]]\n\n"
     "Prints the plan of a config: tokens per update, microbatches per data-parallel group,\n"
     "ideal pipeline idle, causal position pairs, updates and shortfall against the token\n"
     "budget, warmup, the LR at its turning points, the main-state memory ledger per GPU\n"
@@ -46,6 +48,14 @@ const char* kPlanOptions =
     "  --gpu-memory SIZE        memory of one GPU (141GB, 80GiB, bytes): per stage, the least\n"
     "                           recomputation (none < selective < full of the fewest layers)\n"
     "                           that fits, or that none does\n"
+    "  --failure-rate R         failures per GPU-hour (with --throughput): the calendar with\n"
+    "                           failures, the checkpoint interval that keeps the most\n"
+    "  --mtbf-hours H           the cluster's mean time between failures, instead of a rate\n"
+    "  --save-seconds C         seconds one checkpoint save stalls training (measured)\n"
+    "  --recovery-seconds S     seconds from a failure to training again: detection,\n"
+    "                           restart and reload (measured)\n"
+    "  --recovery MODE          RESTART (default: from the newest checkpoint) or ELASTIC\n"
+    "                           (survivors adopt the lost replicas; not built yet: a what-if)\n"
     "  -h, --help               this text\n";
 
 // A positive number from an option value ("1.6e6", "1600000").
@@ -54,6 +64,15 @@ double positive_number(const std::string& option, const std::string& text) {
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size() || !(v > 0) || !std::isfinite(v))
     throw std::invalid_argument("--" + option + " " + text + ": expected a positive number");
+  return v;
+}
+
+// A number >= 0 from an option value.
+double non_negative_number(const std::string& option, const std::string& text) {
+  double v = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || !(v >= 0) || !std::isfinite(v))
+    throw std::invalid_argument("--" + option + " " + text + ": expected a number of seconds, 0 or more");
   return v;
 }
 
@@ -70,6 +89,7 @@ int64_t positive_count(const std::string& option, const std::string& text) {
 int plan_main(int argc, char** argv) {
   ConfigArgs config_args;
   std::string gpus, throughput, efficiency, scaling, budget, gpu_memory;
+  std::string failure_rate, mtbf_hours, save_seconds, recovery_seconds, recovery;
   CommandLine cmd("plan");
   add_config_options(cmd.options, cmd.positional, config_args);
   cmd.options.add_options()
@@ -79,6 +99,11 @@ int plan_main(int argc, char** argv) {
       ("scaling", po::value<std::string>(&scaling))
       ("token-budget", po::value<std::string>(&budget))
       ("gpu-memory", po::value<std::string>(&gpu_memory))
+      ("failure-rate", po::value<std::string>(&failure_rate))
+      ("mtbf-hours", po::value<std::string>(&mtbf_hours))
+      ("save-seconds", po::value<std::string>(&save_seconds))
+      ("recovery-seconds", po::value<std::string>(&recovery_seconds))
+      ("recovery", po::value<std::string>(&recovery))
       ("help,h", "");
   if (const auto status = cmd.parse(argc, argv, std::string(kUsage) + config_options_help() + kPlanOptions))
     return *status;
@@ -103,6 +128,26 @@ int plan_main(int argc, char** argv) {
       throw std::invalid_argument("--calendar-efficiency " + efficiency + ": must be in (0, 1]");
   }
   if (!budget.empty()) in.token_budget = positive_count("token-budget", budget);
+  if (!failure_rate.empty() || !mtbf_hours.empty()) {
+    if (!failure_rate.empty() && !mtbf_hours.empty())
+      return cmd.usage_error("--failure-rate and --mtbf-hours say the same thing: give one");
+    if (throughput.empty())
+      return cmd.usage_error("the calendar with failures needs --throughput (a step's time comes from it)");
+    if (save_seconds.empty() || recovery_seconds.empty())
+      return cmd.usage_error("the calendar with failures needs --save-seconds (what one checkpoint save stalls "
+                             "training) and --recovery-seconds (failure to training again), both measured");
+    if (!failure_rate.empty()) in.failures_per_gpu_hour = positive_number("failure-rate", failure_rate);
+    if (!mtbf_hours.empty()) in.mtbf_hours = positive_number("mtbf-hours", mtbf_hours);
+    in.save_stall_s = non_negative_number("save-seconds", save_seconds);
+    in.recovery_s = non_negative_number("recovery-seconds", recovery_seconds);
+    if (recovery == "ELASTIC" || recovery == "elastic")
+      in.recovery = sched::Recovery::Elastic;
+    else if (!recovery.empty() && recovery != "RESTART" && recovery != "restart")
+      return cmd.usage_error("--recovery " + recovery + ": RESTART or ELASTIC");
+  } else if (!save_seconds.empty() || !recovery_seconds.empty() || !recovery.empty()) {
+    return cmd.usage_error("--save-seconds, --recovery-seconds and --recovery belong to --failure-rate or "
+                           "--mtbf-hours");
+  }
   if (!scaling.empty()) in.scaling = sched::read_scaling_file(scaling);
   std::optional<double> gpu_bytes;
   if (!gpu_memory.empty()) {

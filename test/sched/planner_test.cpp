@@ -12,6 +12,7 @@
 #include "config/megatron_args.h"
 #include "config/text_format.h"
 #include "config/validate.h"
+#include "sched/failure_calendar.h"
 #include "sched/pipeline_schedule.h"
 #include "sched/planner.h"
 #include "sched/planner_report.h"
@@ -164,6 +165,32 @@ TEST_CASE("the printed plan carries the articles' numbers") {
   CHECK(has_line(text, "  1,024  16       320,000     1.78x                 89%"));
   CHECK(has_line(text, "  days of pure compute             72.34"));
   CHECK(has_line(text, "  calendar days at 90% efficiency  80.38"));
+}
+
+TEST_CASE("the plan's calendar with failures: the seed at Llama 3's failure rate") {
+  PlanInputs in;
+  in.tokens_per_s = 1.6e6;
+  in.failures_per_gpu_hour = 419.0 / (54.0 * 24.0 * 16384.0);
+  in.save_stall_s = 20;
+  in.recovery_s = 900;
+  const std::string text = render_plan(seed(), in);
+  CHECK(text.find("Calendar with failures (RESTART from the newest checkpoint)") != std::string::npos);
+  // 5,120 GPUs: 9.90 h between failures; a step of 15,728,640 tokens at 1.6 M/s.
+  CHECK(text.find("9.90 h = 1 / (1.97e-05 failures per GPU-hour x 5,120 GPUs)") != std::string::npos);
+  CHECK(text.find("9.830 s (15,728,640 tokens") != std::string::npos);
+  FailureModel m;
+  m.mtbf_s = mtbf_seconds(*in.failures_per_gpu_hour, 5120);
+  m.save_stall_s = 20;
+  m.recovery_s = 900;
+  m.step_s = 15728640 / 1.6e6;
+  const FailureCost best = best_interval(m);
+  CAPTURE(text);
+  CHECK(text.find(fmt::format("best interval                    {} steps", best.interval_steps)) != std::string::npos);
+  CHECK(text.find(fmt::format("calendar days at {:.1f}% kept", 100 * best.efficiency)) != std::string::npos);
+  CHECK(text.find(fmt::format("{:.2f}", 72.34 / best.efficiency).substr(0, 4)) != std::string::npos);
+  // The seed's assumed 90 % comes out of these parts as more than 90 %.
+  CHECK(best.efficiency > 0.9);
+  CHECK(best.efficiency < 1.0);
 }
 
 TEST_CASE("textproto and Megatron arguments print the identical plan") {
