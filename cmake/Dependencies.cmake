@@ -5,7 +5,10 @@ find_package(Boost REQUIRED COMPONENTS program_options)
 find_package(spdlog REQUIRED)
 find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
-find_package(ZLIB REQUIRED)  # PNG plots (metrics/png.cpp)
+find_package(ZLIB REQUIRED)  # PNG plots (metrics/png.cpp), .jsonl.gz corpora (data/compressed_input.cpp)
+# libzstd-dev: .jsonl.zst corpora (data/compressed_input.cpp), through its pkg-config file.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 find_package(ICU REQUIRED COMPONENTS uc)
 # libcrypto: HMAC-SHA256 challenge-response between the supervisor and its workers;
 # libssl: cluster mode's optional TLS (actors/cluster/tls_context.h).

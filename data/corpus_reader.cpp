@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "data/compressed_input.h"
 #include "data/error.h"
 #include "data/mapped_file.h"
 
@@ -91,6 +92,39 @@ class ByteReporter {
   size_t reported_ = 0;
 };
 
+// One line of a JSON-lines file: its "text" string to `emit` (a blank line skipped).
+// `offset` is where the line starts, in the file or, for a compressed one, in its
+// decompressed text (`offset_name` says which).
+void jsonl_line(std::string_view text, const std::string& path, int64_t line_no, size_t offset,
+                const char* offset_name, const std::function<void(std::string_view)>& emit) {
+  if (blank(text)) return;
+  const std::string where = path + ":" + std::to_string(line_no);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw DataError(where + ": invalid JSON at column " + std::to_string(e.byte) + " (" + offset_name + " " +
+                    std::to_string(offset + (e.byte > 0 ? e.byte - 1 : 0)) + ")");
+  }
+  const auto it = j.is_object() ? j.find("text") : j.end();
+  if (!j.is_object() || it == j.end())
+    throw DataError(where + ": no \"text\" field (" + offset_name + " " + std::to_string(offset) + ")");
+  if (!it->is_string())
+    throw DataError(where + ": \"text\" is not a string (" + offset_name + " " + std::to_string(offset) + ")");
+  emit(it->get_ref<const std::string&>());
+}
+
+bool jsonl_name(const std::string& path) {
+  return ends_with(path, ".jsonl") || ends_with(path, ".ndjson") || ends_with(path, ".json");
+}
+
+// `path` without a compression suffix (.gz, .zst, .zstd).
+std::string without_compression_suffix(const std::string& path) {
+  for (const char* suffix : {".gz", ".zst", ".zstd"})
+    if (ends_with(path, suffix)) return path.substr(0, path.size() - std::string_view(suffix).size());
+  return path;
+}
+
 }  // namespace
 
 InputFormat parse_input_format(const std::string& name) {
@@ -125,9 +159,7 @@ std::optional<std::string> not_text(std::string_view s) {
 
 InputFormat detect_format(const std::string& path, std::string_view s, InputFormat requested) {
   if (requested != InputFormat::Auto) return requested;
-  if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson") || ends_with(path, ".json")) {
-    return InputFormat::Jsonl;
-  }
+  if (jsonl_name(path)) return InputFormat::Jsonl;
   for (size_t pos = 0; pos < s.size();) {
     const Line l = line_at(s, pos);
     if (percent_line(l.text)) return InputFormat::Fortune;
@@ -143,12 +175,7 @@ ReadStats read_documents(const std::string& path, InputFormat format,
   const std::string_view s(reinterpret_cast<const char*>(file.data()), file.size());
   ReadStats stats;
   ByteReporter progress(on_bytes);
-  if (format == InputFormat::Auto && (stats.not_text = not_text(s))) {
-    progress.flush(s.size());
-    return stats;
-  }
-  format = detect_format(path, s, format);
-  auto emit = [&](std::string_view doc) {
+  const std::function<void(std::string_view)> emit = [&](std::string_view doc) {
     if (blank(doc)) {
       ++stats.skipped_empty;
       return;
@@ -156,6 +183,63 @@ ReadStats read_documents(const std::string& path, InputFormat format,
     ++stats.documents;
     on_document(doc);
   };
+  // gzip and zstd: JSON lines, decompressed as they are read (data/compressed_input.h).
+  if (const Compression c = compression_of(s); c != Compression::None) {
+    const std::string kind = compression_name(c);
+    if (format != InputFormat::Auto && format != InputFormat::Jsonl)
+      throw DataError(path + ": a " + kind + " file is read as JSON lines only, not as " + input_format_name(format));
+    if (format == InputFormat::Auto && !jsonl_name(without_compression_suffix(path)))
+      throw DataError(path + ": a " + kind + " file is read as JSON lines: name it .jsonl.gz or .jsonl.zst (or "
+                      ".ndjson, .json before the suffix), or pass --format jsonl");
+    std::string carry;  // a line split between two decompressed pieces
+    int64_t line_no = 0;
+    size_t offset = 0;  // where the next line starts in the decompressed text
+    auto line = [&](std::string_view text) {
+      jsonl_line(text, path, ++line_no, offset, "decompressed offset", emit);
+      offset += text.size() + 1;
+    };
+    // A JSON error inside may be damage the decompressor finds only later (a gzip
+    // member's CRC is at its end): the rest is decompressed without reading it, and
+    // the decompressor's error, when there is one, is the one reported.
+    std::optional<DataError> text_error;
+    auto pieces = [&](std::string_view piece) {
+      if (text_error) return;
+      try {
+        for (size_t start = 0;;) {
+          const size_t nl = piece.find('\n', start);
+          if (nl == std::string_view::npos) {
+            carry.append(piece.substr(start));
+            return;
+          }
+          if (carry.empty()) {
+            line(piece.substr(start, nl - start));
+          } else {
+            carry.append(piece.substr(start, nl - start));
+            line(carry);
+            carry.clear();
+          }
+          start = nl + 1;
+        }
+      } catch (const DataError& e) {
+        text_error = e;
+      }
+    };
+    try {
+      decompress(path, s, c, pieces, [&](size_t consumed) { progress.at(consumed); });
+    } catch (const DataError& e) {
+      if (!text_error) throw;
+      throw DataError(std::string(e.what()) + " (the text read wrong before: " + text_error->what() + ")");
+    }
+    if (text_error) throw *text_error;
+    if (!carry.empty()) line(carry);
+    progress.flush(s.size());
+    return stats;
+  }
+  if (format == InputFormat::Auto && (stats.not_text = not_text(s))) {
+    progress.flush(s.size());
+    return stats;
+  }
+  format = detect_format(path, s, format);
 
   switch (format) {
     case InputFormat::Auto:
@@ -201,25 +285,8 @@ ReadStats read_documents(const std::string& path, InputFormat format,
       int64_t line_no = 0;
       for (size_t pos = 0; pos < s.size();) {
         const Line l = line_at(s, pos);
-        ++line_no;
         pos = l.next;
-        if (blank(l.text)) continue;
-        const std::string where = path + ":" + std::to_string(line_no);
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(l.text);
-        } catch (const nlohmann::json::parse_error& e) {
-          throw DataError(where + ": invalid JSON at column " + std::to_string(e.byte) +
-                          " (file offset " + std::to_string(l.begin + (e.byte > 0 ? e.byte - 1 : 0)) + ")");
-        }
-        const auto it = j.is_object() ? j.find("text") : j.end();
-        if (!j.is_object() || it == j.end()) {
-          throw DataError(where + ": no \"text\" field (file offset " + std::to_string(l.begin) + ")");
-        }
-        if (!it->is_string()) {
-          throw DataError(where + ": \"text\" is not a string (file offset " + std::to_string(l.begin) + ")");
-        }
-        emit(it->get_ref<const std::string&>());
+        jsonl_line(l.text, path, ++line_no, l.begin, "file offset", emit);
         progress.at(l.next);
       }
       break;

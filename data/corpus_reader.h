@@ -11,6 +11,11 @@
 //   auto         .jsonl/.ndjson/.json -> jsonl; a file with a line holding only '%'
 //                -> fortune; anything else -> text. A file that is not text
 //                (not_text below) is skipped whole and reported, never read as documents.
+// Compressed (gzip or zstd, told by the first bytes: data/compressed_input.h): JSON
+// lines only, decompressed as they are read; auto takes a name ending .jsonl.gz,
+// .jsonl.zst (or .ndjson / .json before the suffix), anything else is refused with the
+// reason, as is a compressed file under text, blank-lines or fortune. Progress counts
+// compressed bytes; JSON errors name the offset in the decompressed text.
 // Documents that are empty or only whitespace are skipped and counted.
 #pragma once
 

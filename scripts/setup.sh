@@ -17,7 +17,8 @@ packages=(
   nlohmann-json3-dev              # vocab.json, JSON-lines corpora, reports
   libicu-dev                      # Unicode categories for the GPT-2 pre-tokenizer
   libssl-dev                      # HMAC-SHA256 worker authentication (cluster mode)
-  zlib1g-dev                      # PNG plots (supervisor compare --plot)
+  zlib1g-dev                      # PNG plots (supervisor compare --plot), .jsonl.gz corpora
+  libzstd-dev                     # .jsonl.zst corpora (supervisor prepare-data)
   fortunes fortunes-min           # the embedded default corpus
 )
 

@@ -46,7 +46,8 @@ int prepare_data_main(int argc, char** argv) {
       ("format,f", po::value(&format)->default_value("auto"),
        "auto | text (one document per file) | blank-lines | jsonl (\"text\" field) | "
        "fortune ('%' lines); auto skips files that are not text (a NUL byte, or over 1% "
-       "invalid UTF-8), naming each")
+       "invalid UTF-8), naming each. gzip and zstd files (by their first bytes) are JSON lines, "
+       "decompressed as read: auto takes .jsonl.gz / .jsonl.zst")
       ("add-special-tokens",
        "encode each document with the tokenizer's special tokens, as HF's add_special_tokens=True "
        "(tokenizer hf: the post-processor's template, a Llama 3 file's <|begin_of_text|> first); default: none, "

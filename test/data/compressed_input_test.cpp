@@ -1,0 +1,169 @@
+// Compressed corpora (data/compressed_input.h): .jsonl.gz and .jsonl.zst read as the
+// same documents as the plain .jsonl, whatever the chunk boundaries; members and frames
+// one after another; damaged and truncated files refused naming the file and the
+// compressed offset; prepare-data's output byte for byte the plain file's.
+#include <doctest/doctest.h>
+
+#include <zlib.h>
+#include <zstd.h>
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data/compressed_input.h"
+#include "data/corpus_reader.h"
+#include "data/error.h"
+#include "data/prepare.h"
+#include "test/data/helpers.h"
+
+using namespace troupe::data;
+using namespace troupe::data::testing;
+
+namespace {
+
+std::string gzip(const std::string& in, int level = 6) {
+  z_stream z{};
+  REQUIRE(deflateInit2(&z, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::string out(deflateBound(&z, uLong(in.size())), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = uInt(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = uInt(out.size());
+  REQUIRE(deflate(&z, Z_FINISH) == Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+std::string zstd(const std::string& in, int level = 3) {
+  std::string out(ZSTD_compressBound(in.size()), '\0');
+  const size_t n = ZSTD_compress(out.data(), out.size(), in.data(), in.size(), level);
+  REQUIRE(!ZSTD_isError(n));
+  out.resize(n);
+  return out;
+}
+
+// About 3 MB of JSON lines of uneven lengths: lines cross the 1 MiB pieces the
+// decompressors hand on.
+std::string corpus() {
+  std::string s;
+  for (int i = 0; i < 6000; ++i) {
+    std::string text = "document " + std::to_string(i) + ":";
+    for (int k = 0; k < (i * 37) % 900; ++k) text += char('a' + (i + k) % 26);
+    s += "{\"id\": " + std::to_string(i) + ", \"text\": \"" + text + "\"}\n";
+    if (i % 500 == 0) s += "\n";  // blank lines are skipped
+  }
+  return s;
+}
+
+std::vector<std::string> docs_of(const std::string& path, InputFormat f, size_t* bytes = nullptr) {
+  std::vector<std::string> out;
+  read_documents(path, f, [&](std::string_view d) { out.emplace_back(d); },
+                 [&](size_t n) {
+                   if (bytes) *bytes += n;
+                 });
+  return out;
+}
+
+std::string error_of(const std::string& path, InputFormat f = InputFormat::Auto) {
+  try {
+    docs_of(path, f);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("gzip and zstd JSON lines give the plain file's documents; progress counts the compressed bytes") {
+  ScratchDir d;
+  const std::string text = corpus();
+  write_text(d / "c.jsonl", text);
+  write_text(d / "c.jsonl.gz", gzip(text));
+  write_text(d / "c.jsonl.zst", zstd(text));
+  write_text(d / "c.ndjson.zstd", zstd(text, 19));
+  const auto want = docs_of(d / "c.jsonl", InputFormat::Auto);
+  REQUIRE(want.size() == 6000);
+  CHECK(compression_of(read_text(d / "c.jsonl.gz")) == Compression::Gzip);
+  CHECK(compression_of(read_text(d / "c.jsonl.zst")) == Compression::Zstd);
+  CHECK(compression_of(text) == Compression::None);
+  for (const char* name : {"c.jsonl.gz", "c.jsonl.zst", "c.ndjson.zstd"}) {
+    CAPTURE(name);
+    size_t bytes = 0;
+    CHECK(docs_of(d / name, InputFormat::Auto, &bytes) == want);
+    CHECK(bytes == std::filesystem::file_size(d / name));
+    CHECK(docs_of(d / name, InputFormat::Jsonl) == want);
+  }
+}
+
+TEST_CASE("gzip members and zstd frames one after another read as one stream") {
+  ScratchDir d;
+  const std::string a = "{\"text\": \"first\"}\n{\"text\": \"sec", b = "ond\"}\n{\"text\": \"third\"}\n";
+  write_text(d / "m.jsonl.gz", gzip(a) + gzip(b));
+  write_text(d / "m.jsonl.zst", zstd(a) + zstd(b));
+  const std::vector<std::string> want{"first", "second", "third"};
+  CHECK(docs_of(d / "m.jsonl.gz", InputFormat::Auto) == want);
+  CHECK(docs_of(d / "m.jsonl.zst", InputFormat::Auto) == want);
+}
+
+TEST_CASE("damaged, truncated or misnamed compressed inputs are refused, naming the file and the offset") {
+  ScratchDir d;
+  const std::string text = corpus();
+  const std::string gz = gzip(text), zs = zstd(text);
+  write_text(d / "cut.jsonl.gz", gz.substr(0, gz.size() / 2));
+  CHECK(error_of(d / "cut.jsonl.gz").find(std::string(d / "cut.jsonl.gz") + ": gzip: the data ends inside a member") !=
+        std::string::npos);
+  write_text(d / "cut.jsonl.zst", zs.substr(0, zs.size() / 2));
+  CHECK(error_of(d / "cut.jsonl.zst").find(std::string(d / "cut.jsonl.zst") + ": zstd: ") != std::string::npos);
+  CHECK(error_of(d / "cut.jsonl.zst").find("at compressed offset") != std::string::npos);
+  std::string bad = gz;
+  for (size_t i = bad.size() / 3; i < bad.size() / 3 + 64; ++i) bad[i] = char(~bad[i]);
+  write_text(d / "bad.jsonl.gz", bad);
+  // The damage decodes into text that is not JSON first; gzip's check at the member's
+  // end is what names it.
+  const std::string bad_gz = error_of(d / "bad.jsonl.gz");
+  CAPTURE(bad_gz);
+  CHECK(bad_gz.rfind(std::string(d / "bad.jsonl.gz") + ": gzip: ", 0) == 0);
+  CHECK(bad_gz.find("(the text read wrong before: ") != std::string::npos);
+  std::string bad_zs = zs;
+  for (size_t i = bad_zs.size() / 3; i < bad_zs.size() / 3 + 64; ++i) bad_zs[i] = char(~bad_zs[i]);
+  write_text(d / "bad.jsonl.zst", bad_zs);
+  CHECK(error_of(d / "bad.jsonl.zst").find(std::string(d / "bad.jsonl.zst") + ": zstd: ") != std::string::npos);
+  // Compressed text is JSON lines only.
+  write_text(d / "notes.txt.gz", gzip("plain text\n"));
+  CHECK(error_of(d / "notes.txt.gz").find("a gzip file is read as JSON lines: name it .jsonl.gz or .jsonl.zst") !=
+        std::string::npos);
+  CHECK(error_of(d / "notes.txt.gz", InputFormat::Text).find("a gzip file is read as JSON lines only, not as text") !=
+        std::string::npos);
+  // A JSON error inside names the line and where it starts in the decompressed text.
+  write_text(d / "j.jsonl.zst", zstd("{\"text\": \"ok\"}\n{\"text\": oops}\n"));
+  CHECK(error_of(d / "j.jsonl.zst").find("j.jsonl.zst:2: invalid JSON at column 10 (decompressed offset 24)") !=
+        std::string::npos);
+}
+
+TEST_CASE("prepare-data writes the same dataset from .jsonl, .jsonl.gz and .jsonl.zst") {
+  ScratchDir d;
+  const std::string text = corpus();
+  write_text(d / "c.jsonl", text);
+  write_text(d / "c.jsonl.gz", gzip(text));
+  write_text(d / "c.jsonl.zst", zstd(text));
+  auto tok = make_byte_tokenizer();
+  std::vector<std::string> bins, idxs;
+  for (const char* name : {"c.jsonl", "c.jsonl.gz", "c.jsonl.zst"}) {
+    PrepareOptions o;
+    o.inputs = {d / name};
+    o.output_prefix = d / (std::string("out-") + name);
+    const PrepareSummary s = prepare_dataset(o, *tok);
+    CHECK(s.documents == 6000);
+    CHECK(s.input_bytes == int64_t(std::filesystem::file_size(d / name)));
+    bins.push_back(read_text(o.output_prefix + ".bin"));
+    idxs.push_back(read_text(o.output_prefix + ".idx"));
+  }
+  CHECK(bins[1] == bins[0]);
+  CHECK(bins[2] == bins[0]);
+  CHECK(idxs[1] == idxs[0]);
+  CHECK(idxs[2] == idxs[0]);
+}
