@@ -183,6 +183,11 @@ ReadStats read_documents(const std::string& path, InputFormat format,
     ++stats.documents;
     on_document(doc);
   };
+  // Parquet (the "PAR1" magic): no Parquet reader is packaged for Debian 12 (Apache
+  // Arrow's libparquet is not in it), and a hand-written one is not an option.
+  if (s.substr(0, 4) == "PAR1")
+    throw DataError(path + ": a Parquet file, which this build does not read (no Parquet library is packaged for "
+                    "Debian 12): convert its text column to JSON lines first, e.g. .jsonl.zst (docs/data.md)");
   // gzip and zstd: JSON lines, decompressed as they are read (data/compressed_input.h).
   if (const Compression c = compression_of(s); c != Compression::None) {
     const std::string kind = compression_name(c);

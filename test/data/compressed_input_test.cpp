@@ -138,6 +138,11 @@ TEST_CASE("damaged, truncated or misnamed compressed inputs are refused, naming 
         std::string::npos);
   CHECK(error_of(d / "notes.txt.gz", InputFormat::Text).find("a gzip file is read as JSON lines only, not as text") !=
         std::string::npos);
+  // Parquet is refused with the reason, whatever the format asked.
+  write_text(d / "t.parquet", std::string("PAR1\x15\x04", 6) + std::string(64, '\0') + "PAR1");
+  for (const auto f : {InputFormat::Auto, InputFormat::Jsonl, InputFormat::Text})
+    CHECK(error_of(d / "t.parquet", f).find("t.parquet: a Parquet file, which this build does not read") !=
+          std::string::npos);
   // A JSON error inside names the line and where it starts in the decompressed text.
   write_text(d / "j.jsonl.zst", zstd("{\"text\": \"ok\"}\n{\"text\": oops}\n"));
   CHECK(error_of(d / "j.jsonl.zst").find("j.jsonl.zst:2: invalid JSON at column 10 (decompressed offset 24)") !=
