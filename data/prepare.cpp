@@ -4,8 +4,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <exception>
 #include <filesystem>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <system_error>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -18,10 +26,113 @@ namespace troupe::data {
 namespace fs = std::filesystem;
 namespace {
 
-double thread_cpu_seconds() {
+double cpu_seconds(clockid_t clock) {
   timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  ::clock_gettime(clock, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// One file's documents as token IDs (EOD included), for a parallel preparation.
+struct FileTokens {
+  std::vector<int32_t> ids;
+  std::vector<int64_t> sizes;  // per document
+  ReadStats stats;
+  std::exception_ptr error;
+  bool ready = false;
+};
+
+// Tokenizes `files` on `threads` threads, each with a tokenizer from `make`, and hands
+// each file's result to `deliver` in file order on the calling thread; `waiting` is
+// called about twice a second while the next file is not ready. At most threads + 1
+// files are held at once. The first failing file in order (its DataError) ends it;
+// the threads are joined before anything is thrown.
+void tokenize_in_parallel(const std::vector<std::string>& files, const PrepareOptions& options,
+                          std::atomic<int64_t>& bytes_done, const std::function<void(size_t, FileTokens&)>& deliver,
+                          const std::function<void()>& waiting) {
+  const size_t n = files.size();
+  std::vector<FileTokens> results(n);
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t claimed = 0, written = 0;
+  std::atomic<bool> stop{false};
+  const size_t window = size_t(options.threads) + 1;
+  // One tokenizer per thread, made here so that a failure to make one is thrown before
+  // any thread starts.
+  const int threads = int(std::min<size_t>(size_t(options.threads), n));
+  std::vector<std::unique_ptr<Tokenizer>> tokenizers;
+  for (int k = 0; k < threads; ++k) tokenizers.push_back(options.make_tokenizer());
+  auto work = [&](Tokenizer* tokenizer) {
+    for (;;) {
+      size_t i;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return stop || claimed == n || claimed < written + window; });
+        if (stop || claimed == n) return;
+        i = claimed++;
+      }
+      FileTokens t;
+      try {
+        std::vector<int32_t> ids;
+        t.stats = read_documents(
+            files[i], options.format,
+            [&](std::string_view doc) {
+              if (stop) throw DataError("stopped");  // another file failed: give up this one
+              ids.clear();
+              if (options.add_special_tokens) tokenizer->encode_with_special_tokens(doc, ids);
+              else tokenizer->encode(doc, ids);
+              ids.push_back(tokenizer->eod());
+              t.ids.insert(t.ids.end(), ids.begin(), ids.end());
+              t.sizes.push_back(int64_t(ids.size()));
+            },
+            [&](size_t b) { bytes_done += int64_t(b); });
+      } catch (...) {
+        t.error = std::current_exception();
+      }
+      std::lock_guard lock(mu);
+      results[i] = std::move(t);
+      results[i].ready = true;
+      cv.notify_all();
+    }
+  };
+  std::vector<std::thread> pool;
+  std::exception_ptr failure;
+  try {
+    for (int k = 0; k < threads; ++k) {
+      try {
+        pool.emplace_back(work, tokenizers[size_t(k)].get());
+      } catch (const std::system_error& e) {
+        throw DataError("prepare-data: cannot start tokenizing thread " + std::to_string(k + 1) + " of " +
+                        std::to_string(threads) + ": " + e.what() + " (fewer --threads)");
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      {
+        std::unique_lock lock(mu);
+        while (!results[i].ready) {
+          if (cv.wait_for(lock, std::chrono::milliseconds(500)) == std::cv_status::timeout) {
+            lock.unlock();
+            waiting();
+            lock.lock();
+          }
+        }
+      }
+      if (results[i].error) std::rethrow_exception(results[i].error);
+      deliver(i, results[i]);
+      results[i] = FileTokens{};  // its memory back before the next one
+      std::lock_guard lock(mu);
+      ++written;
+      cv.notify_all();
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  {
+    std::lock_guard lock(mu);
+    stop = true;
+    cv.notify_all();
+  }
+  for (auto& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
 }
 
 void skip_not_text(PrepareSummary& summary, const std::string& path, const std::string& why) {
@@ -64,18 +175,23 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, I
 PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokenizer) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  const double cpu_start = thread_cpu_seconds();
   const std::vector<std::string> files = expand_inputs(options.inputs, options.format);
   if (files.empty()) throw DataError("prepare-data: no input files");
+  const bool parallel = options.threads > 1 && files.size() > 1 && options.make_tokenizer;
+  const clockid_t cpu_clock = parallel ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID;
+  const double cpu_start = cpu_seconds(cpu_clock);
 
   PrepareProgress progress;
   for (const auto& f : files) progress.bytes_total += int64_t(fs::file_size(f));
+  progress.files_total = int64_t(files.size());
+  std::atomic<int64_t> bytes_done{0};
   auto last_report = start;
   auto report = [&](bool force) {
     const auto now = clock::now();
     if (!options.progress || (!force && now - last_report < std::chrono::milliseconds(500))) return;
     last_report = now;
     progress.seconds = std::chrono::duration<double>(now - start).count();
+    progress.bytes_done = bytes_done;
     options.progress(progress);
   };
 
@@ -84,29 +200,47 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
   IndexedDatasetWriter writer(options.output_prefix, dtype_for_vocab(tokenizer.vocab_size()),
                               tokenizer.vocab_size());
   PrepareSummary summary;
-  std::vector<int32_t> ids;
   std::vector<std::vector<int32_t>> held;  // only with shuffle_seed
-  auto on_document = [&](std::string_view doc) {
-    ids.clear();
-    if (options.add_special_tokens) tokenizer.encode_with_special_tokens(doc, ids);
-    else tokenizer.encode(doc, ids);
-    ids.push_back(tokenizer.eod());
+  auto add_document = [&](std::span<const int32_t> ids) {
     progress.tokens += int64_t(ids.size());
     ++progress.documents;
-    if (options.shuffle_seed) {
-      held.push_back(ids);
-    } else {
+    if (options.shuffle_seed)
+      held.emplace_back(ids.begin(), ids.end());
+    else
       writer.add_document(ids);
-    }
   };
-  auto on_bytes = [&](size_t n) {
-    progress.bytes_done += int64_t(n);
-    report(false);
-  };
-  for (const auto& f : files) {
-    const ReadStats rs = read_documents(f, options.format, on_document, on_bytes);
+  auto file_done = [&](const std::string& f, const ReadStats& rs) {
     summary.skipped_empty += rs.skipped_empty;
     if (rs.not_text) skip_not_text(summary, f, *rs.not_text);
+    ++progress.files_done;
+  };
+  if (parallel) {
+    tokenize_in_parallel(
+        files, options, bytes_done,
+        [&](size_t i, FileTokens& t) {
+          int64_t at = 0;
+          for (const int64_t size : t.sizes) {
+            add_document(std::span<const int32_t>(t.ids.data() + at, size_t(size)));
+            at += size;
+          }
+          file_done(files[i], t.stats);
+          report(false);
+        },
+        [&] { report(false); });
+  } else {
+    std::vector<int32_t> ids;
+    auto on_document = [&](std::string_view doc) {
+      ids.clear();
+      if (options.add_special_tokens) tokenizer.encode_with_special_tokens(doc, ids);
+      else tokenizer.encode(doc, ids);
+      ids.push_back(tokenizer.eod());
+      add_document(ids);
+    };
+    auto on_bytes = [&](size_t n) {
+      bytes_done += int64_t(n);
+      report(false);
+    };
+    for (const auto& f : files) file_done(f, read_documents(f, options.format, on_document, on_bytes));
   }
   if (progress.documents == 0) {
     const size_t skipped = summary.skipped_not_text.size();
@@ -128,7 +262,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
   summary.tokens = progress.tokens;
   summary.input_bytes = progress.bytes_total;
   summary.seconds = std::chrono::duration<double>(clock::now() - start).count();
-  summary.cpu_seconds = thread_cpu_seconds() - cpu_start;
+  summary.cpu_seconds = cpu_seconds(cpu_clock) - cpu_start;
   summary.bin_path = options.output_prefix + ".bin";
   summary.idx_path = options.output_prefix + ".idx";
   summary.dtype = dtype_name(dtype_for_vocab(tokenizer.vocab_size()));

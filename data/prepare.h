@@ -15,11 +15,17 @@
 namespace troupe::data {
 
 struct PrepareProgress {
-  int64_t bytes_done = 0;
+  int64_t bytes_done = 0;   // input bytes read (compressed bytes for compressed files)
   int64_t bytes_total = 0;
-  int64_t documents = 0;
-  int64_t tokens = 0;
+  int64_t files_done = 0;   // written to the dataset
+  int64_t files_total = 0;
+  int64_t documents = 0;    // written
+  int64_t tokens = 0;       // written, EOD included
   double seconds = 0;
+  // Seconds left at the rate so far (bytes), or -1 before there is a rate.
+  double eta_seconds() const {
+    return bytes_done > 0 && seconds > 0 ? double(bytes_total - bytes_done) * seconds / double(bytes_done) : -1;
+  }
 };
 
 struct PrepareOptions {
@@ -39,6 +45,14 @@ struct PrepareOptions {
   bool add_special_tokens = false;
   // Called about twice a second while working, and once at the end.
   std::function<void(const PrepareProgress&)> progress;
+  // Files tokenized at once, each on a thread with a tokenizer of its own from
+  // make_tokenizer (tokenizers cache, so one is never shared). The dataset is the same
+  // whatever the number: documents are written in file order, and in each file's
+  // order. Each file in flight is held in memory as its token IDs until its turn to be
+  // written (at most threads + 1 files). 1, or no make_tokenizer: one file at a time,
+  // streamed.
+  int threads = 1;
+  std::function<std::unique_ptr<Tokenizer>()> make_tokenizer;
 };
 
 // An input file format Auto did not read because it is not text (data/corpus_reader.h).
@@ -56,7 +70,7 @@ struct PrepareSummary {
   int64_t tokens = 0;  // EOD included
   int64_t input_bytes = 0;
   double seconds = 0;      // wall clock, fsync included
-  double cpu_seconds = 0;  // CPU time of the calling thread (prepare is single-threaded)
+  double cpu_seconds = 0;  // CPU time of the process (of the calling thread with one thread)
   std::string bin_path, idx_path;
   std::string dtype;
   double mb_per_s() const { return seconds > 0 ? double(input_bytes) / 1e6 / seconds : 0; }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/program_options.hpp>
@@ -23,6 +24,7 @@ int prepare_data_main(int argc, char** argv) {
   std::string output, tokenizer, vocab, merges, tokenizer_file, format;
   uint64_t shuffle_seed = 0;
   int32_t eod_id = -1;
+  int threads = 0;
   CommandLine cmd("prepare-data",
       "usage: supervisor prepare-data --input PATH... --output PREFIX [options]\n\n"
       "Tokenizes documents, appends EOD to each, and writes PREFIX.bin + PREFIX.idx in\n"
@@ -54,6 +56,9 @@ int prepare_data_main(int argc, char** argv) {
        "as Megatron-LM's preprocessing")
       ("shuffle-seed", po::value(&shuffle_seed),
        "write documents in an order shuffled with this seed (holds them in memory)")
+      ("threads,j", po::value(&threads)->default_value(0),
+       "files tokenized at once, each with a tokenizer of its own (0: the machine's cores); the dataset "
+       "is the same whatever the number")
       ("quiet,q", "no progress lines");
   std::ostringstream help;
   help << cmd.options << "\n";
@@ -74,16 +79,25 @@ int prepare_data_main(int argc, char** argv) {
       if (p.seconds < 1 || (!tty && p.seconds - last_line < 5 && p.bytes_done < p.bytes_total)) return;
       last_line = p.seconds;
       const double pct = p.bytes_total > 0 ? 100.0 * double(p.bytes_done) / double(p.bytes_total) : 100;
-      std::fprintf(stderr, "%sprepare-data: %.1f / %.1f MB (%.0f%%), %lld documents, %lld tokens, %.1f MB/s%s",
+      const double eta = p.eta_seconds();
+      const std::string eta_text = eta < 0 ? "" : ", ETA " + std::to_string(int64_t(eta + 0.5)) + " s";
+      std::fprintf(stderr,
+                   "%sprepare-data: %.1f / %.1f MB (%.0f%%), files %lld / %lld, %lld documents, %lld tokens, "
+                   "%.1f MB/s%s%s",
                    tty ? "\r" : "", double(p.bytes_done) / 1e6, double(p.bytes_total) / 1e6, pct,
+                   static_cast<long long>(p.files_done), static_cast<long long>(p.files_total),
                    static_cast<long long>(p.documents), static_cast<long long>(p.tokens),
-                   p.seconds > 0 ? double(p.bytes_done) / 1e6 / p.seconds : 0.0, tty ? "" : "\n");
+                   p.seconds > 0 ? double(p.bytes_done) / 1e6 / p.seconds : 0.0, eta_text.c_str(),
+                   tty ? "" : "\n");
       std::fflush(stderr);
     };
   }
   data::TokenizerSpec spec{tokenizer, vocab, merges, tokenizer_file, std::nullopt};
   if (cmd.has("eod-id")) spec.eod_id = eod_id;
   auto tok = data::make_tokenizer(spec);
+  if (threads < 0) return cmd.usage_error("--threads " + std::to_string(threads) + ": 0 (the cores) or more");
+  o.threads = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  o.make_tokenizer = [spec] { return data::make_tokenizer(spec); };
   const data::PrepareSummary s = data::prepare_dataset(o, *tok);
   if (tty && o.progress && s.seconds >= 1) std::fprintf(stderr, "\n");
   const std::string not_text =

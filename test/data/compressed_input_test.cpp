@@ -1,7 +1,8 @@
 // Compressed corpora (data/compressed_input.h): .jsonl.gz and .jsonl.zst read as the
 // same documents as the plain .jsonl, whatever the chunk boundaries; members and frames
 // one after another; damaged and truncated files refused naming the file and the
-// compressed offset; prepare-data's output byte for byte the plain file's.
+// compressed offset; prepare-data's output byte for byte the plain file's, on one
+// thread or several.
 #include <doctest/doctest.h>
 
 #include <zlib.h>
@@ -171,4 +172,65 @@ TEST_CASE("prepare-data writes the same dataset from .jsonl, .jsonl.gz and .json
   CHECK(bins[2] == bins[0]);
   CHECK(idxs[1] == idxs[0]);
   CHECK(idxs[2] == idxs[0]);
+}
+
+TEST_CASE("prepare-data on several threads writes the dataset one thread writes; a failing file is named") {
+  ScratchDir d;
+  const std::string text = corpus();
+  std::vector<std::string> inputs;
+  for (int i = 0; i < 5; ++i) {
+    // Files of different sizes, finishing out of order on threads.
+    const std::string part = text.substr(0, text.size() / size_t(1 + (i * 3) % 5));
+    const std::string cut = part.substr(0, part.rfind('\n') + 1);
+    const std::string name = "f" + std::to_string(i) + (i % 2 ? ".jsonl.zst" : ".jsonl");
+    write_text(d / name, i % 2 ? zstd(cut) : cut);
+    inputs.push_back(d / name);
+  }
+  write_text(d / "f5.dat", std::string("\0\1\2binary", 9));  // auto skips it, in its place in the order
+  inputs.push_back(d / "f5.dat");
+  auto tok = make_byte_tokenizer();
+  std::vector<PrepareSummary> summaries;
+  for (const int threads : {1, 3, 8}) {
+    PrepareOptions o;
+    o.inputs = inputs;
+    o.output_prefix = d / ("out-" + std::to_string(threads));
+    o.threads = threads;
+    o.make_tokenizer = [] { return make_byte_tokenizer(); };
+    int64_t last_files = 0;
+    o.progress = [&](const PrepareProgress& p) {
+      CHECK(p.files_total == 6);
+      CHECK(p.files_done >= last_files);
+      last_files = p.files_done;
+    };
+    summaries.push_back(prepare_dataset(o, *tok));
+    CHECK(last_files == 6);
+  }
+  for (size_t k = 1; k < summaries.size(); ++k) {
+    CAPTURE(k);
+    CHECK(read_text(d / "out-1.bin") == read_text(summaries[k].bin_path));
+    CHECK(read_text(d / "out-1.idx") == read_text(summaries[k].idx_path));
+    CHECK(summaries[k].documents == summaries[0].documents);
+    CHECK(summaries[k].tokens == summaries[0].tokens);
+    CHECK(summaries[k].skipped_not_text == summaries[0].skipped_not_text);
+  }
+  CHECK(summaries[0].skipped_not_text.size() == 1);
+
+  // A damaged file among them: its error, nothing written.
+  std::string zs = read_text(d / "f3.jsonl.zst");
+  write_text(d / "f3.jsonl.zst", zs.substr(0, zs.size() / 2));
+  PrepareOptions o;
+  o.inputs = inputs;
+  o.output_prefix = d / "out-bad/corpus";
+  o.threads = 3;
+  o.make_tokenizer = [] { return make_byte_tokenizer(); };
+  std::string error;
+  try {
+    prepare_dataset(o, *tok);
+  } catch (const DataError& e) {
+    error = e.what();
+  }
+  CHECK(error.find(std::string(d / "f3.jsonl.zst") + ": zstd: ") != std::string::npos);
+  CHECK(!std::filesystem::exists(d / "out-bad/corpus.bin"));
+  CHECK(!std::filesystem::exists(d / "out-bad/corpus.idx"));
+  CHECK(count_temporaries(d / "out-bad") == 0);
 }
