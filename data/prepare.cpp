@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -17,6 +18,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "data/compressed_input.h"
 #include "data/error.h"
 #include "data/indexed_dataset.h"
 #include "data/mapped_file.h"
@@ -30,6 +32,32 @@ double cpu_seconds(clockid_t clock) {
   timespec ts{};
   ::clock_gettime(clock, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// Threads that tokenize whole files at once without holding more token IDs than half
+// the machine's memory: the threads + 1 largest files at 4 bytes a token and at most a
+// token a byte (8 bytes a compressed byte: corpora compress about that well). Fewer
+// threads when they would not fit, down to 1 (streaming, one file at a time).
+int threads_that_fit(const std::vector<std::string>& files, int threads) {
+  std::vector<double> held;
+  for (const auto& f : files) {
+    const double bytes = double(fs::file_size(f));
+    std::string head(4, '\0');
+    if (FILE* in = std::fopen(f.c_str(), "rb")) {
+      head.resize(std::fread(head.data(), 1, 4, in));
+      std::fclose(in);
+    }
+    held.push_back(4.0 * bytes * (compression_of(head) == Compression::None ? 1.0 : 8.0));
+  }
+  std::sort(held.rbegin(), held.rend());
+  const double budget = 0.5 * double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+  while (threads > 1) {
+    double sum = 0;
+    for (size_t i = 0; i < held.size() && i < size_t(threads) + 1; ++i) sum += held[i];
+    if (sum <= budget) break;
+    --threads;
+  }
+  return threads;
 }
 
 // One file's documents as token IDs (EOD included), for a parallel preparation.
@@ -177,7 +205,15 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
   const auto start = clock::now();
   const std::vector<std::string> files = expand_inputs(options.inputs, options.format);
   if (files.empty()) throw DataError("prepare-data: no input files");
-  const bool parallel = options.threads > 1 && files.size() > 1 && options.make_tokenizer;
+  PrepareOptions effective = options;
+  if (options.threads > 1 && files.size() > 1 && options.make_tokenizer) {
+    effective.threads = threads_that_fit(files, std::min(options.threads, int(files.size())));
+    if (effective.threads < std::min(options.threads, int(files.size())))
+      spdlog::info("prepare-data: {} thread(s) instead of {}: the files in flight would hold more token IDs than "
+                   "half the memory",
+                   effective.threads, options.threads);
+  }
+  const bool parallel = effective.threads > 1 && files.size() > 1 && options.make_tokenizer;
   const clockid_t cpu_clock = parallel ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID;
   const double cpu_start = cpu_seconds(cpu_clock);
 
@@ -216,7 +252,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
   };
   if (parallel) {
     tokenize_in_parallel(
-        files, options, bytes_done,
+        files, effective, bytes_done,
         [&](size_t i, FileTokens& t) {
           int64_t at = 0;
           for (const int64_t size : t.sizes) {
