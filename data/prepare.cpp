@@ -1,5 +1,6 @@
 #include "data/prepare.h"
 
+#include <glob.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -170,7 +171,32 @@ void skip_not_text(PrepareSummary& summary, const std::string& path, const std::
 
 }  // namespace
 
-std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, InputFormat format) {
+std::vector<std::string> expand_inputs(const std::vector<std::string>& given, InputFormat format) {
+  // A pattern that names no path as it is (quoted past the shell, or from a script):
+  // its matches, sorted, each as if named.
+  std::vector<std::string> inputs;
+  for (const auto& in : given) {
+    std::error_code ec;
+    if (fs::exists(in, ec) || in.find_first_of("*?[") == std::string::npos) {
+      inputs.push_back(in);
+      continue;
+    }
+    glob_t g{};
+    const int rc = ::glob(in.c_str(), GLOB_ERR, nullptr, &g);
+    if (rc == GLOB_NOMATCH) {
+      ::globfree(&g);
+      throw DataError(in + ": the pattern matches no file");
+    }
+    if (rc != 0) {
+      ::globfree(&g);
+      throw DataError(in + ": cannot expand the pattern (" + (rc == GLOB_NOSPACE ? "out of memory" : "a read error") +
+                      ")");
+    }
+    std::vector<std::string> matches(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+    ::globfree(&g);
+    std::sort(matches.begin(), matches.end());
+    inputs.insert(inputs.end(), matches.begin(), matches.end());
+  }
   std::vector<std::string> files;
   for (const auto& in : inputs) {
     std::error_code ec;

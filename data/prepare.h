@@ -29,9 +29,10 @@ struct PrepareProgress {
 };
 
 struct PrepareOptions {
-  // Files, or directories (their regular files, not symlinks, sorted by name; in
-  // fortune format strfile's *.dat and the *.u8 links are skipped). A file named here
-  // must be a regular file (or a symlink to one): a FIFO or device is refused.
+  // Files, directories (their regular files, not symlinks, sorted by name; in fortune
+  // format strfile's *.dat and the *.u8 links are skipped), or patterns ("dir/*.jsonl.zst",
+  // quoted past the shell: their matches, sorted). A file named here must be a regular
+  // file (or a symlink to one): a FIFO or device is refused.
   std::vector<std::string> inputs;
   std::string output_prefix;
   InputFormat format = InputFormat::Auto;
@@ -79,8 +80,10 @@ struct PrepareSummary {
   double mb_per_cpu_s() const { return cpu_seconds > 0 ? double(input_bytes) / 1e6 / cpu_seconds : 0; }
 };
 
-// Expands directories as described above; throws DataError for a missing input. The
-// embedded default corpus lists the fortunes directory through it too.
+// Expands directories as described above, and a pattern (*, ?, [...]) that names no
+// path as it is into its matches, sorted; throws DataError for a missing input or a
+// pattern that matches nothing. The embedded default corpus lists the fortunes
+// directory through it too.
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, InputFormat format);
 
 // Throws DataError (naming file and line/offset) on bad input, and when no

@@ -36,7 +36,8 @@ int prepare_data_main(int argc, char** argv) {
   cmd.options.add_options()
       ("help,h", "show this help")
       ("input,i", po::value(&inputs)->multitoken()->required(),
-       "input files, or directories (their regular files, sorted; not symlinks)")
+       "input files, directories (their regular files, sorted; not symlinks), or quoted patterns "
+       "('shards/*.jsonl.zst': their matches, sorted)")
       ("output,o", po::value(&output)->required(), "output prefix (PREFIX.bin, PREFIX.idx)")
       ("tokenizer,t", po::value(&tokenizer)->default_value("bytes"),
        "bytes | gpt2 | hf (a Hugging Face tokenizer.json of a byte-level BPE model)")

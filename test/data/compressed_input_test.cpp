@@ -234,3 +234,16 @@ TEST_CASE("prepare-data on several threads writes the dataset one thread writes;
   CHECK(!std::filesystem::exists(d / "out-bad/corpus.idx"));
   CHECK(count_temporaries(d / "out-bad") == 0);
 }
+
+TEST_CASE("a quoted pattern stands for its matches, sorted; one that matches nothing is refused") {
+  ScratchDir d;
+  for (const char* name : {"b.jsonl", "a.jsonl", "c.txt"}) write_text(d / name, "{\"text\": \"x\"}\n");
+  CHECK(expand_inputs({d / "*.jsonl"}, InputFormat::Auto) == std::vector<std::string>{d / "a.jsonl", d / "b.jsonl"});
+  CHECK(expand_inputs({d / "[ac].*"}, InputFormat::Auto) == std::vector<std::string>{d / "a.jsonl", d / "c.txt"});
+  try {
+    expand_inputs({d / "*.parquet"}, InputFormat::Auto);
+    FAIL("no error");
+  } catch (const DataError& e) {
+    CHECK(std::string(e.what()) == d / "*.parquet" + ": the pattern matches no file");
+  }
+}
