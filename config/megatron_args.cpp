@@ -315,6 +315,12 @@ const std::map<std::string, const char*>& reasons() {
       {"lr-warmup-iters", "troupe counts the schedule in samples; use --lr-warmup-samples"},
       {"lr-warmup-fraction", "troupe counts the schedule in samples; use --lr-warmup-samples"},
       {"rampup-batch-size", "troupe keeps the global batch fixed"},
+      {"train-data-path", "a dataset per split is not built yet: troupe splits one dataset (--data-path PREFIX, --split)"},
+      {"valid-data-path", "a dataset per split is not built yet: troupe splits one dataset (--data-path PREFIX, --split)"},
+      {"test-data-path", "a dataset per split is not built yet: troupe splits one dataset (--data-path PREFIX, --split)"},
+      {"data-args-path", "blends of datasets are not built yet: troupe reads one dataset (--data-path PREFIX)"},
+      {"per-split-data-args-path", "blends of datasets are not built yet: troupe reads one dataset (--data-path PREFIX)"},
+      {"data-cache-path", "troupe keeps a dataset's sample index beside it (PREFIX.*), not in a cache folder"},
   };
   return table;
 }
@@ -464,6 +470,14 @@ ParsedConfig parse_megatron_args(std::string_view text, const std::string& sourc
       if (i >= tokens.size() || tokens[i].text.compare(0, 2, "--") == 0)
         throw ConfigError(fmt::format("{}:{}: --{}: expects a value", source_name, occ.line, occ.name));
       occ.value = tokens[i++].text;
+      // --data-path W1 P1 W2 P2 ...: Megatron's blend of datasets.
+      if (occ.name == "data-path" && i < tokens.size() && tokens[i].text.compare(0, 2, "--") != 0) {
+        size_t words = 1;
+        while (i < tokens.size() && tokens[i].text.compare(0, 2, "--") != 0) ++i, ++words;
+        throw ConfigError(fmt::format("{}:{}: --data-path: {} words (weights and prefixes: a blend of datasets); "
+                                      "blends are not built yet: troupe reads one dataset, --data-path PREFIX",
+                                      source_name, occ.line, words));
+      }
     } else if (!it->second.takes_value && occ.value) {
       throw ConfigError(fmt::format("{}:{}: --{}: takes no value (got \"{}\")", source_name,
                                     occ.line, occ.name, *occ.value));

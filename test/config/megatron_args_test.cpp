@@ -81,6 +81,23 @@ TEST_CASE("every unsupported flag is listed in one error") {
         "in samples; use --lr-decay-samples), --rampup-batch-size (line 4: troupe keeps the global batch fixed)");
 }
 
+TEST_CASE("Megatron's data flags: one dataset maps, blends and per-split datasets are refused with the reason") {
+  CHECK(import_error("--data-path 0.3 /d/web 0.7 /d/code\n") ==
+        "m.args:1: --data-path: 4 words (weights and prefixes: a blend of datasets); blends are not built yet: "
+        "troupe reads one dataset, --data-path PREFIX");
+  CHECK(import_error("--train-data-path /d/a --valid-data-path /d/b\n--data-args-path f --per-split-data-args-path g\n"
+                     "--data-cache-path /c\n") ==
+        "m.args: unsupported Megatron-LM flags: --train-data-path (line 1: a dataset per split is not built yet: troupe "
+        "splits one dataset (--data-path PREFIX, --split)), --valid-data-path (line 1: a dataset per split is not built "
+        "yet: troupe splits one dataset (--data-path PREFIX, --split)), --data-args-path (line 2: blends of datasets are "
+        "not built yet: troupe reads one dataset (--data-path PREFIX)), --per-split-data-args-path (line 2: blends of "
+        "datasets are not built yet: troupe reads one dataset (--data-path PREFIX)), --data-cache-path (line 3: troupe "
+        "keeps a dataset's sample index beside it (PREFIX.*), not in a cache folder)");
+  const auto one = parse_megatron_args("--data-path /d/web_text_document --split 98,2,0\n", "m.args");
+  CHECK(one.config.data().prefix() == "/d/web_text_document");
+  CHECK(one.config.data().split() == "98,2,0");
+}
+
 TEST_CASE("recomputation flags import to model.recompute, recompute_method and recompute_num_layers") {
   const auto sel = parse_megatron_args("--recompute-activations", "m.args");
   CHECK(sel.config.model().recompute() == ModelConfig::SELECTIVE);
