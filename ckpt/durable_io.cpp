@@ -25,10 +25,7 @@ constexpr size_t kBufferBytes = size_t(1) << 20;
 }
 
 // util's error, as the CheckpointError that callers catch, with the same text.
-template <class F>
-auto translated(F&& f) {
-  return util::rethrow_file_error_as<CheckpointError>(std::forward<F>(f));
-}
+constexpr util::FileErrorsAs<CheckpointError> translated;
 
 void write_all(int fd, const char* p, size_t n, const std::string& path) {
   translated([&] { util::write_all(fd, p, n, path); });

@@ -8,10 +8,7 @@ namespace troupe::data {
 namespace {
 
 // util's error, as the DataError that callers catch, with the same text.
-template <class F>
-auto translated(F&& f) {
-  return util::rethrow_file_error_as<DataError>(std::forward<F>(f));
-}
+constexpr util::FileErrorsAs<DataError> translated;
 
 util::AtomicFileWriter open_writer(std::string target) {
   return translated([&] { return util::AtomicFileWriter(std::move(target)); });

@@ -8,10 +8,7 @@ namespace troupe::metrics {
 namespace {
 
 // util's error, as the MetricsError that callers catch, with the same text.
-template <class F>
-auto translated(F&& f) {
-  return util::rethrow_file_error_as<MetricsError>(std::forward<F>(f));
-}
+constexpr util::FileErrorsAs<MetricsError> translated;
 
 }  // namespace
 

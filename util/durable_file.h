@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "util/input_file.h"
@@ -44,6 +45,16 @@ auto rethrow_file_error_as(F&& f) {
     throw Error(e.what());
   }
 }
+
+// rethrow_file_error_as<Error> as a value a library names once:
+//   constexpr util::FileErrorsAs<CheckpointError> translated;  ...  translated([&] { ... });
+template <class Error>
+struct FileErrorsAs {
+  template <class F>
+  auto operator()(F&& f) const {
+    return rethrow_file_error_as<Error>(std::forward<F>(f));
+  }
+};
 
 // Writes all `n` bytes to `fd`, retrying short writes and EINTR. `path` names the file
 // in errors.
