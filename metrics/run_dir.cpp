@@ -50,7 +50,9 @@ PreparedRunDir prepare_run_dir(const std::string& root, std::string_view config_
   if (fs::exists(cfg, ec)) {
     if (!fs::is_regular_file(cfg, ec)) throw MetricsError(cfg + ": exists and is not a regular file");
     if (read_file(cfg) != config_text) {
-      // Keep the earlier config under the first free numbered name.
+      // Keep the earlier config under the first free numbered name. The rename is made
+      // durable by the fsync of this folder that write_file_atomic does below, once the
+      // new config is in place beside it (both names live in the one folder).
       for (int n = 1;; ++n) {
         const std::string kept = cfg + "." + std::to_string(n);
         if (fs::exists(kept, ec)) continue;
