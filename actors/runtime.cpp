@@ -290,8 +290,7 @@ void print_startup(const Config& c, const std::string& source, const std::string
 }
 
 RunResult run_training(const Config& given, const RunOptions& options) {
-  // The run's config: the one given, with the skip list of the checkpoint it resumes
-  // from added below.
+  // The run's config, as given: what the run changes as it goes is its run state below.
   const Config& c = given;
   engine::check_runtime_device(c);
   // A bad TROUPE_CPU_ISA or TROUPE_CPU_GEMM fails here, before anything is written.
@@ -487,12 +486,11 @@ RunResult run_training(const Config& given, const RunOptions& options) {
 
     // The training group of each timeline: one, or one more after each rollback
     // (logging.on_spike ROLLBACK). The exit report of a group stopped for a rollback
-    // is told apart by its generation.
-    int64_t generation = 0;
+    // is told apart by its generation: the rollbacks before it (the run state's count).
     auto start_group = [&] {
       GroupArgs g{c, state, faults, directory, book, resume, inbox, client_handle, {}, cluster,
                   root ? root->comms() : nullptr};
-      g.on_exit = [client_handle, generation](const SupervisorReport& r) {
+      g.on_exit = [client_handle, generation = state.rollbacks](const SupervisorReport& r) {
         caf::anon_send(client_handle, group_exit_atom::value, generation, r);
       };
       group = spawn_supervisor(sys, training_group_spec(std::move(g)));
@@ -515,7 +513,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
             running = false;
           },
           [&](group_exit_atom, int64_t from, SupervisorReport& r) {
-            if (from != generation) return;  // the group stopped for a rollback
+            if (from != state.rollbacks) return;  // the group stopped for a rollback
             fail_with(std::move(r));
           },
           [&](tree_exit_atom, SupervisorReport& r) {
@@ -538,7 +536,6 @@ RunResult run_training(const Config& given, const RunOptions& options) {
       state.roll_back(rollback->request, rollback->done);
       data::BatchSource::open(c, data::Split::Train, state.skip_samples);  // the grown list checked against the split
       resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
-      ++generation;
       start_group();
     }
     // A hung metrics actor is replaced meanwhile, and counted below. Records that could

@@ -61,6 +61,15 @@ int threads_that_fit(const std::vector<std::string>& files, int threads) {
   return threads;
 }
 
+// The IDs prepare-data writes for one document: its tokens (with the tokenizer's
+// special tokens when asked), then EOD.
+void encode_document(Tokenizer& tokenizer, std::string_view doc, bool special_tokens, std::vector<int32_t>& ids) {
+  ids.clear();
+  if (special_tokens) tokenizer.encode_with_special_tokens(doc, ids);
+  else tokenizer.encode(doc, ids);
+  ids.push_back(tokenizer.eod());
+}
+
 // One file's documents as token IDs (EOD included), for a parallel preparation.
 struct FileTokens {
   std::vector<int32_t> ids;
@@ -70,12 +79,13 @@ struct FileTokens {
   bool ready = false;
 };
 
-// Tokenizes `files` on `threads` threads, each with a tokenizer from `make`, and hands
+// Tokenizes `files` on `threads` threads, each with a tokenizer from
+// options.make_tokenizer, and hands
 // each file's result to `deliver` in file order on the calling thread; `waiting` is
 // called about twice a second while the next file is not ready. At most threads + 1
 // files are held at once. The first failing file in order (its DataError) ends it;
 // the threads are joined before anything is thrown.
-void tokenize_in_parallel(const std::vector<std::string>& files, const PrepareOptions& options,
+void tokenize_in_parallel(const std::vector<std::string>& files, const PrepareOptions& options, int threads,
                           std::atomic<int64_t>& bytes_done, const std::function<void(size_t, FileTokens&)>& deliver,
                           const std::function<void()>& waiting) {
   const size_t n = files.size();
@@ -84,10 +94,9 @@ void tokenize_in_parallel(const std::vector<std::string>& files, const PrepareOp
   std::condition_variable cv;
   size_t claimed = 0, written = 0;
   std::atomic<bool> stop{false};
-  const size_t window = size_t(options.threads) + 1;
+  const size_t window = size_t(threads) + 1;
   // One tokenizer per thread, made here so that a failure to make one is thrown before
   // any thread starts.
-  const int threads = int(std::min<size_t>(size_t(options.threads), n));
   std::vector<std::unique_ptr<Tokenizer>> tokenizers;
   for (int k = 0; k < threads; ++k) tokenizers.push_back(options.make_tokenizer());
   auto work = [&](Tokenizer* tokenizer) {
@@ -106,10 +115,7 @@ void tokenize_in_parallel(const std::vector<std::string>& files, const PrepareOp
             files[i], options.format,
             [&](std::string_view doc) {
               if (stop) throw DataError("stopped");  // another file failed: give up this one
-              ids.clear();
-              if (options.add_special_tokens) tokenizer->encode_with_special_tokens(doc, ids);
-              else tokenizer->encode(doc, ids);
-              ids.push_back(tokenizer->eod());
+              encode_document(*tokenizer, doc, options.add_special_tokens, ids);
               t.ids.insert(t.ids.end(), ids.begin(), ids.end());
               t.sizes.push_back(int64_t(ids.size()));
             },
@@ -231,15 +237,17 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
   const auto start = clock::now();
   const std::vector<std::string> files = expand_inputs(options.inputs, options.format);
   if (files.empty()) throw DataError("prepare-data: no input files");
-  PrepareOptions effective = options;
+  // Threads beyond the files would have nothing to do.
+  int threads = 1;
   if (options.threads > 1 && files.size() > 1 && options.make_tokenizer) {
-    effective.threads = threads_that_fit(files, std::min(options.threads, int(files.size())));
-    if (effective.threads < std::min(options.threads, int(files.size())))
+    const int wanted = std::min(options.threads, int(files.size()));
+    threads = threads_that_fit(files, wanted);
+    if (threads < wanted)
       spdlog::info("prepare-data: {} thread(s) instead of {}: the files in flight would hold more token IDs than "
                    "half the memory",
-                   effective.threads, options.threads);
+                   threads, wanted);
   }
-  const bool parallel = effective.threads > 1 && files.size() > 1 && options.make_tokenizer;
+  const bool parallel = threads > 1;
   const clockid_t cpu_clock = parallel ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID;
   const double cpu_start = cpu_seconds(cpu_clock);
 
@@ -278,7 +286,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
   };
   if (parallel) {
     tokenize_in_parallel(
-        files, effective, bytes_done,
+        files, options, threads, bytes_done,
         [&](size_t i, FileTokens& t) {
           int64_t at = 0;
           for (const int64_t size : t.sizes) {
@@ -292,10 +300,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
   } else {
     std::vector<int32_t> ids;
     auto on_document = [&](std::string_view doc) {
-      ids.clear();
-      if (options.add_special_tokens) tokenizer.encode_with_special_tokens(doc, ids);
-      else tokenizer.encode(doc, ids);
-      ids.push_back(tokenizer.eod());
+      encode_document(tokenizer, doc, options.add_special_tokens, ids);
       add_document(ids);
     };
     auto on_bytes = [&](size_t n) {

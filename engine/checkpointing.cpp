@@ -65,7 +65,8 @@ std::string set_aside_earlier_checkpoints(const Config& c) {
                          std::chrono::system_clock::now().time_since_epoch()).count();
   std::filesystem::path aside = unused_name_beside(root.string(), fmt::format(".previous-{}", stamp));
   std::filesystem::rename(root, aside, ec);
-  if (ec) {
+  const bool moved_whole = !ec;
+  if (!moved_whole) {
     // A root that cannot be renamed (a mount point of its own: EBUSY; or its parent is
     // not writable): the earlier run's entries move into ROOT/previous-<time>/ instead,
     // which the commit protocol never lists or prunes.
@@ -86,11 +87,11 @@ std::string set_aside_earlier_checkpoints(const Config& c) {
   // must not bring the earlier run's `latest` back under the root. Moved whole: the
   // root's folder holds both names; moved entry by entry: both folders changed.
   util::rethrow_file_error_as<ckpt::CheckpointError>([&] {
-    if (std::filesystem::exists(root)) {
+    if (moved_whole) {
+      util::fsync_parent_dir(aside.string());
+    } else {
       util::fsync_dir(aside.string());
       util::fsync_dir(root.string());
-    } else {
-      util::fsync_parent_dir(aside.string());
     }
   });
   spdlog::warn("checkpoint: a fresh start (checkpoint.load is empty); the earlier checkpoints in {} were moved to {}",

@@ -189,8 +189,8 @@ std::string failure_calendar_text(const Config& c, const PlanInputs& in, double 
       t.row({fmt::format("checkpoint.interval_steps = {}", c.checkpoint().interval_steps()),
              describe(failure_cost(m, c.checkpoint().interval_steps()))});
   } else {
-    const int64_t k = c.checkpoint().interval_steps() > 0 ? c.checkpoint().interval_steps() : 0;
-    if (k == 0) {
+    const int64_t k = c.checkpoint().interval_steps();
+    if (k <= 0) {
       FailureModel no_saves = m;
       no_saves.save_stall_s = 0;
       used = failure_cost(no_saves, 1);

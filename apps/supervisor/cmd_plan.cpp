@@ -58,21 +58,24 @@ const char* kPlanOptions =
     "                           (survivors adopt the lost replicas; not built yet: a what-if)\n"
     "  -h, --help               this text\n";
 
-// A positive number from an option value ("1.6e6", "1600000").
-double positive_number(const std::string& option, const std::string& text) {
+// A finite number from the whole of an option value ("1.6e6", "1600000"), or NaN.
+double finite_number(const std::string& text) {
   double v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || !(v > 0) || !std::isfinite(v))
-    throw std::invalid_argument("--" + option + " " + text + ": expected a positive number");
+  return ec == std::errc() && end == text.data() + text.size() && std::isfinite(v) ? v : std::nan("");
+}
+
+// A positive number from an option value.
+double positive_number(const std::string& option, const std::string& text) {
+  const double v = finite_number(text);
+  if (!(v > 0)) throw std::invalid_argument("--" + option + " " + text + ": expected a positive number");
   return v;
 }
 
-// A number >= 0 from an option value.
+// A number of seconds >= 0 from an option value.
 double non_negative_number(const std::string& option, const std::string& text) {
-  double v = -1;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || !(v >= 0) || !std::isfinite(v))
-    throw std::invalid_argument("--" + option + " " + text + ": expected a number of seconds, 0 or more");
+  const double v = finite_number(text);
+  if (!(v >= 0)) throw std::invalid_argument("--" + option + " " + text + ": expected a number of seconds, 0 or more");
   return v;
 }
 
