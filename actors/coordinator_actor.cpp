@@ -22,6 +22,7 @@
 #include "ckpt/error.h"
 #include "config/derived.h"
 #include "data/batch_source.h"
+#include "engine/blend_accounting.h"
 #include "engine/checkpointing.h"
 #include "engine/document_losses.h"
 #include "engine/rollback.h"
@@ -65,6 +66,7 @@ struct CoordinatorState {
   engine::Topology topo;
   std::unique_ptr<sched::LrSchedule> schedule;
   std::optional<data::BatchSource> data;
+  std::optional<data::BatchSource> valid;  // with evaluation over a blend: its losses per dataset
   std::vector<stage_actor> stages;          // rank order
   std::vector<optimizer_actor> optimizers;  // rank order
   std::vector<loader_actor> loaders;        // dp order
@@ -479,6 +481,7 @@ void finish_train_step(Self* self) {
   st.pos.step = r.step;
   if (st.data) r.skipped_samples = st.data->skipped_in(st.pos.consumed_samples, counts.samples);
   r.samples_hash = metrics::sample_content_hash(ledger.sample_ids());
+  r.datasets = engine::advance_blend(*st.data, st.pos, st.pos.consumed_samples, counts.samples);
   st.pos.consumed_samples += counts.samples;
   r.consumed_samples = st.pos.consumed_samples;
   r.loss = counts.loss_tokens > 0 ? ledger.loss_sum() / double(counts.loss_tokens) : 0.0;
@@ -539,6 +542,9 @@ void finish_eval(Self* self) {
   e.loss = counts.loss_tokens > 0 ? ledger.loss_sum() / double(counts.loss_tokens) : 0.0;
   e.samples = counts.samples;
   e.loss_tokens = counts.loss_tokens;
+  if (st.valid)
+    e.datasets = engine::eval_dataset_losses(ledger.segment_losses(), ledger.sample_ids(),
+                                             st.args.config.batch().micro_batch_size(), *st.valid);
   e.time_s = seconds_since(st.step_start);
   e.wall_time = unix_now();
   st.args.book->add_eval(e);
@@ -693,7 +699,12 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
   st.eval_microbatches = int32_t(config::eval_microbatches_per_replica(c));
   st.ckpt_root = engine::checkpoint_root(c);
   st.data = data::BatchSource::open(c, data::Split::Train, st.args.skip_samples);
+  if (c.training().eval_samples() > 0) {
+    auto valid = data::BatchSource::open(c, data::Split::Valid);
+    if (valid.blended()) st.valid = std::move(valid);
+  }
   if (st.args.resume) st.pos = engine::position_of(st.args.resume->manifest());
+  st.pos.datasets = engine::blend_position(*st.data, st.pos);
   // A restarted group redoes the steps after its checkpoint: TensorBoard's marker.
   if (st.args.book->resume_from(st.pos.step) > 0 || !st.args.book->rollbacks().empty())
     to_metrics(self, caf::make_message(restart_marker_atom::value, st.pos.step, unix_now()));

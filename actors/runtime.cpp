@@ -302,17 +302,27 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   sched::verified_pipeline_schedule(c);
   // Data first: preparing the default corpus or building a sample index happens
   // here, once, not inside an actor.
-  data::BatchSource::open(c, data::Split::Train);
+  const auto train = data::BatchSource::open(c, data::Split::Train);
+  if (train.blended()) {
+    std::string shares;
+    for (int d = 0; d < train.datasets(); ++d)
+      shares += fmt::format("{}{} (weight {:g})", d ? ", " : "", train.prefix_of(d), c.data().blend(d).weight());
+    spdlog::info("data: a blend of {} datasets, {} training samples in all: {}", train.datasets(),
+                 train.samples_per_epoch(), shares);
+  }
   if (const int64_t eval = c.training().eval_samples(); eval > 0) {
     // An evaluation reads each validation sample at most once: more would repeat them
     // (and a huge count would only stall the first evaluation).
-    const int64_t valid = data::BatchSource::open(c, data::Split::Valid).samples_per_epoch();
+    const auto valid_source = data::BatchSource::open(c, data::Split::Valid);
+    // With a blend: the positions before any dataset of it would repeat a sample.
+    const int64_t valid = valid_source.first_epoch_end();
+    const std::string what = valid_source.blended()       ? fmt::format("a blend of {} datasets", valid_source.datasets())
+                             : c.data().prefix().empty() ? "the default corpus"
+                                                         : c.data().prefix();
     if (eval > valid)
       throw std::invalid_argument(fmt::format("training.eval_samples: {} is more than the {} samples of the "
                                               "validation split ({}, data.split \"{}\")",
-                                              eval, valid, c.data().prefix().empty() ? "the default corpus"
-                                                                                      : c.data().prefix(),
-                                              c.data().split()));
+                                              eval, valid, what, c.data().split()));
   }
   // The checkpoint to resume from, read and verified before any actor starts (and
   // before the run directory is written): one named in checkpoint.load that is missing

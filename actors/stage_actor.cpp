@@ -212,11 +212,11 @@ void run_forward(Self* self, const sched::PipelineOp& op) {
   if (st.worker->chunk_is_last(chunk)) {
     // Every tensor-parallel rank of the last stage computes the same loss (the
     // vocab-parallel cross-entropy combines its pieces): rank 0 reports it, after the
-    // step's last op (send_losses).
+    // step's last op (send_losses), with its sums by packed segment (a training step's
+    // spike record, an evaluation's loss per dataset of a blend).
     if (r.tp == 0)
       st.held_losses.push_back({msg::LossReport{st.step, st.kind, r.dp, mb, 0.0, loss_tokens, true, {}},
-                                int64_t(batch->batch) * batch->seq,
-                                st.kind == StepKind::Train ? batch : nullptr});
+                                int64_t(batch->batch) * batch->seq, batch});
   } else {
     if (st.kind == StepKind::Eval) ++st.eval_handed;
     auto out = st.transport->send_forward(st.kind, mb, *batch, chunk);

@@ -46,6 +46,9 @@ void print_manifest(const Checkpoint& c, std::ostream& out) {
                      m.lr_schedule_samples());
   out << fmt::format("  data position       {} samples consumed, epoch {}\n",
                      m.data_position().consumed_samples(), m.data_position().epoch());
+  for (const auto& d : m.data_position().datasets())
+    out << fmt::format("    blend dataset     {}: {} samples, {} tokens\n", d.prefix(), d.consumed_samples(),
+                       d.consumed_tokens());
   out << fmt::format("  topology            data {} x pipeline {} x tensor {}\n",
                      m.topology().data(), m.topology().pipeline(), m.topology().tensor());
   if (m.topology().physical_replicas() > 0 && m.topology().physical_replicas() != m.topology().data())

@@ -173,6 +173,19 @@ void check_counters(const CheckpointManifest& m, const std::string& path) {
   if (m.data_position().consumed_samples() != m.consumed_samples())
     refuse(fmt::format("data_position.consumed_samples {} must equal consumed_samples {}",
                        m.data_position().consumed_samples(), m.consumed_samples()));
+  // A blend's datasets share out every consumed sample.
+  if (m.data_position().datasets_size() > 0) {
+    int64_t sum = 0;
+    for (const auto& d : m.data_position().datasets()) {
+      if (d.consumed_samples() < 0 || d.consumed_tokens() < 0)
+        refuse(fmt::format("data_position.datasets \"{}\": negative counts ({} samples, {} tokens)", d.prefix(),
+                           d.consumed_samples(), d.consumed_tokens()));
+      sum += d.consumed_samples();
+    }
+    if (sum != m.consumed_samples())
+      refuse(fmt::format("data_position.datasets hold {} samples in all, not consumed_samples {}", sum,
+                         m.consumed_samples()));
+  }
 }
 
 void check_manifest(const CheckpointManifest& m, const std::string& path) {

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "config/error.h"
+#include "config/text_format.h"
 
 namespace troupe::config {
 namespace {
@@ -62,7 +64,13 @@ struct Occurrence {
   std::string name;
   std::optional<std::string> value;
   int line;
+  std::vector<std::string> words;  // every value word of a blend flag (--data-path W1 P1 W2 P2)
 };
+
+// Flags whose value is a list of words: Megatron's blends.
+bool takes_words(const std::string& name) {
+  return name == "data-path" || name == "train-data-path" || name == "valid-data-path" || name == "test-data-path";
+}
 
 struct Context {
   Config& cfg;
@@ -128,6 +136,72 @@ Flag number_flag(const char* field, void (*set)(Config&, double)) {
 Flag string_flag(const char* field, void (*set)(Config&, const std::string&)) {
   return {true, [=](const Context& c) { set(c.cfg, *c.occ.value); c.mark(field); }};
 }
+// Megatron's blend lists (megatron.core.datasets.utils.get_blend_from_list): one prefix,
+// or weight-prefix pairs "W1 P1 W2 P2 ...". Which blend they fill: --data-path the
+// train blend over each dataset's --split; the per-split paths their own split's, each
+// dataset read whole (Megatron's blend_per_split).
+enum class BlendTarget { Split, Train, Valid, Test };
+
+void set_blend(Config& cfg, BlendTarget target, const std::vector<std::string>& words,
+               const std::function<ConfigError(const std::string&)>& error) {
+  auto& d = *cfg.mutable_data();
+  auto* blend = target == BlendTarget::Valid  ? d.mutable_valid_blend()
+                : target == BlendTarget::Test ? d.mutable_test_blend()
+                                              : d.mutable_blend();
+  blend->Clear();
+  if (target == BlendTarget::Split || target == BlendTarget::Train) d.clear_prefix();
+  if (words.empty()) throw error("names no dataset");
+  if (words.size() == 1 && target == BlendTarget::Split) {
+    d.set_prefix(words[0]);
+    return;
+  }
+  std::vector<std::optional<double>> weights;
+  if (words.size() % 2 == 0) {
+    for (size_t i = 0; i < words.size(); i += 2) {
+      const std::string& w = words[i];
+      double x = 0;
+      const auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), x);
+      weights.push_back(ec == std::errc() && end == w.data() + w.size() ? std::optional<double>(x) : std::nullopt);
+    }
+  }
+  const size_t numbers = size_t(std::count_if(weights.begin(), weights.end(), [](auto& w) { return w.has_value(); }));
+  if (numbers == 0 && words.size() > 1)
+    throw error(fmt::format("{} prefixes without weights: Megatron then weights each dataset by its size, which "
+                            "troupe does not build; give weights, W1 PREFIX1 W2 PREFIX2 ...",
+                            words.size()));
+  if (numbers != 0 && numbers != weights.size())
+    throw error("mixes weights and prefixes in the weights' places: write W1 PREFIX1 W2 PREFIX2 ...");
+  for (size_t i = 0; i < (numbers ? weights.size() : 1); ++i) {
+    auto* e = blend->Add();
+    e->set_weight(numbers ? *weights[i] : 1.0);
+    e->set_prefix(numbers ? words[2 * i + 1] : words[0]);
+    if (target == BlendTarget::Train) e->set_split("1");  // read whole for training
+  }
+}
+
+Flag blend_flag(BlendTarget target) {
+  return {true, [=](const Context& c) {
+            set_blend(c.cfg, target, c.occ.words, [&](const std::string& what) { return c.error(what); });
+            c.mark(target == BlendTarget::Valid  ? "data.valid_blend"
+                   : target == BlendTarget::Test ? "data.test_blend"
+                                                 : "data.blend");
+          }};
+}
+
+// A file's whitespace-separated words.
+std::vector<std::string> words_of(const std::string& text) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (true) {
+    while (i < text.size() && std::isspace((unsigned char)text[i])) ++i;
+    if (i >= text.size()) break;
+    const size_t b = i;
+    while (i < text.size() && !std::isspace((unsigned char)text[i])) ++i;
+    out.push_back(text.substr(b, i - b));
+  }
+  return out;
+}
+
 // A switch for behaviour troupe always has: accepted, changes nothing.
 Flag always() {
   return {false, [](const Context&) {}};
@@ -274,7 +348,49 @@ const std::map<std::string, Flag>& flags() {
          c.mutable_model()->set_hidden_dropout(float(v));
        })},
       // Data, checkpoints, logging.
-      {"data-path", string_flag("data.prefix", [](Config& c, const std::string& v) { c.mutable_data()->set_prefix(v); })},
+      {"data-path", blend_flag(BlendTarget::Split)},
+      {"train-data-path", blend_flag(BlendTarget::Train)},
+      {"valid-data-path", blend_flag(BlendTarget::Valid)},
+      {"test-data-path", blend_flag(BlendTarget::Test)},
+      // A file holding --data-path's words.
+      {"data-args-path", {true, [](const Context& c) {
+         const std::string path = *c.occ.value;
+         set_blend(c.cfg, BlendTarget::Split, words_of(read_config_file(path)),
+                   [&](const std::string& what) { return c.error(path + ": " + what); });
+         c.mark("data.blend");
+       }}},
+      // A JSON file {"train": [...], "valid": [...], "test": [...]} of per-split blends,
+      // each a list of words or one string of them.
+      {"per-split-data-args-path", {true, [](const Context& c) {
+         const std::string path = *c.occ.value;
+         nlohmann::json j;
+         try {
+           j = nlohmann::json::parse(read_config_file(path));
+         } catch (const nlohmann::json::exception& e) {
+           throw c.error(path + ": not JSON: " + e.what());
+         }
+         if (!j.is_object()) throw c.error(path + ": expected an object with \"train\", \"valid\", \"test\"");
+         const std::pair<const char*, BlendTarget> splits[] = {
+             {"train", BlendTarget::Train}, {"valid", BlendTarget::Valid}, {"test", BlendTarget::Test}};
+         for (const auto& [key, target] : splits) {
+           if (!j.contains(key) || j[key].is_null()) continue;
+           std::vector<std::string> words;
+           if (j[key].is_string()) {
+             words = words_of(j[key].get<std::string>());
+           } else if (j[key].is_array()) {
+             for (const auto& w : j[key]) {
+               if (!w.is_string() && !w.is_number())
+                 throw c.error(fmt::format("{}: \"{}\": {} is neither a weight nor a prefix", path, key, w.dump()));
+               words.push_back(w.is_string() ? w.get<std::string>() : w.dump());
+             }
+           } else {
+             throw c.error(fmt::format("{}: \"{}\" is not a list of words", path, key));
+           }
+           set_blend(c.cfg, target, words,
+                     [&](const std::string& what) { return c.error(fmt::format("{}: \"{}\": {}", path, key, what)); });
+         }
+         c.mark("data.blend");
+       }}},
       {"split", string_flag("data.split", [](Config& c, const std::string& v) { c.mutable_data()->set_split(v); })},
       {"tokenizer-type", {true, [](const Context& c) {
          const size_t k = c.choice({"GPT2BPETokenizer", "HuggingFaceTokenizer"},
@@ -315,11 +431,6 @@ const std::map<std::string, const char*>& reasons() {
       {"lr-warmup-iters", "troupe counts the schedule in samples; use --lr-warmup-samples"},
       {"lr-warmup-fraction", "troupe counts the schedule in samples; use --lr-warmup-samples"},
       {"rampup-batch-size", "troupe keeps the global batch fixed"},
-      {"train-data-path", "a dataset per split is not built yet: troupe splits one dataset (--data-path PREFIX, --split)"},
-      {"valid-data-path", "a dataset per split is not built yet: troupe splits one dataset (--data-path PREFIX, --split)"},
-      {"test-data-path", "a dataset per split is not built yet: troupe splits one dataset (--data-path PREFIX, --split)"},
-      {"data-args-path", "blends of datasets are not built yet: troupe reads one dataset (--data-path PREFIX)"},
-      {"per-split-data-args-path", "blends of datasets are not built yet: troupe reads one dataset (--data-path PREFIX)"},
       {"data-cache-path", "troupe keeps a dataset's sample index beside it (PREFIX.*), not in a cache folder"},
   };
   return table;
@@ -329,6 +440,28 @@ const std::map<std::string, const char*>& reasons() {
 // families are bundles: GPT2 (LayerNorm, GELU, learned positions, biases) and LLAMA
 // (RMSNorm, SwiGLU, rotary positions, no linear biases). A fragment naming any LLAMA
 // feature must name all four; a mix is refused with what is missing.
+// One way of naming the data: a blend over the splits (--data-path or --data-args-path)
+// or per-split blends (--train/valid/test-data-path or --per-split-data-args-path).
+void settle_blends(const std::vector<Occurrence>& occurrences, const std::string& source) {
+  const Occurrence* whole = nullptr;
+  const Occurrence* per_split = nullptr;
+  for (const auto& o : occurrences) {
+    if (o.name == "data-path" || o.name == "data-args-path") {
+      if (whole && whole->name != o.name)
+        throw ConfigError(fmt::format("{}:{}: --{}: give --data-path or --data-args-path (line {}), not both", source,
+                                      o.line, o.name, whole->line));
+      whole = &o;
+    }
+    if (o.name == "train-data-path" || o.name == "valid-data-path" || o.name == "test-data-path" ||
+        o.name == "per-split-data-args-path")
+      per_split = &o;
+  }
+  if (whole && per_split)
+    throw ConfigError(fmt::format("{}:{}: --{}: a blend over the splits (--{}, line {}) and per-split blends do not "
+                                  "go together: Megatron reads one or the other",
+                                  source, per_split->line, per_split->name, whole->name, whole->line));
+}
+
 void settle_family(const std::vector<Occurrence>& occurrences, ParsedConfig& out, const std::string& source) {
   auto last = [&](const std::string& name) -> const Occurrence* {
     const Occurrence* found = nullptr;
@@ -470,14 +603,11 @@ ParsedConfig parse_megatron_args(std::string_view text, const std::string& sourc
       if (i >= tokens.size() || tokens[i].text.compare(0, 2, "--") == 0)
         throw ConfigError(fmt::format("{}:{}: --{}: expects a value", source_name, occ.line, occ.name));
       occ.value = tokens[i++].text;
-      // --data-path W1 P1 W2 P2 ...: Megatron's blend of datasets.
-      if (occ.name == "data-path" && i < tokens.size() && tokens[i].text.compare(0, 2, "--") != 0) {
-        size_t words = 1;
-        while (i < tokens.size() && tokens[i].text.compare(0, 2, "--") != 0) ++i, ++words;
-        throw ConfigError(fmt::format("{}:{}: --data-path: {} words (weights and prefixes: a blend of datasets); "
-                                      "blends are not built yet: troupe reads one dataset, --data-path PREFIX",
-                                      source_name, occ.line, words));
-      }
+    }
+    if (takes_words(occ.name)) {
+      // --data-path W1 P1 W2 P2 ...: every word up to the next flag.
+      occ.words.push_back(*occ.value);
+      while (i < tokens.size() && tokens[i].text.compare(0, 2, "--") != 0) occ.words.push_back(tokens[i++].text);
     } else if (!it->second.takes_value && occ.value) {
       throw ConfigError(fmt::format("{}:{}: --{}: takes no value (got \"{}\")", source_name,
                                     occ.line, occ.name, *occ.value));
@@ -495,6 +625,7 @@ ParsedConfig parse_megatron_args(std::string_view text, const std::string& sourc
   ParsedConfig out{Config(), Origins(source_name)};
   for (const auto& occ : occurrences)
     flags().at(occ.name).apply(Context{out.config, out.origins, source_name, occ});
+  settle_blends(occurrences, source_name);
   settle_family(occurrences, out, source_name);
   settle_dropout(occurrences, out, source_name);
   settle_virtual_pipeline(occurrences, out, source_name);

@@ -318,12 +318,11 @@ void check_fields(const Config& c, Checker& k) {
 
   const auto& d = c.data();
   k.positive("data.prefetch_microbatches", d.prefetch_microbatches());
-  {
-    // Megatron --split: one to three comma-separated non-negative weights, train > 0.
+  // Megatron --split: one to three comma-separated non-negative weights, train > 0.
+  auto check_split = [&](const std::string& field, const std::string& sp) {
     std::vector<double> w;
     bool ok = true;
     size_t start = 0;
-    const std::string& sp = d.split();
     while (ok) {
       const auto end = sp.find(',', start);
       const std::string part = sp.substr(start, end == std::string::npos ? end : end - start);
@@ -340,11 +339,42 @@ void check_fields(const Config& c, Checker& k) {
       start = end + 1;
     }
     if (!ok || w.empty() || w.size() > 3)
-      k.fail("data.split", fmt::format("\"{}\" is not 1 to 3 comma-separated non-negative "
-                                       "weights (train,valid,test)", sp));
+      k.fail(field, fmt::format("\"{}\" is not 1 to 3 comma-separated non-negative "
+                                "weights (train,valid,test)", sp));
     else if (!(w[0] > 0))
-      k.fail("data.split", fmt::format("\"{}\" gives the training split no weight", sp));
-  }
+      k.fail(field, fmt::format("\"{}\" gives the training split no weight", sp));
+  };
+  check_split("data.split", d.split());
+  // Blends (docs/data.md, "Blends"): each entry a dataset, once, with a weight > 0.
+  auto check_blend = [&](const char* name, const auto& blend, bool whole) {
+    std::vector<std::string> seen;
+    for (int i = 0; i < blend.size(); ++i) {
+      const auto& e = blend.Get(i);
+      const std::string at = fmt::format("data.{}[{}]", name, i);
+      if (!(e.weight() > 0) || !std::isfinite(e.weight()))
+        k.fail(at + ".weight", fmt::format("{} is not a finite weight > 0", e.weight()));
+      if (e.prefix().empty())
+        k.fail(at + ".prefix", "is empty: each dataset of a blend names its PREFIX (PREFIX.bin + PREFIX.idx)");
+      else if (std::find(seen.begin(), seen.end(), e.prefix()) != seen.end())
+        k.fail(at + ".prefix", fmt::format("\"{}\" is listed twice in data.{}", e.prefix(), name));
+      seen.push_back(e.prefix());
+      if (!e.split().empty()) {
+        if (whole)
+          k.fail(at + ".split", fmt::format("is set, but the datasets of data.{} are read whole", name));
+        else
+          check_split(at + ".split", e.split());
+      }
+    }
+  };
+  check_blend("blend", d.blend(), false);
+  check_blend("valid_blend", d.valid_blend(), true);
+  check_blend("test_blend", d.test_blend(), true);
+  if (!d.blend().empty() && !d.prefix().empty())
+    k.fail("data.prefix", "is set beside data.blend: a run reads one dataset (data.prefix) or a blend, not both",
+           {"data.blend"});
+  if (d.prefix().empty() && d.blend().empty() && (!d.valid_blend().empty() || !d.test_blend().empty()))
+    k.fail("data.blend", "is empty while data.valid_blend or data.test_blend is set: name the training data too "
+           "(data.prefix or data.blend; the embedded default corpus takes no blend)");
   {
     // data.skip_samples: IDs of the train split's samples; the upper bound needs the
     // sample index (data::BatchSource::open checks it).

@@ -21,8 +21,16 @@
 // consumed and skipped together account for every position of the unfiltered order.
 // With no skip list the order is exactly the unfiltered one.
 //
-// Thread-safe: every method is const and the object holds no mutable state; copies
-// share the mapped files and the index.
+// Blends (data.blend, docs/data.md "Blends"): each dataset keeps its own order as
+// above (its own sample index and epoch permutations, its own share of the skip list),
+// and position i of the run's order is the taken_d(i)-th sample of dataset d's order,
+// d chosen by Megatron's rule (data/blend.h). Sample IDs run over the datasets in the
+// blend's order: dataset d's local ID k is offset_d + k, offset_d the samples of the
+// datasets before it. A skipped sample leaves its dataset's order only, so the blend's
+// choices, and every dataset's count, stay those of the weights.
+//
+// Thread-safe: every method is const; the blend's table grows under its own lock;
+// copies share the mapped files and the index.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +79,7 @@ class BatchSource {
   // (its sequence index in the dataset's .idx), the first token taken from it, where
   // it starts in the window (input position) and how many tokens it gives.
   struct SamplePiece {
+    int32_t dataset = 0;  // in the blend (0 without one)
     int64_t document = 0;
     int64_t offset = 0;
     int32_t slot = 0;
@@ -82,10 +91,30 @@ class BatchSource {
   // Packs the given samples as the rows of one microbatch (global_loss_tokens = 0).
   Microbatch samples(std::span<const int64_t> ids) const;
 
+  // Sample IDs are 0 .. samples_per_epoch()-1: every dataset's samples of the split.
   int64_t samples_per_epoch() const;
-  int64_t documents() const;     // in this split
+  int64_t documents() const;     // in this split, every dataset's
   Split split() const;
-  const std::string& prefix() const;
+  const std::string& prefix() const;  // the first dataset's
+
+  // The datasets: 1 without a blend. dataset_of(id) is the one sample `id` belongs to.
+  int datasets() const;
+  bool blended() const;
+  const std::string& prefix_of(int dataset) const;
+  int dataset_of(int64_t id) const;
+  // Samples and non-padding input tokens each dataset gives to positions
+  // [consumed_samples, consumed_samples + count) of the run's order.
+  struct DatasetCount {
+    int64_t samples = 0;
+    int64_t tokens = 0;
+  };
+  std::vector<DatasetCount> dataset_counts(int64_t consumed_samples, int64_t count) const;
+  // How many of positions [0, position) each dataset gave (one entry, `position`,
+  // without a blend).
+  std::vector<int64_t> dataset_positions(int64_t position) const;
+  // The first position of the run's order at which some dataset starts its second
+  // epoch: positions before it take each dataset's samples at most once.
+  int64_t first_epoch_end() const;
   // Path of the cached sample index ("" when it could not be written), and whether
   // this open loaded it rather than building it.
   const std::string& index_path() const;
@@ -93,14 +122,12 @@ class BatchSource {
   int32_t pad_id() const;
 
  private:
+  struct Dataset;
   struct State;
   explicit BatchSource(std::shared_ptr<const State> s) : s_(std::move(s)) {}
   void fill_sample(int64_t id, int row, Microbatch& mb) const;
-  struct EpochSkips;
-  EpochSkips epoch_skips(int64_t epoch) const;
-  // Index in the unfiltered order (epoch * samples_per_epoch() + position in its
-  // permutation) of the sample at `position` of the run's order.
-  int64_t unfiltered_index(int64_t position) const;
+  // The dataset of a sample ID and the ID inside it; throws out_of_range.
+  std::pair<const Dataset*, int64_t> locate(int64_t id) const;
   std::shared_ptr<const State> s_;
 };
 

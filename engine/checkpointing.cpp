@@ -269,13 +269,22 @@ CheckpointManifest make_manifest(const Config& c, std::span<const int64_t> skip_
   m.mutable_data_position()->set_consumed_samples(pos.consumed_samples);
   m.mutable_data_position()->set_epoch(pos.epoch);
   for (const int64_t id : skip_samples) m.mutable_data_position()->add_skip_samples(id);
+  for (const auto& d : pos.datasets) {
+    auto* x = m.mutable_data_position()->add_datasets();
+    x->set_prefix(d.prefix);
+    x->set_consumed_samples(d.samples);
+    x->set_consumed_tokens(d.tokens);
+  }
   for (auto& s : shards) *m.add_shard() = std::move(s);
   return m;
 }
 
 TrainingPosition position_of(const CheckpointManifest& m) {
-  return {m.step(), m.consumed_samples(), m.successful_updates(), m.skipped_updates(),
-          m.data_position().epoch()};
+  TrainingPosition p{m.step(), m.consumed_samples(), m.successful_updates(), m.skipped_updates(),
+                     m.data_position().epoch(), {}};
+  for (const auto& d : m.data_position().datasets())
+    p.datasets.push_back({d.prefix(), d.consumed_samples(), d.consumed_tokens()});
+  return p;
 }
 
 }  // namespace troupe::engine

@@ -128,6 +128,12 @@ bool same_directory(const DirectoryIdentity& then, const DirectoryIdentity& now)
 struct TrainingPosition {
   int64_t step = 0, consumed_samples = 0, successful_updates = 0, skipped_updates = 0;
   int64_t epoch = 0;
+  // With a blend (data.blend): what each dataset gave so far, in the blend's order.
+  struct Dataset {
+    std::string prefix;
+    int64_t samples = 0, tokens = 0;  // tokens: non-padding input tokens
+  };
+  std::vector<Dataset> datasets;
 };
 // `skip_samples`: the run state's skip list (engine/run_state.h), sorted, each once.
 CheckpointManifest make_manifest(const Config& c, std::span<const int64_t> skip_samples, const TrainingPosition& pos,

@@ -29,7 +29,7 @@ std::vector<msg::SegmentLoss> segment_losses(const float* token_losses, const da
 std::vector<metrics::DocumentLoss> document_losses(const std::vector<std::vector<msg::SegmentLoss>>& segments,
                                                    const std::vector<int64_t>& sample_ids, int rows,
                                                    const data::BatchSource& src) {
-  std::map<int64_t, metrics::DocumentLoss> docs;  // by document (one dataset today)
+  std::map<std::pair<int32_t, int64_t>, metrics::DocumentLoss> docs;  // by (dataset, document)
   for (size_t i = 0; i < segments.size(); ++i) {
     int32_t pieces_row = -1;
     std::vector<data::BatchSource::SamplePiece> pieces;
@@ -48,8 +48,10 @@ std::vector<metrics::DocumentLoss> document_losses(const std::vector<std::vector
                                     std::to_string(s.row) + " reports segment " + std::to_string(s.segment) +
                                     ", but sample " + std::to_string(id) + " has " + std::to_string(pieces.size()) +
                                     " pieces");
-      metrics::DocumentLoss& d = docs[pieces[size_t(s.segment)].document];
-      d.document = pieces[size_t(s.segment)].document;
+      const auto& piece = pieces[size_t(s.segment)];
+      metrics::DocumentLoss& d = docs[{piece.dataset, piece.document}];
+      d.dataset = piece.dataset;
+      d.document = piece.document;
       if (d.samples.empty() || d.samples.back() != id) d.samples.push_back(id);
       d.loss_sum += s.loss_sum;
       d.loss_tokens += s.loss_tokens;

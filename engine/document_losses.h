@@ -1,7 +1,7 @@
 // A step's losses by document, for the spike record (docs/metrics.md, "Spikes") and
 // `supervisor replay --dump` (replay/replay_dump.h), computed one way for both. A
-// document is the dataset sequence a packed segment reads: (dataset index, today
-// always 0; its sequence index in the .idx), named from the sample ID by
+// document is the dataset sequence a packed segment reads: (dataset index in the
+// blend, 0 without one; its sequence index in that dataset's .idx), named from the sample ID by
 // data::BatchSource::pieces_of (segment k of a row is piece k of its window,
 // data/packing.h). Each loss-bearing prediction is charged to the document of its
 // input token.

@@ -62,7 +62,7 @@ std::variant<RollbackRequest, std::string> decide_rollback(const Config& c, cons
   const int64_t count = rollback_skip_count(c);
   // Positions of the first epoch under the current skip list: skipping a sample of a
   // later epoch would take it out of the epochs already trained on too (docs/data.md).
-  const int64_t first_epoch = train.samples_per_epoch() - int64_t(train.skip_samples().size());
+  const int64_t first_epoch = train.first_epoch_end();
   if (consumed_before + count > first_epoch)
     return fmt::format("logging.on_spike ROLLBACK: step {} is a spike, but the {} samples to skip (positions {} to "
                        "{} of the run's order) reach past the first epoch ({} samples): skipping them would change "

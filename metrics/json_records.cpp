@@ -102,18 +102,38 @@ Json to_json(const StepRecord& r) {
           {"samples_hash", r.samples_hash ? Json(hex16(*r.samples_hash)) : Json(nullptr)},
           {"skipped_samples", r.skipped_samples}};
   if (!r.stage_memory.empty()) j["memory"] = memory_json(r.stage_memory);
+  if (!r.datasets.empty()) {
+    Json list = Json::array();
+    for (const auto& d : r.datasets)
+      list.push_back({{"prefix", d.prefix},
+                      {"samples", d.samples},
+                      {"tokens", d.tokens},
+                      {"consumed_samples", d.consumed_samples},
+                      {"consumed_tokens", d.consumed_tokens}});
+    j["datasets"] = std::move(list);
+  }
   return j;
 }
 
 Json to_json(const EvalRecord& r) {
-  return {{"type", "eval"},
-          {"time", r.wall_time},
-          {"step", r.step},
-          {"consumed_samples", r.consumed_samples},
-          {"loss", json_number(r.loss)},
-          {"samples", r.samples},
-          {"loss_tokens", r.loss_tokens},
-          {"time_s", json_number(r.time_s)}};
+  Json j = {{"type", "eval"},
+            {"time", r.wall_time},
+            {"step", r.step},
+            {"consumed_samples", r.consumed_samples},
+            {"loss", json_number(r.loss)},
+            {"samples", r.samples},
+            {"loss_tokens", r.loss_tokens},
+            {"time_s", json_number(r.time_s)}};
+  if (!r.datasets.empty()) {
+    Json list = Json::array();
+    for (const auto& d : r.datasets)
+      list.push_back({{"prefix", d.prefix},
+                      {"loss", json_number(d.loss)},
+                      {"samples", d.samples},
+                      {"loss_tokens", d.loss_tokens}});
+    j["datasets"] = std::move(list);
+  }
+  return j;
 }
 
 Json to_json(const FailureRecord& r) {
@@ -199,6 +219,16 @@ StepRecord step_from_json(const Json& j) {
       if (!id.is_number_integer())
         throw MetricsError("step record: field \"skipped_samples\": expected integers, got " + id.dump());
       r.skipped_samples.push_back(id.get<int64_t>());
+    }
+  }
+  // Written with a blend (data.blend) only.
+  if (const auto ds = j.find("datasets"); ds != j.end()) {
+    if (!ds->is_array()) throw MetricsError("step record: field \"datasets\": expected a list, got " + ds->dump());
+    for (const auto& d : *ds) {
+      if (!d.is_object() || !d.contains("prefix") || !d["prefix"].is_string())
+        throw MetricsError("step record: field \"datasets\": expected objects with a \"prefix\", got " + d.dump());
+      r.datasets.push_back({d["prefix"].get<std::string>(), typed<int64_t>(d, "samples"), typed<int64_t>(d, "tokens"),
+                            typed<int64_t>(d, "consumed_samples"), typed<int64_t>(d, "consumed_tokens")});
     }
   }
   // Written since the memory ledger; absent in older files.

@@ -46,7 +46,7 @@ struct MicrobatchLoss {
 // One document of the step: the dataset sequence its packed segments read
 // (engine/document_losses.h), with the losses of the step's predictions out of its tokens.
 struct DocumentLoss {
-  int64_t dataset = 0;           // index of the dataset (one per run today)
+  int64_t dataset = 0;           // index of the dataset in data.blend (0 without a blend)
   int64_t document = 0;          // sequence index in the dataset's .idx
   std::vector<int64_t> samples;  // the step's samples that read it, in batch order
   double loss_sum = 0;           // summed per-token losses of its loss-bearing predictions

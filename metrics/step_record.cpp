@@ -4,6 +4,11 @@
 
 namespace troupe::metrics {
 
+std::string dataset_tag(size_t index, const std::string& prefix) {
+  const auto slash = prefix.find_last_of('/');
+  return std::to_string(index) + "_" + (slash == std::string::npos ? prefix : prefix.substr(slash + 1));
+}
+
 double tokens_per_second(const StepRecord& r) {
   return r.step_time_s > 0 ? double(real_tokens(r)) / r.step_time_s : 0.0;
 }

@@ -20,6 +20,16 @@ struct StageMemoryRecord {
   int64_t peak() const { return weights + gradients + optimizer_state + activations + scratch; }
 };
 
+// One dataset of a blend in a step record: tokens are non-padding input tokens.
+struct DatasetRecord {
+  std::string prefix;
+  int64_t samples = 0, tokens = 0;                    // this step's
+  int64_t consumed_samples = 0, consumed_tokens = 0;  // the run's so far, this step's included
+};
+// The short name a blend's dataset goes by in TensorBoard tags: its prefix's last path
+// component after its place in the blend ("0_web"), so that two never collide.
+std::string dataset_tag(size_t index, const std::string& prefix);
+
 // One optimizer update, successful or skipped (docs/numerics.md: "Loss of a step",
 // "Clipping and skipped updates").
 struct StepRecord {
@@ -56,6 +66,9 @@ struct StepRecord {
   // Every stage rank's device memory at its peak in this step, in rank order. Empty in
   // files written before it existed.
   std::vector<StageMemoryRecord> stage_memory;
+  // With a blend (data.blend): each dataset's part of this step and of the run so far,
+  // in the blend's order (docs/data.md, "Blends"). Empty without one.
+  std::vector<DatasetRecord> datasets;
 };
 
 // Throughput of a step: non-padding input tokens per second of step time. 0 when
@@ -92,6 +105,14 @@ struct EvalRecord {
   int64_t loss_tokens = 0;
   double time_s = 0;
   double wall_time = 0;
+  // With a blend for validation: each dataset's own loss over its part of the set, in
+  // the blend's order. Empty without one.
+  struct Dataset {
+    std::string prefix;
+    double loss = 0;  // token-weighted over its loss-bearing predictions
+    int64_t samples = 0, loss_tokens = 0;
+  };
+  std::vector<Dataset> datasets;
 };
 
 // A failure of an actor and what the supervisor did about it.

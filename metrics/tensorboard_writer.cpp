@@ -32,7 +32,7 @@ AppendFile create_event_file(const std::string& dir, double wall_time) {
 }  // namespace
 
 std::vector<std::pair<std::string, double>> step_scalars(const StepRecord& r) {
-  return {{kStepScalarTags[0], r.loss},
+  std::vector<std::pair<std::string, double>> out = {{kStepScalarTags[0], r.loss},
           {kStepScalarTags[1], r.lr},
           {kStepScalarTags[2], r.grad_norm},
           {kStepScalarTags[3], r.clipped ? 1.0 : 0.0},
@@ -42,6 +42,20 @@ std::vector<std::pair<std::string, double>> step_scalars(const StepRecord& r) {
           {kStepScalarTags[7], double(r.padding_tokens)},
           {kStepScalarTags[8], r.step_time_s},
           {kStepScalarTags[9], double(r.restarts)}};
+  // A blend's datasets: what each gave so far.
+  for (size_t i = 0; i < r.datasets.size(); ++i) {
+    const std::string tag = "datasets/" + dataset_tag(i, r.datasets[i].prefix);
+    out.push_back({tag + "/consumed_samples", double(r.datasets[i].consumed_samples)});
+    out.push_back({tag + "/consumed_tokens", double(r.datasets[i].consumed_tokens)});
+  }
+  return out;
+}
+
+void EventFileWriter::eval(const EvalRecord& r) {
+  std::vector<std::pair<std::string, double>> values = {{kEvalLossTag, r.loss}};
+  for (size_t i = 0; i < r.datasets.size(); ++i)
+    values.push_back({"eval/datasets/" + dataset_tag(i, r.datasets[i].prefix) + "/loss", r.datasets[i].loss});
+  scalars(r.step, r.wall_time, values);
 }
 
 std::string event_file_name(int64_t unix_seconds, const std::string& hostname) {

@@ -43,7 +43,8 @@ class EventFileWriter {
   // One Summary event with `values` as simple_value scalars.
   void scalars(int64_t step, double wall_time, const std::vector<std::pair<std::string, double>>& values);
   void step(const StepRecord& r) { scalars(r.step, r.wall_time, step_scalars(r)); }
-  void eval(const EvalRecord& r) { scalars(r.step, r.wall_time, {{kEvalLossTag, r.loss}}); }
+  // eval/loss, and with a blend each dataset's as eval/datasets/<d>_<name>/loss.
+  void eval(const EvalRecord& r);
   // A SessionLog START at `step`: TensorBoard drops the events of this run with
   // step >= `step` written before it. Write it before the first step after a
   // restart from a checkpoint (step = checkpoint step + 1), so redone steps show once.

@@ -110,6 +110,10 @@ std::pair<std::string, int64_t> pick_checkpoint(const std::string& root, const R
 // Every train sample whose window reads one of `docs`.
 std::vector<int64_t> samples_reading(const Config& c, const std::vector<int64_t>& docs) {
   const auto src = data::BatchSource::open(c, data::Split::Train);
+  if (src.datasets() > 1)
+    throw std::invalid_argument("--skip-documents: document numbers name documents of one dataset, but the run reads a "
+                                "blend of " + std::to_string(src.datasets()) + " (data.blend); skip its samples by "
+                                "ID instead (--skip-samples)");
   const std::set<int64_t> wanted(docs.begin(), docs.end());
   std::set<int64_t> found_docs;
   std::vector<int64_t> ids;

@@ -64,7 +64,7 @@ StepDump dump_step(const Config& c, int64_t step, const std::string& checkpoint,
   // The losses by document as a live run's spike record computes them
   // (engine/document_losses.h), from the microbatches in the global batch's order; the
   // tokens of each document (a dump's own) beside them.
-  std::map<int64_t, DumpedDocument> docs;  // by document
+  std::map<std::pair<int64_t, int64_t>, DumpedDocument> docs;  // by (dataset, document)
   std::vector<std::vector<msg::SegmentLoss>> segments;
   std::vector<int64_t> ids;
   std::vector<float> losses;
@@ -80,7 +80,8 @@ StepDump dump_step(const Config& c, int64_t step, const std::string& checkpoint,
       for (int r = 0; r < mb.batch; ++r) {
         const int64_t id = mb.sample_ids[size_t(r)];
         for (const auto& p : src.pieces_of(id)) {
-          DumpedDocument& doc = docs[p.document];
+          DumpedDocument& doc = docs[{p.dataset, p.document}];
+          doc.dataset = p.dataset;
           doc.document = p.document;
           if (doc.samples.empty() || doc.samples.back() != id) doc.samples.push_back(id);
           // Input positions [slot, slot + length) of the row come from this piece; the
@@ -92,7 +93,7 @@ StepDump dump_step(const Config& c, int64_t step, const std::string& checkpoint,
     }
   }
   for (const auto& l : engine::document_losses(segments, ids, c.batch().micro_batch_size(), src)) {
-    DumpedDocument& doc = docs.at(l.document);
+    DumpedDocument& doc = docs.at({l.dataset, l.document});
     doc.loss_sum = l.loss_sum;
     doc.loss_tokens = l.loss_tokens;
   }
@@ -108,6 +109,7 @@ StepDump dump_step(const Config& c, int64_t step, const std::string& checkpoint,
   std::string lines;
   for (const auto& doc : d.documents) {
     metrics::Json j = {{"dataset", doc.dataset},
+                       {"prefix", src.prefix_of(int(doc.dataset))},
                        {"document", doc.document},
                        {"samples", doc.samples},
                        {"loss_sum", metrics::json_number(doc.loss_sum)},

@@ -14,7 +14,7 @@
 namespace troupe::replay {
 
 struct DumpedDocument {
-  int64_t dataset = 0;   // index of the dataset (one per run today)
+  int64_t dataset = 0;   // index of the dataset in data.blend (0 without a blend)
   int64_t document = 0;  // sequence index in the dataset's .idx
   std::vector<int64_t> samples;  // the step's samples that read it
   std::vector<int32_t> tokens;   // its tokens in this step, in sample then window order

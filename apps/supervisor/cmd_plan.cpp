@@ -14,6 +14,7 @@
 #include "config/derived.h"
 #include "config/error.h"
 #include "config/validate.h"
+#include "data/blend.h"
 #include "sched/planner.h"
 #include "sched/activation_memory.h"
 #include "sched/planner_report.h"
@@ -29,11 +30,15 @@ const char* kUsage =
     "                       [--gpus N] [--throughput TOKENS_PER_S] [--calendar-efficiency F]\n"
     "                       [--scaling FILE] [--token-budget T] [--gpu-memory SIZE]\n"
     "                       [--failure-rate R | --mtbf-hours H --save-seconds C --recovery-seconds S\n"
-    "                        [--recovery RESTART|ELASTIC]]\n\n"
+    "                        [--recovery RESTART|ELASTIC]]\n"
+    "       supervisor plan [CONFIG] ... --blend-order N\n\n"
     "Prints the plan of a config: tokens per update, microbatches per data-parallel group,\n"
     "ideal pipeline idle, causal position pairs, updates and shortfall against the token\n"
     "budget, warmup, the LR at its turning points, the main-state memory ledger per GPU\n"
-    "and, given a throughput, the calendar. docs/planner.md explains every line.\n\n"
+    "and, given a throughput, the calendar, and a data blend's shares. docs/planner.md explains\n"
+    "every line. With --blend-order N: only the dataset of each of the first N positions of\n"
+    "the train blend's order, one a line (what tools/data_blend_megatron_check.py compares\n"
+    "with megatron-core).\n\n"
     "options:\n";
 
 const char* kPlanOptions =
@@ -56,6 +61,7 @@ const char* kPlanOptions =
     "                           restart and reload (measured)\n"
     "  --recovery MODE          RESTART (default: from the newest checkpoint) or ELASTIC\n"
     "                           (survivors adopt the lost replicas; not built yet: a what-if)\n"
+    "  --blend-order N          print the train blend's first N dataset choices and stop\n"
     "  -h, --help               this text\n";
 
 // A finite number from the whole of an option value ("1.6e6", "1600000"), or NaN.
@@ -92,7 +98,7 @@ int64_t positive_count(const std::string& option, const std::string& text) {
 int plan_main(int argc, char** argv) {
   ConfigArgs config_args;
   std::string gpus, throughput, efficiency, scaling, budget, gpu_memory;
-  std::string failure_rate, mtbf_hours, save_seconds, recovery_seconds, recovery;
+  std::string failure_rate, mtbf_hours, save_seconds, recovery_seconds, recovery, blend_order;
   CommandLine cmd("plan");
   add_config_options(cmd.options, cmd.positional, config_args);
   cmd.options.add_options()
@@ -107,11 +113,33 @@ int plan_main(int argc, char** argv) {
       ("save-seconds", po::value<std::string>(&save_seconds))
       ("recovery-seconds", po::value<std::string>(&recovery_seconds))
       ("recovery", po::value<std::string>(&recovery))
+      ("blend-order", po::value<std::string>(&blend_order))
       ("help,h", "");
   if (const auto status = cmd.parse(argc, argv, std::string(kUsage) + config_options_help() + kPlanOptions))
     return *status;
 
   LoadedConfig loaded = load_config(config_args);
+  const auto& data = loaded.config.data();
+  auto entries = [](const auto& blend) {
+    std::vector<data::BlendEntry> out;
+    for (const auto& e : blend) out.push_back({e.prefix(), e.weight()});
+    return out;
+  };
+  if (!blend_order.empty()) {
+    const int64_t n = positive_count("blend-order", blend_order);
+    if (data.blend().empty()) return cmd.usage_error("--blend-order: the config has no data.blend");
+    std::vector<double> weights;
+    for (const auto& e : data.blend()) weights.push_back(e.weight());
+    const data::BlendOrder order(weights);
+    std::string out;
+    for (int64_t i = 0; i < n; ++i) {
+      out += std::to_string(order.dataset_at(i));
+      out += '\n';
+      if (out.size() > (1 << 20)) std::fputs(out.c_str(), stdout), out.clear();
+    }
+    std::fputs(out.c_str(), stdout);
+    return std::fflush(stdout) == 0 ? 0 : 1;
+  }
   sched::PlanInputs in;
   if (!gpus.empty()) {
     const int64_t n = positive_count("gpus", gpus);
@@ -170,6 +198,12 @@ int plan_main(int argc, char** argv) {
   const auto schedule = sched::build_pipeline_schedule(loaded.config);
   std::printf("\n%s\n", sched::schedule_verdict_line(schedule, par.schedule()).c_str());
   if (gpu_bytes) std::printf("\n%s", sched::render_memory_fit(loaded.config, *gpu_bytes).c_str());
+  // A blend's shares of the run (docs/data.md, "Blends").
+  const int64_t train = config::full_updates(loaded.config) * loaded.config.batch().global_batch_size();
+  if (!data.blend().empty()) std::printf("\n%s", data::describe_blend("data.blend", entries(data.blend()), train).c_str());
+  const int64_t eval = loaded.config.training().eval_samples();
+  if (!data.valid_blend().empty() && eval > 0)
+    std::printf("\n%s", data::describe_blend("data.valid_blend", entries(data.valid_blend()), eval).c_str());
   return 0;
 }
 

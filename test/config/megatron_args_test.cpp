@@ -3,9 +3,12 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <fstream>
+
 #include "config/megatron_args.h"
 #include "config/validate.h"
 #include "test/config/util.h"
+#include "test/support/scratch_dir.h"
 
 using namespace troupe;
 using namespace troupe::config;
@@ -81,21 +84,62 @@ TEST_CASE("every unsupported flag is listed in one error") {
         "in samples; use --lr-decay-samples), --rampup-batch-size (line 4: troupe keeps the global batch fixed)");
 }
 
-TEST_CASE("Megatron's data flags: one dataset maps, blends and per-split datasets are refused with the reason") {
-  CHECK(import_error("--data-path 0.3 /d/web 0.7 /d/code\n") ==
-        "m.args:1: --data-path: 4 words (weights and prefixes: a blend of datasets); blends are not built yet: "
-        "troupe reads one dataset, --data-path PREFIX");
-  CHECK(import_error("--train-data-path /d/a --valid-data-path /d/b\n--data-args-path f --per-split-data-args-path g\n"
-                     "--data-cache-path /c\n") ==
-        "m.args: unsupported Megatron-LM flags: --train-data-path (line 1: a dataset per split is not built yet: troupe "
-        "splits one dataset (--data-path PREFIX, --split)), --valid-data-path (line 1: a dataset per split is not built "
-        "yet: troupe splits one dataset (--data-path PREFIX, --split)), --data-args-path (line 2: blends of datasets are "
-        "not built yet: troupe reads one dataset (--data-path PREFIX)), --per-split-data-args-path (line 2: blends of "
-        "datasets are not built yet: troupe reads one dataset (--data-path PREFIX)), --data-cache-path (line 3: troupe "
-        "keeps a dataset's sample index beside it (PREFIX.*), not in a cache folder)");
+TEST_CASE("Megatron's data flags: one dataset, a weighted blend, per-split blends, argument files") {
   const auto one = parse_megatron_args("--data-path /d/web_text_document --split 98,2,0\n", "m.args");
   CHECK(one.config.data().prefix() == "/d/web_text_document");
+  CHECK(one.config.data().blend_size() == 0);
   CHECK(one.config.data().split() == "98,2,0");
+
+  const auto mix = parse_megatron_args("--data-path 0.3 /d/web 0.5 /d/code 2e-1 /d/books --split 90,10,0\n", "m.args");
+  REQUIRE(mix.config.data().blend_size() == 3);
+  CHECK(mix.config.data().prefix().empty());
+  CHECK(mix.config.data().blend(0).weight() == 0.3);
+  CHECK(mix.config.data().blend(1).prefix() == "/d/code");
+  CHECK(mix.config.data().blend(2).weight() == 0.2);
+  CHECK(mix.config.data().blend(2).split().empty());  // the run's --split
+  CHECK(mix.origins.where("data.blend") == "m.args:1 (--data-path)");
+
+  const auto per = parse_megatron_args("--train-data-path 1 /d/a 3 /d/b\n--valid-data-path /d/v\n--test-data-path 1 /d/t1 1 /d/t2\n",
+                                       "m.args");
+  REQUIRE(per.config.data().blend_size() == 2);
+  CHECK(per.config.data().blend(1).weight() == 3);
+  CHECK(per.config.data().blend(0).split() == "1");  // read whole for training
+  REQUIRE(per.config.data().valid_blend_size() == 1);
+  CHECK(per.config.data().valid_blend(0).prefix() == "/d/v");
+  CHECK(per.config.data().test_blend_size() == 2);
+
+  const troupe::testing::ScratchDir dir("megatron-blend");
+  const std::string args = dir / "blend.txt", json = dir / "splits.json";
+  std::ofstream(args) << "0.25 /d/x\n0.75\n/d/y\n";
+  std::ofstream(json) << R"({"train": ["2", "/d/a", "1", "/d/b"], "valid": "/d/v", "test": null})";
+  const auto from_file = parse_megatron_args("--data-args-path " + args + "\n", "m.args");
+  REQUIRE(from_file.config.data().blend_size() == 2);
+  CHECK(from_file.config.data().blend(1).prefix() == "/d/y");
+  const auto from_json = parse_megatron_args("--per-split-data-args-path " + json + "\n", "m.args");
+  CHECK(from_json.config.data().blend_size() == 2);
+  CHECK(from_json.config.data().valid_blend_size() == 1);
+  CHECK(from_json.config.data().test_blend_size() == 0);
+
+  // Refused, each by name with the reason.
+  CHECK(import_error("--data-path /d/a /d/b /d/c\n") ==
+        "m.args:1: --data-path: 3 prefixes without weights: Megatron then weights each dataset by its size, which "
+        "troupe does not build; give weights, W1 PREFIX1 W2 PREFIX2 ...");
+  CHECK(import_error("--data-path 0.5 /d/a x /d/b\n") ==
+        "m.args:1: --data-path: mixes weights and prefixes in the weights' places: write W1 PREFIX1 W2 PREFIX2 ...");
+  CHECK(import_error("--data-path 0.5 /d/a --train-data-path /d/b\n") ==
+        "m.args:1: --train-data-path: a blend over the splits (--data-path, line 1) and per-split blends do not go "
+        "together: Megatron reads one or the other");
+  CHECK(import_error("--data-path 0 /d/a 1 /d/b\n").find("data.blend[0].weight: 0 is not a finite weight > 0") !=
+        std::string::npos);
+  CHECK(import_error("--data-path -1 /d/a 1 /d/b\n").find("data.blend[0].weight: -1 is not a finite weight > 0") !=
+        std::string::npos);
+  CHECK(import_error("--data-path nan /d/a 1 /d/b\n").find("data.blend[0].weight: nan is not a finite weight > 0") !=
+        std::string::npos);
+  CHECK(import_error("--data-path 1 /d/a 1 /d/a\n").find("data.blend[1].prefix: \"/d/a\" is listed twice") !=
+        std::string::npos);
+  CHECK(import_error("--data-cache-path /c\n") ==
+        "m.args: unsupported Megatron-LM flag: --data-cache-path (line 1: troupe keeps a dataset's sample index beside "
+        "it (PREFIX.*), not in a cache folder)");
 }
 
 TEST_CASE("recomputation flags import to model.recompute, recompute_method and recompute_num_layers") {

@@ -1,0 +1,176 @@
+#include "data/blend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace troupe::data {
+
+namespace {
+
+// numpy's pairwise_sum for float64 (numpy/core/src/umath/loops_utils.h.src).
+double pairwise_sum(const double* a, size_t n) {
+  constexpr size_t kBlock = 128;
+  if (n < 8) {
+    double res = 0.;
+    for (size_t i = 0; i < n; ++i) res += a[i];
+    return res;
+  }
+  if (n <= kBlock) {
+    double r[8];
+    for (size_t j = 0; j < 8; ++j) r[j] = a[j];
+    size_t i = 8;
+    for (; i < n - (n % 8); i += 8)
+      for (size_t j = 0; j < 8; ++j) r[j] += a[i + j];
+    double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i) res += a[i];
+    return res;
+  }
+  size_t n2 = n / 2;
+  n2 -= n2 % 8;
+  return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
+}
+
+constexpr int64_t kCheckpointEvery = 4096;  // positions between stored count vectors
+
+}  // namespace
+
+double numpy_sum(const std::vector<double>& v) { return pairwise_sum(v.data(), v.size()); }
+
+std::vector<double> megatron_normalize(const std::vector<double>& weights) {
+  const double sum = numpy_sum(weights);
+  std::vector<double> out(weights.size());
+  for (size_t i = 0; i < weights.size(); ++i) out[i] = weights[i] / sum;
+  return out;
+}
+
+// choices[i]: the dataset of position i, for i < choices.size().
+// checkpoints[k * D + d]: taken_d(k * kCheckpointEvery).
+// taken: taken_d(choices.size()).
+struct BlendOrder::Table {
+  std::mutex mu;
+  std::vector<uint16_t> choices;
+  std::vector<int64_t> checkpoints;
+  std::vector<int64_t> taken;
+};
+
+BlendOrder::BlendOrder(const std::vector<double>& weights)
+    : raw_(weights), weights_(megatron_normalize(megatron_normalize(weights))), table_(std::make_shared<Table>()) {
+  if (weights.empty() || weights.size() >= 32767)
+    throw std::invalid_argument("a blend needs 1 to 32766 datasets, not " + std::to_string(weights.size()));
+  for (const double w : weights)
+    if (!(w > 0) || !std::isfinite(w))
+      throw std::invalid_argument("a blend's weights must be finite and positive, not " + std::to_string(w));
+  table_->taken.assign(weights.size(), 0);
+}
+
+int BlendOrder::datasets() const { return int(weights_.size()); }
+const std::vector<double>& BlendOrder::weights() const { return weights_; }
+
+namespace {
+
+// Extends the table until it holds position `position` (the caller holds the lock).
+void grow(std::vector<uint16_t>& choices, std::vector<int64_t>& checkpoints, std::vector<int64_t>& taken,
+          const std::vector<double>& w, int64_t position) {
+  const size_t D = w.size();
+  if (int64_t(choices.size()) > position) return;
+  const int64_t target = std::max<int64_t>(position + 1, std::max<int64_t>(int64_t(choices.size()) * 2, 1 << 16));
+  choices.reserve(size_t(target));
+  for (int64_t i = int64_t(choices.size()); i < target; ++i) {
+    if (i % kCheckpointEvery == 0) checkpoints.insert(checkpoints.end(), taken.begin(), taken.end());
+    // Megatron's loop body, term for term (compiled without FMA contraction: the
+    // product is rounded before the subtraction, as megatron-core's helper does, which
+    // decides its ties; data/CMakeLists.txt).
+    const double x = std::max(double(i), 1.0);
+    size_t best = 0;
+    double best_error = w[0] * x - double(taken[0]);
+    for (size_t d = 1; d < D; ++d) {
+      const double error = w[d] * x - double(taken[d]);
+      if (error > best_error) {
+        best_error = error;
+        best = d;
+      }
+    }
+    choices.push_back(uint16_t(best));
+    ++taken[best];
+  }
+}
+
+}  // namespace
+
+int BlendOrder::dataset_at(int64_t position) const {
+  if (position < 0) throw std::out_of_range("blend: negative position " + std::to_string(position));
+  std::lock_guard lock(table_->mu);
+  grow(table_->choices, table_->checkpoints, table_->taken, weights_, position);
+  return table_->choices[size_t(position)];
+}
+
+std::vector<int64_t> BlendOrder::taken_before(int64_t position) const {
+  if (position < 0) throw std::out_of_range("blend: negative position " + std::to_string(position));
+  const size_t D = weights_.size();
+  std::lock_guard lock(table_->mu);
+  Table& t = *table_;
+  grow(t.choices, t.checkpoints, t.taken, weights_, position);
+  const int64_t k = position / kCheckpointEvery;
+  std::vector<int64_t> out(t.checkpoints.begin() + k * int64_t(D), t.checkpoints.begin() + (k + 1) * int64_t(D));
+  for (int64_t i = k * kCheckpointEvery; i < position; ++i) ++out[t.choices[size_t(i)]];
+  return out;
+}
+
+BlendOrder::Choice BlendOrder::choice_at(int64_t position) const {
+  const int d = dataset_at(position);
+  return {d, taken_before(position)[size_t(d)]};
+}
+
+int64_t BlendOrder::first_position_beyond(int dataset, int64_t count) const {
+  if (dataset < 0 || dataset >= datasets()) throw std::out_of_range("blend: no dataset " + std::to_string(dataset));
+  if (count < 0) return 0;
+  const size_t D = weights_.size();
+  std::lock_guard lock(table_->mu);
+  Table& t = *table_;
+  // The share of a positive weight grows without bound, so this ends.
+  while (t.taken[size_t(dataset)] <= count)
+    grow(t.choices, t.checkpoints, t.taken, weights_, int64_t(t.choices.size()));
+  // The last checkpoint at or below count, then a scan.
+  int64_t lo = 0, hi = int64_t(t.checkpoints.size() / D) - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (t.checkpoints[size_t(mid) * D + size_t(dataset)] <= count) lo = mid;
+    else hi = mid - 1;
+  }
+  int64_t taken = t.checkpoints[size_t(lo) * D + size_t(dataset)];
+  for (int64_t i = lo * kCheckpointEvery;; ++i) {
+    if (t.choices[size_t(i)] == dataset) {
+      if (taken == count) return i;
+      ++taken;
+    }
+  }
+}
+
+std::vector<int64_t> BlendOrder::megatron_dataset_sizes(int64_t samples, double surplus) const {
+  const std::vector<double> w = megatron_normalize(raw_);
+  std::vector<int64_t> out;
+  for (const double x : w) out.push_back(int64_t(std::ceil(std::ceil(double(samples) * x) * (1 + surplus))));
+  return out;
+}
+
+std::string describe_blend(const std::string& name, const std::vector<BlendEntry>& datasets, int64_t samples) {
+  std::vector<double> raw;
+  for (const auto& d : datasets) raw.push_back(d.weight);
+  const BlendOrder order(raw);
+  const auto taken = order.taken_before(samples);
+  const auto megatron = order.megatron_dataset_sizes(samples);
+  std::string out = fmt::format("{}: {} datasets, Megatron's BlendedDataset rule over {} samples\n", name,
+                                datasets.size(), samples);
+  for (size_t d = 0; d < datasets.size(); ++d)
+    out += fmt::format("  {:>2}  {:<40} weight {:<8g} ({:.6f})  {:>12} samples ({:.4f}); Megatron builds {}\n", d,
+                       datasets[d].prefix, datasets[d].weight, order.weights()[d], taken[d],
+                       samples > 0 ? double(taken[d]) / double(samples) : 0.0, megatron[d]);
+  return out;
+}
+
+}  // namespace troupe::data
