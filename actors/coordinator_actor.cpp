@@ -24,6 +24,7 @@
 #include "data/batch_source.h"
 #include "engine/blend_accounting.h"
 #include "engine/checkpointing.h"
+#include "engine/step_close.h"
 #include "engine/document_losses.h"
 #include "engine/rollback.h"
 #include "engine/spike_guard.h"
@@ -421,83 +422,13 @@ void feed(Self* self, const engine::StepEvent& e) {
 // not open yet (kept in early_reports until it is).
 bool ahead_of_ledger(const CoordinatorState& st, int64_t step) { return st.driver->report_is_early(step); }
 
-// Microbatch losses and samples, each stage's gradient norm, the step's documents and
-// its update-to-weight norms (spike records) and stage timings (stragglers).
-StepExtras step_extras(const CoordinatorState& st, const engine::StepLedger& ledger, const metrics::StepRecord& r) {
-  StepExtras x;
-  x.detail.step = r.step;
-  x.detail.loss = r.loss;
-  x.detail.grad_norm = r.grad_norm;
-  x.detail.lr = r.lr;
-  x.detail.clipped = r.clipped;
-  for (double s : ledger.stage_sum_squares()) x.detail.stage_grad_norms.push_back(std::sqrt(s));
-  for (const auto& [layer, s] : ledger.layer_sum_squares()) x.detail.layer_grad_norms.emplace_back(layer, std::sqrt(s));
-  const auto losses = ledger.microbatch_losses();
-  const auto tokens = ledger.microbatch_loss_tokens();
-  const auto ids = ledger.sample_ids();  // replica-major, microbatch, row
-  const size_t rows = size_t(st.args.config.batch().micro_batch_size());
-  for (int32_t d = 0; d < st.topo.dp; ++d)
-    for (int32_t j = 0; j < st.microbatches; ++j) {
-      const size_t i = size_t(d) * size_t(st.microbatches) + size_t(j);
-      metrics::MicrobatchLoss m;
-      m.replica = d;
-      m.index = j;
-      if ((i + 1) * rows <= ids.size()) m.sample_ids.assign(ids.begin() + i * rows, ids.begin() + (i + 1) * rows);
-      m.loss_tokens = tokens[i];
-      m.loss = tokens[i] > 0 ? losses[i] / double(tokens[i]) : 0.0;
-      x.detail.microbatches.push_back(std::move(m));
-    }
-  if (st.data) x.detail.documents = engine::document_losses(ledger.segment_losses(), ids, int(rows), *st.data);
-  if (!r.skipped) {  // a dropped update has no ratio
-    const auto u = ledger.update_sums();
-    x.detail.update_norm = std::sqrt(u.update_sum_squares);
-    x.detail.weight_norm = std::sqrt(u.weight_sum_squares);
-  }
-  for (const auto& rank : st.topo.all_ranks()) x.stage_paths.push_back(engine::stage_path(rank));
-  x.timings = ledger.timings();
-  return x;
-}
-
-// When a step ended: the last stage to apply its update (StageTiming::end_time, Unix
-// seconds; stages in other processes read their own host's clock).
-double step_end_time(const engine::StepLedger& ledger) {
-  double end = 0;
-  for (const auto& t : ledger.timings()) end = std::max(end, t.end_time);
-  return end > 0 ? end : unix_now();
-}
-
 void finish_train_step(Self* self) {
   auto& st = self->state;
   auto& ledger = *st.ledger;
-  const auto counts = ledger.counts();
-  if (counts.loss_tokens != ledger.loss_tokens())
-    throw std::logic_error(fmt::format("step {}: loaders counted {} loss-bearing tokens, last stages {}",
-                                       ledger.step(), counts.loss_tokens, ledger.loss_tokens()));
-  const auto mismatch =
-      ledger.applied_mismatch(msg::UpdateCommand{ledger.step(), st.lr, st.decision->factor, st.decision->skip});
-  if (!mismatch.empty()) throw std::logic_error(mismatch);
-  metrics::StepRecord r;
-  r.step = ledger.step();
-  st.pos.step = r.step;
-  if (st.data) r.skipped_samples = st.data->skipped_in(st.pos.consumed_samples, counts.samples);
-  r.samples_hash = metrics::sample_content_hash(ledger.sample_ids());
-  r.datasets = engine::advance_blend(*st.data, st.pos, st.pos.consumed_samples, counts.samples);
-  st.pos.consumed_samples += counts.samples;
-  r.consumed_samples = st.pos.consumed_samples;
-  r.loss = counts.loss_tokens > 0 ? ledger.loss_sum() / double(counts.loss_tokens) : 0.0;
-  r.lr = st.lr;
-  r.grad_norm = st.decision->norm;
-  r.clipped = st.decision->clipped;
-  r.skipped = st.decision->skip;
-  r.input_tokens = counts.input_tokens;
-  r.loss_tokens = counts.loss_tokens;
-  r.padding_tokens = counts.padding_tokens;
-  r.stage_memory = ledger.stage_memory();
-  r.wall_time = step_end_time(ledger);
-  r.step_time_s = std::max(0.0, r.wall_time - std::max(st.last_train_end, st.step_issued_at));
+  metrics::StepRecord r = engine::close_train_step(ledger, *st.decision, st.lr, *st.data,
+                                                   std::max(st.last_train_end, st.step_issued_at), st.pos);
   st.last_train_end = r.wall_time;
   if (r.skipped) {
-    ++st.pos.skipped_updates;
     if (st.rollback)
       spdlog::warn("step {}: a spike (loss {:.4f}, grad norm {:.4f}); update dropped, the run rolls back "
                    "(logging.on_spike ROLLBACK)",
@@ -509,10 +440,7 @@ void finish_train_step(Self* self) {
     else
       spdlog::warn("step {}: gradient norm is not finite ({}); update skipped, the LR schedule holds",
                    r.step, r.grad_norm);
-  } else {
-    ++st.pos.successful_updates;
   }
-  if (st.data) st.pos.epoch = st.data->epoch_of(st.pos.consumed_samples);
   r = st.args.book->add_step(r, ledger.sample_ids(), ledger.timings());
   if (auto rec = st.args.book->first_step_done()) {
     spdlog::info("recovered: step {} done after restart {}; {:.3f} s from the failure: detection {:.3f} s, restart "
@@ -527,7 +455,8 @@ void finish_train_step(Self* self) {
            {"rewarm_s", rec->rewarm_s}});
   }
   to_metrics(self, caf::make_message(r));
-  to_metrics(self, caf::make_message(step_extras(st, ledger, r)));
+  to_metrics(self, caf::make_message(engine::step_extras(ledger, r, st.topo, st.microbatches,
+                                                         st.args.config.batch().micro_batch_size(), *st.data)));
   st.ledger.reset();
   feed(self, engine::TrainStepClosed{r.step, st.pos.consumed_samples});
 }
@@ -535,16 +464,8 @@ void finish_train_step(Self* self) {
 void finish_eval(Self* self) {
   auto& st = self->state;
   auto& ledger = *st.ledger;
-  const auto counts = ledger.counts();
-  metrics::EvalRecord e;
-  e.step = st.pos.step;
-  e.consumed_samples = st.pos.consumed_samples;
-  e.loss = counts.loss_tokens > 0 ? ledger.loss_sum() / double(counts.loss_tokens) : 0.0;
-  e.samples = counts.samples;
-  e.loss_tokens = counts.loss_tokens;
-  if (st.valid)
-    e.datasets = engine::eval_dataset_losses(ledger.segment_losses(), ledger.sample_ids(),
-                                             st.args.config.batch().micro_batch_size(), *st.valid);
+  metrics::EvalRecord e = engine::close_eval(ledger, st.pos, st.args.config.batch().micro_batch_size(),
+                                             st.valid ? &*st.valid : nullptr);
   e.time_s = seconds_since(st.step_start);
   e.wall_time = unix_now();
   st.args.book->add_eval(e);
@@ -563,19 +484,11 @@ void progress(Self* self) {
   if (ledger.kind() == StepKind::Train && !st.decision && ledger.norms_complete() &&
       (!st.guard->active() || ledger.losses_complete())) {
     check_fault(self, ledger.step(), Fault::REDUCE);
-    st.decision = optim::decide(ledger.total_sum_squares(), st.args.config.optimizer().clip_grad());
-    st.spike_dropped = false;
-    if (st.guard->active()) {
-      // The loss exactly as the step record computes it (the loaders' and the last
-      // stages' token counts agree, finish_train_step checks).
-      const double loss = ledger.loss_tokens() > 0 ? ledger.loss_sum() / double(ledger.loss_tokens()) : 0.0;
-      const bool spike = st.guard->drop_update(ledger.step(), loss, st.decision->norm);
-      st.spike_dropped = spike && !st.decision->skip;
-      st.decision->skip = st.decision->skip || spike;
-      if (spike && st.guard->rolls_back())
-        st.rollback = engine::decide_rollback(st.args.config, *st.data, ledger.step(), st.pos.consumed_samples,
-                                              st.args.book->rollback_spikes());
-    }
+    auto u = engine::decide_update(st.args.config, ledger, *st.guard, *st.data, st.pos.consumed_samples,
+                                   st.args.book->rollback_spikes());
+    st.decision = u.clip;
+    st.spike_dropped = u.spike_dropped;
+    if (u.rollback) st.rollback = std::move(u.rollback);
     check_fault(self, ledger.step(), Fault::OPTIMIZER);
     // Read before the UpdateCommands go out: it dates a step handed over with them.
     feed(self, engine::UpdateDecided{ledger.step(), unix_now(), st.rollback.has_value()});

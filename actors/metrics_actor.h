@@ -25,6 +25,7 @@
 
 #include "actors/metrics_inbox.h"
 #include "engine/faults.h"
+#include "engine/step_close.h"
 #include "actors/actor_interfaces.h"
 #include "messages/config.pb.h"
 #include "messages/runtime.h"
@@ -33,17 +34,12 @@
 
 namespace troupe::actors {
 
-// What the coordinator knows of a step beyond its record: microbatch losses and
-// samples (spike records) and every stage's op timings (straggler report).
-struct StepExtras {
-  metrics::StepDetail detail;
-  std::vector<std::string> stage_paths;   // rank order
-  std::vector<msg::StageTiming> timings;  // rank order
-};
+// What the coordinator knows of a step beyond its record (engine/step_close.h).
+using StepExtras = engine::StepExtras;
 
 }  // namespace troupe::actors
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::StepExtras)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::engine::StepExtras)
 
 namespace troupe::actors {
 
