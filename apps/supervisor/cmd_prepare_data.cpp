@@ -53,8 +53,8 @@ int prepare_data_main(int argc, char** argv) {
        "decompressed as read: auto takes .jsonl.gz / .jsonl.zst")
       ("add-special-tokens",
        "encode each document with the tokenizer's special tokens, as HF's add_special_tokens=True "
-       "(tokenizer hf: the post-processor's template, a Llama 3 file's <|begin_of_text|> first); default: none, "
-       "as Megatron-LM's preprocessing")
+       "(tokenizer hf: the post-processor's template, a Llama 3 file's <|begin_of_text|> first), as Megatron-LM's "
+       "HuggingFaceTokenizer does by default; default: none, as its GPT2BPETokenizer")
       ("shuffle-seed", po::value(&shuffle_seed),
        "write documents in an order shuffled with this seed (holds them in memory)")
       ("threads,j", po::value(&threads)->default_value(0),
