@@ -8,6 +8,7 @@
 
 #include "config/derived.h"
 #include "data/blend.h"
+#include "data/dataset_tokenizer.h"
 #include "data/default_corpus.h"
 #include "data/error.h"
 #include "data/hf_tokenizer.h"
@@ -178,6 +179,24 @@ BatchSource BatchSource::open(const Config& cfg, Split split, std::span<const in
     s->samples += ix.samples();
   }
   if (specs.size() > 1) {
+    // Datasets prepare-data made name their tokenizer: those of a blend must agree.
+    std::optional<std::pair<std::string, DatasetTokenizer>> first;
+    for (const Dataset& x : s->datasets) {
+      const auto t = read_dataset_tokenizer(x.data.prefix());
+      if (!t) continue;
+      if (!first) {
+        first.emplace(x.data.prefix(), *t);
+      } else if (t->vocab_size != first->second.vocab_size || t->eod != first->second.eod) {
+        auto describe = [](const std::string& prefix, const DatasetTokenizer& d) {
+          return prefix + " was prepared with tokenizer " + d.tokenizer + " (vocabulary " +
+                 std::to_string(d.vocab_size) + ", EOD " + std::to_string(d.eod) + ", " +
+                 dataset_tokenizer_path(prefix) + ")";
+        };
+        throw DataError("data.blend: " + describe(x.data.prefix(), *t) + " but " +
+                        describe(first->first, first->second) +
+                        ": the datasets of a blend must share their vocabulary and end-of-document ID");
+      }
+    }
     std::vector<double> weights;
     for (const SourceSpec& spec : specs) weights.push_back(spec.weight);
     s->blend.emplace(weights);

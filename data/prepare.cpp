@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "data/compressed_input.h"
+#include "data/dataset_tokenizer.h"
 #include "data/error.h"
 #include "data/indexed_dataset.h"
 #include "data/mapped_file.h"
@@ -322,6 +323,8 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
     for (const int64_t i : order) writer.add_document(held[size_t(i)]);
   }
   writer.finish();
+  // What the dataset was tokenized with, beside it (a blend checks its datasets agree).
+  write_dataset_tokenizer(options.output_prefix, {tokenizer.name(), tokenizer.vocab_size(), tokenizer.eod()});
   report(true);
 
   summary.files = int64_t(files.size() - summary.skipped_not_text.size());

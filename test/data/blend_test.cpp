@@ -8,6 +8,7 @@
 
 #include "data/batch_source.h"
 #include "data/blend.h"
+#include "data/dataset_tokenizer.h"
 #include "data/error.h"
 #include "data/random.h"
 #include "test/data/helpers.h"
@@ -344,4 +345,26 @@ TEST_CASE("a blend's bad datasets: one error naming the file") {
     CHECK(std::string(e.what()).find("skips all " + std::to_string(all_books.size()) + " samples of the train split of " +
                                      (t.dir / "books")) != std::string::npos);
   }
+}
+
+TEST_CASE("datasets prepared with different tokenizers are refused in one blend, naming both") {
+  ThreeDatasets t;
+  // What prepare-data writes beside its datasets; datasets made elsewhere have none.
+  write_dataset_tokenizer(t.dir / "web", {"bytes", 257, 256});
+  write_dataset_tokenizer(t.dir / "books", {"bytes", 257, 256});
+  CHECK(open_error(t.config()).empty());
+  write_dataset_tokenizer(t.dir / "code", {"hf", 257, 0});
+  CHECK(open_error(t.config()) ==
+        "data.blend: " + (t.dir / "code") + " was prepared with tokenizer hf (vocabulary 257, EOD 0, " +
+            (t.dir / "code.troupe-tokenizer.json") + ") but " + (t.dir / "web") +
+            " was prepared with tokenizer bytes (vocabulary 257, EOD 256, " + (t.dir / "web.troupe-tokenizer.json") +
+            "): the datasets of a blend must share their vocabulary and end-of-document ID");
+  // A dataset written again since its file (another size) leaves the file stale: ignored.
+  write_dataset(t.dir / "code", docs_from(80, 121, 2));
+  CHECK(!read_dataset_tokenizer(t.dir / "code"));
+  CHECK(open_error(t.config()).empty());
+  // A damaged file is named.
+  write_text(t.dir / "web.troupe-tokenizer.json", "{\"tokenizer\": 3");
+  CHECK(open_error(t.config()).find(t.dir / "web.troupe-tokenizer.json" + ": not a dataset tokenizer file") !=
+        std::string::npos);
 }

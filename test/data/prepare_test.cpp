@@ -10,6 +10,7 @@
 #include "data/default_corpus.h"
 #include "data/error.h"
 #include "data/indexed_dataset.h"
+#include "data/dataset_tokenizer.h"
 #include "data/prepare.h"
 #include "test/data/helpers.h"
 
@@ -101,6 +102,12 @@ TEST_CASE("prepare writes each document with EOD and reports a summary") {
   CHECK(ds.sequence(1) == bytes_eod("beta\n"));
   CHECK(ds.sequence(2) == bytes_eod("gamma"));
   CHECK(count_temporaries(d / "out") == 0);
+  // Beside it, what it was tokenized with.
+  const auto t = read_dataset_tokenizer(d / "out/corpus");
+  REQUIRE(t.has_value());
+  CHECK(t->tokenizer == "bytes");
+  CHECK(t->vocab_size == 257);
+  CHECK(t->eod == 256);
 }
 
 TEST_CASE("prepare with a shuffle seed is deterministic and keeps every document") {
