@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/compressed_input.h"
+#include "data/parquet_input.h"
 #include "data/error.h"
 #include "data/mapped_file.h"
 
@@ -133,7 +134,8 @@ InputFormat parse_input_format(const std::string& name) {
   if (name == "blank-lines") return InputFormat::BlankLines;
   if (name == "jsonl") return InputFormat::Jsonl;
   if (name == "fortune") return InputFormat::Fortune;
-  throw DataError("unknown input format '" + name + "' (expected auto, text, blank-lines, jsonl or fortune)");
+  if (name == "parquet") return InputFormat::Parquet;
+  throw DataError("unknown input format '" + name + "' (expected auto, text, blank-lines, jsonl, fortune or parquet)");
 }
 
 const char* input_format_name(InputFormat f) {
@@ -143,6 +145,7 @@ const char* input_format_name(InputFormat f) {
     case InputFormat::BlankLines: return "blank-lines";
     case InputFormat::Jsonl: return "jsonl";
     case InputFormat::Fortune: return "fortune";
+    case InputFormat::Parquet: return "parquet";
   }
   return "?";
 }
@@ -170,7 +173,7 @@ InputFormat detect_format(const std::string& path, std::string_view s, InputForm
 
 ReadStats read_documents(const std::string& path, InputFormat format,
                          const std::function<void(std::string_view)>& on_document,
-                         const std::function<void(size_t)>& on_bytes) {
+                         const std::function<void(size_t)>& on_bytes, const std::string& parquet_column) {
   const util::MappedFile file = map_input_file(path, "corpus file");
   const std::string_view s(reinterpret_cast<const char*>(file.data()), file.size());
   ReadStats stats;
@@ -183,11 +186,17 @@ ReadStats read_documents(const std::string& path, InputFormat format,
     ++stats.documents;
     on_document(doc);
   };
-  // Parquet (the "PAR1" magic): no Parquet reader is packaged for Debian 12 (Apache
-  // Arrow's libparquet is not in it), and a hand-written one is not an option.
-  if (s.substr(0, 4) == "PAR1")
-    throw DataError(path + ": a Parquet file, which this build does not read (no Parquet library is packaged for "
-                    "Debian 12): convert its text column to JSON lines first, e.g. .jsonl.zst (docs/data.md)");
+  // Parquet (the "PAR1" magic): its string column through pyarrow (data/parquet_input.h).
+  const bool parquet = s.substr(0, 4) == "PAR1";
+  if (format == InputFormat::Parquet && !parquet)
+    throw DataError(path + ": not a Parquet file (no PAR1 magic at its start)");
+  if (parquet) {
+    if (format != InputFormat::Auto && format != InputFormat::Parquet)
+      throw DataError(path + ": a Parquet file is read as Parquet only, not as " + input_format_name(format));
+    read_parquet_documents(path, parquet_column, emit);
+    progress.flush(s.size());
+    return stats;
+  }
   // gzip and zstd: JSON lines, decompressed as they are read (data/compressed_input.h).
   if (const Compression c = compression_of(s); c != Compression::None) {
     const std::string kind = compression_name(c);
@@ -296,6 +305,9 @@ ReadStats read_documents(const std::string& path, InputFormat format,
       }
       break;
     }
+
+    case InputFormat::Parquet:  // read above: a file without the magic is refused there
+      break;
   }
   progress.flush(s.size());
   return stats;

@@ -11,6 +11,9 @@
 //   auto         .jsonl/.ndjson/.json -> jsonl; a file with a line holding only '%'
 //                -> fortune; anything else -> text. A file that is not text
 //                (not_text below) is skipped whole and reported, never read as documents.
+// Parquet (told by its "PAR1" magic under auto, or parquet): the string column
+// `parquet_column` ("text" by default), one document a row, read by pyarrow in a python3
+// child (data/parquet_input.h); under text, blank-lines, jsonl or fortune it is refused.
 // Compressed (gzip or zstd, told by the first bytes: data/compressed_input.h): JSON
 // lines only, decompressed as they are read; auto takes a name ending .jsonl.gz,
 // .jsonl.zst (or .ndjson / .json before the suffix), anything else is refused with the
@@ -27,7 +30,7 @@
 
 namespace troupe::data {
 
-enum class InputFormat { Auto, Text, BlankLines, Jsonl, Fortune };
+enum class InputFormat { Auto, Text, BlankLines, Jsonl, Fortune, Parquet };
 
 InputFormat parse_input_format(const std::string& name);  // throws DataError
 const char* input_format_name(InputFormat f);
@@ -50,6 +53,7 @@ struct ReadStats {
 // on_bytes(n) reports progress: n more input bytes consumed.
 ReadStats read_documents(const std::string& path, InputFormat format,
                          const std::function<void(std::string_view)>& on_document,
-                         const std::function<void(size_t)>& on_bytes = {});
+                         const std::function<void(size_t)>& on_bytes = {},
+                         const std::string& parquet_column = "text");
 
 }  // namespace troupe::data

@@ -120,7 +120,7 @@ void tokenize_in_parallel(const std::vector<std::string>& files, const PrepareOp
               t.ids.insert(t.ids.end(), ids.begin(), ids.end());
               t.sizes.push_back(int64_t(ids.size()));
             },
-            [&](size_t b) { bytes_done += int64_t(b); });
+            [&](size_t b) { bytes_done += int64_t(b); }, options.parquet_column);
       } catch (...) {
         t.error = std::current_exception();
       }
@@ -308,7 +308,8 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
       bytes_done += int64_t(n);
       report(false);
     };
-    for (const auto& f : files) file_done(f, read_documents(f, options.format, on_document, on_bytes));
+    for (const auto& f : files)
+      file_done(f, read_documents(f, options.format, on_document, on_bytes, options.parquet_column));
   }
   if (progress.documents == 0) {
     const size_t skipped = summary.skipped_not_text.size();

@@ -36,6 +36,8 @@ struct PrepareOptions {
   std::vector<std::string> inputs;
   std::string output_prefix;
   InputFormat format = InputFormat::Auto;
+  // The string column of Parquet inputs that holds the documents.
+  std::string parquet_column = "text";
   // When set, documents are held in memory and written in an order shuffled with
   // this seed (the embedded default uses it so that a contiguous validation split
   // is drawn from every fortune file, not from the last ones).

@@ -21,7 +21,7 @@ namespace troupe::cli {
 int prepare_data_main(int argc, char** argv) {
   namespace po = boost::program_options;
   std::vector<std::string> inputs;
-  std::string output, tokenizer, vocab, merges, tokenizer_file, format;
+  std::string output, tokenizer, vocab, merges, tokenizer_file, format, parquet_column;
   uint64_t shuffle_seed = 0;
   int32_t eod_id = -1;
   int threads = 0;
@@ -50,7 +50,10 @@ int prepare_data_main(int argc, char** argv) {
        "auto | text (one document per file) | blank-lines | jsonl (\"text\" field) | "
        "fortune ('%' lines); auto skips files that are not text (a NUL byte, or over 1% "
        "invalid UTF-8), naming each. gzip and zstd files (by their first bytes) are JSON lines, "
-       "decompressed as read: auto takes .jsonl.gz / .jsonl.zst")
+       "decompressed as read: auto takes .jsonl.gz / .jsonl.zst. parquet: a string column (auto takes "
+       "files starting PAR1), read by pyarrow in a python3 child ($TROUPE_PYTHON, else python3)")
+      ("parquet-column", po::value(&parquet_column)->default_value("text"),
+       "the string column of Parquet inputs that holds the documents")
       ("add-special-tokens",
        "encode each document with the tokenizer's special tokens, as HF's add_special_tokens=True "
        "(tokenizer hf: the post-processor's template, a Llama 3 file's <|begin_of_text|> first), as Megatron-LM's "
@@ -69,6 +72,7 @@ int prepare_data_main(int argc, char** argv) {
   o.inputs = inputs;
   o.output_prefix = output;
   o.format = data::parse_input_format(format);
+  o.parquet_column = parquet_column;
   if (cmd.has("shuffle-seed")) o.shuffle_seed = shuffle_seed;
   o.add_special_tokens = cmd.has("add-special-tokens");
   const bool tty = ::isatty(STDERR_FILENO) != 0;

@@ -5,6 +5,8 @@
 // thread or several.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include <zlib.h>
 #include <zstd.h>
 
@@ -139,11 +141,19 @@ TEST_CASE("damaged, truncated or misnamed compressed inputs are refused, naming 
         std::string::npos);
   CHECK(error_of(d / "notes.txt.gz", InputFormat::Text).find("a gzip file is read as JSON lines only, not as text") !=
         std::string::npos);
-  // Parquet is refused with the reason, whatever the format asked.
+  // Parquet is read as Parquet only (through pyarrow in a Python child: test/cli/parquet.sh),
+  // and --format parquet reads nothing else.
   write_text(d / "t.parquet", std::string("PAR1\x15\x04", 6) + std::string(64, '\0') + "PAR1");
-  for (const auto f : {InputFormat::Auto, InputFormat::Jsonl, InputFormat::Text})
-    CHECK(error_of(d / "t.parquet", f).find("t.parquet: a Parquet file, which this build does not read") !=
+  for (const auto f : {InputFormat::Jsonl, InputFormat::Text})
+    CHECK(error_of(d / "t.parquet", f).find("t.parquet: a Parquet file is read as Parquet only, not as ") !=
           std::string::npos);
+  CHECK(error_of(d / "notes.txt.gz", InputFormat::Parquet).find("not a Parquet file (no PAR1 magic at its start)") !=
+        std::string::npos);
+  ::setenv("TROUPE_PYTHON", (d / "no-such-python").c_str(), 1);
+  const std::string no_python = error_of(d / "t.parquet", InputFormat::Auto);
+  ::unsetenv("TROUPE_PYTHON");
+  CHECK(no_python.find("t.parquet: a Parquet file is read by pyarrow in a Python child, but " + (d / "no-such-python") +
+                       " could not be started: No such file or directory") != std::string::npos);
   // A JSON error inside names the line and where it starts in the decompressed text.
   write_text(d / "j.jsonl.zst", zstd("{\"text\": \"ok\"}\n{\"text\": oops}\n"));
   CHECK(error_of(d / "j.jsonl.zst").find("j.jsonl.zst:2: invalid JSON at column 10 (decompressed offset 24)") !=
