@@ -116,6 +116,25 @@ TEST_CASE("step record JSON: each stage's memory peak, written and read back; a 
                        MetricsError);
 }
 
+TEST_CASE("step record JSON: a blend's datasets, written and read back; only with a blend") {
+  StepRecord r = make_step(2);
+  CHECK_FALSE(to_json(r).contains("datasets"));
+  r.datasets = {{"data/web", 3, 90, 30, 900}, {"data/code", 5, 150, 50, 1500}};
+  const auto j = to_json(r);
+  REQUIRE(j["datasets"].size() == 2);
+  CHECK(j["datasets"][1]["prefix"] == "data/code");
+  CHECK(j["datasets"][1]["consumed_tokens"] == 1500);
+  const StepRecord back = step_from_json(Json::parse(j.dump()));
+  REQUIRE(back.datasets.size() == 2);
+  CHECK(back.datasets[0].prefix == "data/web");
+  CHECK(back.datasets[0].samples == 3);
+  CHECK(back.datasets[0].tokens == 90);
+  CHECK(back.datasets[1].consumed_samples == 50);
+  Json bad = j;
+  bad["datasets"][0].erase("tokens");
+  CHECK_THROWS_WITH_AS(step_from_json(bad), "step record: missing field \"tokens\"", MetricsError);
+}
+
 TEST_CASE("metrics.jsonl: one object per line, every kind of event, read back in order") {
   ScratchDir dir;
   const std::string path = dir / "metrics.jsonl";

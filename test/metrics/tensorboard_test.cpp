@@ -122,6 +122,40 @@ TEST_CASE("event file: version header, one summary per step, all scalars, CRCs c
   CHECK(eval.summary().value(0).simple_value() == 4.5f);
 }
 
+TEST_CASE("a blend's datasets: their running counts with each step, their losses with each evaluation") {
+  ScratchDir dir;
+  {
+    EventFileWriter w(dir.path(), 1700000000.25);
+    StepRecord r = make_step(1);
+    r.datasets = {{"/data/web_text_document", 3, 90, 30, 900}, {"code", 5, 150, 50, 1500}};
+    w.step(r);
+    EvalRecord e;
+    e.step = 1;
+    e.loss = 4.5;
+    e.wall_time = 1700000003.5;
+    e.datasets = {{"/data/web_text_document", 4.25, 4, 100}, {"code", 4.75, 4, 110}};
+    w.eval(e);
+    w.sync();
+  }
+  const auto contents = read_tfrecord_file(event_files(dir.path()).at(0));
+  REQUIRE(contents.records.size() == 3);
+  tb::Event step, eval;
+  REQUIRE(step.ParseFromString(contents.records[1]));
+  const auto& v = step.summary().value();
+  REQUIRE(v.size() == 14);
+  CHECK(v[10].tag() == "datasets/0_web_text_document/consumed_samples");
+  CHECK(v[10].simple_value() == 30.0f);
+  CHECK(v[11].tag() == "datasets/0_web_text_document/consumed_tokens");
+  CHECK(v[11].simple_value() == 900.0f);
+  CHECK(v[12].tag() == "datasets/1_code/consumed_samples");
+  CHECK(v[13].simple_value() == 1500.0f);
+  REQUIRE(eval.ParseFromString(contents.records[2]));
+  REQUIRE(eval.summary().value().size() == 3);
+  CHECK(eval.summary().value(1).tag() == "eval/datasets/0_web_text_document/loss");
+  CHECK(eval.summary().value(1).simple_value() == 4.25f);
+  CHECK(eval.summary().value(2).tag() == "eval/datasets/1_code/loss");
+}
+
 TEST_CASE("two writers in the same second get distinct, ordered file names") {
   ScratchDir dir;
   EventFileWriter a(dir.path(), 1700000000.0);
