@@ -41,7 +41,7 @@ SmallModel derive_small_model(const Config& big, const std::string& data_prefix,
   m->set_layernorm_eps(big.model().layernorm_eps());
   const auto& bm = big.model();
   m->set_tied_embeddings(bm.tied_embeddings());
-  if (config::is_llama(bm)) {
+  if (bm.architecture() == ModelConfig::LLAMA) {
     // The family's layers at the small size: grouped queries stay grouped (2 query
     // heads per kv head, kv heads a multiple of TP), multi-query stays multi-query.
     const int64_t big_kv = config::kv_heads(bm);
@@ -67,7 +67,7 @@ SmallModel derive_small_model(const Config& big, const std::string& data_prefix,
                    chunks > 1 ? fmt::format(" in {} chunks of the interleaved schedule", chunks) : std::string());
   d += fmt::format("- model.heads: {} (config: {}; 2, or TP when TP > 2{})\n", m->heads(), big.model().heads(),
                    m->heads() > std::max(2, tp) ? ", twice that for grouped queries" : "");
-  if (config::is_llama(bm)) {
+  if (bm.architecture() == ModelConfig::LLAMA) {
     d += fmt::format("- model.architecture: LLAMA (the config's), kv heads {} (config: {} of {}), tied head {} "
                      "(the config's), rope_theta {:g} (the config's){}\n",
                      config::kv_heads(*m), config::kv_heads(bm), bm.heads(), bm.tied_embeddings() ? "yes" : "no",

@@ -23,6 +23,7 @@
 #include "actors/training_group.h"
 #include "actors/unix_time.h"
 #include "config/derived.h"
+#include "config/model_family.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
 #include "engine/host_capacity.h"
@@ -247,12 +248,13 @@ void print_startup(const Config& c, const std::string& source, const std::string
   const auto& m = c.model();
   const auto& o = c.optimizer();
   spdlog::info("troupe: training {}", source.empty() ? "the embedded default config" : source);
-  const std::string family =
-      config::is_llama(m) ? fmt::format("LLAMA ({} kv heads, {}rotary theta {:g}{}, RMSNorm, SwiGLU)",
-                                        config::kv_heads(m),
-                                        m.head_dim() > 0 ? fmt::format("head size {}, ", m.head_dim()) : "",
-                                        m.rope_theta(), m.has_rope_scaling() ? " scaled" : "")
-                          : std::string("GPT2 (learned positions, LayerNorm, GELU)");
+  const config::ModelFamily& f = config::model_family(m);
+  std::string family = fmt::format("{} ({}", f.name, f.summary);
+  if (f.grouped_query)
+    family += fmt::format("; {} kv heads{}", config::kv_heads(m),
+                          m.head_dim() > 0 ? fmt::format(", head size {}", m.head_dim()) : "");
+  if (!f.learned_positions) family += fmt::format("; rotary theta {:g}{}", m.rope_theta(), m.has_rope_scaling() ? " scaled" : "");
+  family += ")";
   spdlog::info("model: {}, {} layers, {} heads, width {}, ffn {}, vocab {} (padded {}), {} positions, {} head, {} "
                "parameters",
                family, m.layers(), m.heads(), m.width(), config::ffn_width(m), m.vocab_size(), config::padded_vocab(c),

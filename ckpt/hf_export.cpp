@@ -15,6 +15,7 @@
 #include "ckpt/error.h"
 #include "ckpt/manifest.h"
 #include "config/derived.h"
+#include "config/model_family.h"
 #include "model/param_registry.h"
 #include "model/safetensors.h"
 
@@ -40,8 +41,9 @@ float norm_eps_of(const ModelConfig& m) {
 }
 
 void gpt2_fields(const ModelConfig& m, nlohmann::ordered_json& j) {
-  j["architectures"] = {"GPT2LMHeadModel"};
-  j["model_type"] = "gpt2";
+  const auto& f = config::model_family(ModelConfig::GPT2);
+  j["architectures"] = {f.hf_architecture};
+  j["model_type"] = f.hf_model_type;
   j["n_layer"] = m.layers();
   j["n_head"] = m.heads();
   j["n_embd"] = m.width();
@@ -61,8 +63,9 @@ void gpt2_fields(const ModelConfig& m, nlohmann::ordered_json& j) {
 }
 
 void llama_fields(const ModelConfig& m, nlohmann::ordered_json& j) {
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  const auto& f = config::model_family(ModelConfig::LLAMA);
+  j["architectures"] = {f.hf_architecture};
+  j["model_type"] = f.hf_model_type;
   j["hidden_size"] = m.width();
   j["intermediate_size"] = config::ffn_width(m);
   j["num_hidden_layers"] = m.layers();
@@ -149,7 +152,8 @@ std::string hf_config_json(const Config& config, int64_t eod) {
   if (eod < 0) eod = hf_eod_id(config);
   const auto& m = config.model();
   nlohmann::ordered_json j;
-  if (config::is_llama(m))
+  // Hugging Face's config.json schema of the family.
+  if (m.architecture() == ModelConfig::LLAMA)
     llama_fields(m, j);
   else
     gpt2_fields(m, j);
@@ -171,7 +175,7 @@ std::string hf_generation_config_json(const Config& config, int64_t eod) {
 HfExportResult export_hf(const Checkpoint& checkpoint, const std::string& out_dir, const HfExportOptions& options) {
   const Config config = manifest_config(checkpoint.manifest(), checkpoint.dir());
   const model::ParameterRegistry registry(config, model::StageRange::whole(config));
-  const bool llama = config::is_llama(config.model());
+  const bool llama = config.model().architecture() == ModelConfig::LLAMA;  // Hugging Face's Llama names
   const char* family = llama ? "Llama" : "GPT-2";
   if (llama && options.transformer_prefix)
     throw CheckpointError(checkpoint.dir() + ": --transformer-prefix is for GPT-2; Llama names carry \"model.\" already");

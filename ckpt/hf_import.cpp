@@ -12,6 +12,7 @@
 #include "ckpt/error.h"
 #include "ckpt/region.h"
 #include "config/derived.h"
+#include "config/model_family.h"
 #include "config/error.h"
 #include "config/hf_config.h"
 #include "model/stage_range.h"
@@ -69,14 +70,14 @@ std::vector<std::string> weight_files(const std::string& dir, std::map<std::stri
 
 std::vector<std::string> hf_config_mismatches(const ModelConfig& hf, const ModelConfig& run) {
   std::vector<std::string> out;
-  const bool llama = config::is_llama(hf);
+  const bool llama = config::model_family(hf).grouped_query;  // the keys below are Llama's
   const auto check = [&](const char* field, const char* gpt2_key, const char* llama_key, const std::string& hf_value,
                          const std::string& run_value) {
     if (hf_value != run_value)
       out.push_back(fmt::format("model.{}: config.json {} = {}, the run has {}", field, llama ? llama_key : gpt2_key,
                                 hf_value, run_value));
   };
-  const auto family = [](const ModelConfig& m) { return config::is_llama(m) ? std::string("LLAMA") : "GPT2"; };
+  const auto family = [](const ModelConfig& m) { return std::string(config::model_family(m).name); };
   check("architecture", "model_type", "model_type", family(hf), family(run));
   if (!out.empty()) return out;  // the other fields' keys differ by family
   const auto num = [](auto v) { return fmt::format("{}", v); };
@@ -126,7 +127,7 @@ HfModel HfModel::open(const std::string& dir, const Config& run) {
     for (const auto& line : diff) msg += "\n  " + line;
     throw CheckpointError(msg);
   }
-  const bool llama = config::is_llama(run.model());
+  const bool llama = run.model().architecture() == ModelConfig::LLAMA;  // Hugging Face's Llama names
   const char* family = llama ? "Llama" : "GPT-2";
 
   HfModel m;

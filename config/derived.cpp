@@ -1,5 +1,7 @@
 #include "config/derived.h"
 
+#include "config/model_family.h"
+
 namespace troupe::config {
 
 int64_t ffn_width(const ModelConfig& m) {
@@ -14,8 +16,6 @@ int64_t attention_width(const ModelConfig& m) { return m.heads() * head_size(m);
 
 float norm_eps(const ModelConfig& m) { return m.has_norm_eps() ? m.norm_eps() : m.layernorm_eps(); }
 
-bool is_llama(const ModelConfig& m) { return m.architecture() == ModelConfig::LLAMA; }
-
 int64_t padded_vocab(const Config& c) {
   const int64_t multiple = int64_t(c.model().vocab_pad_multiple()) * c.parallel().tensor();
   const int64_t v = c.model().vocab_size();
@@ -26,13 +26,16 @@ int64_t parameter_count(const Config& c) {
   const auto& m = c.model();
   const int64_t w = m.width(), f = ffn_width(m), embedding = padded_vocab(c) * w;
   const int64_t head = m.tied_embeddings() ? 0 : embedding;
-  if (is_llama(m)) {
-    const int64_t q_width = attention_width(m), kv_width = kv_heads(m) * head_size(m);
-    const int64_t per_layer = 2 * w * q_width + 2 * w * kv_width + 3 * w * f + 2 * w;
-    return embedding + head + m.layers() * per_layer + w;
-  }
-  const int64_t per_layer = 4 * w * w + 2 * w * f + 9 * w + f;
-  return embedding + head + int64_t(m.max_positions()) * w + m.layers() * per_layer + 2 * w;
+  const ModelFamily& family = model_family(m);
+  const int64_t q_width = attention_width(m), kv_width = kv_heads(m) * head_size(m);
+  const int64_t norm = family.rms_norm ? w : 2 * w;  // a norm's weight (and bias)
+  // q, k, v, o, with their biases; the MLP's two (GELU) or three (SwiGLU) matrices and
+  // their biases; two norms a layer, one at the end.
+  const int64_t attention = 2 * w * q_width + 2 * w * kv_width + (family.biases ? q_width + 2 * kv_width + w : 0);
+  const int64_t mlp = (family.swiglu ? 3 : 2) * w * f + (family.biases ? f + w : 0);
+  const int64_t per_layer = attention + mlp + 2 * norm;
+  const int64_t positions = family.learned_positions ? int64_t(m.max_positions()) * w : 0;
+  return embedding + head + positions + m.layers() * per_layer + norm;
 }
 
 int64_t microbatches_per_replica(const Config& c) {

@@ -23,7 +23,6 @@ int64_t head_size(const ModelConfig& m);
 int64_t attention_width(const ModelConfig& m);
 // Epsilon of the norms: model.norm_eps when set, else model.layernorm_eps.
 float norm_eps(const ModelConfig& m);
-bool is_llama(const ModelConfig& m);
 
 // Embedding rows: vocab_size rounded up to a multiple of vocab_pad_multiple * tensor
 // (Megatron's make-vocab-size-divisible-by). Rows past vocab_size are never predicted.

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "config/derived.h"
+#include "config/model_family.h"
 #include "config/error.h"
 
 namespace troupe::config {
@@ -73,17 +74,21 @@ void check_spike_fields(const LoggingConfig& lg, Checker& k) {
 void check_family(const Config& c, Checker& k) {
   const auto& m = c.model();
   const int tp = c.parallel().tensor();
-  if (!is_llama(m)) {
+  const ModelFamily& f = model_family(m);
+  const char* llama = model_family(ModelConfig::LLAMA).name;  // the family that has what GPT2 lacks
+  if (!f.grouped_query) {
     if (m.kv_heads() != 0 && m.kv_heads() != m.heads())
       k.fail("model.kv_heads",
-             fmt::format("{} needs model.architecture LLAMA: GPT2 attention is multi-head", m.kv_heads()),
+             fmt::format("{} needs model.architecture {}: {} attention is multi-head", m.kv_heads(), llama, f.name),
              {"model.architecture"});
     if (m.head_dim() != 0 && (m.width() % m.heads() != 0 || m.head_dim() != m.width() / m.heads()))
       k.fail("model.head_dim",
-             fmt::format("{} needs model.architecture LLAMA: GPT2's c_attn maps the width to q, k and v of the width "
+             fmt::format("{} needs model.architecture {}: {}'s c_attn maps the width to q, k and v of the width "
                          "each (Hugging Face's GPT2Config has no head_dim), so its head size is width / heads",
-                         m.head_dim()),
+                         m.head_dim(), llama, f.name),
              {"model.architecture"});
+  }
+  if (f.learned_positions) {
     if (m.has_rope_theta() || m.has_rope_scaling()) {
       // Name the field that was set (an origin is recorded per leaf).
       const auto& r = m.rope_scaling();
@@ -93,12 +98,14 @@ void check_family(const Config& c, Checker& k) {
                           : r.has_high_freq_factor()       ? "model.rope_scaling.high_freq_factor"
                           : r.has_original_max_positions() ? "model.rope_scaling.original_max_positions"
                                                            : "model.rope_scaling";
-      k.fail(field, "needs model.architecture LLAMA: GPT2 learns absolute positions", {"model.architecture"});
+      k.fail(field, fmt::format("needs model.architecture {}: {} learns absolute positions", llama, f.name),
+             {"model.architecture"});
     }
     return;
   }
-  if (m.ffn_width() == 0)
-    k.fail("model.ffn_width", "must be set for LLAMA (the SwiGLU width; Llama 3 8B: 14336)", {"model.architecture"});
+  if (f.swiglu && m.ffn_width() == 0)
+    k.fail("model.ffn_width", fmt::format("must be set for {} (the SwiGLU width; Llama 3 8B: 14336)", f.name),
+           {"model.architecture"});
   if (m.head_dim() != 0 && m.head_dim() % 2 != 0)
     k.fail("model.head_dim",
            fmt::format("{} is odd: rotary positions turn pairs of each head's values (head_dim / 2 of them)",
@@ -522,7 +529,7 @@ void check_relations(const Config& c, Checker& k) {
   const auto& b = c.batch();
 
   // With model.head_dim set (LLAMA) the heads need not split the width: the head size is given.
-  if ((m.head_dim() == 0 || !is_llama(m)) && m.width() % m.heads() != 0)
+  if ((m.head_dim() == 0 || !model_family(m).grouped_query) && m.width() % m.heads() != 0)
     k.fail("model.width", fmt::format("{} is not divisible by model.heads = {}", m.width(), m.heads()), {"model.heads"});
   if (m.heads() % p.tensor() != 0)
     k.fail("model.heads",

@@ -37,7 +37,7 @@ Architecture architecture(const ModelSpec& spec, const ParameterRegistry& regist
   const bool selective = m.recompute() == ModelConfig::SELECTIVE;
   a.block.attention.selective_recompute = selective;
   a.block.mlp.selective_recompute = selective;
-  if (config::is_llama(m)) {
+  if (m.architecture() == ModelConfig::LLAMA) {  // the layer kinds of each family (config/model_family.h)
     const auto& r = m.rope_scaling();
     const int hs = int(config::head_size(m));
     a.rope = layers::RopeConfig{hs,

@@ -67,7 +67,7 @@ Decoder::Decoder(const ModelSpec& spec, std::vector<float> params)
     : spec_(spec),
       reg_(spec, StageRange{0, spec.model.layers()}),
       p_(std::move(params)),
-      llama_(config::is_llama(spec.model)) {
+      llama_(spec.model.architecture() == ModelConfig::LLAMA) {
   const auto& m = spec.model;
   if (int64_t(p_.size()) != reg_.total())
     throw std::invalid_argument("Decoder: " + std::to_string(p_.size()) + " parameters, the model has " +

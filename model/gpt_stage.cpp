@@ -5,6 +5,7 @@
 #include <string>
 
 #include "config/derived.h"
+#include "config/model_family.h"
 #include "model/architecture.h"
 #include "model/block.h"
 #include "model/init.h"
@@ -87,7 +88,7 @@ GptStage::GptStage(const ModelSpec& spec, StageLayers stage_layers, kernels::Dev
     throw std::invalid_argument("GptStage: micro batch and sequence length must be positive");
   // A Llama with model.head_dim set needs no split of the width by the heads.
   const int NH = spec.model.heads();
-  if (NH < 1 || (D_ % NH != 0 && !(config::is_llama(spec.model) && spec.model.head_dim() > 0)))
+  if (NH < 1 || (D_ % NH != 0 && !(config::model_family(spec.model).grouped_query && spec.model.head_dim() > 0)))
     throw std::invalid_argument("model.width " + std::to_string(D_) + " is not divisible by model.heads " +
                                 std::to_string(NH));
   if (shape.seq > P_)

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "config/derived.h"
+#include "config/model_family.h"
 
 namespace troupe::model {
 
@@ -34,13 +35,13 @@ ParameterRegistry::ParameterRegistry(const ModelSpec& spec, StageLayers layers, 
   };
   must_divide("model.heads", m.heads());
   // GPT-2 splits c_attn's and c_proj's width; a Llama splits heads (of any head size).
-  if (!config::is_llama(m)) must_divide("model.width", m.width());
+  if (!config::model_family(m).grouped_query) must_divide("model.width", m.width());
   must_divide("the MLP width (model.ffn_width)", config::ffn_width(m));
   must_divide("the padded vocabulary", spec.padded_vocab);
   tied_ = m.tied_embeddings();
   vocab_rows_ = spec.padded_vocab / T;
   vocab_begin_ = t * vocab_rows_;
-  const bool llama = config::is_llama(m);
+  const bool llama = m.architecture() == ModelConfig::LLAMA;  // the family's tensors, by their Hugging Face names
   embedding_name_ = llama ? "model.embed_tokens.weight" : "wte.weight";
   if (llama)
     add_llama(spec);

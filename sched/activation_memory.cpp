@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "config/derived.h"
+#include "config/model_family.h"
 #include "sched/planner.h"
 #include "sched/slot_reuse.h"
 
@@ -21,7 +22,7 @@ namespace {
 // The shapes one layer of the stage works on (the formula in the header).
 struct Shape {
   int64_t B, T, n, r, D, Dt, Ft, NHt, hs, KVl, TP;
-  bool llama;
+  bool rms_norm, grouped_query, swiglu;  // the model family's (config/model_family.h)
 };
 
 Shape shape_of(const Config& c) {
@@ -39,22 +40,25 @@ Shape shape_of(const Config& c) {
   s.hs = config::head_size(m);
   const int64_t kv = config::kv_heads(m);
   s.KVl = kv % s.TP != 0 ? 1 : kv / s.TP;
-  s.llama = config::is_llama(m);
+  const config::ModelFamily& family = config::model_family(m);
+  s.rms_norm = family.rms_norm;
+  s.grouped_query = family.grouped_query;
+  s.swiglu = family.swiglu;
   return s;
 }
 
-int64_t norm_floats(const Shape& s) { return s.llama ? s.r : 2 * s.r; }
-int64_t qkv_width(const Shape& s) { return s.llama ? (s.NHt + 2 * s.KVl) * s.hs : 3 * s.Dt; }
+int64_t norm_floats(const Shape& s) { return s.rms_norm ? s.r : 2 * s.r; }
+int64_t qkv_width(const Shape& s) { return s.grouped_query ? (s.NHt + 2 * s.KVl) * s.hs : 3 * s.Dt; }
 int64_t att_floats(const Shape& s) { return s.B * s.NHt * s.T * s.T; }
 // The attention backward's scratch per token: dqkv, and the gradient of its heads'
 // output [NHt hs] beside it when that is wider than the model (a Llama's head_dim).
 int64_t attention_scratch(const Shape& s) {
-  return qkv_width(s) + (s.llama && s.NHt * s.hs > s.D ? s.NHt * s.hs : 0);
+  return qkv_width(s) + (s.grouped_query && s.NHt * s.hs > s.D ? s.NHt * s.hs : 0);
 }
 
 int64_t layer_floats(const Shape& s, bool selective) {
   const int64_t attention = s.n * qkv_width(s) + (selective ? 0 : att_floats(s)) + s.n * s.NHt * s.hs;
-  const int64_t mlp = (s.llama ? (selective ? 2 : 3) : (selective ? 1 : 2)) * s.n * s.Ft;
+  const int64_t mlp = (s.swiglu ? (selective ? 2 : 3) : (selective ? 1 : 2)) * s.n * s.Ft;
   return 2 * s.n * s.D + s.r * s.D + 2 * norm_floats(s) + attention + mlp;
 }
 
@@ -103,7 +107,7 @@ StageActivations stage_activations(const Config& c, int32_t stage, const Pipelin
   // gradient, the MLP's n D + (GELU) n Ft; the first stage's embedding gradient n D.
   int64_t deferred = 0;
   if (c.parallel().schedule() == ParallelConfig::ZB_H1)
-    deferred = L * (s.n * s.D + s.n * qkv_width(s) + s.n * s.D + (s.llama ? 0 : s.n * s.Ft)) + (first ? s.n * s.D : 0);
+    deferred = L * (s.n * s.D + s.n * qkv_width(s) + s.n * s.D + (s.swiglu ? 0 : s.n * s.Ft)) + (first ? s.n * s.D : 0);
   a.deferred_bytes = 4 * deferred;
   const int64_t chunk_slot = (L + 1) * s.r * s.D + a.stored_layers * layer + 5 * s.n + deferred;  // + token ints, loss mask
   const int64_t head = last ? s.n * s.D + norm_floats(s) + s.n * (config::padded_vocab(c) / s.TP) + 2 * s.n : 0;

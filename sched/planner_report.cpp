@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "config/derived.h"
+#include "config/model_family.h"
 #include "sched/activation_memory.h"
 #include "sched/pipeline_schedule.h"
 #include "sched/schedule_verifier.h"
@@ -229,12 +230,12 @@ std::string render_plan(const Config& c, const PlanInputs& in) {
   o += "Model\n";
   {
     Table t;
-    t.row({"architecture", config::is_llama(m) ? "LLAMA (RMSNorm, rotary, grouped-query, SwiGLU)"
-                                               : "GPT2 (LayerNorm, learned positions, GELU)"});
+    const config::ModelFamily& family = config::model_family(m);
+    t.row({"architecture", fmt::format("{} ({})", family.name, family.summary)});
     t.row({"layers x width", fmt::format("{} x {}", m.layers(), group_digits(m.width()))});
     t.row({"heads (head size)", fmt::format("{} ({}{})", m.heads(), config::head_size(m), m.head_dim() > 0 ? ", model.head_dim" : "")});
-    if (config::is_llama(m)) t.row({"kv heads", fmt::format("{}", config::kv_heads(m))});
-    t.row({config::is_llama(m) ? "ffn width (SwiGLU)" : "ffn width", group_digits(config::ffn_width(m))});
+    if (family.grouped_query) t.row({"kv heads", fmt::format("{}", config::kv_heads(m))});
+    t.row({family.swiglu ? "ffn width (SwiGLU)" : "ffn width", group_digits(config::ffn_width(m))});
     t.row({"LM head", m.tied_embeddings() ? "tied to the token embedding" : "untied"});
     t.row({"vocab (padded)", fmt::format("{} ({})", group_digits(m.vocab_size()),
                                          group_digits(config::padded_vocab(c)))});

@@ -34,6 +34,9 @@ for entry in "${layouts[@]}"; do
   # shellcheck disable=SC2206
   extra=(${entry#*|})
   run="$work/$name"
+  # A fresh run directory: a reused one would append this run's lines to an earlier
+  # run's metrics.jsonl, and the hash would cover both.
+  rm -rf "$run"
   "$sup" run "${common[@]}" "${extra[@]}" --set logging.run_dir="$run" >"$work/$name.log" 2>&1 ||
     { echo "$name: run failed (log: $work/$name.log)" >&2; exit 1; }
   # The per-step numbers (times and dates left out).
@@ -52,6 +55,7 @@ PY
 done
 
 out="$work/inspect"
+rm -rf "$out"
 "$sup" inspect-update --set lr_schedule.warmup_samples=0 --out "$out" >"$work/inspect.log" 2>&1 ||
   { echo "inspect-update failed (log: $work/inspect.log)" >&2; exit 1; }
 for f in "$out"/*.safetensors; do

@@ -20,6 +20,7 @@
 #include "apps/supervisor/config_args.h"
 #include "apps/supervisor/update_json.h"
 #include "config/derived.h"
+#include "config/model_family.h"
 #include "data/batch_source.h"
 #include "kernels/cpu/cpu_device.h"
 #include "model/named_tensors.h"
@@ -172,7 +173,7 @@ int inspect_update_main(int argc, char** argv) {
   j["microbatches"] = mbs.size();
   j["threads"] = threads;
   j["parameters"] = n;
-  j["config"] = {{"architecture", config::is_llama(mc) ? "LLAMA" : "GPT2"},
+  j["config"] = {{"architecture", config::model_family(mc).name},
                  {"kv_heads", config::kv_heads(mc)}, {"head_dim", config::head_size(mc)},
                  {"ffn_width", config::ffn_width(mc)},
                  {"tied_embeddings", mc.tied_embeddings()}, {"rope_theta", mc.rope_theta()},
@@ -196,7 +197,7 @@ int inspect_update_main(int argc, char** argv) {
 
   std::printf("inspect-update: %s\n", loaded.describe().c_str());
   std::printf("  model       %s, %d layers, width %d, %d heads (%lld kv), vocab %d (padded %lld), %lld parameters\n",
-              config::is_llama(mc) ? "LLAMA" : "GPT2", mc.layers(), mc.width(), mc.heads(),
+              config::model_family(mc).name, mc.layers(), mc.width(), mc.heads(),
               (long long)config::kv_heads(mc), mc.vocab_size(), (long long)config::padded_vocab(cfg), (long long)n);
   std::printf("  weights     %s\n", j["init"].get<std::string>().c_str());
   std::printf("  batch       %lld samples x %d tokens in %zu microbatches; %lld loss-bearing, %lld padding\n",

@@ -55,7 +55,7 @@ void reference_hidden_dropout(std::vector<double>& x, const Config& c, const dat
 ReferenceOutput reference_forward(const Config& c, const model::ParameterRegistry& reg,
                                   const std::vector<double>& params, const data::Microbatch& mb,
                                   const std::vector<double>* input) {
-  if (config::is_llama(c.model())) return llama_reference_forward(c, reg, params, mb, input);
+  if (c.model().architecture() == ModelConfig::LLAMA) return llama_reference_forward(c, reg, params, mb, input);
   const int B = mb.batch, T = mb.seq, N = B * T;
   const int D = c.model().width(), NH = c.model().heads(), hs = D / NH;
   const int F = int(config::ffn_width(c.model())), V = c.model().vocab_size();
