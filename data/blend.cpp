@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -58,14 +59,34 @@ struct BlendOrder::Table {
   std::vector<int64_t> taken;
 };
 
+namespace {
+
+// One table per blend in a process: every loader, the coordinator and the evaluation of
+// a run read the same order, so they share it (2 bytes a position read so far) instead
+// of each growing its own. Keyed by the weights the rule uses; kept while one holds it.
+std::shared_ptr<BlendOrder::Table> shared_table(const std::vector<double>& weights) {
+  static std::mutex mu;
+  static std::map<std::vector<double>, std::weak_ptr<BlendOrder::Table>> tables;
+  std::lock_guard lock(mu);
+  for (auto it = tables.begin(); it != tables.end();)  // forget the released ones
+    it = it->second.expired() ? tables.erase(it) : std::next(it);
+  if (auto t = tables[weights].lock()) return t;
+  auto t = std::make_shared<BlendOrder::Table>();
+  t->taken.assign(weights.size(), 0);
+  tables[weights] = t;
+  return t;
+}
+
+}  // namespace
+
 BlendOrder::BlendOrder(const std::vector<double>& weights)
-    : raw_(weights), weights_(megatron_normalize(megatron_normalize(weights))), table_(std::make_shared<Table>()) {
+    : raw_(weights), weights_(megatron_normalize(megatron_normalize(weights))) {
   if (weights.empty() || weights.size() >= 32767)
     throw std::invalid_argument("a blend needs 1 to 32766 datasets, not " + std::to_string(weights.size()));
   for (const double w : weights)
     if (!(w > 0) || !std::isfinite(w))
       throw std::invalid_argument("a blend's weights must be finite and positive, not " + std::to_string(w));
-  table_->taken.assign(weights.size(), 0);
+  table_ = shared_table(weights_);
 }
 
 int BlendOrder::datasets() const { return int(weights_.size()); }

@@ -16,7 +16,8 @@
 // troupe's per-dataset orders run through as many epochs as needed, so
 // megatron_dataset_sizes() only reports what Megatron would build.
 //
-// Thread-safe: the table grows under a lock; copies share it.
+// Thread-safe: the table grows under a lock; every BlendOrder of the same weights in a
+// process shares one (the run's loaders, coordinator and evaluation read one order).
 #pragma once
 
 #include <cstdint>
@@ -56,8 +57,9 @@ class BlendOrder {
   // ceil(ceil(samples * w_d) * (1 + surplus)), w normalized once.
   std::vector<int64_t> megatron_dataset_sizes(int64_t samples, double surplus = 0.005) const;
 
+  struct Table;  // the choices so far (blend.cpp); one per blend in a process, shared
+
  private:
-  struct Table;
   std::vector<double> raw_;
   std::vector<double> weights_;
   std::shared_ptr<Table> table_;
