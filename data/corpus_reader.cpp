@@ -1,5 +1,7 @@
 #include "data/corpus_reader.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -171,9 +173,30 @@ InputFormat detect_format(const std::string& path, std::string_view s, InputForm
   return InputFormat::Text;
 }
 
+std::vector<FileRange> jsonl_pieces(const std::string& path, InputFormat format, size_t piece_bytes) {
+  const util::MappedFile file = map_input_file(path, "corpus file");
+  const std::string_view s(reinterpret_cast<const char*>(file.data()), file.size());
+  std::vector<FileRange> out;
+  if (piece_bytes == 0 || s.size() < 2 * piece_bytes) return out;
+  if (s.substr(0, 4) == "PAR1" || compression_of(s) != Compression::None) return out;
+  if (!(format == InputFormat::Jsonl || (format == InputFormat::Auto && jsonl_name(path)))) return out;
+  // Auto skips a file that is not text whole: read_documents says why, on the whole file.
+  if (format == InputFormat::Auto && not_text(s)) return out;
+  int64_t line = 1;
+  for (size_t begin = 0; begin < s.size();) {
+    size_t end = begin + piece_bytes >= s.size() ? s.size() : s.find('\n', begin + piece_bytes);
+    end = end == std::string_view::npos || end >= s.size() ? s.size() : end + 1;
+    out.push_back({begin, end, line});
+    line += int64_t(std::count(s.begin() + long(begin), s.begin() + long(end), '\n'));
+    begin = end;
+  }
+  return out;
+}
+
 ReadStats read_documents(const std::string& path, InputFormat format,
                          const std::function<void(std::string_view)>& on_document,
-                         const std::function<void(size_t)>& on_bytes, const std::string& parquet_column) {
+                         const std::function<void(size_t)>& on_bytes, const std::string& parquet_column,
+                         const FileRange* range) {
   const util::MappedFile file = map_input_file(path, "corpus file");
   const std::string_view s(reinterpret_cast<const char*>(file.data()), file.size());
   ReadStats stats;
@@ -186,6 +209,21 @@ ReadStats read_documents(const std::string& path, InputFormat format,
     ++stats.documents;
     on_document(doc);
   };
+  if (range) {
+    // A piece of an uncompressed JSON-lines file (jsonl_pieces): its lines only.
+    if (range->begin > range->end || range->end > s.size())
+      throw DataError(path + ": the piece [" + std::to_string(range->begin) + ", " + std::to_string(range->end) +
+                      ") is outside the file's " + std::to_string(s.size()) + " bytes (did it change?)");
+    int64_t line_no = range->first_line;
+    for (size_t pos = range->begin; pos < range->end;) {
+      const Line l = line_at(s.substr(0, range->end), pos);
+      pos = l.next;
+      jsonl_line(l.text, path, line_no++, l.begin, "file offset", emit);
+      progress.at(l.next - range->begin);
+    }
+    progress.flush(range->end - range->begin);
+    return stats;
+  }
   // Parquet (the "PAR1" magic): its string column through pyarrow (data/parquet_input.h).
   const bool parquet = s.substr(0, 4) == "PAR1";
   if (format == InputFormat::Parquet && !parquet)

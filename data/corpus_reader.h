@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace troupe::data {
 
@@ -49,11 +50,25 @@ struct ReadStats {
   std::optional<std::string> not_text;  // format Auto only: why the file was skipped whole
 };
 
+// A piece of an uncompressed JSON-lines file: bytes [begin, end), from the start of a
+// line to just after a '\n' (or the file's end); first_line is its first line's number.
+struct FileRange {
+  size_t begin = 0;
+  size_t end = 0;
+  int64_t first_line = 1;
+};
+
+// The pieces of about `piece_bytes` to read `path` in on several threads, in order and
+// covering it: for an uncompressed text file read as JSON lines (format jsonl, or auto on
+// a .jsonl/.ndjson/.json name) of at least two pieces; empty otherwise (read it whole).
+std::vector<FileRange> jsonl_pieces(const std::string& path, InputFormat format, size_t piece_bytes);
+
 // Calls on_document(text) for each document of `path`, in file order.
-// on_bytes(n) reports progress: n more input bytes consumed.
+// on_bytes(n) reports progress: n more input bytes consumed. With `range` (one of
+// jsonl_pieces'), only that piece's lines, errors naming their line in the file.
 ReadStats read_documents(const std::string& path, InputFormat format,
                          const std::function<void(std::string_view)>& on_document,
                          const std::function<void(size_t)>& on_bytes = {},
-                         const std::string& parquet_column = "text");
+                         const std::string& parquet_column = "text", const FileRange* range = nullptr);
 
 }  // namespace troupe::data

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -36,20 +37,42 @@ double cpu_seconds(clockid_t clock) {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-// Threads that tokenize whole files at once without holding more token IDs than half
-// the machine's memory: the threads + 1 largest files at 4 bytes a token and at most a
+// What one thread tokenizes at once: a whole file, or a piece of a large JSON-lines one
+// (corpus_reader.h, jsonl_pieces), so that one big file is read on every thread too.
+struct WorkItem {
+  size_t file = 0;                 // index into the file list
+  std::optional<FileRange> range;  // the piece; none: the whole file
+  bool last_of_file = true;
+  double input_bytes = 0;
+};
+
+std::vector<WorkItem> work_items(const std::vector<std::string>& files, InputFormat format, size_t piece_bytes) {
+  std::vector<WorkItem> items;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto pieces = piece_bytes > 0 ? jsonl_pieces(files[i], format, piece_bytes) : std::vector<FileRange>{};
+    if (pieces.empty()) {
+      items.push_back({i, std::nullopt, true, double(fs::file_size(files[i]))});
+      continue;
+    }
+    for (size_t k = 0; k < pieces.size(); ++k)
+      items.push_back({i, pieces[k], k + 1 == pieces.size(), double(pieces[k].end - pieces[k].begin)});
+  }
+  return items;
+}
+
+// Threads that tokenize items at once without holding more token IDs than half the
+// machine's memory: the threads + 1 largest items at 4 bytes a token and at most a
 // token a byte (8 bytes a compressed byte: corpora compress about that well). Fewer
 // threads when they would not fit, down to 1 (streaming, one file at a time).
-int threads_that_fit(const std::vector<std::string>& files, int threads) {
+int threads_that_fit(const std::vector<std::string>& files, const std::vector<WorkItem>& items, int threads) {
   std::vector<double> held;
-  for (const auto& f : files) {
-    const double bytes = double(fs::file_size(f));
+  for (const auto& item : items) {
     std::string head(4, '\0');
-    if (FILE* in = std::fopen(f.c_str(), "rb")) {
+    if (FILE* in = std::fopen(files[item.file].c_str(), "rb")) {
       head.resize(std::fread(head.data(), 1, 4, in));
       std::fclose(in);
     }
-    held.push_back(4.0 * bytes * (compression_of(head) == Compression::None ? 1.0 : 8.0));
+    held.push_back(4.0 * item.input_bytes * (compression_of(head) == Compression::None ? 1.0 : 8.0));
   }
   std::sort(held.rbegin(), held.rend());
   const double budget = 0.5 * double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
@@ -80,16 +103,16 @@ struct FileTokens {
   bool ready = false;
 };
 
-// Tokenizes `files` on `threads` threads, each with a tokenizer from
-// options.make_tokenizer, and hands
-// each file's result to `deliver` in file order on the calling thread; `waiting` is
-// called about twice a second while the next file is not ready. At most threads + 1
-// files are held at once. The first failing file in order (its DataError) ends it;
-// the threads are joined before anything is thrown.
-void tokenize_in_parallel(const std::vector<std::string>& files, const PrepareOptions& options, int threads,
-                          std::atomic<int64_t>& bytes_done, const std::function<void(size_t, FileTokens&)>& deliver,
+// Tokenizes the work `items` of `files` on `threads` threads, each with a tokenizer from
+// options.make_tokenizer, and hands each item's result to `deliver` in order on the
+// calling thread; `waiting` is called about twice a second while the next item is not
+// ready. At most threads + 1 items are held at once. The first failing item in order
+// (its DataError) ends it; the threads are joined before anything is thrown.
+void tokenize_in_parallel(const std::vector<std::string>& files, const std::vector<WorkItem>& items,
+                          const PrepareOptions& options, int threads, std::atomic<int64_t>& bytes_done,
+                          const std::function<void(size_t, FileTokens&)>& deliver,
                           const std::function<void()>& waiting) {
-  const size_t n = files.size();
+  const size_t n = items.size();
   std::vector<FileTokens> results(n);
   std::mutex mu;
   std::condition_variable cv;
@@ -112,15 +135,16 @@ void tokenize_in_parallel(const std::vector<std::string>& files, const PrepareOp
       FileTokens t;
       try {
         std::vector<int32_t> ids;
+        const WorkItem& item = items[i];
         t.stats = read_documents(
-            files[i], options.format,
+            files[item.file], options.format,
             [&](std::string_view doc) {
               if (stop) throw DataError("stopped");  // another file failed: give up this one
               encode_document(*tokenizer, doc, options.add_special_tokens, ids);
               t.ids.insert(t.ids.end(), ids.begin(), ids.end());
               t.sizes.push_back(int64_t(ids.size()));
             },
-            [&](size_t b) { bytes_done += int64_t(b); }, options.parquet_column);
+            [&](size_t b) { bytes_done += int64_t(b); }, options.parquet_column, item.range ? &*item.range : nullptr);
       } catch (...) {
         t.error = std::current_exception();
       }
@@ -238,11 +262,14 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
   const auto start = clock::now();
   const std::vector<std::string> files = expand_inputs(options.inputs, options.format);
   if (files.empty()) throw DataError("prepare-data: no input files");
-  // Threads beyond the files would have nothing to do.
+  // Threads beyond the work items would have nothing to do; a large JSON-lines file is
+  // several items (its pieces), so one file is read on several threads too.
   int threads = 1;
-  if (options.threads > 1 && files.size() > 1 && options.make_tokenizer) {
-    const int wanted = std::min(options.threads, int(files.size()));
-    threads = threads_that_fit(files, wanted);
+  const bool may_split = options.threads > 1 && options.make_tokenizer;
+  const std::vector<WorkItem> items = work_items(files, options.format, may_split ? options.piece_bytes : 0);
+  if (may_split && items.size() > 1) {
+    const int wanted = int(std::min<size_t>(size_t(options.threads), items.size()));
+    threads = threads_that_fit(files, items, wanted);
     if (threads < wanted)
       spdlog::info("prepare-data: {} thread(s) instead of {}: the files in flight would hold more token IDs than "
                    "half the memory",
@@ -286,15 +313,22 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, Tokenizer& tokeniz
     ++progress.files_done;
   };
   if (parallel) {
+    ReadStats of_file;  // the pieces of the file being delivered, added up
     tokenize_in_parallel(
-        files, options, threads, bytes_done,
+        files, items, options, threads, bytes_done,
         [&](size_t i, FileTokens& t) {
           int64_t at = 0;
           for (const int64_t size : t.sizes) {
             add_document(std::span<const int32_t>(t.ids.data() + at, size_t(size)));
             at += size;
           }
-          file_done(files[i], t.stats);
+          of_file.documents += t.stats.documents;
+          of_file.skipped_empty += t.stats.skipped_empty;
+          if (t.stats.not_text) of_file.not_text = t.stats.not_text;
+          if (items[i].last_of_file) {
+            file_done(files[items[i].file], of_file);
+            of_file = ReadStats{};
+          }
           report(false);
         },
         [&] { report(false); });

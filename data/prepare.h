@@ -48,7 +48,8 @@ struct PrepareOptions {
   bool add_special_tokens = false;
   // Called about twice a second while working, and once at the end.
   std::function<void(const PrepareProgress&)> progress;
-  // Files tokenized at once, each on a thread with a tokenizer of its own from
+  // Files (or pieces of a large JSON-lines file, piece_bytes) tokenized at once, each on
+  // a thread with a tokenizer of its own from
   // make_tokenizer (tokenizers cache, so one is never shared). The dataset is the same
   // whatever the number: documents are written in file order, and in each file's
   // order. Each file in flight is held in memory as its token IDs until its turn to be
@@ -56,6 +57,10 @@ struct PrepareOptions {
   // streamed.
   int threads = 1;
   std::function<std::unique_ptr<Tokenizer>()> make_tokenizer;
+  // With threads > 1, an uncompressed JSON-lines file of at least two pieces of this many
+  // bytes is tokenized as pieces cut at line ends, each a work item like a file (the
+  // dataset is the same: pieces are written in order).
+  size_t piece_bytes = size_t(32) << 20;
 };
 
 // An input file format Auto did not read because it is not text (data/corpus_reader.h).

@@ -5,6 +5,7 @@
 // thread or several.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <zlib.h>
@@ -243,6 +244,80 @@ TEST_CASE("prepare-data on several threads writes the dataset one thread writes;
   CHECK(!std::filesystem::exists(d / "out-bad/corpus.bin"));
   CHECK(!std::filesystem::exists(d / "out-bad/corpus.idx"));
   CHECK(count_temporaries(d / "out-bad") == 0);
+}
+
+TEST_CASE("one large JSON-lines file is read in pieces on every thread: the same dataset, errors name the line") {
+  ScratchDir d;
+  // Blank lines (skipped), empty documents (skipped and counted) and documents.
+  std::string text;
+  int64_t documents = 0, empty = 0;
+  for (int i = 0; i < 3000; ++i) {
+    if (i % 97 == 0) {
+      text += "\n";
+    } else if (i % 89 == 0) {
+      text += "{\"text\": \"  \"}\n";
+      ++empty;
+    } else {
+      text += "{\"text\": \"document " + std::to_string(i) + " " + std::string(size_t(i % 61), 'x') + "\"}\n";
+      ++documents;
+    }
+  }
+  write_text(d / "big.jsonl", text);
+  write_text(d / "small.jsonl", "{\"text\": \"after the big one\"}\n");
+  // Pieces of 4 KiB cut at line ends, in order, covering the file.
+  const auto pieces = jsonl_pieces(d / "big.jsonl", InputFormat::Auto, 4096);
+  REQUIRE(pieces.size() > 10);
+  CHECK(pieces.front().begin == 0);
+  CHECK(pieces.back().end == text.size());
+  for (size_t k = 1; k < pieces.size(); ++k) {
+    CHECK(pieces[k].begin == pieces[k - 1].end);
+    CHECK(text[pieces[k].begin - 1] == '\n');
+    CHECK(pieces[k].first_line ==
+          1 + std::count(text.begin(), text.begin() + long(pieces[k].begin), '\n'));
+  }
+  CHECK(jsonl_pieces(d / "small.jsonl", InputFormat::Auto, 4096).empty());  // under two pieces
+  CHECK(jsonl_pieces(d / "big.jsonl", InputFormat::Text, 4096).empty());    // not read as JSON lines
+  auto tok = make_byte_tokenizer();
+  std::vector<PrepareSummary> runs;
+  for (const int threads : {1, 2, 5}) {
+    PrepareOptions o;
+    o.inputs = {d / "big.jsonl", d / "small.jsonl"};
+    o.output_prefix = d / ("pieces-" + std::to_string(threads));
+    o.threads = threads;
+    o.piece_bytes = 4096;
+    o.make_tokenizer = [] { return make_byte_tokenizer(); };
+    int64_t files_done = 0;
+    o.progress = [&](const PrepareProgress& p) { files_done = p.files_done; };
+    runs.push_back(prepare_dataset(o, *tok));
+    CHECK(files_done == 2);  // a file counts once, when its last piece is written
+  }
+  for (size_t k = 1; k < runs.size(); ++k) {
+    CHECK(read_text(runs[0].bin_path) == read_text(runs[k].bin_path));
+    CHECK(read_text(runs[0].idx_path) == read_text(runs[k].idx_path));
+    CHECK(runs[k].documents == runs[0].documents);
+    CHECK(runs[k].skipped_empty == runs[0].skipped_empty);
+  }
+  CHECK(runs[0].documents == documents + 1);
+  CHECK(runs[0].skipped_empty == empty);
+  // A bad line deep in the file: its line number in the whole file, from any piece.
+  std::string bad = text;
+  const size_t at = bad.find("document 2500 ");
+  bad.replace(at, 8, "docu\"ent");
+  write_text(d / "big.jsonl", bad);
+  PrepareOptions o;
+  o.inputs = {d / "big.jsonl"};
+  o.output_prefix = d / "pieces-bad/c";
+  o.threads = 2;
+  o.piece_bytes = 4096;
+  o.make_tokenizer = [] { return make_byte_tokenizer(); };
+  std::string error;
+  try {
+    prepare_dataset(o, *tok);
+  } catch (const DataError& e) {
+    error = e.what();
+  }
+  CHECK(error.find(d / "big.jsonl" + ":2501: invalid JSON") != std::string::npos);
+  CHECK(!std::filesystem::exists(d / "pieces-bad/c.bin"));
 }
 
 TEST_CASE("a quoted pattern stands for its matches, sorted; one that matches nothing is refused") {
