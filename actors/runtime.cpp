@@ -177,6 +177,7 @@ metrics::StartupRecord startup_record(const Config& c, const engine::RunState& s
   r.train_steps = config::full_updates(c);
   r.actor_paths = engine::all_paths(engine::Topology::of(c));
   r.skip_samples = state.skip_samples;
+  for (const auto& e : c.data().blend()) r.blend.emplace_back(e.prefix(), e.weight());
   r.wall_time = unix_now();
   return r;
 }

@@ -60,6 +60,11 @@ Json to_json(const StartupRecord& r) {
             {"actor_paths", r.actor_paths}};
   j["resumed_from_step"] = r.resumed_from_step ? Json(*r.resumed_from_step) : Json(nullptr);
   j["skip_samples"] = r.skip_samples;
+  if (!r.blend.empty()) {
+    Json blend = Json::array();
+    for (const auto& [prefix, weight] : r.blend) blend.push_back({{"prefix", prefix}, {"weight", json_number(weight)}});
+    j["blend"] = std::move(blend);
+  }
   return j;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace troupe::metrics {
@@ -93,6 +94,9 @@ struct StartupRecord {
   // The train split's sample IDs left out of the order: data.skip_samples with those
   // of the checkpoint resumed from (sorted).
   std::vector<int64_t> skip_samples;
+  // The training blend (data.blend), each dataset's prefix and weight as configured;
+  // empty without one (and then absent from metrics.jsonl).
+  std::vector<std::pair<std::string, double>> blend;
   double wall_time = 0;
 };
 

@@ -39,6 +39,8 @@ small=(--megatron-args "$work/blend.args" --set parallel.data=2 --set parallel.p
 expect run 0 "data: a blend of 3 datasets" -- "$supervisor" run "${small[@]}" --set logging.run_dir="$work/run"
 steps=$(grep -c '"type":"step".*"datasets":\[{"prefix":"'"$work"'/web"' "$work/run/metrics.jsonl")
 [ "$steps" -eq 4 ] || { echo "FAIL run: $steps of 4 step lines carry the blend's datasets"; fails=$((fails + 1)); }
+grep -q '"type":"startup".*"blend":\[{"prefix":"'"$work"'/web","weight":0.3}' "$work/run/metrics.jsonl" ||
+  { echo "FAIL run: the startup line does not name the blend"; fails=$((fails + 1)); }
 evals=$(grep -c '"type":"eval".*"datasets":\[' "$work/run/metrics.jsonl")
 [ "$evals" -ge 2 ] || { echo "FAIL run: $evals eval lines carry per-dataset losses"; fails=$((fails + 1)); }
 expect replay 0 "bitwise equal: steps 3..4" -- "$supervisor" replay "$work/run" --step 4
