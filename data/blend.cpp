@@ -36,8 +36,6 @@ double pairwise_sum(const double* a, size_t n) {
   return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
 }
 
-constexpr int64_t kCheckpointEvery = 4096;  // positions between stored count vectors
-
 }  // namespace
 
 double numpy_sum(const std::vector<double>& v) { return pairwise_sum(v.data(), v.size()); }
@@ -50,13 +48,51 @@ std::vector<double> megatron_normalize(const std::vector<double>& weights) {
 }
 
 // choices[i]: the dataset of position i, for i < choices.size().
-// checkpoints[k * D + d]: taken_d(k * kCheckpointEvery).
+// checkpoints[k * D + d]: taken_d(k * every); every = 64 (D + 1) positions, so the counts
+// cost about an eighth of a byte a position whatever D, and a lookup scans under every.
 // taken: taken_d(choices.size()).
+// The caller of each method holds mu.
 struct BlendOrder::Table {
   std::mutex mu;
+  std::vector<double> weights;  // the rule's, normalized twice
+  int64_t every = 0;
   std::vector<uint16_t> choices;
   std::vector<int64_t> checkpoints;
   std::vector<int64_t> taken;
+
+  // Extends the table until it holds `position`.
+  void grow(int64_t position) {
+    const size_t D = weights.size();
+    if (int64_t(choices.size()) > position) return;
+    const int64_t target = std::max<int64_t>(position + 1, std::max<int64_t>(int64_t(choices.size()) * 2, 1 << 16));
+    choices.reserve(size_t(target));
+    for (int64_t i = int64_t(choices.size()); i < target; ++i) {
+      if (i % every == 0) checkpoints.insert(checkpoints.end(), taken.begin(), taken.end());
+      // Megatron's loop body, term for term (compiled without FMA contraction: the
+      // product is rounded before the subtraction, as megatron-core's helper does, which
+      // decides its ties; data/CMakeLists.txt).
+      const double x = std::max(double(i), 1.0);
+      size_t best = 0;
+      double best_error = weights[0] * x - double(taken[0]);
+      for (size_t d = 1; d < D; ++d) {
+        const double error = weights[d] * x - double(taken[d]);
+        if (error > best_error) {
+          best_error = error;
+          best = d;
+        }
+      }
+      choices.push_back(uint16_t(best));
+      ++taken[best];
+    }
+  }
+
+  // taken_d(position) for a position the table holds (or its end).
+  int64_t taken_before(size_t d, int64_t position) const {
+    const int64_t k = position / every;
+    int64_t n = checkpoints[size_t(k) * weights.size() + d];
+    for (int64_t i = k * every; i < position; ++i) n += choices[size_t(i)] == d;
+    return n;
+  }
 };
 
 namespace {
@@ -72,6 +108,8 @@ std::shared_ptr<BlendOrder::Table> shared_table(const std::vector<double>& weigh
     it = it->second.expired() ? tables.erase(it) : std::next(it);
   if (auto t = tables[weights].lock()) return t;
   auto t = std::make_shared<BlendOrder::Table>();
+  t->weights = weights;
+  t->every = 64 * (int64_t(weights.size()) + 1);
   t->taken.assign(weights.size(), 0);
   tables[weights] = t;
   return t;
@@ -79,72 +117,36 @@ std::shared_ptr<BlendOrder::Table> shared_table(const std::vector<double>& weigh
 
 }  // namespace
 
-BlendOrder::BlendOrder(const std::vector<double>& weights)
-    : raw_(weights), weights_(megatron_normalize(megatron_normalize(weights))) {
+BlendOrder::BlendOrder(const std::vector<double>& weights) : raw_(weights) {
   if (weights.empty() || weights.size() >= 32767)
     throw std::invalid_argument("a blend needs 1 to 32766 datasets, not " + std::to_string(weights.size()));
   for (const double w : weights)
     if (!(w > 0) || !std::isfinite(w))
       throw std::invalid_argument("a blend's weights must be finite and positive, not " + std::to_string(w));
+  weights_ = megatron_normalize(megatron_normalize(weights));
   table_ = shared_table(weights_);
 }
 
 int BlendOrder::datasets() const { return int(weights_.size()); }
 const std::vector<double>& BlendOrder::weights() const { return weights_; }
 
-namespace {
-
-// Extends the table until it holds position `position` (the caller holds the lock).
-void grow(std::vector<uint16_t>& choices, std::vector<int64_t>& checkpoints, std::vector<int64_t>& taken,
-          const std::vector<double>& w, int64_t position) {
-  const size_t D = w.size();
-  if (int64_t(choices.size()) > position) return;
-  const int64_t target = std::max<int64_t>(position + 1, std::max<int64_t>(int64_t(choices.size()) * 2, 1 << 16));
-  choices.reserve(size_t(target));
-  for (int64_t i = int64_t(choices.size()); i < target; ++i) {
-    if (i % kCheckpointEvery == 0) checkpoints.insert(checkpoints.end(), taken.begin(), taken.end());
-    // Megatron's loop body, term for term (compiled without FMA contraction: the
-    // product is rounded before the subtraction, as megatron-core's helper does, which
-    // decides its ties; data/CMakeLists.txt).
-    const double x = std::max(double(i), 1.0);
-    size_t best = 0;
-    double best_error = w[0] * x - double(taken[0]);
-    for (size_t d = 1; d < D; ++d) {
-      const double error = w[d] * x - double(taken[d]);
-      if (error > best_error) {
-        best_error = error;
-        best = d;
-      }
-    }
-    choices.push_back(uint16_t(best));
-    ++taken[best];
-  }
-}
-
-}  // namespace
-
-int BlendOrder::dataset_at(int64_t position) const {
-  if (position < 0) throw std::out_of_range("blend: negative position " + std::to_string(position));
-  std::lock_guard lock(table_->mu);
-  grow(table_->choices, table_->checkpoints, table_->taken, weights_, position);
-  return table_->choices[size_t(position)];
-}
+int BlendOrder::dataset_at(int64_t position) const { return choice_at(position).dataset; }
 
 std::vector<int64_t> BlendOrder::taken_before(int64_t position) const {
   if (position < 0) throw std::out_of_range("blend: negative position " + std::to_string(position));
-  const size_t D = weights_.size();
   std::lock_guard lock(table_->mu);
-  Table& t = *table_;
-  grow(t.choices, t.checkpoints, t.taken, weights_, position);
-  const int64_t k = position / kCheckpointEvery;
-  std::vector<int64_t> out(t.checkpoints.begin() + k * int64_t(D), t.checkpoints.begin() + (k + 1) * int64_t(D));
-  for (int64_t i = k * kCheckpointEvery; i < position; ++i) ++out[t.choices[size_t(i)]];
+  table_->grow(position);
+  std::vector<int64_t> out(weights_.size());
+  for (size_t d = 0; d < out.size(); ++d) out[d] = table_->taken_before(d, position);
   return out;
 }
 
 BlendOrder::Choice BlendOrder::choice_at(int64_t position) const {
-  const int d = dataset_at(position);
-  return {d, taken_before(position)[size_t(d)]};
+  if (position < 0) throw std::out_of_range("blend: negative position " + std::to_string(position));
+  std::lock_guard lock(table_->mu);
+  table_->grow(position);
+  const int d = table_->choices[size_t(position)];
+  return {d, table_->taken_before(size_t(d), position)};
 }
 
 int64_t BlendOrder::first_position_beyond(int dataset, int64_t count) const {
@@ -154,8 +156,7 @@ int64_t BlendOrder::first_position_beyond(int dataset, int64_t count) const {
   std::lock_guard lock(table_->mu);
   Table& t = *table_;
   // The share of a positive weight grows without bound, so this ends.
-  while (t.taken[size_t(dataset)] <= count)
-    grow(t.choices, t.checkpoints, t.taken, weights_, int64_t(t.choices.size()));
+  while (t.taken[size_t(dataset)] <= count) t.grow(int64_t(t.choices.size()));
   // The last checkpoint at or below count, then a scan.
   int64_t lo = 0, hi = int64_t(t.checkpoints.size() / D) - 1;
   while (lo < hi) {
@@ -164,7 +165,7 @@ int64_t BlendOrder::first_position_beyond(int dataset, int64_t count) const {
     else hi = mid - 1;
   }
   int64_t taken = t.checkpoints[size_t(lo) * D + size_t(dataset)];
-  for (int64_t i = lo * kCheckpointEvery;; ++i) {
+  for (int64_t i = lo * t.every;; ++i) {
     if (t.choices[size_t(i)] == dataset) {
       if (taken == count) return i;
       ++taken;
