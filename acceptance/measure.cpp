@@ -95,7 +95,7 @@ int64_t current_rss_bytes() { return status_field_kb("VmRSS") * 1024; }
 int64_t physical_memory_bytes() { return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE)); }
 
 std::vector<RankMemory> measure_step_memory(const Config& c) {
-  const auto topo = engine::Topology::of(c);
+  const auto topo = engine::Topology::logical(c);
   const auto ranks = topo.all_ranks();
   const auto plan = engine::make_inprocess_comms(topo, std::chrono::seconds(120));
   const bool distributed = c.parallel().distributed_optimizer();
@@ -107,7 +107,7 @@ std::vector<RankMemory> measure_step_memory(const Config& c) {
   std::vector<std::unique_ptr<engine::OptimizerShard>> shards;
   for (const auto& r : ranks) {
     workers.push_back(std::make_unique<engine::StageWorker>(c, r, plan.ranks[size_t(topo.index(r))]));
-    optim_devices.push_back(std::make_unique<kernels::cpu::CpuDevice>(engine::threads_per_stage(c)));
+    optim_devices.push_back(std::make_unique<kernels::cpu::CpuDevice>(engine::threads_per_stage(c, topo)));
     shards.push_back(std::make_unique<engine::OptimizerShard>(c, *optim_devices.back(),
                                                               workers.back()->model().registry(),
                                                               workers.back()->shard_range(),

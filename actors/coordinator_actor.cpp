@@ -185,7 +185,7 @@ void commit_save(Self* self) {
   auto& s = *st.save;
   check_fault(self, s.step, Fault::CHECKPOINT_WRITE);
   try {
-    auto manifest = engine::make_manifest(st.args.config, st.args.skip_samples, s.position, std::move(s.shards));
+    auto manifest = engine::make_manifest(st.args.config, st.topo, st.args.skip_samples, s.position, std::move(s.shards));
     const auto dir = s.commit->commit(std::move(manifest), st.args.config.checkpoint().keep_last());
     const double secs = seconds_since(s.started);
     spdlog::info("checkpoint: step {} saved to {} ({:.1f} MB in {:.2f} s)", s.step, dir, s.bytes / 1e6, secs);
@@ -605,7 +605,7 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
   st.client = typed_handle<run_client>(st.args.client);
   exit_on_exception(self, st.path);
   const auto& c = st.args.config;
-  st.topo = engine::Topology::of(c);
+  st.topo = st.args.topo;
   st.schedule = std::make_unique<sched::LrSchedule>(c);
   st.microbatches = int32_t(config::microbatches_per_replica(c));
   st.total_steps = config::full_updates(c);

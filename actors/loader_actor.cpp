@@ -101,7 +101,7 @@ loader_actor::behavior_type loader_impl(Self* self, LoaderArgs args) {
       [self](wire_atom, const Registry& registry) {
         auto& s = self->state;
         const Peers peers(registry);
-        const auto t = engine::Topology::of(s.args.config);
+        const auto t = engine::Topology::logical(s.args.config);
         s.coordinator = peers.coordinator();
         s.stages.clear();
         for (int32_t p = 0; p < t.pp; ++p)

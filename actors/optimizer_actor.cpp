@@ -154,7 +154,7 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
   const auto& c = st.args.config;
   const auto& r = st.args.rank;
   const int dp = c.parallel().data();
-  st.device = st.args.device ? st.args.device : engine::make_rank_device(c, r);
+  st.device = st.args.device ? st.args.device : engine::make_rank_device(c, engine::Topology::logical(c), r);
   // The same registry (layer range and tensor-parallel slice) as the rank's stage.
   st.registry = std::make_unique<model::ParameterRegistry>(engine::stage_registry(c, r));
   // The flat range this rank owns; must match engine::StageWorker::shard_range.

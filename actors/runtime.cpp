@@ -175,7 +175,7 @@ metrics::StartupRecord startup_record(const Config& c, const engine::RunState& s
   r.seq_length = c.batch().seq_length();
   r.microbatches_per_replica = config::microbatches_per_replica(c);
   r.train_steps = config::full_updates(c);
-  r.actor_paths = engine::all_paths(engine::Topology::of(c));
+  r.actor_paths = engine::all_paths(engine::Topology::logical(c));
   r.skip_samples = state.skip_samples;
   for (const auto& e : c.data().blend()) r.blend.emplace_back(e.prefix(), e.weight());
   r.wall_time = unix_now();
@@ -188,7 +188,7 @@ engine::NamedState collect_state(caf::scoped_actor& self, const caf::actor& grou
   self->request(group, std::chrono::seconds(30), registry_atom::value)
       .receive([&](Registry& r) { reg = std::move(r); },
                [&](caf::error& e) { throw std::runtime_error("registry: " + self->system().render(e)); });
-  const auto topo = engine::Topology::of(c);
+  const auto topo = engine::Topology::logical(c);
   std::vector<engine::StageSnapshot> stages;
   std::vector<engine::OptimSnapshot> shards;
   for (const auto& r : topo.all_ranks()) {
@@ -245,7 +245,7 @@ int RunResult::exit_code() const {
 }
 
 void print_startup(const Config& c, const std::string& source, const std::string& dropout_origin) {
-  const auto topo = engine::Topology::of(c);
+  const auto topo = engine::Topology::logical(c);
   const auto& m = c.model();
   const auto& o = c.optimizer();
   spdlog::info("troupe: training {}", source.empty() ? "the embedded default config" : source);
@@ -336,7 +336,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   engine::RunState state = engine::RunState::of(c);
   auto resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
   const auto first_checkpoint = resume->current();
-  if (first_checkpoint) engine::check_resume_layout(c, *first_checkpoint);
+  if (first_checkpoint) engine::check_resume_layout(c, state.topology(c), *first_checkpoint);
   // config.textproto holds the config the run used; a caller that gives no text (a
   // test, a library user) gets the config printed, so `supervisor replay` can read it.
   std::string config_text = options.config_text;
@@ -345,7 +345,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   if (options.console) print_startup(c, options.config_source, options.dropout_origin);
   engine::check_checkpoint_space(c);  // a warning when keep_last + 1 checkpoints do not fit
 
-  const auto topo = engine::Topology::of(c);
+  const auto topo = engine::Topology::logical(c);
   engine::check_fault_plan(c, engine::all_paths(topo));
   const bool clustered = engine::cluster_mode(c);
   if (clustered) {
@@ -431,7 +431,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   // Cluster mode: listen, and wait for the workers before anything is placed.
   std::unique_ptr<ClusterRoot> root;
   if (clustered) {
-    root = std::make_unique<ClusterRoot>(sys, c, *options.cluster, run_dir.layout.root, faults, book);
+    root = std::make_unique<ClusterRoot>(sys, c, state.topology(c), *options.cluster, run_dir.layout.root, faults, book);
     try {
       root->wait_for_workers([] { return stop_signal() != 0; });
     } catch (...) {

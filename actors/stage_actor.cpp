@@ -475,7 +475,7 @@ void start_queued(Self* self) {
 stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
   auto& st = self->state;
   st.path = engine::stage_path(args.rank);
-  st.topo = engine::Topology::of(args.config);
+  st.topo = args.topo;
   st.args = std::move(args);
   exit_on_exception(self, st.path);
   const auto& c = st.args.config;

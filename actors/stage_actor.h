@@ -43,6 +43,7 @@ namespace troupe::actors {
 struct StageArgs {
   Config config;
   engine::Rank rank;
+  engine::Topology topo;  // the group's logical layout on its placement (engine::RunState::topology)
   engine::RankComms comms;
   std::shared_ptr<engine::FaultPlan> faults;
   // The checkpoint the group starts from (null: the config's initial weights).

@@ -44,6 +44,7 @@ Strategy strategy_of(SupervisionConfig::Strategy s) {
 struct SharedComms {
   std::mutex mu;
   Config config;
+  engine::Topology topo;  // the group's layout on its placement
   std::chrono::milliseconds timeout{120000};
   std::shared_ptr<engine::CommPlan> plan;
   bool aborted = true;
@@ -52,7 +53,7 @@ struct SharedComms {
   std::shared_ptr<engine::CommPlan> current() {
     std::lock_guard lock(mu);
     if (aborted) {
-      plan = std::make_shared<engine::CommPlan>(engine::make_group_comms(config, timeout));
+      plan = std::make_shared<engine::CommPlan>(engine::make_group_comms(config, topo, timeout));
       aborted = false;
       if (!plan->devices.empty() && !std::exchange(announced, true))
         spdlog::info("training: one GPU per rank: data-parallel, tensor-parallel and embedding collectives run in "
@@ -89,9 +90,13 @@ namespace {
 
 SupervisorSpec training_group_spec(GroupArgs args) {
   const auto& c = args.config;
-  const auto topo = engine::Topology::of(c);
+  // The wiring of this start, derived from the logical layout and the run state's
+  // placement: which stage hosts which logical ranks, the communicator groups, the
+  // devices, the workers' actors. A later start (a rollback) derives its own.
+  const auto topo = args.run_state.topology(c);
   auto comms = std::make_shared<SharedComms>();
   comms->config = c;
+  comms->topo = topo;
   comms->timeout = engine::collective_timeout(c);
 
   SupervisorSpec spec;
@@ -106,11 +111,12 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   auto cluster_comms = args.cluster_comms;
   // Cluster mode: what a worker needs to place one of the group's actors.
   auto skip = std::make_shared<const std::vector<int64_t>>(args.run_state.skip_samples);
-  auto placement = [cluster, resume, skip, faults = args.faults](const std::string& kind, const engine::Rank& r,
-                                                                   int64_t generation, int incarnation) {
+  auto placement = [cluster, resume, skip, faults = args.faults, physical = topo.physical_replicas()](
+                       const std::string& kind, const engine::Rank& r, int64_t generation, int incarnation) {
     PlaceActor p;
     p.kind = kind;
     p.rank = r;
+    p.physical_replicas = physical;
     p.generation = generation;
     p.incarnation = incarnation;
     if (kind == "loader") p.skip_samples = *skip;
@@ -129,7 +135,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   }
   // A rank's stage and optimizer shard compute on one device (engine/rank_device.h): the
   // communicator plan's, when it made them, else one RankDevices hands out.
-  auto devices = std::make_shared<engine::RankDevices>(c);
+  auto devices = std::make_shared<engine::RankDevices>(c, topo);
   auto device_of = [comms, devices, topo](const engine::Rank& r, int incarnation) {
     const auto plan = comms->current();
     return plan->devices.empty() ? devices->get(r, incarnation) : plan->devices[size_t(topo.index(r))];
@@ -153,14 +159,14 @@ SupervisorSpec training_group_spec(GroupArgs args) {
              caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("stage", r, cluster_comms->current(), incarnation));
            auto plan = comms->current();
-           return untyped_handle(spawn_stage(self, StageArgs{c, r, plan->ranks[size_t(topo.index(topo.host_of(r)))], faults,
+           return untyped_handle(spawn_stage(self, StageArgs{c, r, topo, plan->ranks[size_t(topo.index(topo.host_of(r)))], faults,
                                                              resume->current(), {}, device_of(r, incarnation)}));
          }});
   ChildSpec coordinator{engine::coordinator_path(), Restart::Permanent,
-                        [c, skip, faults = args.faults, dir = args.directory, book = args.book, resume,
+                        [c, topo, skip, faults = args.faults, dir = args.directory, book = args.book, resume,
                          inbox = args.metrics, client = args.client](caf::event_based_actor* self, int) {
                           return untyped_handle(spawn_coordinator(
-                              self, CoordinatorArgs{c, *skip, faults, dir, book, inbox, resume->current(), client}));
+                              self, CoordinatorArgs{c, topo, *skip, faults, dir, book, inbox, resume->current(), client}));
                         }};
   watch_for_hangs(coordinator, c.supervision());
   spec.children.push_back(std::move(coordinator));
@@ -227,7 +233,7 @@ SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultP
   spec.max_restarts = std::max(3, c.supervision().max_restarts());
   spec.period = std::chrono::milliseconds(int64_t(c.supervision().intensity_period_s() * 1000));
   spec.directory = directory;
-  for (const auto& r : engine::Topology::of(c).all_ranks()) {
+  for (const auto& r : engine::Topology::logical(c).all_ranks()) {
     if (!engine::writes_shard(c, r)) continue;
     spec.children.push_back({engine::writer_path(r), Restart::Permanent,
                              [c, r, faults, directory, cluster](caf::event_based_actor* self, int) {

@@ -245,15 +245,15 @@ ShardFile write_shard(const Config& c, const ShardState& s, const std::string& d
   return w.finish();
 }
 
-CheckpointManifest make_manifest(const Config& c, std::span<const int64_t> skip_samples, const TrainingPosition& pos,
-                                 std::vector<ShardFile> shards) {
+CheckpointManifest make_manifest(const Config& c, const Topology& placed, std::span<const int64_t> skip_samples,
+                                 const TrainingPosition& pos, std::vector<ShardFile> shards) {
   CheckpointManifest m;
   ckpt::set_manifest_config(m, c);
   auto* t = m.mutable_topology();
-  t->set_data(c.parallel().data());
-  t->set_pipeline(c.parallel().pipeline());
-  t->set_tensor(c.parallel().tensor());
-  t->set_physical_replicas(Topology::of(c).physical_replicas());
+  t->set_data(placed.dp);
+  t->set_pipeline(placed.pp);
+  t->set_tensor(placed.tp);
+  t->set_physical_replicas(placed.physical_replicas());
   m.set_step(pos.step);
   m.set_consumed_samples(pos.consumed_samples);
   m.set_successful_updates(pos.successful_updates);
@@ -301,9 +301,8 @@ std::string layout_text(int32_t dp, int32_t pp, int32_t tp) {
 
 }  // namespace
 
-void check_resume_layout(const Config& c, const ckpt::Checkpoint& ck) {
+void check_resume_layout(const Config& c, const Topology& t, const ckpt::Checkpoint& ck) {
   const auto& written = ck.manifest().topology();
-  const auto t = Topology::of(c);
   const int32_t written_physical = written.physical_replicas() > 0 ? written.physical_replicas() : written.data();
   const std::string now = layout_text(t.dp, t.pp, t.tp);
   const std::string then = layout_text(written.data(), written.pipeline(), written.tensor());

@@ -50,7 +50,8 @@ std::string set_aside_earlier_checkpoints(const Config& c);
 // so, unless the config places its replicas (parallel.physical_replicas below
 // parallel.data): that is a placement change offered on another logical layout,
 // refused with std::invalid_argument naming the fields and the numbers.
-void check_resume_layout(const Config& c, const ckpt::Checkpoint& ck);
+// `placed`: the logical layout on the placement the run starts on (RunState::topology).
+void check_resume_layout(const Config& c, const Topology& placed, const ckpt::Checkpoint& ck);
 
 class ResumeSource {
  public:
@@ -135,9 +136,10 @@ struct TrainingPosition {
   };
   std::vector<Dataset> datasets;
 };
-// `skip_samples`: the run state's skip list (engine/run_state.h), sorted, each once.
-CheckpointManifest make_manifest(const Config& c, std::span<const int64_t> skip_samples, const TrainingPosition& pos,
-                                 std::vector<ShardFile> shards);
+// `placed`: the layout on the placement that wrote it; `skip_samples`: the run state's
+// skip list (engine/run_state.h), sorted, each once.
+CheckpointManifest make_manifest(const Config& c, const Topology& placed, std::span<const int64_t> skip_samples,
+                                 const TrainingPosition& pos, std::vector<ShardFile> shards);
 TrainingPosition position_of(const CheckpointManifest& m);
 
 }  // namespace troupe::engine

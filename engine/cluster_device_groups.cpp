@@ -31,7 +31,7 @@ std::string device_group_key(const std::string& prefix, const std::string& name,
 
 std::vector<std::pair<std::string, std::string>> mint_device_group_ids(const Config& c, const std::string& prefix) {
   const auto groups = device_groups();
-  const auto t = Topology::of(c);
+  const auto t = Topology::logical(c);
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& g : comm::layout_groups(t.dp, t.pp, t.tp)) {
     if (g.kind == comm::GroupKind::kPipelineNeighbours) {
@@ -47,7 +47,7 @@ std::vector<std::pair<std::string, std::string>> mint_device_group_ids(const Con
 RankComms join_device_groups(const Config& c, int32_t index, comm::Store& store, const std::string& prefix,
                              const std::shared_ptr<kernels::Device>& device, std::chrono::milliseconds timeout) {
   const auto groups = device_groups();
-  const auto t = Topology::of(c);
+  const auto t = Topology::logical(c);
   RankComms out;
   for (const auto& g : comm::layout_groups(t.dp, t.pp, t.tp)) {
     const auto it = std::find(g.members.begin(), g.members.end(), index);

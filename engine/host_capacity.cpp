@@ -77,7 +77,8 @@ double min_address_space_bytes(const Config& c) {
   // CAF's scheduler (at least 2 workers) and clock, the run's own watchdog and the
   // main thread; per rank a stage, an optimizer shard and a writer thread and the
   // compute pool's workers (its caller is the stage's thread); the metrics actor.
-  const double threads = std::max(2.0, cores) + 3 + ranks * (3 + (threads_per_stage(c) - 1)) + 1;
+  const auto configured = Topology::logical(c).placed_on(config::physical_replicas(c));  // the start's placement
+  const double threads = std::max(2.0, cores) + 3 + ranks * (3 + (threads_per_stage(c, configured) - 1)) + 1;
   rlimit stack{};
   const double stack_bytes =
       ::getrlimit(RLIMIT_STACK, &stack) == 0 && stack.rlim_cur != RLIM_INFINITY ? double(stack.rlim_cur) : 8 << 20;

@@ -27,14 +27,13 @@ std::shared_ptr<model::GptStage> shared_model(const RankComms& comms,
 }
 
 void add_hosting(RankComms& host, const Config& c, const Rank& r, std::chrono::milliseconds timeout) {
-  const auto t = Topology::of(c);
+  const auto t = Topology::logical(c);
   host.hosted = std::make_shared<HostedStage>();
   host.ordered_reduction = std::make_shared<comm::OrderedReduction>(
       host.data_parallel, t.dp, size_t(stage_registry(c, r).total()), timeout);
 }
 
-CommPlan make_hosting_comms(const Config& c, std::chrono::milliseconds timeout) {
-  const auto t = Topology::of(c);
+CommPlan make_hosting_comms(const Config& c, const Topology& t, std::chrono::milliseconds timeout) {
   // The groups of the physical layout, indexed as its host ranks are (Topology::index of
   // (q, pp, tp) is the same under both); the other logical ranks have none of their own.
   CommPlan plan = make_inprocess_comms(t.physical_layout(), timeout);

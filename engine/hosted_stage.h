@@ -45,6 +45,7 @@ void add_hosting(RankComms& host, const Config& c, const Rank& r, std::chrono::m
 // ones: the groups of the physical layout, and each host rank made hosting; indexed by
 // the logical Topology::index (ranks of later rounds are left empty: they take their
 // host's).
-CommPlan make_hosting_comms(const Config& c, std::chrono::milliseconds timeout);
+// `placed`: the logical layout on its placement.
+CommPlan make_hosting_comms(const Config& c, const Topology& placed, std::chrono::milliseconds timeout);
 
 }  // namespace troupe::engine

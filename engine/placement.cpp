@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "comm/communicator.h"
+#include "config/derived.h"
 #include "config/error.h"
 
 namespace troupe::engine {
@@ -33,7 +34,8 @@ std::vector<config::Violation> cluster_violations(const Config& c) {
   std::vector<config::Violation> out;
   const auto& k = c.cluster();
   // Workers host physical ranks; the logical ranks a physical rank hosts go with it.
-  const auto t = Topology::of(c).physical_layout();
+  // (The configured placement: what a run starts on.)
+  const auto t = Topology::logical(c).placed_on(config::physical_replicas(c)).physical_layout();
   const int32_t ranks = t.ranks();
   if (k.workers() < 0) out.push_back({"cluster.workers", fmt::format("{} is negative", k.workers())});
   if (k.spares() < 0) out.push_back({"cluster.spares", fmt::format("{} is negative", k.spares())});
@@ -115,12 +117,18 @@ void validate_cluster(const Config& c, const config::Origins& origins) {
   if (!v.empty()) throw config::ConfigError(config::describe(v.front(), origins));
 }
 
-Placement placement_of(const Config& c) {
+Placement placement_of(const Config& c, const Topology& logical) {
   if (!cluster_violations(c).empty() || !cluster_mode(c))
     throw std::invalid_argument("placement_of: the cluster section is not a valid cluster layout");
-  const auto logical = Topology::of(c);
   const auto t = logical.physical_layout();
   const auto& k = c.cluster();
+  // The rank lists of EXPLICIT name the configured placement's physical ranks; another
+  // placement is placed in the configured order.
+  if (k.placement() == ClusterConfig::EXPLICIT && logical.physical_replicas() != config::physical_replicas(c))
+    throw std::invalid_argument(fmt::format("placement_of: cluster.worker lists the ranks of {} physical replicas, "
+                                            "not of {}", config::physical_replicas(c), logical.physical_replicas()));
+  if (k.workers() > t.ranks())
+    throw std::invalid_argument(fmt::format("placement_of: {} workers for {} physical ranks", k.workers(), t.ranks()));
   Placement p;
   p.ranks_of.resize(size_t(k.workers()));
   p.worker_of.assign(size_t(logical.ranks()), -1);

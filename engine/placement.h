@@ -34,9 +34,10 @@ struct Placement {
   int32_t loader_worker(const Topology& t, int32_t d) const { return worker_of[size_t(t.index({d, 0, 0}))]; }
 };
 
-// The placement the config asks for. Requires cluster_violations(c) to be empty;
-// throws std::invalid_argument otherwise.
-Placement placement_of(const Config& c);
+// Which worker hosts which ranks of `placed` (the logical layout on its placement of
+// data-parallel replicas, engine::RunState::topology), as the cluster section asks.
+// Requires cluster_violations(c) to be empty; throws std::invalid_argument otherwise.
+Placement placement_of(const Config& c, const Topology& placed);
 
 // Every broken rule of the cluster section (and of faults that need it), reported
 // against the field it concerns, e.g. {"cluster.worker[1].rank[0]", "rank 3 is placed

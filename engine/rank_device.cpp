@@ -25,7 +25,7 @@ struct UsableGpus {
 // Whether each rank gets a GPU of its own and the backend makes device communicators
 // (NCCL) over them: make_group_comms then puts the groups on device memory.
 bool device_groups(const UsableGpus& gpus, const Config& c) {
-  return gpus.backend->groups.make && gpus.count >= Topology::of(c).ranks();
+  return gpus.backend->groups.make && gpus.count >= Topology::logical(c).ranks();
 }
 
 // The GPUs a CUDA config runs on; throws naming device.type when it cannot run there.
@@ -45,7 +45,7 @@ UsableGpus usable_gpus(const Config& c, bool count = true) {
   // the tensor-parallel ones run inside the model's forward and backward on device
   // memory: they need NCCL groups, so a GPU per rank.
   const bool tp = c.parallel().tensor() > 1;
-  const int ranks = Topology::of(c).ranks();
+  const int ranks = Topology::logical(c).ranks();
   if (tp && !g.make) refuse("parallel.tensor > 1 needs NCCL, which this build has not");
   if (!count) return gpus;
   std::string why;
@@ -63,29 +63,25 @@ void check_runtime_device(const Config& c) {
   if (c.device().type() != DeviceConfig::CPU) usable_gpus(c, /*count=*/c.cluster().workers() == 0);
 }
 
-int threads_per_stage(const Config& c) {
+int threads_per_stage(const Config& c, const Topology& placed) {
   int total = c.device().threads();
   if (total <= 0) total = int(std::max(1u, std::thread::hardware_concurrency()));
   // Hosted logical replicas take turns on their physical replica's device (Topology).
-  const auto t = Topology::of(c);
-  const int stages = t.physical_replicas() * t.pp * t.tp;
+  const int stages = placed.physical_layout().ranks();
   return std::max(1, total / stages);
 }
 
-std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r) {
+std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Topology& placed, const Rank& r) {
   if (c.device().type() == DeviceConfig::CPU)
-    return std::make_shared<kernels::cpu::CpuDevice>(threads_per_stage(c));
+    return std::make_shared<kernels::cpu::CpuDevice>(threads_per_stage(c, placed));
   // Ranks in (dp, pp, tp) order round-robin over the GPUs: with fewer GPUs than ranks
   // several ranks share one, each with a device (streams, scratch) of its own.
   const auto gpus = usable_gpus(c);
-  const auto& p = c.parallel();
-  const int flat = (r.dp * p.pipeline() + r.pp) * p.tensor() + r.tp;
-  return gpus.backend->make(flat % gpus.count);
+  return gpus.backend->make(placed.index(r) % gpus.count);
 }
 
-CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout) {
-  const auto topo = Topology::of(c);
-  if (topo.hosts_several()) return make_hosting_comms(c, timeout);  // the CPU only (config/validate.cpp)
+CommPlan make_group_comms(const Config& c, const Topology& topo, std::chrono::milliseconds timeout) {
+  if (topo.hosts_several()) return make_hosting_comms(c, topo, timeout);  // the CPU only (config/validate.cpp)
   CommPlan plan = make_inprocess_comms(topo, timeout);
   if (c.device().type() == DeviceConfig::CPU) return plan;
   const auto gpus = usable_gpus(c);
@@ -111,7 +107,7 @@ CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout) {
 std::shared_ptr<kernels::Device> RankDevices::get(const Rank& r, int incarnation) {
   std::lock_guard lock(mu_);
   // Logical ranks hosted by one physical rank share its device (engine/hosted_stage.h).
-  const Rank host = Topology::of(config_).host_of(r);
+  const Rank host = placed_.host_of(r);
   const std::tuple key{host.dp, host.pp, host.tp};
   auto& e = devices_[key];
   if (e.incarnation == incarnation)
@@ -130,7 +126,7 @@ std::shared_ptr<kernels::Device> RankDevices::get(const Rank& r, int incarnation
                          gpu_of_.size(), gpus.count));
     d = gpus.backend->make(gpu);
   } else {
-    d = make_rank_device(config_, host);
+    d = make_rank_device(config_, placed_, host);
   }
   e = {incarnation, d};
   return d;

@@ -29,12 +29,13 @@ namespace troupe::engine {
 void check_runtime_device(const Config& c);
 
 // Compute threads for each stage device: the configured threads (0: the machine's
-// cores) divided among the stage ranks that run at once, at least 1.
-int threads_per_stage(const Config& c);
+// cores) divided among the stage ranks that run at once (those of the physical layout
+// of `placed`), at least 1.
+int threads_per_stage(const Config& c, const Topology& placed);
 
-// A new device for rank r: a CPU device with threads_per_stage(c) threads, or a CUDA
-// device on GPU (flat rank index mod GPU count) from the installed GPU backend.
-std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r);
+// A new device for rank r of `placed`: a CPU device with threads_per_stage threads, or a
+// CUDA device on GPU (flat rank index mod GPU count) from the installed GPU backend.
+std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Topology& placed, const Rank& r);
 
 // The communicators (and maybe devices) of one start of a training group. On GPUs, when
 // every rank has a GPU of its own and the GPU backend makes device communicators
@@ -44,7 +45,8 @@ std::shared_ptr<kernels::Device> make_rank_device(const Config& c, const Rank& r
 // collectives on device memory (engine/stage_worker.h; the tensor-parallel ones inside
 // the model). Otherwise the in-process communicators
 // (make_inprocess_comms) and no devices (RankDevices makes them as the actors start).
-CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout);
+// `placed`: the group's layout on its placement (engine::RunState::topology).
+CommPlan make_group_comms(const Config& c, const Topology& placed, std::chrono::milliseconds timeout);
 
 // A training group's rank devices, handed out per start of the group: the stage and
 // the optimizer shard of one rank that start together (the same incarnation) get the
@@ -54,8 +56,9 @@ CommPlan make_group_comms(const Config& c, std::chrono::milliseconds timeout);
 // device.type). Thread-safe.
 class RankDevices {
  public:
-  explicit RankDevices(Config c) : config_(std::move(c)) {}
+  RankDevices(Config c, const Topology& placed) : config_(std::move(c)), placed_(placed) {}
   std::shared_ptr<kernels::Device> get(const Rank& r, int incarnation);
+  const Topology& placed() const { return placed_; }
 
  private:
   struct Entry {
@@ -64,6 +67,7 @@ class RankDevices {
   };
   std::mutex mu_;
   Config config_;
+  const Topology placed_;
   std::map<std::tuple<int32_t, int32_t, int32_t>, Entry> devices_;
   std::map<std::tuple<int32_t, int32_t, int32_t>, int> gpu_of_;  // cluster mode on GPUs: each rank's GPU
 };

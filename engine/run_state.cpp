@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "config/derived.h"
 #include "engine/rollback.h"
 
 namespace troupe::engine {
@@ -21,6 +22,7 @@ RunState RunState::of(const Config& c) {
   merge_skip_samples(s.skip_samples, std::span<const int64_t>(c.data().skip_samples().data(),
                                                               size_t(c.data().skip_samples_size())));
   s.resume_from = c.checkpoint().load();
+  s.physical_replicas = config::physical_replicas(c);
   return s;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/topology.h"
 #include "messages/checkpoint.pb.h"
 #include "messages/config.pb.h"
 
@@ -30,9 +31,19 @@ struct RunState {
   std::string resume_from;
   // Training groups started before this one for a rollback (logging.on_spike ROLLBACK).
   int64_t rollbacks = 0;
+  // The placement the next training group starts on: how many physical data-parallel
+  // replicas compute the config's logical ones (parallel.physical_replicas at the run's
+  // start; it divides parallel.data). A group start derives its wiring from it (the
+  // physical workers, the communicator groups, which stage hosts which logical ranks),
+  // so a later start may run on another placement and compute the same bits.
+  int32_t physical_replicas = 0;
 
-  // A run's state at its start: c.data.skip_samples (sorted, each once) and checkpoint.load.
+  // A run's state at its start: c.data.skip_samples (sorted, each once), checkpoint.load
+  // and the configured placement.
   static RunState of(const Config& c);
+
+  // The logical layout of `c` on this state's placement: what a training group is built from.
+  Topology topology(const Config& c) const { return Topology::logical(c).placed_on(physical_replicas); }
 
   // Adds `ids` to the skip list (sorted, each once). Returns whether it grew.
   bool add_skips(std::span<const int64_t> ids);

@@ -41,7 +41,7 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::share
       comms_(std::move(comms)),
       distributed_(c.parallel().distributed_optimizer()),
       width_(c.model().width()),
-      device_(device ? std::move(device) : make_rank_device(c, rank)) {
+      device_(device ? std::move(device) : make_rank_device(c, Topology::logical(c), rank)) {
   model::TensorParallel tp;
   if (c.parallel().tensor() > 1) {
     if (!comms_.tensor_parallel || comms_.tensor_parallel->size() != c.parallel().tensor() ||
@@ -60,7 +60,7 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::share
                                              std::vector<int>(plan.chunk_slots.begin(), plan.chunk_slots.end()),
                                              model::StageShape::from_config(c), std::move(tp));
   };
-  const auto topo = Topology::of(c);
+  const auto topo = Topology::logical(c);
   if (hosted())
     model_ = shared_model(comms_, device_, make, made_model_);
   else

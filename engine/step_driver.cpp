@@ -27,7 +27,7 @@ StepDriverConfig step_driver_config(const Config& c) {
   d.save_timeout_s = ck.save_timeout_s();
   d.max_failed_saves = ck.max_failed_saves();
   d.shard_decides = shard_decides_updates(c);
-  for (const auto& r : Topology::of(c).all_ranks()) {
+  for (const auto& r : Topology::logical(c).all_ranks()) {
     d.optimizers.push_back(optim_path(r));
     if (!writes_shard(c, r)) continue;
     d.writers.push_back(writer_path(r));
@@ -37,7 +37,7 @@ StepDriverConfig step_driver_config(const Config& c) {
 }
 
 bool shard_decides_updates(const Config& c) {
-  return Topology::of(c).ranks() == 1 && c.logging().on_spike() == LoggingConfig::RECORD;
+  return Topology::logical(c).ranks() == 1 && c.logging().on_spike() == LoggingConfig::RECORD;
 }
 
 namespace {

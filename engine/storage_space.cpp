@@ -23,7 +23,7 @@ constexpr int kKindsWritten = 3;  // param, exp_avg, exp_avg_sq (engine/checkpoi
 }  // namespace
 
 int64_t checkpoint_bytes(const Config& c) {
-  const auto topo = Topology::of(c);
+  const auto topo = Topology::logical(c);
   int64_t elements = 0, shards = 0;
   // Data-parallel replicas hold the same stage: replica 0's registries count each
   // (stage, tensor-parallel) part once, as the distributed shards of all replicas together

@@ -10,8 +10,8 @@
 
 namespace troupe::engine {
 
-Topology Topology::of(const Config& c) {
-  return {c.parallel().data(), c.parallel().pipeline(), c.parallel().tensor(), c.parallel().physical_replicas()};
+Topology Topology::logical(const Config& c) {
+  return {c.parallel().data(), c.parallel().pipeline(), c.parallel().tensor(), 0};
 }
 
 std::vector<Rank> Topology::all_ranks() const {

@@ -35,7 +35,14 @@ struct Topology {
   int32_t dp = 1, pp = 1, tp = 1;
   int32_t physical = 0;  // 0: dp (every logical replica computed by one of its own)
 
-  static Topology of(const Config& c);
+  // The config's logical layout (parallel.data, .pipeline, .tensor), every logical
+  // replica computed by one of its own. The placement a group runs on is run state
+  // (engine::RunState::topology): only the configuration's own checks and prints read
+  // parallel.physical_replicas from the Config.
+  static Topology logical(const Config& c);
+  // This layout computed by `physical_replicas` physical data-parallel replicas (0: one
+  // per logical replica); the logical layout is unchanged.
+  Topology placed_on(int32_t physical_replicas) const { return {dp, pp, tp, physical_replicas}; }
 
   int32_t physical_replicas() const { return physical > 0 ? physical : dp; }
   // Logical replicas each physical one hosts.

@@ -30,9 +30,9 @@ std::string Cluster::describe(const WorkerRecord& w) {
   return fmt::format("worker {} ({}, pid {})", w.id, w.host, w.pid);
 }
 
-Cluster::Cluster(const Config& c)
-    : topo_(engine::Topology::of(c)),
-      placement_(engine::placement_of(c)),
+Cluster::Cluster(const Config& c, const engine::Topology& placed)
+    : topo_(placed),
+      placement_(engine::placement_of(c, placed)),
       expected_spares_(c.cluster().spares()),
       position_worker_(size_t(placement_.workers()), -1) {}
 

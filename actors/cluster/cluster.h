@@ -59,7 +59,8 @@ struct QuarantineRecord {
 
 class Cluster {
  public:
-  explicit Cluster(const Config& c);
+  // `placed`: the logical layout on the placement the run starts on (engine::RunState).
+  Cluster(const Config& c, const engine::Topology& placed);
 
   const engine::Placement& placement() const { return placement_; }
   int32_t index_of(const engine::Rank& r) const { return topo_.index(r); }

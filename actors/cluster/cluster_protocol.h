@@ -53,6 +53,9 @@ struct PlaceActor {
   std::string resume_dir;           // checkpoint to start from ("" : initial weights)
   std::vector<int32_t> fired;       // fault indices fired anywhere so far
   std::vector<int64_t> skip_samples;  // a loader's: the run state's skip list (engine/run_state.h)
+  // The training group's placement (engine::RunState::physical_replicas): with the
+  // config's logical layout, which stage hosts which logical ranks and the groups it joins.
+  int32_t physical_replicas = 0;
 };
 
 struct AbortComms {
@@ -110,7 +113,7 @@ typename Inspector::result_type inspect(Inspector& f, Welcome& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PlaceActor& x) {
   return f(caf::meta::type_name("troupe::actors::PlaceActor"), x.kind, x.rank, x.generation,
-           x.incarnation, x.resume_dir, x.fired, x.skip_samples);
+           x.incarnation, x.resume_dir, x.fired, x.skip_samples, x.physical_replicas);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, AbortComms& x) {

@@ -45,10 +45,10 @@ NetOptions net_options(const Config& c, const TlsOptions& tls) {
   return o;
 }
 
-ClusterRoot::ClusterRoot(caf::actor_system& sys, const Config& c, const ClusterOptions& options,
-                         const std::string& run_dir, std::shared_ptr<engine::FaultPlan> faults,
-                         std::shared_ptr<RunBook> book)
-    : sys_(sys), config_(c), cluster_(std::make_shared<Cluster>(c)) {
+ClusterRoot::ClusterRoot(caf::actor_system& sys, const Config& c, const engine::Topology& placed,
+                         const ClusterOptions& options, const std::string& run_dir,
+                         std::shared_ptr<engine::FaultPlan> faults, std::shared_ptr<RunBook> book)
+    : sys_(sys), config_(c), cluster_(std::make_shared<Cluster>(c, placed)) {
   const std::string run_id = "run-" + random_hex(8);
   store_ = spawn_store_actor(sys);
   comms_ = std::make_shared<ClusterComms>(cluster_, store_, run_id, c);

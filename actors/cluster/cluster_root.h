@@ -43,8 +43,9 @@ class ClusterRoot {
   // Spawns the store and the registrar, starts the link watch and opens the gate;
   // writes RUN_DIR/cluster.address
   // ("host:port", temporary name + fsync + rename) for scripts that start workers.
-  ClusterRoot(caf::actor_system& sys, const Config& c, const ClusterOptions& options, const std::string& run_dir,
-              std::shared_ptr<engine::FaultPlan> faults, std::shared_ptr<RunBook> book);
+  // `placed`: the logical layout on the placement the run starts on (engine::RunState).
+  ClusterRoot(caf::actor_system& sys, const Config& c, const engine::Topology& placed, const ClusterOptions& options,
+              const std::string& run_dir, std::shared_ptr<engine::FaultPlan> faults, std::shared_ptr<RunBook> book);
 
   uint16_t port() const { return port_; }
   std::shared_ptr<Cluster> cluster() const { return cluster_; }

@@ -35,16 +35,19 @@ namespace {
 // and share them. abort() fails all of them, also those connected after it.
 class GenerationComms {
  public:
-  GenerationComms(int64_t generation, const Config& c, std::shared_ptr<comm::Store> store, std::string prefix,
-                  comm::GlooOptions options)
+  // `placed`: the training group's logical layout on its placement (PlaceActor), the
+  // same for every actor of one generation.
+  GenerationComms(int64_t generation, const Config& c, const engine::Topology& placed,
+                  std::shared_ptr<comm::Store> store, std::string prefix, comm::GlooOptions options)
       : generation_(generation),
         config_(c),
-        topo_(engine::Topology::of(c)),
+        topo_(placed),
         store_(std::move(store)),
         prefix_(std::move(prefix)),
         options_(options) {}
 
   int64_t generation() const { return generation_; }
+  const engine::Topology& placed() const { return topo_; }
 
   // `hosted`: what the physical rank's hosted ranks share on this worker (null unless
   // Topology::hosts_several).
@@ -164,21 +167,32 @@ std::shared_ptr<const ckpt::Checkpoint> checkpoint(Self* self, const std::string
   return st.ckpt;
 }
 
-std::shared_ptr<GenerationComms> generation(Self* self, int64_t g) {
+std::shared_ptr<GenerationComms> generation(Self* self, int64_t g, const engine::Topology& placed) {
   auto& st = self->state;
   if (!st.comms || st.comms->generation() != g) {
     if (st.comms) st.comms->abort(fmt::format("superseded by generation {}", g));
     const auto& a = *st.args;
-    st.comms = std::make_shared<GenerationComms>(g, a.config, a.store,
-                                                 generation_prefix(a.run_id, g), a.gloo);
+    st.comms = std::make_shared<GenerationComms>(g, a.config, placed, a.store, generation_prefix(a.run_id, g), a.gloo);
+  } else if (st.comms->placed().physical_replicas() != placed.physical_replicas()) {
+    throw std::invalid_argument(fmt::format("generation {} placed on {} physical replicas, now asked for {}", g,
+                                            st.comms->placed().physical_replicas(), placed.physical_replicas()));
   }
   return st.comms;
 }
 
+// The rank devices of the training group's placement: made again when a start of the
+// group comes with another placement (a device is per physical rank).
+engine::RankDevices& devices(Self* self, const engine::Topology& placed) {
+  auto& st = self->state;
+  if (!st.devices || st.devices->placed().physical_replicas() != placed.physical_replicas())
+    st.devices = std::make_shared<engine::RankDevices>(st.args->config, placed);
+  return *st.devices;
+}
+
 // The HostedStage rank r's physical rank shares with its other hosted ranks of the same
 // start, as RankDevices hands out devices; null when physical replicas host one each.
-std::shared_ptr<engine::HostedStage> hosted_stage(Self* self, const engine::Rank& r, int incarnation) {
-  const auto topo = engine::Topology::of(self->state.args->config);
+std::shared_ptr<engine::HostedStage> hosted_stage(Self* self, const engine::Topology& topo, const engine::Rank& r,
+                                                  int incarnation) {
   if (!topo.hosts_several()) return nullptr;
   auto& slot = self->state.hosted_stages[{topo.index(topo.host_of(r)), incarnation}];
   auto h = slot.lock();
@@ -192,22 +206,25 @@ caf::actor place(Self* self, const PlaceActor& p) {
   const auto& c = a.config;
   a.faults->mark_fired(p.fired);
   const engine::Rank& r = p.rank;
-  if (!engine::Topology::of(c).contains(r))
+  // The group's logical layout on the placement its start runs on.
+  const auto topo = engine::Topology::logical(c).placed_on(p.physical_replicas);
+  if (!topo.contains(r))
     throw std::invalid_argument(fmt::format("rank {} is outside the layout", engine::rank_text(r)));
+  if (topo.dp % topo.physical_replicas() != 0)
+    throw std::invalid_argument(fmt::format("{} physical replicas do not divide the {} logical ones",
+                                            topo.physical_replicas(), topo.dp));
   caf::actor placed;
-  if (!st.devices) st.devices = std::make_shared<engine::RankDevices>(c);
   if (p.kind == "stage") {
-    const auto device = st.devices->get(r, p.incarnation);
-    StageArgs s{c, r, {}, a.faults, checkpoint(self, p.resume_dir), {}, device};
-    s.connect_comms = [comms = generation(self, p.generation), r, device, hosted = hosted_stage(self, r, p.incarnation)] {
-      return comms->connect(r, device, hosted);
-    };
+    const auto device = devices(self, topo).get(r, p.incarnation);
+    StageArgs s{c, r, topo, {}, a.faults, checkpoint(self, p.resume_dir), {}, device};
+    s.connect_comms = [comms = generation(self, p.generation, topo), r, device,
+                       hosted = hosted_stage(self, topo, r, p.incarnation)] { return comms->connect(r, device, hosted); };
     placed = untyped_handle(spawn_stage(self, std::move(s)));
   } else if (p.kind == "optim") {
     // A hosted rank's shard takes its physical rank's device turn (engine/hosted_stage.h).
     placed = untyped_handle(spawn_optimizer(self, OptimizerArgs{c, r, a.faults, checkpoint(self, p.resume_dir),
-                                                                st.directory, st.devices->get(r, p.incarnation),
-                                                                hosted_stage(self, r, p.incarnation)}));
+                                                                st.directory, devices(self, topo).get(r, p.incarnation),
+                                                                hosted_stage(self, topo, r, p.incarnation)}));
   } else if (p.kind == "writer") {
     placed = untyped_handle(spawn_writer(self, WriterArgs{c, r, a.faults, st.directory}));
     st.directory->put(engine::writer_path(r), placed);

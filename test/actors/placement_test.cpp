@@ -25,6 +25,7 @@
 #include "comm/communicator.h"
 #include "ckpt/reader.h"
 #include "engine/checkpointing.h"
+#include "engine/run_state.h"
 #include "engine/stage_worker.h"
 #include "test/actors/parity_check.h"
 #include "test/support/fault.h"
@@ -206,7 +207,7 @@ TEST_CASE("a placement offered on a checkpoint of another logical layout is refu
   // suite's resharded resume), and starts.
   Config c = b;
   c.mutable_parallel()->set_physical_replicas(0);
-  CHECK_NOTHROW(engine::check_resume_layout(c, ckpt::open_step(a.checkpoint().dir(), 1)));
+  CHECK_NOTHROW(engine::check_resume_layout(c, engine::RunState::of(c).topology(c), ckpt::open_step(a.checkpoint().dir(), 1)));
 }
 
 TEST_CASE("the memory of a worker hosting 1, 2 and 4 replicas is the figure docs/layout.md states") {

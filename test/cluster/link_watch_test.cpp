@@ -44,7 +44,7 @@ caf::actor silent_responder(caf::actor_system& sys) {
 struct Fixture {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
-  std::shared_ptr<Cluster> cluster = std::make_shared<Cluster>(one_worker());
+  std::shared_ptr<Cluster> cluster = std::make_shared<Cluster>(one_worker(), engine::Topology::logical(one_worker()));
   int pair[2] = {-1, -1};
   Fixture() {
     cfg.load<caf::io::middleman>();

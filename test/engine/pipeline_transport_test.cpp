@@ -45,7 +45,7 @@ data::Microbatch microbatch(int seed) {
 // Both stages of DP1 x PP2, with in-process communicators (no pipeline pair: one process).
 struct TwoStages {
   Config config = testing::tiny_runtime_config(2, 1, 2);
-  CommPlan plan = make_inprocess_comms(Topology::of(config), std::chrono::milliseconds(10000));
+  CommPlan plan = make_inprocess_comms(Topology::logical(config), std::chrono::milliseconds(10000));
   std::shared_ptr<StageWorker> first = std::make_shared<StageWorker>(config, Rank{0, 0, 0}, plan.ranks[0]);
   std::shared_ptr<StageWorker> last = std::make_shared<StageWorker>(config, Rank{0, 1, 0}, plan.ranks[1]);
   data::Microbatch mb0 = microbatch(0), mb1 = microbatch(1);
@@ -149,7 +149,7 @@ TEST_CASE("pipeline transport: under sequence parallelism a rank sends its seque
   Config c = testing::tiny_runtime_config(2, 1, 2);
   c.mutable_parallel()->set_tensor(2);
   c.mutable_parallel()->set_sequence_parallel(true);
-  const Topology t = Topology::of(c);
+  const Topology t = Topology::logical(c);
   const CommPlan plan = make_inprocess_comms(t, std::chrono::milliseconds(10000));
   const Rank r{0, 0, 1};
   auto worker = std::make_shared<StageWorker>(c, r, plan.ranks[size_t(t.index(r))]);

@@ -713,7 +713,7 @@ TEST_CASE("step driver: step_driver_config reads the config") {
   CHECK(d.save_on_exit);
   CHECK(d.save_timeout_s == 600);
   // Every rank's shard copies; without the distributed optimizer only replica 0 writes.
-  const auto ranks = Topology::of(c).all_ranks();
+  const auto ranks = Topology::logical(c).all_ranks();
   CHECK(d.optimizers.size() == ranks.size());
   size_t writers = 0;
   for (const auto& r : ranks) writers += c.parallel().distributed_optimizer() || r.dp == 0 ? 1 : 0;
