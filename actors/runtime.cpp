@@ -501,6 +501,9 @@ RunResult run_training(const Config& given, const RunOptions& options) {
     // (logging.on_spike ROLLBACK). The exit report of a group stopped for a rollback
     // is told apart by its generation: the rollbacks before it (the run state's count).
     auto start_group = [&] {
+      // In cluster mode the placement may have shrunk since the run started (a lost
+      // worker without a spare): the cluster holds the current one.
+      if (cluster) state.physical_replicas = cluster->placed().physical_replicas();
       GroupArgs g{c, state, faults, directory, book, resume, inbox, client_handle, {}, cluster,
                   root ? root->comms() : nullptr};
       g.on_exit = [client_handle, generation = state.rollbacks](const SupervisorReport& r) {

@@ -404,6 +404,24 @@ caf::behavior supervisor_impl(Self* self, SupervisorSpec spec) {
           if (st.spec.children[i].path == path && st.children[i].running && !being_stopped(st, i))
             return abandon_child(self, i, "hung: " + reason);
       },
+      [self](relocate_atom, const std::string& path, const std::string& reason) {
+        auto& st = self->state;
+        if (st.exiting) return;
+        // Another stop sequence first: it owns the stop queue until it is over.
+        if (st.stopping || !st.stop_queue.empty()) {
+          self->delayed_send(self, std::chrono::milliseconds(50), relocate_atom::value, path, reason);
+          return;
+        }
+        for (size_t i = 0; i < st.children.size(); ++i) {
+          if (st.spec.children[i].path != path || !st.children[i].running) continue;
+          spdlog::info("{}: starts again elsewhere: {}", path, reason);
+          st.report.restarts[path] += 1;
+          stop_then(self, {i}, [self, i] {
+            if (!self->state.exiting) start_children(self, {i});
+          });
+          return;
+        }
+      },
       [self](shutdown_atom) {
         if (self->state.exiting) return;
         stop_then(self, running_reversed(self->state),

@@ -119,6 +119,11 @@ using pong_atom = caf::atom_constant<caf::atom("pong")>;
 // The supervisor abandons it as it does a child whose heartbeat went unanswered, and
 // restarts it by its strategy.
 using abandon_atom = caf::atom_constant<caf::atom("abandon")>;
+// A running child to start again because where it runs changed (path, reason): e.g. a
+// checkpoint writer whose rank moved to another worker process (a shrink, docs/cluster.md).
+// Stopped in order and started again, as a planned move: not a failure, not counted
+// against the restart intensity. One that is not running is left to its restart.
+using relocate_atom = caf::atom_constant<caf::atom("relocate")>;
 
 // Error codes a supervisor exits with.
 enum class supervision_errc : uint8_t { none = 0, gave_up = 1, vetoed = 2, start_failed = 3 };

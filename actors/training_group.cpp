@@ -90,10 +90,14 @@ namespace {
 
 SupervisorSpec training_group_spec(GroupArgs args) {
   const auto& c = args.config;
-  // The wiring of this start, derived from the logical layout and the run state's
-  // placement: which stage hosts which logical ranks, the communicator groups, the
-  // devices, the workers' actors. A later start (a rollback) derives its own.
+  // The wiring of a start, derived from the logical layout and the placement: which
+  // stage hosts which logical ranks, the communicator groups, the devices, the workers'
+  // actors. In one process the run state's placement, fixed for this group (a rollback
+  // starts another group); in cluster mode the cluster's, read again at every start of
+  // the group, as a lost worker without a spare shrinks it (actors/cluster/cluster.h).
   const auto topo = args.run_state.topology(c);
+  auto cluster = args.cluster;
+  auto placed_now = [cluster, topo] { return cluster ? cluster->placed() : topo; };
   auto comms = std::make_shared<SharedComms>();
   comms->config = c;
   comms->topo = topo;
@@ -107,16 +111,15 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   spec.directory = args.directory;
 
   auto resume = args.resume;
-  auto cluster = args.cluster;
   auto cluster_comms = args.cluster_comms;
   // Cluster mode: what a worker needs to place one of the group's actors.
   auto skip = std::make_shared<const std::vector<int64_t>>(args.run_state.skip_samples);
-  auto placement = [cluster, resume, skip, faults = args.faults, physical = topo.physical_replicas()](
-                       const std::string& kind, const engine::Rank& r, int64_t generation, int incarnation) {
+  auto placement = [cluster, resume, skip, faults = args.faults](const std::string& kind, const engine::Rank& r,
+                                                                   int64_t generation, int incarnation) {
     PlaceActor p;
     p.kind = kind;
     p.rank = r;
-    p.physical_replicas = physical;
+    p.physical_replicas = cluster->placed().physical_replicas();
     p.generation = generation;
     p.incarnation = incarnation;
     if (kind == "loader") p.skip_samples = *skip;
@@ -163,10 +166,11 @@ SupervisorSpec training_group_spec(GroupArgs args) {
                                                              resume->current(), {}, device_of(r, incarnation)}));
          }});
   ChildSpec coordinator{engine::coordinator_path(), Restart::Permanent,
-                        [c, topo, skip, faults = args.faults, dir = args.directory, book = args.book, resume,
+                        [c, placed_now, skip, faults = args.faults, dir = args.directory, book = args.book, resume,
                          inbox = args.metrics, client = args.client](caf::event_based_actor* self, int) {
                           return untyped_handle(spawn_coordinator(
-                              self, CoordinatorArgs{c, topo, *skip, faults, dir, book, inbox, resume->current(), client}));
+                              self, CoordinatorArgs{c, placed_now(), *skip, faults, dir, book, inbox, resume->current(),
+                                                    client}));
                         }};
   watch_for_hangs(coordinator, c.supervision());
   spec.children.push_back(std::move(coordinator));
@@ -254,7 +258,18 @@ SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultP
     if (auto coordinator = directory->get(engine::coordinator_path()))
       caf::anon_send(coordinator, writer_down_atom::value, path);
   };
-  if (cluster) add_cluster_hooks(spec, cluster);
+  if (cluster) {
+    add_cluster_hooks(spec, cluster);
+    // A shrink moves ranks to other workers: their writers follow (an optimizer shard
+    // finds its writer in its own process's directory).
+    cluster->on_shrink([directory, ranks = engine::Topology::logical(c).all_ranks()](const std::vector<int32_t>& moved) {
+      const auto writers = directory->get(engine::writers_supervisor_path());
+      if (!writers) return;
+      for (const int32_t i : moved)
+        caf::anon_send(writers, relocate_atom::value, engine::writer_path(ranks[size_t(i)]),
+                       std::string("its rank moved to another worker (a shrink)"));
+    });
+  }
   return spec;
 }
 

@@ -69,6 +69,12 @@ std::vector<config::Violation> cluster_violations(const Config& c) {
     out.push_back({"cluster.handshake_timeout_s",
                    fmt::format("{} must be in (0, 3600] (seconds a connection may take to join)",
                                k.handshake_timeout_s())});
+  if (k.min_physical_replicas() < 1 || k.min_physical_replicas() > c.parallel().data())
+    out.push_back({"cluster.min_physical_replicas",
+                   fmt::format("{} is outside 1..parallel.data = {} (the fewest physical data-parallel replicas a "
+                               "shrink may leave)",
+                               k.min_physical_replicas(), c.parallel().data()),
+                   {"parallel.data"}});
   if (k.placement() == ClusterConfig::EXPLICIT) {
     if (k.worker_size() != k.workers()) {
       out.push_back({"cluster.worker",
@@ -118,27 +124,34 @@ void validate_cluster(const Config& c, const config::Origins& origins) {
 }
 
 Placement placement_of(const Config& c, const Topology& logical) {
+  return placement_of(c, logical, c.cluster().workers());
+}
+
+Placement placement_of(const Config& c, const Topology& logical, int32_t workers) {
   if (!cluster_violations(c).empty() || !cluster_mode(c))
     throw std::invalid_argument("placement_of: the cluster section is not a valid cluster layout");
   const auto t = logical.physical_layout();
   const auto& k = c.cluster();
-  // The rank lists of EXPLICIT name the configured placement's physical ranks; another
-  // placement is placed in the configured order.
-  if (k.placement() == ClusterConfig::EXPLICIT && logical.physical_replicas() != config::physical_replicas(c))
-    throw std::invalid_argument(fmt::format("placement_of: cluster.worker lists the ranks of {} physical replicas, "
-                                            "not of {}", config::physical_replicas(c), logical.physical_replicas()));
-  if (k.workers() > t.ranks())
-    throw std::invalid_argument(fmt::format("placement_of: {} workers for {} physical ranks", k.workers(), t.ranks()));
+  // The rank lists of EXPLICIT name the configured placement's physical ranks on the
+  // configured workers; another placement is placed in the configured order.
+  if (k.placement() == ClusterConfig::EXPLICIT &&
+      (logical.physical_replicas() != config::physical_replicas(c) || workers != k.workers()))
+    throw std::invalid_argument(fmt::format("placement_of: cluster.worker lists the ranks of {} physical replicas "
+                                            "on {} workers, not of {} on {}",
+                                            config::physical_replicas(c), k.workers(), logical.physical_replicas(),
+                                            workers));
+  if (workers < 1 || workers > t.ranks())
+    throw std::invalid_argument(fmt::format("placement_of: {} workers for {} physical ranks", workers, t.ranks()));
   Placement p;
-  p.ranks_of.resize(size_t(k.workers()));
+  p.ranks_of.resize(size_t(workers));
   p.worker_of.assign(size_t(logical.ranks()), -1);
   if (k.placement() == ClusterConfig::EXPLICIT) {
     for (int w = 0; w < k.worker_size(); ++w)
       for (int32_t r : k.worker(w).rank()) p.ranks_of[size_t(w)].push_back(r);
   } else {
     const auto order = rank_order(t, k.placement());
-    for (int32_t w = 0; w < k.workers(); ++w) {
-      const auto chunk = comm::chunk_range(order.size(), k.workers(), w);
+    for (int32_t w = 0; w < workers; ++w) {
+      const auto chunk = comm::chunk_range(order.size(), workers, w);
       for (size_t i = chunk.begin; i < chunk.end; ++i) p.ranks_of[size_t(w)].push_back(order[i]);
     }
   }

@@ -38,6 +38,9 @@ struct Placement {
 // data-parallel replicas, engine::RunState::topology), as the cluster section asks.
 // Requires cluster_violations(c) to be empty; throws std::invalid_argument otherwise.
 Placement placement_of(const Config& c, const Topology& placed);
+// The same over `workers` active workers instead of cluster.workers (a shrink onto the
+// workers still alive; not with placement EXPLICIT, whose lists name the configured ones).
+Placement placement_of(const Config& c, const Topology& placed, int32_t workers);
 
 // Every broken rule of the cluster section (and of faults that need it), reported
 // against the field it concerns, e.g. {"cluster.worker[1].rank[0]", "rank 3 is placed

@@ -31,10 +31,16 @@ std::string Cluster::describe(const WorkerRecord& w) {
 }
 
 Cluster::Cluster(const Config& c, const engine::Topology& placed)
-    : topo_(placed),
+    : config_(c),
+      topo_(placed),
       placement_(engine::placement_of(c, placed)),
       expected_spares_(c.cluster().spares()),
       position_worker_(size_t(placement_.workers()), -1) {}
+
+engine::Topology Cluster::placed() const {
+  std::lock_guard lock(mu_);
+  return topo_;
+}
 
 std::optional<std::string> Cluster::refused(const caf::node_id& node) const {
   std::lock_guard lock(mu_);
@@ -145,17 +151,95 @@ void Cluster::lost(const caf::node_id& node, const std::string& error) {
         break;
       }
       if (q.replaced_by < 0 && !exhausted_) {
-        exhausted_ = fmt::format(
-            "{} was lost ({}) and no spare with {} slot(s) is left to host its ranks ({}); the run stops with its "
-            "latest checkpoint intact",
-            describe(w), error, need, rank_list(placement_.ranks_of[size_t(position)]));
-        spdlog::error("cluster: {}", *exhausted_);
+        const auto lost_ranks = rank_list(placement_.ranks_of[size_t(position)]);
+        const auto shrunk = shrink_locked();
+        if (const auto* physical = std::get_if<int32_t>(&shrunk)) {
+          q.shrunk_to = *physical;
+        } else {
+          exhausted_ = fmt::format(
+              "{} was lost ({}) and no spare with {} slot(s) is left to host its ranks ({}), and the run cannot "
+              "shrink: {}; the run stops with its latest checkpoint intact",
+              describe(w), error, need, lost_ranks, std::get<std::string>(shrunk));
+          spdlog::error("cluster: {}", *exhausted_);
+        }
       }
     }
     quarantine_.push_back(std::move(q));
     cv_.notify_all();
     return;
   }
+}
+
+std::variant<int32_t, std::string> Cluster::shrink_locked() {
+  const auto& k = config_.cluster();
+  if (k.on_no_spare() == ClusterConfig::STOP) return std::string("cluster.on_no_spare is STOP");
+  if (config_.device().type() != DeviceConfig::CPU)
+    return std::string("physical replicas hosting several logical ones run on the CPU device only so far");
+  if (!config_.parallel().distributed_optimizer())
+    return std::string("physical replicas hosting several logical ones need parallel.distributed_optimizer");
+  if (k.placement() == ClusterConfig::EXPLICIT)
+    return std::string("cluster.placement EXPLICIT lists the ranks of the configured workers only");
+  // The live workers, most slots first: the largest blocks of ranks go to them.
+  std::vector<size_t> live;
+  for (size_t i = 0; i < workers_.size(); ++i)
+    if (workers_[i].role != WorkerRecord::Role::Quarantined) live.push_back(i);
+  std::stable_sort(live.begin(), live.end(), [&](size_t a, size_t b) { return workers_[a].slots > workers_[b].slots; });
+  // The most physical replicas below the current count that divide the logical ones,
+  // that the live workers hold, and that are not below the floor.
+  for (int32_t physical = topo_.physical_replicas() - 1; physical >= k.min_physical_replicas(); --physical) {
+    if (topo_.dp % physical != 0) continue;
+    const auto placed = topo_.placed_on(physical);
+    const int32_t active = std::min<int32_t>(int32_t(live.size()), placed.physical_layout().ranks());
+    if (active < 1) break;
+    const auto p = engine::placement_of(config_, placed, active);
+    std::vector<size_t> positions(static_cast<size_t>(active));
+    for (size_t i = 0; i < positions.size(); ++i) positions[i] = i;
+    std::stable_sort(positions.begin(), positions.end(),
+                     [&](size_t a, size_t b) { return p.ranks_of[a].size() > p.ranks_of[b].size(); });
+    bool fits = true;
+    for (size_t i = 0; i < positions.size(); ++i)
+      fits = fits && int32_t(p.ranks_of[positions[i]].size()) <= workers_[live[i]].slots;
+    if (!fits) continue;
+    // Taken: the live workers stand for the new active workers, the others are spares.
+    const int32_t from = topo_.physical_replicas();
+    const auto host_worker = [&](size_t index) {  // the worker record hosting logical rank `index`, or -1
+      const int32_t position = placement_.worker_of[index];
+      return position < 0 ? -1 : position_worker_[size_t(position)];
+    };
+    std::vector<int32_t> before(placement_.worker_of.size());
+    for (size_t i = 0; i < before.size(); ++i) before[i] = host_worker(i);
+    topo_ = placed;
+    placement_ = p;
+    position_worker_.assign(size_t(active), -1);
+    for (const size_t i : live) {
+      workers_[i].role = WorkerRecord::Role::Spare;
+      workers_[i].position = -1;
+    }
+    std::string on;
+    for (size_t i = 0; i < positions.size(); ++i) {
+      auto& w = workers_[live[i]];
+      w.role = WorkerRecord::Role::Active;
+      w.position = int32_t(positions[i]);
+      position_worker_[positions[i]] = int32_t(live[i]);
+      on += fmt::format("{}{} (ranks {})", on.empty() ? "" : ", ", describe(w), rank_list(p.ranks_of[positions[i]]));
+    }
+    spdlog::warn("cluster: no spare left: the logical layout (data {}) shrinks from {} to {} physical replica(s) "
+                 "on {}; the training group restarts on it from the newest checkpoint, with the same numbers",
+                 topo_.dp, from, physical, on);
+    std::vector<int32_t> moved;
+    for (size_t i = 0; i < before.size(); ++i)
+      if (host_worker(i) != before[i]) moved.push_back(int32_t(i));
+    if (on_shrink_) on_shrink_(moved);
+    return physical;
+  }
+  return fmt::format("no placement on fewer than {} physical replicas (dividing parallel.data = {}, at least "
+                     "cluster.min_physical_replicas = {}) fits the {} live worker(s)",
+                     topo_.physical_replicas(), topo_.dp, k.min_physical_replicas(), live.size());
+}
+
+void Cluster::on_shrink(std::function<void(const std::vector<int32_t>&)> f) {
+  std::lock_guard lock(mu_);
+  on_shrink_ = std::move(f);
 }
 
 std::optional<std::string> Cluster::exhausted() const {

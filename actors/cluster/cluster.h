@@ -7,9 +7,13 @@
 // A lost worker (its connection dropped: SIGKILL, a crash, or no heartbeat for
 // cluster.connection_timeout_s) is quarantined for the rest of the run, with the time
 // and the error, and is never given ranks again; each active worker it stood for
-// passes to a spare with enough slots. With no such spare the cluster is exhausted:
-// the supervisors stop instead of restarting (veto), and the run ends with its report
-// and its checkpoints intact.
+// passes to a spare with enough slots. With no such spare the logical layout is placed
+// again on fewer physical data-parallel replicas over the workers still alive
+// (cluster.on_no_spare SHRINK): the training group's next start derives its wiring from
+// the new placement (placed()) and resumes from the newest checkpoint, computing the
+// same numbers. When no smaller placement fits (or STOP) the cluster is exhausted: the
+// supervisors stop instead of restarting (veto), and the run ends with its report and
+// its checkpoints intact.
 #pragma once
 
 #include <chrono>
@@ -20,6 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -55,6 +60,7 @@ struct QuarantineRecord {
   double run_seconds = 0;  // since the cluster was created
   std::string error;
   int32_t replaced_by = -1;  // the spare that took over (worker id), -1 when none
+  int32_t shrunk_to = -1;    // without a spare: the physical replicas the run went on with, -1 when none
 };
 
 class Cluster {
@@ -62,7 +68,9 @@ class Cluster {
   // `placed`: the logical layout on the placement the run starts on (engine::RunState).
   Cluster(const Config& c, const engine::Topology& placed);
 
-  const engine::Placement& placement() const { return placement_; }
+  // The logical layout on the current placement (changed by a shrink; read at each
+  // start of the training group).
+  engine::Topology placed() const;
   int32_t index_of(const engine::Rank& r) const { return topo_.index(r); }
 
   // Why a process may not join (it was quarantined), or nullopt.
@@ -84,6 +92,10 @@ class Cluster {
   void lost(const caf::node_id& node, const std::string& error);
   // Set once an active worker has no process and no spare can take it.
   std::optional<std::string> exhausted() const;
+  // Called after a shrink (under the cluster's lock: send messages, do not call back)
+  // with the logical rank indices whose hosting worker process changed, so that what
+  // lives outside the training group (the checkpoint writers) follows its rank.
+  void on_shrink(std::function<void(const std::vector<int32_t>& moved)> f);
 
   std::vector<caf::actor> live_agents() const;
   std::vector<WorkerRecord> workers() const;
@@ -93,16 +105,22 @@ class Cluster {
 
  private:
   int32_t fits_position(int32_t slots) const;  // a vacant position for `slots`, or -1 (locked)
+  // No spare for a vacant position: places the logical layout on the fewest-lost
+  // placement the live workers hold and returns its physical replicas, or why none
+  // (locked).
+  std::variant<int32_t, std::string> shrink_locked();
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  engine::Topology topo_;
+  const Config config_;
+  engine::Topology topo_;  // the logical layout on the current placement
   engine::Placement placement_;
   int32_t expected_spares_ = 0;
   std::vector<WorkerRecord> workers_;
   std::vector<int32_t> position_worker_;  // position -> index into workers_, -1 vacant
   std::vector<QuarantineRecord> quarantine_;
   std::optional<std::string> exhausted_;
+  std::function<void(const std::vector<int32_t>&)> on_shrink_;
   const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
 };
 

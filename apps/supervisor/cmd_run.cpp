@@ -192,7 +192,10 @@ int run_main(int argc, char** argv) {
                  result.outcome.error.c_str(), static_cast<long long>(result.outcome.summary.steps));
   }
   for (const auto& q : result.quarantine) {
-    const auto by = q.replaced_by >= 0 ? "; replaced by worker " + std::to_string(q.replaced_by) : std::string("");
+    const auto by = q.replaced_by >= 0 ? "; replaced by worker " + std::to_string(q.replaced_by)
+                    : q.shrunk_to > 0  ? "; no spare: the run went on with " + std::to_string(q.shrunk_to) +
+                                            " physical replica(s)"
+                                       : std::string("");
     std::fprintf(stderr, "supervisor run: quarantined worker %d (%s, pid %lld) at %.3f s: %s%s\n", q.worker_id,
                  q.host.c_str(), static_cast<long long>(q.pid), q.run_seconds, q.error.c_str(), by.c_str());
   }

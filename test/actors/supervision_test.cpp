@@ -389,3 +389,48 @@ TEST_CASE("a child that another actor judges hung (abandon_atom) is abandoned an
   self->send(sup, shutdown_atom::value);
   self->wait_for(sup);
 }
+
+TEST_CASE("relocate_atom starts a running child again as a planned move: no failure, no restart counted against "
+          "the intensity") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  Journal j;
+  // At most one restart in the period: three moves must not make the supervisor give up.
+  auto spec = make_spec(Strategy::OneForOne, &j, /*max_restarts=*/1);
+  std::vector<std::string> failures;
+  std::mutex mu;
+  spec.on_failure = [&](const std::string& path, const std::string& reason) {
+    std::lock_guard lock(mu);
+    failures.push_back(path + ": " + reason);
+  };
+  auto sup = spawn_supervisor(sys, spec);
+  caf::scoped_actor self{sys};
+  (void)registry(self, sup);
+  j.take();
+  for (int move = 1; move <= 3; ++move) {
+    const auto before = registry(self, sup).at("b");
+    self->send(sup, relocate_atom::value, std::string("b"), std::string("its rank moved"));
+    self->send(sup, relocate_atom::value, std::string("nobody"), std::string("no such child"));
+    caf::actor after;
+    for (int i = 0; i < 1000 && !after; ++i) {
+      auto r = registry(self, sup);
+      if (r.count("b") && r.at("b") != before) after = r.at("b");
+      std::this_thread::sleep_for(2ms);
+    }
+    REQUIRE(after);
+    CHECK(ping(self, after) == move);
+    // Only b moved (stopped, and its successor started); a and c kept running.
+    const auto events = j.take();
+    CHECK(events.size() == 2);
+    CHECK(contains(events, "stop b"));
+    CHECK(contains(events, "start b#" + std::to_string(move)));
+  }
+  {
+    std::lock_guard lock(mu);
+    CHECK(failures.empty());
+  }
+  // A crash after the moves is the first counted restart: still within the limit.
+  crash_and_wait(self, sup, "a");
+  self->send(sup, shutdown_atom::value);
+  self->wait_for(sup);
+}

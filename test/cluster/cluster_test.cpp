@@ -165,8 +165,9 @@ TEST_CASE("a hung worker (SIGSTOP) is found by the heartbeat and replaced") {
   CHECK(stopped == 1);
 }
 
-TEST_CASE("with no spare left the run stops with the report and the checkpoint intact") {
+TEST_CASE("with no spare left and cluster.on_no_spare STOP the run stops with the report and the checkpoint intact") {
   Config c = tiny("nospare", 2, 1, 2, 0);
+  c.mutable_cluster()->set_on_no_spare(ClusterConfig::STOP);
   c.mutable_checkpoint()->set_interval_steps(1);
   c.mutable_checkpoint()->set_max_lag_steps(0);  // step 2's checkpoint is committed before step 3 starts
   *c.mutable_faults()->add_fault() = fault("optim/dp1/pp0/tp0", 3, Fault::REDUCE, Fault::KILL_PROCESS);
@@ -175,9 +176,11 @@ TEST_CASE("with no spare left the run stops with the report and the checkpoint i
   CHECK(run.result.outcome.status == "failed");
   REQUIRE(run.result.failure.has_value());
   CHECK(run.result.failure->vetoed.find("no spare") != std::string::npos);
+  CHECK(run.result.failure->vetoed.find("the run cannot shrink: cluster.on_no_spare is STOP") != std::string::npos);
   CHECK(run.result.exit_code() == 1);
   REQUIRE(run.result.quarantine.size() == 1);
   CHECK(run.result.quarantine[0].replaced_by == -1);
+  CHECK(run.result.quarantine[0].shrunk_to == -1);
   // The latest complete checkpoint is step 2's, and it verifies.
   const auto latest = ckpt::load_latest(engine::checkpoint_root(c));
   REQUIRE(latest.checkpoint.has_value());
@@ -185,6 +188,73 @@ TEST_CASE("with no spare left the run stops with the report and the checkpoint i
   int clean = 0;
   for (const auto& w : run.workers) clean += exited_with(w, 0);
   CHECK(clean == 1);
+}
+
+// Shrinking onto the survivors (docs/cluster.md): the logical layout is placed again on
+// fewer physical replicas and the group restarts from the newest checkpoint. Against the
+// fault-free in-process run: the numbers depend on the logical layout alone.
+TEST_CASE("a lost worker with no spare: DP2 shrinks onto the survivor and finishes bitwise the fault-free run") {
+  Config c = tiny("shrink-dp2", 2, 1, 2, 0);
+  c.mutable_checkpoint()->set_interval_steps(1);
+  c.mutable_checkpoint()->set_max_lag_steps(0);
+  *c.mutable_faults()->add_fault() = fault("optim/dp1/pp0/tp0", 3, Fault::REDUCE, Fault::KILL_PROCESS);
+  const auto want = testing::run(local_of(c));
+  const auto run = run_cluster(c, 2);
+  check_matches(run, want);
+  CHECK(run.result.restarts == 1);
+  REQUIRE(run.result.quarantine.size() == 1);
+  CHECK(run.result.quarantine[0].replaced_by == -1);
+  CHECK(run.result.quarantine[0].shrunk_to == 1);
+  // The checkpoints after the loss were written by the one physical replica left.
+  const auto latest = ckpt::load_latest(engine::checkpoint_root(c));
+  REQUIRE(latest.checkpoint.has_value());
+  CHECK(latest.checkpoint->step() == int64_t(want.outcome.steps.size()));
+  CHECK(latest.checkpoint->manifest().topology().data() == 2);
+  CHECK(latest.checkpoint->manifest().topology().physical_replicas() == 1);
+  int clean = 0;
+  for (const auto& w : run.workers) clean += exited_with(w, 0);
+  CHECK(clean == 1);
+}
+
+TEST_CASE("a lost worker with no spare: logical DP4 x PP2 on 4 workers shrinks to fewer physical replicas on 3, "
+          "bitwise") {
+  Config c = tiny("shrink-dp4", 4, 2, 4, 0);
+  c.mutable_checkpoint()->set_interval_steps(1);
+  c.mutable_checkpoint()->set_max_lag_steps(0);
+  // The worker of replica 2 (ranks 4 and 5) kills itself in a backward of step 2.
+  *c.mutable_faults()->add_fault() = fault("stage/dp2/pp1/tp0", 2, Fault::BACKWARD, Fault::KILL_PROCESS);
+  const auto want = testing::run(local_of(c));
+  const auto run = run_cluster(c, 4);
+  check_matches(run, want);
+  REQUIRE(run.result.quarantine.size() == 1);
+  const auto& q = run.result.quarantine[0];
+  CHECK(q.position == 2);
+  CHECK(q.replaced_by == -1);
+  // 2 physical replicas (4 physical ranks: blocks of 1, 1, 2 on the 3 survivors) when a
+  // survivor hosts 2 ranks; with one slot each, 1 physical replica (2 ranks on 2).
+  int32_t most_slots = 0;
+  for (const auto& w : run.result.workers)
+    if (w.role != actors::WorkerRecord::Role::Quarantined) most_slots = std::max(most_slots, w.slots);
+  CHECK(q.shrunk_to == (most_slots >= 2 ? 2 : 1));
+  const auto latest = ckpt::load_latest(engine::checkpoint_root(c));
+  REQUIRE(latest.checkpoint.has_value());
+  CHECK(latest.checkpoint->manifest().topology().physical_replicas() == q.shrunk_to);
+}
+
+TEST_CASE("a lost worker with no spare and no placement above cluster.min_physical_replicas: the run stops") {
+  Config c = tiny("shrink-floor", 2, 1, 2, 0);
+  c.mutable_cluster()->set_min_physical_replicas(2);
+  c.mutable_checkpoint()->set_interval_steps(1);
+  *c.mutable_faults()->add_fault() = fault("optim/dp1/pp0/tp0", 2, Fault::REDUCE, Fault::KILL_PROCESS);
+  const auto run = run_cluster(c, 2, /*collect_state=*/false);
+  INFO(run.logs());
+  CHECK(run.result.outcome.status == "failed");
+  REQUIRE(run.result.failure.has_value());
+  CHECK(run.result.failure->vetoed.find("no placement on fewer than 2 physical replicas (dividing parallel.data = 2, "
+                                        "at least cluster.min_physical_replicas = 2) fits the 1 live worker(s)") !=
+        std::string::npos);
+  REQUIRE(run.result.quarantine.size() == 1);
+  CHECK(run.result.quarantine[0].shrunk_to == -1);
 }
 
 TEST_CASE("workers with a wrong secret, protocol version or config are refused and never get ranks") {

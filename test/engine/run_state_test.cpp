@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "config/validate.h"
+#include "engine/placement.h"
 #include "engine/rollback.h"
 #include "engine/run_state.h"
 
@@ -46,6 +48,66 @@ TEST_CASE("the run state starts from the config and grows by resumes and rollbac
   CHECK(s.rollbacks == 2);
 
   CHECK(c.SerializeAsString() == given.SerializeAsString());
+}
+
+TEST_CASE("the placement is run state: a group's topology is the config's logical layout on it") {
+  Config c;
+  c.mutable_parallel()->set_data(4);
+  c.mutable_parallel()->set_pipeline(2);
+  RunState s = RunState::of(c);
+  CHECK(s.physical_replicas == 4);  // unset: one physical replica per logical one
+  c.mutable_parallel()->set_physical_replicas(2);
+  s = RunState::of(c);
+  CHECK(s.physical_replicas == 2);
+  const engine::Topology logical = engine::Topology::logical(c);  // the config's placement is not read
+  CHECK(logical.physical_replicas() == 4);
+  CHECK_FALSE(logical.hosts_several());
+  // A later start on another placement: the same logical ranks, other hosts.
+  s.physical_replicas = 1;
+  const engine::Topology t = s.topology(c);
+  CHECK(t.dp == 4);
+  CHECK(t.pp == 2);
+  CHECK(t.hosted() == 4);
+  CHECK(t.host_of({3, 1, 0}) == Rank{0, 1, 0});
+  CHECK(t.round_of({3, 1, 0}) == 3);
+  CHECK(t.all_ranks() == logical.all_ranks());
+}
+
+TEST_CASE("a placement over fewer workers than configured: the physical ranks in blocks, hosted ranks with their host") {
+  Config c;
+  c.mutable_parallel()->set_data(4);
+  c.mutable_parallel()->set_pipeline(2);
+  c.mutable_cluster()->set_workers(4);
+  const engine::Topology logical = engine::Topology::logical(c);
+  // As configured: replica d's two stages on worker d.
+  const auto p4 = placement_of(c, logical);
+  REQUIRE(p4.workers() == 4);
+  CHECK(p4.ranks_of[1] == std::vector<int32_t>{2, 3});
+  // Two physical replicas over three workers: physical ranks 0..3 in blocks of 1, 1, 2
+  // (comm::chunk_range); logical replica 2 (ranks 4, 5) lives with replica 0, replica 3
+  // (6, 7) with replica 1.
+  const auto p2 = placement_of(c, logical.placed_on(2), 3);
+  REQUIRE(p2.workers() == 3);
+  CHECK(p2.ranks_of[0] == std::vector<int32_t>{0});
+  CHECK(p2.ranks_of[1] == std::vector<int32_t>{1});
+  CHECK(p2.ranks_of[2] == std::vector<int32_t>{2, 3});
+  CHECK(p2.worker_of == std::vector<int32_t>{0, 1, 2, 2, 0, 1, 2, 2});
+  CHECK_THROWS_AS(placement_of(c, logical.placed_on(2), 5), std::invalid_argument);  // 5 workers, 4 physical ranks
+  // EXPLICIT lists name the configured workers' ranks: no other placement.
+  c.mutable_cluster()->set_placement(ClusterConfig::EXPLICIT);
+  for (int w = 0; w < 4; ++w) {
+    auto* list = c.mutable_cluster()->add_worker();
+    list->add_rank(2 * w);
+    list->add_rank(2 * w + 1);
+  }
+  CHECK(placement_of(c, logical).ranks_of[3] == std::vector<int32_t>{6, 7});
+  CHECK_THROWS_AS(placement_of(c, logical.placed_on(2), 2), std::invalid_argument);
+  // The floor of a shrink is checked with the cluster section.
+  c.mutable_cluster()->set_min_physical_replicas(5);
+  const auto v = cluster_violations(c);
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].field == "cluster.min_physical_replicas");
+  CHECK(v[0].rule == "5 is outside 1..parallel.data = 4 (the fewest physical data-parallel replicas a shrink may leave)");
 }
 
 TEST_CASE("merge_skip_samples sorts, drops repeats and says whether the list grew") {
