@@ -185,8 +185,8 @@ void commit_save(Self* self) {
   auto& s = *st.save;
   check_fault(self, s.step, Fault::CHECKPOINT_WRITE);
   try {
-    auto manifest = engine::make_manifest(st.args.config, st.topo, st.args.skip_samples, s.position, std::move(s.shards));
-    const auto dir = s.commit->commit(std::move(manifest), st.args.config.checkpoint().keep_last());
+    auto manifest = engine::make_manifest(*st.args.config, st.topo, st.args.skip_samples, s.position, std::move(s.shards));
+    const auto dir = s.commit->commit(std::move(manifest), st.args.config->checkpoint().keep_last());
     const double secs = seconds_since(s.started);
     spdlog::info("checkpoint: step {} saved to {} ({:.1f} MB in {:.2f} s)", s.step, dir, s.bytes / 1e6, secs);
     event(self, "checkpoint", s.step, {{"dir", dir}, {"bytes", s.bytes}, {"seconds", secs}});
@@ -204,7 +204,7 @@ msg::RunStep with_update_rule(CoordinatorState& st, msg::RunStep rs, int64_t upd
   if (!rs.update.shard_decides) return rs;
   st.decided_by_shard.insert(rs.step);
   rs.update.lr = st.schedule->lr_for_update(updates_before);
-  rs.update.clip_grad = st.args.config.optimizer().clip_grad();
+  rs.update.clip_grad = st.args.config->optimizer().clip_grad();
   return rs;
 }
 
@@ -268,7 +268,7 @@ bool out_of_space(const std::string& error) {
 void save_failed(Self* self, const engine::SaveFailed& a) {
   auto& st = self->state;
   std::string error = a.error;
-  if (out_of_space(error)) error += "; " + engine::space_note(st.args.config, st.ckpt_root);
+  if (out_of_space(error)) error += "; " + engine::space_note(*st.args.config, st.ckpt_root);
   if (a.begun)
     spdlog::error("checkpoint of step {} failed: {}", a.step, error);
   else
@@ -292,7 +292,7 @@ void finish_failed(Self* self, const engine::FinishRunFailed& a) {
   const auto newest = newest_checkpoint(st);
   finish_run(self, "failed",
              fmt::format("{}; the newest complete checkpoint is {}; {}", a.error, newest.empty() ? "none" : newest,
-                         engine::space_note(st.args.config, st.ckpt_root)));
+                         engine::space_note(*st.args.config, st.ckpt_root)));
 }
 
 // Hung writers (engine::ReplaceWriters): their supervisor abandons and replaces them;
@@ -318,7 +318,7 @@ void roll_back(Self* self) {
   const auto& req = std::get<engine::RollbackRequest>(*st.rollback);
   engine::RollbackDone done;
   try {
-    done = engine::roll_back_checkpoints(st.args.config, req.spike_step);
+    done = engine::roll_back_checkpoints(*st.args.config, req.spike_step);
   } catch (const std::exception& e) {
     return finish_run(self, "failed", fmt::format("logging.on_spike ROLLBACK at step {}: {}", req.spike_step, e.what()));
   }
@@ -443,12 +443,14 @@ void finish_train_step(Self* self) {
   }
   r = st.args.book->add_step(r, ledger.sample_ids(), ledger.timings());
   if (auto rec = st.args.book->first_step_done()) {
-    spdlog::info("recovered: step {} done after restart {}; {:.3f} s from the failure: detection {:.3f} s, restart "
-                 "{:.3f} s, reload {:.3f} s, re-warm {:.3f} s",
-                 r.step, st.args.book->restarts(), rec->total_s(), rec->detection_s, rec->restart_s, rec->reload_s,
-                 rec->rewarm_s);
+    spdlog::info("recovered: step {} done after restart {} on {} physical replica(s); {:.3f} s from the failure: "
+                 "detection {:.3f} s, restart {:.3f} s, reload {:.3f} s, re-warm {:.3f} s",
+                 r.step, st.args.book->restarts(), st.topo.physical_replicas(), rec->total_s(), rec->detection_s,
+                 rec->restart_s, rec->reload_s, rec->rewarm_s);
+    // The placement the group came back on (smaller after a shrink, docs/cluster.md).
     event(self, "recovery", r.step,
           {{"restarts", st.args.book->restarts()},
+           {"physical_replicas", int64_t(st.topo.physical_replicas())},
            {"detection_s", rec->detection_s},
            {"restart_s", rec->restart_s},
            {"reload_s", rec->reload_s},
@@ -456,7 +458,7 @@ void finish_train_step(Self* self) {
   }
   to_metrics(self, caf::make_message(r));
   to_metrics(self, caf::make_message(engine::step_extras(ledger, r, st.topo, st.microbatches,
-                                                         st.args.config.batch().micro_batch_size(), *st.data)));
+                                                         st.args.config->batch().micro_batch_size(), *st.data)));
   st.ledger.reset();
   feed(self, engine::TrainStepClosed{r.step, st.pos.consumed_samples});
 }
@@ -464,7 +466,7 @@ void finish_train_step(Self* self) {
 void finish_eval(Self* self) {
   auto& st = self->state;
   auto& ledger = *st.ledger;
-  metrics::EvalRecord e = engine::close_eval(ledger, st.pos, st.args.config.batch().micro_batch_size(),
+  metrics::EvalRecord e = engine::close_eval(ledger, st.pos, st.args.config->batch().micro_batch_size(),
                                              st.valid ? &*st.valid : nullptr);
   e.time_s = seconds_since(st.step_start);
   e.wall_time = unix_now();
@@ -484,7 +486,7 @@ void progress(Self* self) {
   if (ledger.kind() == StepKind::Train && !st.decision && ledger.norms_complete() &&
       (!st.guard->active() || ledger.losses_complete())) {
     check_fault(self, ledger.step(), Fault::REDUCE);
-    auto u = engine::decide_update(st.args.config, ledger, *st.guard, *st.data, st.pos.consumed_samples,
+    auto u = engine::decide_update(*st.args.config, ledger, *st.guard, *st.data, st.pos.consumed_samples,
                                    st.args.book->rollback_spikes());
     st.decision = u.clip;
     st.spike_dropped = u.spike_dropped;
@@ -582,7 +584,7 @@ void rejoin_loader(Self* self, const std::string& path, const caf::actor& loader
 
 void watchdog(Self* self) {
   auto& st = self->state;
-  const double limit = st.args.config.supervision().step_watchdog_s();
+  const double limit = st.args.config->supervision().step_watchdog_s();
   if (limit <= 0 || !st.ledger) return;
   const double quiet = seconds_since(st.last_progress);
   if (quiet < limit) return;
@@ -604,7 +606,7 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
   st.args = std::move(args);
   st.client = typed_handle<run_client>(st.args.client);
   exit_on_exception(self, st.path);
-  const auto& c = st.args.config;
+  const Config& c = *st.args.config;
   st.topo = st.args.topo;
   st.schedule = std::make_unique<sched::LrSchedule>(c);
   st.microbatches = int32_t(config::microbatches_per_replica(c));

@@ -67,7 +67,7 @@ void pump(Self* self) {
 // reads its contiguous block, in microbatches of micro_batch_size rows.
 void produce_eval(Self* self, const msg::RunStep& rs) {
   auto& st = self->state;
-  const auto& c = st.args.config;
+  const Config& c = *st.args.config;
   const int32_t mbs = c.batch().micro_batch_size();
   const int64_t per_replica = int64_t(rs.microbatches) * mbs;
   const int64_t total = per_replica * c.parallel().data();
@@ -91,7 +91,7 @@ loader_actor::behavior_type loader_impl(Self* self, LoaderArgs args) {
   auto& st = self->state;
   st.args = std::move(args);
   exit_on_exception(self, engine::loader_path(st.args.dp));
-  const auto& c = st.args.config;
+  const Config& c = *st.args.config;
   st.train = data::BatchSource::open(c, data::Split::Train, st.args.skip_samples);
   if (c.training().eval_samples() > 0) st.valid = data::BatchSource::open(c, data::Split::Valid);
   st.microbatches = int32_t(config::microbatches_per_replica(c));
@@ -101,7 +101,7 @@ loader_actor::behavior_type loader_impl(Self* self, LoaderArgs args) {
       [self](wire_atom, const Registry& registry) {
         auto& s = self->state;
         const Peers peers(registry);
-        const auto t = engine::Topology::logical(s.args.config);
+        const auto t = engine::Topology::logical(*s.args.config);
         s.coordinator = peers.coordinator();
         s.stages.clear();
         for (int32_t p = 0; p < t.pp; ++p)

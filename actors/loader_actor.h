@@ -29,7 +29,8 @@
 namespace troupe::actors {
 
 struct LoaderArgs {
-  Config config;
+  // The run's one Config, shared by every actor of the run (never copied per actor).
+  std::shared_ptr<const Config> config;
   int32_t dp = 0;
   std::shared_ptr<engine::FaultPlan> faults;
   std::vector<int64_t> skip_samples;  // the run state's (engine/run_state.h): the train split skips them

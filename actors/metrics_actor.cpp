@@ -138,15 +138,15 @@ void write_failed(Self* self, const std::string& why) {
   st.args.inbox->set_blocked(why);
   if (!st.blocked) {
     spdlog::error("metrics: {}; the run's records wait in memory until they can be written (at most {})", why,
-                  st.args.config.logging().max_unwritten_records());
+                  st.args.config->logging().max_unwritten_records());
     self->delayed_send(self, kRetryWrite, drain_atom::value);
   }
   st.blocked = true;
-  if (!st.stop_asked && int64_t(waiting) >= st.args.config.logging().max_unwritten_records() && st.args.directory) {
+  if (!st.stop_asked && int64_t(waiting) >= st.args.config->logging().max_unwritten_records() && st.args.directory) {
     st.stop_asked = true;
     const auto error = fmt::format("{} record(s) of the run could not be written (logging.max_unwritten_records = {}): "
                                    "{}",
-                                   waiting, st.args.config.logging().max_unwritten_records(), why);
+                                   waiting, st.args.config->logging().max_unwritten_records(), why);
     if (auto c = st.args.directory->get(engine::coordinator_path()))
       caf::anon_send(typed_handle<coordinator_actor>(c), storage_failed_atom::value, error);
   }
@@ -204,7 +204,7 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
   st.jsonl = std::make_unique<metrics::JsonlLog>(st.args.layout.metrics);
   if (st.args.tensorboard) st.events = std::make_unique<metrics::EventFileWriter>(st.args.layout.events, unix_now());
   st.bar = st.args.console && st.args.progress_bar && metrics::is_terminal(stdout);
-  const auto& lc = st.args.config.logging();
+  const auto& lc = st.args.config->logging();
   st.detector = std::make_unique<metrics::SpikeDetector>(
       metrics::SpikeOptions{lc.spike_window(), lc.spike_min_history(), lc.spike_mad_k(), lc.spike_loss_min_jump(),
                             lc.spike_grad_norm_min_jump()});
@@ -285,7 +285,7 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
         auto& s = self->state;
         r.spikes = s.spike_count;
         const auto report = metrics::straggler_report(s.timings);
-        const std::string calendar = calendar_lines(s.args.config, r);
+        const std::string calendar = calendar_lines(*s.args.config, r);
         write_once(self, [&] { s.jsonl->summary(r); });
         if (s.events) write_once(self, [&] { s.events->sync(); });
         if (s.bar) std::fputs("\r\033[2K", stdout);

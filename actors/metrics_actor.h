@@ -51,7 +51,7 @@ struct MetricsArgs {
   int32_t log_interval = 1;  // print every n-th step line
   int64_t total_steps = 0;
   std::shared_ptr<engine::FaultPlan> faults;
-  Config config;  // spike options, token budget and calendar efficiency
+  std::shared_ptr<const Config> config;  // the run's: spike options, token budget and calendar efficiency
   std::shared_ptr<MetricsInbox> inbox;  // the run's records, shared by every incarnation
   // Where the coordinator is found: told when records pile up unwritten (a full disk).
   std::shared_ptr<Directory> directory;

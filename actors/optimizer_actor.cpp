@@ -72,7 +72,7 @@ void deliver_snapshot(Self* self, msg::ShardSnapshot snap, int64_t waited_ms) {
   const std::chrono::milliseconds waited(waited_ms);
   auto& st = self->state;
   const auto path = engine::writer_path(st.args.rank);
-  const std::chrono::duration<double> limit(st.args.config.supervision().step_watchdog_s());
+  const std::chrono::duration<double> limit(st.args.config->supervision().step_watchdog_s());
   if (auto writer = st.args.directory ? st.args.directory->get(path) : caf::actor{}) {
     if (waited_ms > 0)
       spdlog::info("{}: checkpoint of step {}: {} is back after {} ms", st.path, snap.step, path, waited_ms);
@@ -96,7 +96,7 @@ void deliver_snapshot(Self* self, msg::ShardSnapshot snap, int64_t waited_ms) {
 void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
   auto& st = self->state;
   const auto& r = st.args.rank;
-  if (engine::writes_shard(st.args.config, r)) {
+  if (engine::writes_shard(*st.args.config, r)) {
     if (!st.stage_params)
       throw std::logic_error(st.path + ": snapshot requested before any step ran");
     if (st.state_step != cmd.step)
@@ -151,7 +151,7 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
   st.path = engine::optim_path(args.rank);
   st.args = std::move(args);
   exit_on_exception(self, st.path);
-  const auto& c = st.args.config;
+  const Config& c = *st.args.config;
   const auto& r = st.args.rank;
   const int dp = c.parallel().data();
   st.device = st.args.device ? st.args.device : engine::make_rank_device(c, engine::Topology::logical(c), r);

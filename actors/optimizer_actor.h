@@ -32,7 +32,8 @@
 namespace troupe::actors {
 
 struct OptimizerArgs {
-  Config config;
+  // The run's one Config, shared by every actor of the run (never copied per actor).
+  std::shared_ptr<const Config> config;
   engine::Rank rank;
   std::shared_ptr<engine::FaultPlan> faults;
   std::shared_ptr<const ckpt::Checkpoint> resume;  // moments and step counter from here

@@ -412,6 +412,8 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   }
   auto inbox = std::make_shared<MetricsInbox>();
 
+  // The run's one Config: every actor holds this copy, none its own.
+  const auto shared_config = std::make_shared<const Config>(c);
   MetricsArgs margs;
   margs.layout = run_dir.layout;
   margs.console = options.console;
@@ -420,7 +422,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   margs.log_interval = c.logging().log_interval();
   margs.total_steps = config::full_updates(c);
   margs.faults = faults;
-  margs.config = c;
+  margs.config = shared_config;
   margs.inbox = inbox;
   margs.directory = directory;
 
@@ -469,7 +471,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
     s.children.push_back(std::move(metrics));
     return s;
   }());
-  auto writers_spec = writer_group_spec(c, faults, directory, book, cluster);
+  auto writers_spec = writer_group_spec(shared_config, faults, directory, book, cluster);
   writers_spec.on_exit = tree_exit;
   auto writers_sup = spawn_supervisor(sys, std::move(writers_spec));
   directory->put(engine::writers_supervisor_path(), writers_sup);
@@ -504,7 +506,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
       // In cluster mode the placement may have shrunk since the run started (a lost
       // worker without a spare): the cluster holds the current one.
       if (cluster) state.physical_replicas = cluster->placed().physical_replicas();
-      GroupArgs g{c, state, faults, directory, book, resume, inbox, client_handle, {}, cluster,
+      GroupArgs g{shared_config, state, faults, directory, book, resume, inbox, client_handle, {}, cluster,
                   root ? root->comms() : nullptr};
       g.on_exit = [client_handle, generation = state.rollbacks](const SupervisorReport& r) {
         caf::anon_send(client_handle, group_exit_atom::value, generation, r);

@@ -478,7 +478,7 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
   st.topo = args.topo;
   st.args = std::move(args);
   exit_on_exception(self, st.path);
-  const auto& c = st.args.config;
+  const Config& c = *st.args.config;
   if (st.args.connect_comms) st.args.comms = st.args.connect_comms();
   st.worker = std::make_shared<engine::StageWorker>(c, st.args.rank, st.args.comms, st.args.device);
   st.transport.emplace(st.path, st.worker, st.args.comms.pipeline_prev, st.args.comms.pipeline_next);

@@ -41,7 +41,8 @@
 namespace troupe::actors {
 
 struct StageArgs {
-  Config config;
+  // The run's one Config, shared by every actor of the run (never copied per actor).
+  std::shared_ptr<const Config> config;
   engine::Rank rank;
   engine::Topology topo;  // the group's logical layout on its placement (engine::RunState::topology)
   engine::RankComms comms;

@@ -43,7 +43,7 @@ Strategy strategy_of(SupervisionConfig::Strategy s) {
 // (engine::make_group_comms).
 struct SharedComms {
   std::mutex mu;
-  Config config;
+  std::shared_ptr<const Config> config;
   engine::Topology topo;  // the group's layout on its placement
   std::chrono::milliseconds timeout{120000};
   std::shared_ptr<engine::CommPlan> plan;
@@ -53,7 +53,7 @@ struct SharedComms {
   std::shared_ptr<engine::CommPlan> current() {
     std::lock_guard lock(mu);
     if (aborted) {
-      plan = std::make_shared<engine::CommPlan>(engine::make_group_comms(config, topo, timeout));
+      plan = std::make_shared<engine::CommPlan>(engine::make_group_comms(*config, topo, timeout));
       aborted = false;
       if (!plan->devices.empty() && !std::exchange(announced, true))
         spdlog::info("training: one GPU per rank: data-parallel, tensor-parallel and embedding collectives run in "
@@ -89,7 +89,8 @@ namespace {
 }  // namespace
 
 SupervisorSpec training_group_spec(GroupArgs args) {
-  const auto& c = args.config;
+  const auto config = args.config;  // the run's one Config, shared by every actor
+  const Config& c = *config;
   // The wiring of a start, derived from the logical layout and the placement: which
   // stage hosts which logical ranks, the communicator groups, the devices, the workers'
   // actors. In one process the run state's placement, fixed for this group (a rollback
@@ -99,7 +100,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   auto cluster = args.cluster;
   auto placed_now = [cluster, topo] { return cluster ? cluster->placed() : topo; };
   auto comms = std::make_shared<SharedComms>();
-  comms->config = c;
+  comms->config = config;
   comms->topo = topo;
   comms->timeout = engine::collective_timeout(c);
 
@@ -129,16 +130,16 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   };
   for (int32_t d = 0; d < topo.dp; ++d) {
     ChildSpec child{engine::loader_path(d), Restart::Permanent,
-                    [c, d, skip, faults = args.faults, cluster, placement](caf::event_based_actor* self, int) {
+                    [config, d, skip, faults = args.faults, cluster, placement](caf::event_based_actor* self, int) {
                       if (cluster) return place_on_worker(self, *cluster, placement("loader", {d, 0, 0}, 0, 0));
-                      return untyped_handle(spawn_loader(self, LoaderArgs{c, d, faults, *skip}));
+                      return untyped_handle(spawn_loader(self, LoaderArgs{config, d, faults, *skip}));
                     }};
     child.restart_alone = true;
     spec.children.push_back(std::move(child));
   }
   // A rank's stage and optimizer shard compute on one device (engine/rank_device.h): the
   // communicator plan's, when it made them, else one RankDevices hands out.
-  auto devices = std::make_shared<engine::RankDevices>(c, topo);
+  auto devices = std::make_shared<engine::RankDevices>(config, topo);
   auto device_of = [comms, devices, topo](const engine::Rank& r, int incarnation) {
     const auto plan = comms->current();
     return plan->devices.empty() ? devices->get(r, incarnation) : plan->devices[size_t(topo.index(r))];
@@ -148,28 +149,28 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   for (const auto& r : topo.all_ranks())
     spec.children.push_back(
         {engine::optim_path(r), Restart::Permanent,
-         [c, r, topo, comms, faults = args.faults, resume, dir = args.directory, cluster, placement, device_of](
+         [config, r, topo, comms, faults = args.faults, resume, dir = args.directory, cluster, placement, device_of](
              caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("optim", r, 0, incarnation));
            auto hosted = comms->current()->ranks[size_t(topo.index(topo.host_of(r)))].hosted;
            return untyped_handle(spawn_optimizer(
-               self, OptimizerArgs{c, r, faults, resume->current(), dir, device_of(r, incarnation), std::move(hosted)}));
+               self, OptimizerArgs{config, r, faults, resume->current(), dir, device_of(r, incarnation), std::move(hosted)}));
          }});
   for (const auto& r : topo.all_ranks())
     spec.children.push_back(
         {engine::stage_path(r), Restart::Permanent,
-         [c, r, topo, comms, resume, faults = args.faults, cluster, cluster_comms, placement, device_of](
+         [config, r, topo, comms, resume, faults = args.faults, cluster, cluster_comms, placement, device_of](
              caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("stage", r, cluster_comms->current(), incarnation));
            auto plan = comms->current();
-           return untyped_handle(spawn_stage(self, StageArgs{c, r, topo, plan->ranks[size_t(topo.index(topo.host_of(r)))], faults,
+           return untyped_handle(spawn_stage(self, StageArgs{config, r, topo, plan->ranks[size_t(topo.index(topo.host_of(r)))], faults,
                                                              resume->current(), {}, device_of(r, incarnation)}));
          }});
   ChildSpec coordinator{engine::coordinator_path(), Restart::Permanent,
-                        [c, placed_now, skip, faults = args.faults, dir = args.directory, book = args.book, resume,
+                        [config, placed_now, skip, faults = args.faults, dir = args.directory, book = args.book, resume,
                          inbox = args.metrics, client = args.client](caf::event_based_actor* self, int) {
                           return untyped_handle(spawn_coordinator(
-                              self, CoordinatorArgs{c, placed_now(), *skip, faults, dir, book, inbox, resume->current(),
+                              self, CoordinatorArgs{config, placed_now(), *skip, faults, dir, book, inbox, resume->current(),
                                                     client}));
                         }};
   watch_for_hangs(coordinator, c.supervision());
@@ -228,9 +229,10 @@ void add_cluster_hooks(SupervisorSpec& spec, std::shared_ptr<Cluster> cluster) {
   spec.veto_restart = [cluster] { return cluster->exhausted(); };
 }
 
-SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultPlan> faults,
+SupervisorSpec writer_group_spec(std::shared_ptr<const Config> config, std::shared_ptr<engine::FaultPlan> faults,
                                  std::shared_ptr<Directory> directory, std::shared_ptr<RunBook> book,
                                  std::shared_ptr<Cluster> cluster) {
+  const Config& c = *config;
   SupervisorSpec spec;
   spec.path = "writers";
   spec.strategy = Strategy::OneForOne;
@@ -240,7 +242,7 @@ SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultP
   for (const auto& r : engine::Topology::logical(c).all_ranks()) {
     if (!engine::writes_shard(c, r)) continue;
     spec.children.push_back({engine::writer_path(r), Restart::Permanent,
-                             [c, r, faults, directory, cluster](caf::event_based_actor* self, int) {
+                             [config, r, faults, directory, cluster](caf::event_based_actor* self, int) {
                                if (cluster) {
                                  PlaceActor p;
                                  p.kind = "writer";
@@ -248,7 +250,7 @@ SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultP
                                  p.fired = faults->fired_indices();
                                  return place_on_worker(self, *cluster, std::move(p));
                                }
-                               return untyped_handle(spawn_writer(self, WriterArgs{c, r, faults, directory}));
+                               return untyped_handle(spawn_writer(self, WriterArgs{config, r, faults, directory}));
                              }});
   }
   spec.on_failure = [directory, book, faults](const std::string& path, const std::string& reason) {

@@ -27,7 +27,7 @@
 namespace troupe::actors {
 
 struct GroupArgs {
-  Config config;
+  std::shared_ptr<const Config> config;  // the run's one Config, shared by every actor of the group
   engine::RunState run_state;  // the skip list for the loaders and the manifests, where the group resumes
   std::shared_ptr<engine::FaultPlan> faults;
   std::shared_ptr<Directory> directory;
@@ -49,7 +49,7 @@ SupervisorSpec training_group_spec(GroupArgs args);
 // The checkpoint writers: one per rank that writes a shard, one_for_one. A writer
 // that dies is restarted and the coordinator is told, so that checkpoint fails.
 // In cluster mode (`cluster` set) each writer lives on the worker hosting its rank.
-SupervisorSpec writer_group_spec(const Config& c, std::shared_ptr<engine::FaultPlan> faults,
+SupervisorSpec writer_group_spec(std::shared_ptr<const Config> config, std::shared_ptr<engine::FaultPlan> faults,
                                  std::shared_ptr<Directory> directory, std::shared_ptr<RunBook> book,
                                  std::shared_ptr<Cluster> cluster = nullptr);
 

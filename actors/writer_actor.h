@@ -26,7 +26,8 @@
 namespace troupe::actors {
 
 struct WriterArgs {
-  Config config;
+  // The run's one Config, shared by every actor of the run (never copied per actor).
+  std::shared_ptr<const Config> config;
   engine::Rank rank;
   std::shared_ptr<engine::FaultPlan> faults;
   std::shared_ptr<Directory> directory;  // finds the coordinator

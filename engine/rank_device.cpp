@@ -113,20 +113,20 @@ std::shared_ptr<kernels::Device> RankDevices::get(const Rank& r, int incarnation
   if (e.incarnation == incarnation)
     if (auto d = e.device.lock()) return d;
   std::shared_ptr<kernels::Device> d;
-  if (config_.device().type() != DeviceConfig::CPU && config_.cluster().workers() > 0) {
+  if (config_->device().type() != DeviceConfig::CPU && config_->cluster().workers() > 0) {
     // A worker's ranks take its GPUs in the order they arrive, one each for good: every
     // group is an NCCL group, which takes one member per GPU, and ranks placed together
     // are in the same groups (e.g. BY_STAGE: one stage of every replica, a DP group),
     // where the flat index mod GPUs could give two of them one GPU.
     const auto gpu = gpu_of_.try_emplace(key, int(gpu_of_.size())).first->second;
-    const auto gpus = usable_gpus(config_);
+    const auto gpus = usable_gpus(*config_);
     if (gpu >= gpus.count)
       refuse(fmt::format("cluster mode needs a GPU per rank on each worker: this worker hosts {} ranks and sees {} "
                          "GPU(s)",
                          gpu_of_.size(), gpus.count));
     d = gpus.backend->make(gpu);
   } else {
-    d = make_rank_device(config_, placed_, host);
+    d = make_rank_device(*config_, placed_, host);
   }
   e = {incarnation, d};
   return d;

@@ -56,7 +56,7 @@ CommPlan make_group_comms(const Config& c, const Topology& placed, std::chrono::
 // device.type). Thread-safe.
 class RankDevices {
  public:
-  RankDevices(Config c, const Topology& placed) : config_(std::move(c)), placed_(placed) {}
+  RankDevices(std::shared_ptr<const Config> c, const Topology& placed) : config_(std::move(c)), placed_(placed) {}
   std::shared_ptr<kernels::Device> get(const Rank& r, int incarnation);
   const Topology& placed() const { return placed_; }
 
@@ -66,7 +66,7 @@ class RankDevices {
     std::weak_ptr<kernels::Device> device;
   };
   std::mutex mu_;
-  Config config_;
+  std::shared_ptr<const Config> config_;
   const Topology placed_;
   std::map<std::tuple<int32_t, int32_t, int32_t>, Entry> devices_;
   std::map<std::tuple<int32_t, int32_t, int32_t>, int> gpu_of_;  // cluster mode on GPUs: each rank's GPU

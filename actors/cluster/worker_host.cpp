@@ -185,7 +185,7 @@ std::shared_ptr<GenerationComms> generation(Self* self, int64_t g, const engine:
 engine::RankDevices& devices(Self* self, const engine::Topology& placed) {
   auto& st = self->state;
   if (!st.devices || st.devices->placed().physical_replicas() != placed.physical_replicas())
-    st.devices = std::make_shared<engine::RankDevices>(st.args->config, placed);
+    st.devices = std::make_shared<engine::RankDevices>(std::shared_ptr<const Config>(st.args, &st.args->config), placed);
   return *st.devices;
 }
 
@@ -203,7 +203,9 @@ std::shared_ptr<engine::HostedStage> hosted_stage(Self* self, const engine::Topo
 caf::actor place(Self* self, const PlaceActor& p) {
   auto& st = self->state;
   const auto& a = *st.args;
-  const auto& c = a.config;
+  const Config& c = a.config;
+  // The worker's one Config (received when it joined), shared by what it hosts.
+  const std::shared_ptr<const Config> config(st.args, &a.config);
   a.faults->mark_fired(p.fired);
   const engine::Rank& r = p.rank;
   // The group's logical layout on the placement its start runs on.
@@ -216,20 +218,20 @@ caf::actor place(Self* self, const PlaceActor& p) {
   caf::actor placed;
   if (p.kind == "stage") {
     const auto device = devices(self, topo).get(r, p.incarnation);
-    StageArgs s{c, r, topo, {}, a.faults, checkpoint(self, p.resume_dir), {}, device};
+    StageArgs s{config, r, topo, {}, a.faults, checkpoint(self, p.resume_dir), {}, device};
     s.connect_comms = [comms = generation(self, p.generation, topo), r, device,
                        hosted = hosted_stage(self, topo, r, p.incarnation)] { return comms->connect(r, device, hosted); };
     placed = untyped_handle(spawn_stage(self, std::move(s)));
   } else if (p.kind == "optim") {
     // A hosted rank's shard takes its physical rank's device turn (engine/hosted_stage.h).
-    placed = untyped_handle(spawn_optimizer(self, OptimizerArgs{c, r, a.faults, checkpoint(self, p.resume_dir),
+    placed = untyped_handle(spawn_optimizer(self, OptimizerArgs{config, r, a.faults, checkpoint(self, p.resume_dir),
                                                                 st.directory, devices(self, topo).get(r, p.incarnation),
                                                                 hosted_stage(self, topo, r, p.incarnation)}));
   } else if (p.kind == "writer") {
-    placed = untyped_handle(spawn_writer(self, WriterArgs{c, r, a.faults, st.directory}));
+    placed = untyped_handle(spawn_writer(self, WriterArgs{config, r, a.faults, st.directory}));
     st.directory->put(engine::writer_path(r), placed);
   } else if (p.kind == "loader") {
-    placed = untyped_handle(spawn_loader(self, LoaderArgs{c, r.dp, a.faults, p.skip_samples}));
+    placed = untyped_handle(spawn_loader(self, LoaderArgs{config, r.dp, a.faults, p.skip_samples}));
   } else {
     throw std::invalid_argument(fmt::format("unknown actor kind '{}'", p.kind));
   }

@@ -23,7 +23,7 @@ TEST_CASE("rank devices: one per rank and group start, shared by the stage and o
   Config c;
   c.mutable_parallel()->set_data(2);
   c.mutable_device()->set_threads(2);
-  engine::RankDevices devices(c, engine::Topology::logical(c));
+  engine::RankDevices devices(std::make_shared<const Config>(c), engine::Topology::logical(c));
   const engine::Rank r0{0, 0, 0}, r1{1, 0, 0};
 
   const auto optim0 = devices.get(r0, 0);  // the optimizer starts first, then the stage
@@ -49,7 +49,7 @@ TEST_CASE("the actor runtime refuses a device it cannot run on, naming device.ty
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()).rfind("device.type:", 0) == 0);
   }
-  engine::RankDevices devices(c, engine::Topology::logical(c));
+  engine::RankDevices devices(std::make_shared<const Config>(c), engine::Topology::logical(c));
   CHECK_THROWS_AS(devices.get({0, 0, 0}, 0), std::invalid_argument);
   c.mutable_device()->set_type(DeviceConfig::CPU);
   CHECK_NOTHROW(engine::check_runtime_device(c));
@@ -75,7 +75,7 @@ TEST_CASE("on a cluster worker with GPUs the ranks it hosts take its GPUs in arr
                                      const std::shared_ptr<kernels::Device>&, const std::string&,
                                      std::chrono::milliseconds) { return std::shared_ptr<comm::Communicator>(); };
   kernels::install_gpu_backend(two);
-  engine::RankDevices devices(c, engine::Topology::logical(c));
+  engine::RankDevices devices(std::make_shared<const Config>(c), engine::Topology::logical(c));
   // BY_STAGE: this worker hosts stage 3 of both replicas, flat indexes 3 and 11, which
   // the flat index mod 2 would put on one GPU (both are in dp[pp3/tp0]).
   const auto a = devices.get({0, 3, 0}, 0);

@@ -193,7 +193,7 @@ TEST_CASE("a snapshot waits for its writer's restart; a writer that stays away f
   auto parent = sys.spawn([&](caf::event_based_actor* self) -> caf::behavior {
     return {[=](actors::start_atom) {
       return actors::untyped_handle(
-          actors::spawn_optimizer(self, actors::OptimizerArgs{c, rank, nullptr, nullptr, directory, nullptr}));
+          actors::spawn_optimizer(self, actors::OptimizerArgs{std::make_shared<const Config>(c), rank, nullptr, nullptr, directory, nullptr}));
     }};
   });
   caf::actor optimizer;

@@ -110,7 +110,7 @@ TEST_CASE("an optimizer shard told to decide applies its own decision and waits 
   auto parent = sys.spawn([&](caf::event_based_actor* self) -> caf::behavior {
     return {[=](actors::start_atom) {
       return actors::untyped_handle(
-          actors::spawn_optimizer(self, actors::OptimizerArgs{c, rank, nullptr, nullptr, directory, nullptr}));
+          actors::spawn_optimizer(self, actors::OptimizerArgs{std::make_shared<const Config>(c), rank, nullptr, nullptr, directory, nullptr}));
     }};
   });
   caf::actor optimizer;

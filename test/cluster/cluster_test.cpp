@@ -24,6 +24,7 @@
 #include "ckpt/commit.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
+#include "metrics/json.h"
 #include "test/actors/parity_check.h"
 #include "test/cluster/cluster_harness.h"
 #include "test/cluster/worker_launcher.h"
@@ -211,6 +212,13 @@ TEST_CASE("a lost worker with no spare: DP2 shrinks onto the survivor and finish
   CHECK(latest.checkpoint->step() == int64_t(want.outcome.steps.size()));
   CHECK(latest.checkpoint->manifest().topology().data() == 2);
   CHECK(latest.checkpoint->manifest().topology().physical_replicas() == 1);
+  // metrics.jsonl's recovery line names the placement the group came back on.
+  std::vector<int64_t> recovered_on;
+  std::ifstream in(fs::path(c.logging().run_dir()) / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (line.find("\"type\":\"recovery\"") != std::string::npos)
+      recovered_on.push_back(metrics::Json::parse(line).at("physical_replicas").get<int64_t>());
+  CHECK(recovered_on == std::vector<int64_t>{1});
   int clean = 0;
   for (const auto& w : run.workers) clean += exited_with(w, 0);
   CHECK(clean == 1);
