@@ -37,10 +37,10 @@ class GenerationComms {
  public:
   // `placed`: the training group's logical layout on its placement (PlaceActor), the
   // same for every actor of one generation.
-  GenerationComms(int64_t generation, const Config& c, const engine::Topology& placed,
+  GenerationComms(int64_t generation, std::shared_ptr<const Config> c, const engine::Topology& placed,
                   std::shared_ptr<comm::Store> store, std::string prefix, comm::GlooOptions options)
       : generation_(generation),
-        config_(c),
+        config_(std::move(c)),
         topo_(placed),
         store_(std::move(store)),
         prefix_(std::move(prefix)),
@@ -66,7 +66,7 @@ class GenerationComms {
     if (ready.valid()) return ready.get();
     try {
       auto r = connect_rank(topo_.physical_layout(), topo_.index(host), device);
-      engine::add_hosting(r, config_, host, options_.timeout);
+      engine::add_hosting(r, *config_, host, options_.timeout);
       r.hosted = hosted;
       {
         std::lock_guard lock(mu_);
@@ -97,7 +97,7 @@ class GenerationComms {
       if (!why_.empty()) throw comm::CommError(fmt::format("generation {} was abandoned: {}", generation_, why_));
     }
     engine::RankComms r;
-    if (config_.device().type() == DeviceConfig::CPU) {
+    if (config_->device().type() == DeviceConfig::CPU) {
       const auto g = comm::connect_rank_comms(layout.dp, layout.pp, layout.tp, index, *store_, prefix_, options_);
       r.data_parallel = g.data_parallel;
       r.tensor_parallel = g.tensor_parallel;
@@ -105,11 +105,11 @@ class GenerationComms {
       r.pipeline_prev = g.pipeline_prev;
       r.pipeline_next = g.pipeline_next;
     } else {
-      r = engine::join_device_groups(config_, index, *store_, prefix_, device, options_.timeout);
+      r = engine::join_device_groups(*config_, index, *store_, prefix_, device, options_.timeout);
     }
     const std::shared_ptr<comm::Communicator> joined[] = {r.data_parallel, r.tensor_parallel, r.embedding,
                                                           r.pipeline_prev, r.pipeline_next};
-    if (config_.device().type() != DeviceConfig::CPU) {
+    if (config_->device().type() != DeviceConfig::CPU) {
       std::string names;
       for (const auto& c : joined)
         if (c) names += (names.empty() ? "" : ", ") + c->name();
@@ -127,7 +127,7 @@ class GenerationComms {
   }
 
   const int64_t generation_;
-  const Config config_;
+  const std::shared_ptr<const Config> config_;  // the worker's one Config
   const engine::Topology topo_;
   std::shared_ptr<comm::Store> store_;
   const std::string prefix_;
@@ -172,7 +172,8 @@ std::shared_ptr<GenerationComms> generation(Self* self, int64_t g, const engine:
   if (!st.comms || st.comms->generation() != g) {
     if (st.comms) st.comms->abort(fmt::format("superseded by generation {}", g));
     const auto& a = *st.args;
-    st.comms = std::make_shared<GenerationComms>(g, a.config, placed, a.store, generation_prefix(a.run_id, g), a.gloo);
+    st.comms = std::make_shared<GenerationComms>(g, std::shared_ptr<const Config>(st.args, &a.config), placed, a.store,
+                                                 generation_prefix(a.run_id, g), a.gloo);
   } else if (st.comms->placed().physical_replicas() != placed.physical_replicas()) {
     throw std::invalid_argument(fmt::format("generation {} placed on {} physical replicas, now asked for {}", g,
                                             st.comms->placed().physical_replicas(), placed.physical_replicas()));
