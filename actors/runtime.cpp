@@ -30,6 +30,7 @@
 #include "engine/placement.h"
 #include "engine/rank_device.h"
 #include "engine/rollback.h"
+#include "engine/shard_copies.h"
 #include "engine/run_state.h"
 #include "engine/storage_space.h"
 #include "engine/topology.h"
@@ -471,7 +472,11 @@ RunResult run_training(const Config& given, const RunOptions& options) {
     s.children.push_back(std::move(metrics));
     return s;
   }());
-  auto writers_spec = writer_group_spec(shared_config, faults, directory, book, cluster);
+  // The newest shard of each writer, kept in memory (one process only: in cluster mode
+  // the writers run on the workers): a group start after a failure heals a damaged file.
+  const auto copies = cluster ? nullptr : std::make_shared<engine::ShardCopies>();
+  if (copies) resume->heal_from(copies, shared_config);
+  auto writers_spec = writer_group_spec(shared_config, faults, directory, book, copies, cluster);
   writers_spec.on_exit = tree_exit;
   auto writers_sup = spawn_supervisor(sys, std::move(writers_spec));
   directory->put(engine::writers_supervisor_path(), writers_sup);
@@ -554,6 +559,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
       state.roll_back(rollback->request, rollback->done);
       data::BatchSource::open(c, data::Split::Train, state.skip_samples);  // the grown list checked against the split
       resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
+      if (copies) resume->heal_from(copies, shared_config);
       start_group();
     }
     // A hung metrics actor is replaced meanwhile, and counted below. Records that could

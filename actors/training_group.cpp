@@ -231,7 +231,7 @@ void add_cluster_hooks(SupervisorSpec& spec, std::shared_ptr<Cluster> cluster) {
 
 SupervisorSpec writer_group_spec(std::shared_ptr<const Config> config, std::shared_ptr<engine::FaultPlan> faults,
                                  std::shared_ptr<Directory> directory, std::shared_ptr<RunBook> book,
-                                 std::shared_ptr<Cluster> cluster) {
+                                 std::shared_ptr<engine::ShardCopies> copies, std::shared_ptr<Cluster> cluster) {
   const Config& c = *config;
   SupervisorSpec spec;
   spec.path = "writers";
@@ -242,7 +242,7 @@ SupervisorSpec writer_group_spec(std::shared_ptr<const Config> config, std::shar
   for (const auto& r : engine::Topology::logical(c).all_ranks()) {
     if (!engine::writes_shard(c, r)) continue;
     spec.children.push_back({engine::writer_path(r), Restart::Permanent,
-                             [config, r, faults, directory, cluster](caf::event_based_actor* self, int) {
+                             [config, r, faults, directory, copies, cluster](caf::event_based_actor* self, int) {
                                if (cluster) {
                                  PlaceActor p;
                                  p.kind = "writer";
@@ -250,7 +250,7 @@ SupervisorSpec writer_group_spec(std::shared_ptr<const Config> config, std::shar
                                  p.fired = faults->fired_indices();
                                  return place_on_worker(self, *cluster, std::move(p));
                                }
-                               return untyped_handle(spawn_writer(self, WriterArgs{config, r, faults, directory}));
+                               return untyped_handle(spawn_writer(self, WriterArgs{config, r, faults, directory, copies}));
                              }});
   }
   spec.on_failure = [directory, book, faults](const std::string& path, const std::string& reason) {

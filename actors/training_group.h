@@ -48,10 +48,11 @@ SupervisorSpec training_group_spec(GroupArgs args);
 
 // The checkpoint writers: one per rank that writes a shard, one_for_one. A writer
 // that dies is restarted and the coordinator is told, so that checkpoint fails.
-// In cluster mode (`cluster` set) each writer lives on the worker hosting its rank.
+// In one process each keeps its newest shard in `copies` (engine/shard_copies.h); in
+// cluster mode (`cluster` set) each writer lives on the worker hosting its rank.
 SupervisorSpec writer_group_spec(std::shared_ptr<const Config> config, std::shared_ptr<engine::FaultPlan> faults,
                                  std::shared_ptr<Directory> directory, std::shared_ptr<RunBook> book,
-                                 std::shared_ptr<Cluster> cluster = nullptr);
+                                 std::shared_ptr<engine::ShardCopies> copies, std::shared_ptr<Cluster> cluster = nullptr);
 
 // Cluster-mode hooks shared by the training group and the writers: a child whose
 // process was lost quarantines that process (moving its ranks to a spare), and no

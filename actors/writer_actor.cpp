@@ -78,12 +78,13 @@ writer_actor::behavior_type writer_impl(Self* self, WriterArgs args) {
         const auto values = [n = size_t(s.range_end - s.range_begin)](const std::shared_ptr<const float>& p) {
           return std::vector<float>(p.get(), p.get() + n);
         };
-        engine::ShardState state{s.rank, {s.range_begin, s.range_end}, values(s.params),
-                                 values(s.exp_avg), values(s.exp_avg_sq)};
-        const auto file = engine::shard_file_name(state.rank);
+        auto state = std::make_shared<const engine::ShardState>(engine::ShardState{
+            s.rank, {s.range_begin, s.range_end}, values(s.params), values(s.exp_avg), values(s.exp_avg_sq)});
+        const auto file = engine::shard_file_name(state->rank);
         try {
           if (fail_write) throw ckpt::CheckpointError("injected FAIL_WRITE");
-          const auto record = engine::write_shard(*w.args.config, state, s.partial_dir, file, w.path);
+          const auto record = engine::write_shard(*w.args.config, *state, s.partial_dir, file, w.path);
+          if (w.args.copies) w.args.copies->keep(file, {s.step, w.path, state, record});
           if (damage) {
             const auto target = s.partial_dir + "/" + file;
             if (damage->kind() == Fault::CORRUPT_SHARD)

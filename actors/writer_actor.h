@@ -19,6 +19,7 @@
 
 #include "actors/directory.h"
 #include "engine/faults.h"
+#include "engine/shard_copies.h"
 #include "engine/topology.h"
 #include "actors/actor_interfaces.h"
 #include "messages/config.pb.h"
@@ -31,6 +32,9 @@ struct WriterArgs {
   engine::Rank rank;
   std::shared_ptr<engine::FaultPlan> faults;
   std::shared_ptr<Directory> directory;  // finds the coordinator
+  // Where the shard just written is kept in memory (engine/shard_copies.h): the next
+  // group start heals a damaged file from it. Null: none kept (cluster workers).
+  std::shared_ptr<engine::ShardCopies> copies;
 };
 
 writer_actor spawn_writer(caf::event_based_actor* parent, WriterArgs args);

@@ -18,6 +18,7 @@
 #include "ckpt/flat_layout.h"
 #include "ckpt/manifest.h"
 #include "ckpt/shard_writer.h"
+#include "engine/shard_copies.h"
 #include "engine/stage_worker.h"
 #include "util/durable_file.h"
 
@@ -101,6 +102,61 @@ std::string set_aside_earlier_checkpoints(const Config& c) {
 
 ResumeSource::ResumeSource(const Config& c, std::string load) : root_(checkpoint_root(c)), load_(std::move(load)) {}
 
+void ResumeSource::heal_from(std::shared_ptr<const ShardCopies> copies, std::shared_ptr<const Config> config) {
+  std::lock_guard lock(mu_);
+  copies_ = std::move(copies);
+  config_ = std::move(config);
+}
+
+void ResumeSource::heal_latest() {
+  std::optional<int64_t> step;
+  try {
+    step = ckpt::read_latest(root_);
+  } catch (const ckpt::CheckpointError&) {
+    return;  // load_latest reports it
+  }
+  if (!step) return;
+  const std::string dir = root_ + "/" + ckpt::step_dir_name(*step);
+  std::optional<ckpt::Checkpoint> ck;
+  try {
+    ck.emplace(ckpt::Checkpoint::open(dir, ckpt::Checkpoint::Verify::kReport));
+  } catch (const ckpt::CheckpointError&) {
+    return;  // a damaged manifest: nothing in memory rewrites it; load_latest reports it
+  }
+  if (!ck->damaged()) return;
+  for (const auto& check : ck->shard_checks()) {
+    if (check.ok()) continue;
+    const auto copy = copies_->find(*step, check.file);
+    const std::string where = dir + "/" + check.file;
+    if (!copy) {
+      report_.push_back(fmt::format("{}: damaged ({}), and no copy of it is held in memory", where, check.problem));
+      continue;
+    }
+    const ShardFile* listed = nullptr;
+    for (const auto& s : ck->manifest().shard())
+      if (s.file() == check.file) listed = &s;
+    if (!listed || copy->record.size_bytes() != listed->size_bytes() || copy->record.crc32c() != listed->crc32c()) {
+      report_.push_back(fmt::format("{}: damaged ({}); the copy held in memory is not the one the manifest lists",
+                                    where, check.problem));
+      continue;
+    }
+    try {
+      const ShardFile rewritten = write_shard(*config_, *copy->state, dir, check.file, copy->writer);
+      if (rewritten.size_bytes() != listed->size_bytes() || rewritten.crc32c() != listed->crc32c())
+        throw ckpt::CheckpointError(fmt::format("the rewrite has {} bytes, CRC-32C {:#010x}; the manifest says {} "
+                                                "bytes, {:#010x}",
+                                                rewritten.size_bytes(), rewritten.crc32c(), listed->size_bytes(),
+                                                listed->crc32c()));
+      report_.push_back(fmt::format("{}: was damaged on disk ({}); rewritten from the copy this process's writer "
+                                    "kept in memory (size and CRC-32C as the manifest lists)",
+                                    where, check.problem));
+    } catch (const ckpt::CheckpointError& e) {
+      report_.push_back(fmt::format("{}: damaged ({}); rewriting it from memory failed: {}", where, check.problem,
+                                    e.what()));
+    }
+  }
+}
+
 std::shared_ptr<const ckpt::Checkpoint> ResumeSource::current() {
   std::lock_guard lock(mu_);
   if (!stale_) return ckpt_;
@@ -111,8 +167,9 @@ std::shared_ptr<const ckpt::Checkpoint> ResumeSource::current() {
   if (!failed_before_ && load_ != "latest") {
     ckpt_ = std::make_shared<const ckpt::Checkpoint>(ckpt::open_checkpoint_path(load_, &report_));
   } else if (std::filesystem::exists(root_)) {
+    if (copies_) heal_latest();
     auto outcome = ckpt::load_latest(root_);
-    report_ = std::move(outcome.report);
+    report_.insert(report_.end(), outcome.report.begin(), outcome.report.end());
     if (outcome.checkpoint) {
       ckpt_ = std::make_shared<const ckpt::Checkpoint>(std::move(*outcome.checkpoint));
     } else if (outcome.damage_found) {

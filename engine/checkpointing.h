@@ -53,11 +53,20 @@ std::string set_aside_earlier_checkpoints(const Config& c);
 // `placed`: the logical layout on the placement the run starts on (RunState::topology).
 void check_resume_layout(const Config& c, const Topology& placed, const ckpt::Checkpoint& ck);
 
+class ShardCopies;  // engine/shard_copies.h
+
 class ResumeSource {
  public:
   // `load`: what the first start reads (engine::RunState::resume_from: "" fresh,
   // "latest", or a checkpoint directory).
   ResumeSource(const Config& c, std::string load);
+
+  // Before a start after a failure reads the newest checkpoint, its shard files that are
+  // damaged on disk are rewritten from `copies` (what this process's writers wrote),
+  // when the rewrite matches the manifest's size and CRC-32C; said on the console and in
+  // report(). Without copies (or without a matching one) the damaged checkpoint is
+  // skipped as before.
+  void heal_from(std::shared_ptr<const ShardCopies> copies, std::shared_ptr<const Config> config);
 
   // The checkpoint of the group's current start (null: fresh). Loaded once per start.
   // Throws CheckpointError when checkpoint.load names a checkpoint that does not load,
@@ -68,7 +77,13 @@ class ResumeSource {
   std::vector<std::string> report() const;
 
  private:
+  // Rewrites the damaged shard files of the checkpoint `latest` names from copies_
+  // (locked; report_ receives what was done).
+  void heal_latest();
+
   mutable std::mutex mu_;
+  std::shared_ptr<const ShardCopies> copies_;
+  std::shared_ptr<const Config> config_;
   std::string root_, load_;
   bool stale_ = true, failed_before_ = false;
   std::shared_ptr<const ckpt::Checkpoint> ckpt_;
