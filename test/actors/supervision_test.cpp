@@ -89,16 +89,23 @@ int ping(caf::scoped_actor& self, const caf::actor& a) {
   return out;
 }
 
+// Waits (at most `tries` looks, `pause` apart) until the registry shows `path` with a
+// handle other than `before`; returns it, or a null handle.
+caf::actor wait_for_successor(caf::scoped_actor& self, const caf::actor& sup, const std::string& path,
+                              const caf::actor& before, int tries, std::chrono::milliseconds pause) {
+  for (int i = 0; i < tries; ++i) {
+    auto r = registry(self, sup);
+    if (r.count(path) && r.at(path) != before) return r.at(path);
+    std::this_thread::sleep_for(pause);
+  }
+  return {};
+}
+
 // Crashes `path` and waits until the registry shows it restarted.
 void crash_and_wait(caf::scoped_actor& self, const caf::actor& sup, const std::string& path) {
   auto before = registry(self, sup).at(path);
   self->request(before, 5s, crash_atom::value).receive([](int32_t) {}, [](caf::error&) {});
-  for (int i = 0; i < 500; ++i) {
-    auto r = registry(self, sup);
-    if (r.count(path) && r.at(path) != before) return;
-    std::this_thread::sleep_for(2ms);
-  }
-  FAIL("child was not restarted: " << path);
+  if (!wait_for_successor(self, sup, path, before, 500, 2ms)) FAIL("child was not restarted: " << path);
 }
 
 std::string fmt_events(const std::vector<std::string>& v) {
@@ -329,12 +336,7 @@ TEST_CASE("a watched child that leaves its heartbeat unanswered is hung: abandon
   auto first = registry(self, sup).at("w");
   CHECK(j.take() == std::vector<std::string>{"start w#0"});
   self->send(first, block_atom::value);
-  caf::actor second;
-  for (int i = 0; i < 1000 && !second; ++i) {
-    auto r = registry(self, sup);
-    if (r.count("w") && r.at("w") != first) second = r.at("w");
-    std::this_thread::sleep_for(5ms);
-  }
+  const caf::actor second = wait_for_successor(self, sup, "w", first, 1000, 5ms);
   REQUIRE(second);
   CHECK(j.take() == std::vector<std::string>{"start w#1"});
   {
@@ -373,12 +375,7 @@ TEST_CASE("a child that another actor judges hung (abandon_atom) is abandoned an
   self->send(first, block_atom::value);
   self->send(sup, abandon_atom::value, std::string("nobody"), std::string("no such child"));
   self->send(sup, abandon_atom::value, std::string("w"), std::string("its save missed the deadline"));
-  caf::actor second;
-  for (int i = 0; i < 1000 && !second; ++i) {
-    auto r = registry(self, sup);
-    if (r.count("w") && r.at("w") != first) second = r.at("w");
-    std::this_thread::sleep_for(5ms);
-  }
+  const caf::actor second = wait_for_successor(self, sup, "w", first, 1000, 5ms);
   REQUIRE(second);
   CHECK(j.take() == std::vector<std::string>{"start w#1"});
   {
@@ -411,12 +408,7 @@ TEST_CASE("relocate_atom starts a running child again as a planned move: no fail
     const auto before = registry(self, sup).at("b");
     self->send(sup, relocate_atom::value, std::string("b"), std::string("its rank moved"));
     self->send(sup, relocate_atom::value, std::string("nobody"), std::string("no such child"));
-    caf::actor after;
-    for (int i = 0; i < 1000 && !after; ++i) {
-      auto r = registry(self, sup);
-      if (r.count("b") && r.at("b") != before) after = r.at("b");
-      std::this_thread::sleep_for(2ms);
-    }
+    const caf::actor after = wait_for_successor(self, sup, "b", before, 1000, 2ms);
     REQUIRE(after);
     CHECK(ping(self, after) == move);
     // Only b moved (stopped, and its successor started); a and c kept running.

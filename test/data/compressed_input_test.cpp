@@ -193,7 +193,9 @@ TEST_CASE("prepare-data on several threads writes the dataset one thread writes;
     // Files of different sizes, finishing out of order on threads.
     const std::string part = text.substr(0, text.size() / size_t(1 + (i * 3) % 5));
     const std::string cut = part.substr(0, part.rfind('\n') + 1);
-    const std::string name = "f" + std::to_string(i) + (i % 2 ? ".jsonl.zst" : ".jsonl");
+    std::string name = "f";
+    name += std::to_string(i);
+    name += i % 2 ? ".jsonl.zst" : ".jsonl";
     write_text(d / name, i % 2 ? zstd(cut) : cut);
     inputs.push_back(d / name);
   }
@@ -234,12 +236,7 @@ TEST_CASE("prepare-data on several threads writes the dataset one thread writes;
   o.output_prefix = d / "out-bad/corpus";
   o.threads = 3;
   o.make_tokenizer = [] { return make_byte_tokenizer(); };
-  std::string error;
-  try {
-    prepare_dataset(o, *tok);
-  } catch (const DataError& e) {
-    error = e.what();
-  }
+  const std::string error = prepare_error(o);
   CHECK(error.find(std::string(d / "f3.jsonl.zst") + ": zstd: ") != std::string::npos);
   CHECK(!std::filesystem::exists(d / "out-bad/corpus.bin"));
   CHECK(!std::filesystem::exists(d / "out-bad/corpus.idx"));
@@ -310,12 +307,7 @@ TEST_CASE("one large JSON-lines file is read in pieces on every thread: the same
   o.threads = 2;
   o.piece_bytes = 4096;
   o.make_tokenizer = [] { return make_byte_tokenizer(); };
-  std::string error;
-  try {
-    prepare_dataset(o, *tok);
-  } catch (const DataError& e) {
-    error = e.what();
-  }
+  const std::string error = prepare_error(o);
   CHECK(error.find(d / "big.jsonl" + ":2501: invalid JSON") != std::string::npos);
   CHECK(!std::filesystem::exists(d / "pieces-bad/c.bin"));
 }

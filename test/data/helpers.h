@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "data/error.h"
 #include "data/indexed_dataset.h"
+#include "data/prepare.h"
+#include "data/tokenizer.h"
 #include "messages/config.pb.h"
 #include "test/support/scratch_dir.h"
 
@@ -47,6 +50,17 @@ inline int count_temporaries(const std::filesystem::path& dir) {
     if (e.path().filename().string().find(".tmp.") != std::string::npos) ++n;
   }
   return n;
+}
+
+// What prepare_dataset(o) throws (with the byte tokenizer), or "" when it succeeds.
+inline std::string prepare_error(const PrepareOptions& o) {
+  auto tok = make_byte_tokenizer();
+  try {
+    prepare_dataset(o, *tok);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 inline Config small_config(const std::string& prefix, int seq, int mbs, int dp, int global_batch) {

@@ -32,16 +32,6 @@ std::vector<int32_t> bytes_eod(const std::string& s) {
   return v;
 }
 
-std::string prepare_error(const PrepareOptions& o) {
-  auto tok = make_byte_tokenizer();
-  try {
-    prepare_dataset(o, *tok);
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("input formats split documents as documented") {
