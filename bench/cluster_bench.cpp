@@ -168,76 +168,61 @@ void share(const Options& o) {
               100 * median(cluster.sync_share), 100 * median(cluster.compute_share));
 }
 
-// One kind of recovery from a worker's death, measured over o.reps runs.
+// One kind of recovery from a worker's death: each figure once per run measured.
 struct RecoveryTimes {
   std::vector<double> detection, restart, reload, rewarm, total, recomputed, after_step_s, before_step_s;
 };
 
-// DP2, the worker hosting replica 1 SIGKILLs itself in `kill_step`'s backward; with a spare
-// (workers 2 + 1) it takes the lost ranks, without one (workers 2 + 0) the run shrinks
-// to 1 physical replica on the survivor (cluster.on_no_spare SHRINK).
-RecoveryTimes measure_recovery(const Options& o, bool spare, int64_t kill_step) {
-  RecoveryTimes t;
-  for (int rep = 0; rep < o.reps; ++rep) {
-    Config c = dp2_config(o, spare ? "recovery-spare" : "recovery-shrink", 2, spare ? 1 : 0);
-    c.mutable_checkpoint()->set_interval_steps(3);
-    auto* f = c.mutable_faults()->add_fault();
-    f->set_actor("stage/dp1/pp0/tp0");
-    f->set_step(kill_step);
-    f->set_phase(Fault::BACKWARD);
-    f->set_kind(Fault::KILL_PROCESS);
-    const auto r = run(c, o, spare ? 3 : 2);
-    const bool shrunk = r.quarantine.size() == 1 && r.quarantine[0].shrunk_to == 1;
-    if (r.outcome.status != "completed" || r.recoveries.size() != 1 || r.quarantine.size() != 1 ||
-        (!spare && !shrunk)) {
-      std::fprintf(stderr,
-                   "cluster_bench: expected a completed run with one recovery and one quarantined worker%s, got "
-                   "status %s, %zu and %zu\n",
-                   spare ? "" : " (shrunk to 1 physical replica)", r.outcome.status.c_str(), r.recoveries.size(),
-                   r.quarantine.size());
-      std::exit(1);
-    }
-    const auto& x = r.recoveries[0];
-    t.detection.push_back(x.detection_s);
-    t.restart.push_back(x.restart_s);
-    t.reload.push_back(x.reload_s);
-    t.rewarm.push_back(x.rewarm_s);
-    t.total.push_back(x.total_s());
-    t.recomputed.push_back(double(r.recomputed_steps));
-    // Step times before the kill (up to the checkpoint the run resumes from: the steps
-    // after it are computed again, and their records are the recomputed ones) and after
-    // the first resumed step (which is re-warm).
-    const int64_t resumed_from = (kill_step - 1) / c.checkpoint().interval_steps() * c.checkpoint().interval_steps();
-    std::vector<double> before, after;
-    for (const auto& step : r.outcome.steps) {
-      if (step.step > o.warmup && step.step <= resumed_from) before.push_back(step.step_time_s);
-      if (step.step > kill_step + 1) after.push_back(step.step_time_s);
-    }
-    t.before_step_s.push_back(median(before));
-    t.after_step_s.push_back(median(after));
+// One run of DP2 whose worker hosting replica 1 SIGKILLs itself in `kill_step`'s backward,
+// its figures appended to `t`: with a spare (workers 2 + 1) it takes the lost ranks,
+// without one (workers 2 + 0) the run shrinks to 1 physical replica on the survivor
+// (cluster.on_no_spare SHRINK).
+void measure_recovery(const Options& o, bool spare, int64_t kill_step, RecoveryTimes& t) {
+  Config c = dp2_config(o, spare ? "recovery-spare" : "recovery-shrink", 2, spare ? 1 : 0);
+  c.mutable_checkpoint()->set_interval_steps(3);
+  auto* f = c.mutable_faults()->add_fault();
+  f->set_actor("stage/dp1/pp0/tp0");
+  f->set_step(kill_step);
+  f->set_phase(Fault::BACKWARD);
+  f->set_kind(Fault::KILL_PROCESS);
+  const auto r = run(c, o, spare ? 3 : 2);
+  const bool shrunk = r.quarantine.size() == 1 && r.quarantine[0].shrunk_to == 1;
+  if (r.outcome.status != "completed" || r.recoveries.size() != 1 || r.quarantine.size() != 1 ||
+      (!spare && !shrunk)) {
+    std::fprintf(stderr,
+                 "cluster_bench: expected a completed run with one recovery and one quarantined worker%s, got "
+                 "status %s, %zu and %zu\n",
+                 spare ? "" : " (shrunk to 1 physical replica)", r.outcome.status.c_str(), r.recoveries.size(),
+                 r.quarantine.size());
+    std::exit(1);
   }
-  return t;
+  const auto& x = r.recoveries[0];
+  t.detection.push_back(x.detection_s);
+  t.restart.push_back(x.restart_s);
+  t.reload.push_back(x.reload_s);
+  t.rewarm.push_back(x.rewarm_s);
+  t.total.push_back(x.total_s());
+  t.recomputed.push_back(double(r.recomputed_steps));
+  // Step times before the kill (up to the checkpoint the run resumes from: the steps
+  // after it are computed again, and their records are the recomputed ones) and after
+  // the first resumed step (which is re-warm).
+  const int64_t resumed_from = (kill_step - 1) / c.checkpoint().interval_steps() * c.checkpoint().interval_steps();
+  std::vector<double> before, after;
+  for (const auto& step : r.outcome.steps) {
+    if (step.step > o.warmup && step.step <= resumed_from) before.push_back(step.step_time_s);
+    if (step.step > kill_step + 1) after.push_back(step.step_time_s);
+  }
+  t.before_step_s.push_back(median(before));
+  t.after_step_s.push_back(median(after));
 }
 
 void recovery(const Options& o) {
   const int64_t kill_step = std::max(4, o.steps / 2);
   // Alternated in one run of the bench, so that both see the same machine.
   RecoveryTimes spare, shrink;
-  Options one = o;
-  one.reps = 1;
   for (int rep = 0; rep < o.reps; ++rep) {
-    const auto a = measure_recovery(one, true, kill_step);
-    const auto b = measure_recovery(one, false, kill_step);
-    for (auto [to, from] : {std::pair{&spare, &a}, std::pair{&shrink, &b}}) {
-      to->detection.push_back(from->detection[0]);
-      to->restart.push_back(from->restart[0]);
-      to->reload.push_back(from->reload[0]);
-      to->rewarm.push_back(from->rewarm[0]);
-      to->total.push_back(from->total[0]);
-      to->recomputed.push_back(from->recomputed[0]);
-      to->before_step_s.push_back(from->before_step_s[0]);
-      to->after_step_s.push_back(from->after_step_s[0]);
-    }
+    measure_recovery(o, true, kill_step, spare);
+    measure_recovery(o, false, kill_step, shrink);
   }
   std::printf("## Worker death to the first resumed step: DP2 on 2 workers, with a spare and without (shrink)\n\n");
   std::printf("The worker hosting replica 1 SIGKILLs itself in step %lld's backward; checkpoint every 3 steps;\n",
