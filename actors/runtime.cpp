@@ -23,6 +23,7 @@
 #include "actors/training_group.h"
 #include "actors/unix_time.h"
 #include "config/derived.h"
+#include "config/error.h"
 #include "config/model_family.h"
 #include "data/batch_source.h"
 #include "engine/checkpointing.h"
@@ -324,9 +325,9 @@ RunResult run_training(const Config& given, const RunOptions& options) {
                              : c.data().prefix().empty() ? "the default corpus"
                                                          : c.data().prefix();
     if (eval > valid)
-      throw std::invalid_argument(fmt::format("training.eval_samples: {} is more than the {} samples of the "
-                                              "validation split ({}, data.split \"{}\")",
-                                              eval, valid, what, c.data().split()));
+      throw config::ConfigError(fmt::format("training.eval_samples: {} is more than the {} samples of the "
+                                            "validation split ({}, data.split \"{}\")",
+                                            eval, valid, what, c.data().split()));
   }
   // The checkpoint to resume from, read and verified before any actor starts (and
   // before the run directory is written): one named in checkpoint.load that is missing

@@ -18,6 +18,7 @@
 #include "ckpt/flat_layout.h"
 #include "ckpt/manifest.h"
 #include "ckpt/shard_writer.h"
+#include "config/error.h"
 #include "engine/shard_copies.h"
 #include "engine/stage_worker.h"
 #include "util/durable_file.h"
@@ -371,7 +372,7 @@ void check_resume_layout(const Config& c, const Topology& t, const ckpt::Checkpo
     return;
   }
   if (c.parallel().physical_replicas() > 0 && t.hosts_several())
-    throw std::invalid_argument(fmt::format(
+    throw config::ConfigError(fmt::format(
         "parallel.physical_replicas: {} place the logical layout {}, but the checkpoint {} was written under the "
         "logical layout {} (by {}). A placement change keeps the logical layout: "
         "set parallel.data = {}, parallel.pipeline = {} and parallel.tensor = {} with physical_replicas dividing "

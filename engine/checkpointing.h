@@ -49,7 +49,7 @@ std::string set_aside_earlier_checkpoints(const Config& c);
 // placement changed). Another logical layout reshards, within fp32 tolerance, and says
 // so, unless the config places its replicas (parallel.physical_replicas below
 // parallel.data): that is a placement change offered on another logical layout,
-// refused with std::invalid_argument naming the fields and the numbers.
+// refused with config::ConfigError naming the fields and the numbers.
 // `placed`: the logical layout on the placement the run starts on (RunState::topology).
 void check_resume_layout(const Config& c, const Topology& placed, const ckpt::Checkpoint& ck);
 

@@ -148,7 +148,11 @@ int run_main(int argc, char** argv) {
   if (cmd.has("init")) config_args.sets.push_back("training.init_from=" + init_from);
   LoadedConfig loaded = load_config(config_args);
   if (!injects.empty()) {
-    for (const auto& text : injects) *loaded.config.mutable_faults()->add_fault() = parse_inject(text);
+    try {
+      for (const auto& text : injects) *loaded.config.mutable_faults()->add_fault() = parse_inject(text);
+    } catch (const std::invalid_argument& e) {
+      return cmd.usage_error(e.what());
+    }
     config::validate(loaded.config, loaded.origins);
   }
   engine::validate_cluster(loaded.config, loaded.origins);
@@ -156,10 +160,14 @@ int run_main(int argc, char** argv) {
   tls.enabled = cmd.has("tls");
   if (!listen.empty()) {
     if (!engine::cluster_mode(loaded.config))
-      throw std::invalid_argument("--listen " + listen + ": the config has no cluster.workers (" + loaded.describe() +
-                                  "): set cluster.workers to the number of active worker processes");
+      return cmd.usage_error("--listen " + listen + ": the config has no cluster.workers (" + loaded.describe() +
+                             "): set cluster.workers to the number of active worker processes");
     actors::ClusterOptions cluster;
-    std::tie(cluster.listen_host, cluster.port) = actors::parse_address(listen, "--listen");
+    try {
+      std::tie(cluster.listen_host, cluster.port) = actors::parse_address(listen, "--listen");
+    } catch (const std::invalid_argument& e) {
+      return cmd.usage_error(e.what());
+    }
     cluster.tls = tls;
     if (!secret_file.empty() || std::getenv("TROUPE_SECRET")) {
       cluster.secret = actors::load_secret(secret_file);
@@ -171,8 +179,8 @@ int run_main(int argc, char** argv) {
     }
     run.cluster = std::move(cluster);
   } else if (engine::cluster_mode(loaded.config)) {
-    throw std::invalid_argument("the config sets cluster.workers = " + std::to_string(loaded.config.cluster().workers()) +
-                                ": start the run with --listen ADDR:PORT (and the workers with supervisor worker)");
+    return cmd.usage_error("the config sets cluster.workers = " + std::to_string(loaded.config.cluster().workers()) +
+                           ": start the run with --listen ADDR:PORT (and the workers with supervisor worker)");
   }
   run.console = !cmd.has("quiet");
   run.config_source = loaded.describe();

@@ -1,4 +1,5 @@
 // `supervisor worker`: a worker process of a cluster run (docs/cluster.md).
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -73,7 +74,11 @@ int worker_main(int argc, char** argv) {
     return cmd.usage_error("--heartbeat-ms " + std::to_string(heartbeat_ms) + " / --connection-timeout-ms " +
                            std::to_string(timeout_ms) + " / --connect-timeout " + std::to_string(connect_s) +
                            ": need heartbeat >= 1, timeout >= 2 x heartbeat, connect timeout >= 1");
-  std::tie(o.host, o.port) = actors::parse_address(connect, "--connect");
+  try {
+    std::tie(o.host, o.port) = actors::parse_address(connect, "--connect");
+  } catch (const std::invalid_argument& e) {
+    return cmd.usage_error(e.what());
+  }
   o.net.heartbeat = std::chrono::milliseconds(heartbeat_ms);
   o.net.connection_timeout = std::chrono::milliseconds(timeout_ms);
   o.net.tls.enabled = cmd.has("tls");

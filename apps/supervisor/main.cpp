@@ -6,6 +6,7 @@
 #include <string>
 
 #include "apps/supervisor/commands.h"
+#include "config/error.h"
 #ifdef TROUPE_HAVE_CUDA
 #include "comm/nccl/nccl_communicator.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -90,9 +91,15 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
     std::string name = std::string("supervisor ") + c.name;
     argv[1] = name.data();
+    // Exit status: 2 when the input is refused before anything ran (a malformed command
+    // line, or a configuration that breaks a rule: config::ConfigError, which names the
+    // field and where it was set); 1 for every other failure.
     int code = 1;
     try {
       code = c.run(argc - 1, argv + 1);
+    } catch (const troupe::config::ConfigError& e) {
+      std::fprintf(stderr, "supervisor %s: error: %s\n", c.name, e.what());
+      code = 2;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "supervisor %s: error: %s\n", c.name, e.what());
     }

@@ -24,6 +24,7 @@
 #include "actors/runtime.h"
 #include "comm/communicator.h"
 #include "ckpt/reader.h"
+#include "config/error.h"
 #include "engine/checkpointing.h"
 #include "engine/run_state.h"
 #include "engine/stage_worker.h"
@@ -195,7 +196,7 @@ TEST_CASE("a placement offered on a checkpoint of another logical layout is refu
   try {
     actors::run_training(b, o);
     FAIL("the start was not refused");
-  } catch (const std::invalid_argument& e) {
+  } catch (const config::ConfigError& e) {
     const std::string what = e.what();
     CAPTURE(what);
     CHECK(what.find("parallel.physical_replicas: 2 physical replicas place the logical layout data 4 x pipeline 2 x "

@@ -3,8 +3,8 @@
 # prepare-data, blended by Megatron's --data-path words; the run's step and eval lines
 # carry each dataset's counts and loss, the checkpoint's manifest its position; a replay
 # of the run is bitwise; plan prints the shares; bad blends are refused with one error
-# naming the field or the file, nothing written (exit 1, as every config error of
-# supervisor run).
+# naming the field or the file, nothing written (exit 2 for a config rule, 1 for a file
+# that is missing or damaged; docs/runtime.md, "Refused at the start").
 # Usage: blend.sh SUPERVISOR WORKDIR
 set -uo pipefail
 supervisor=$1
@@ -53,18 +53,18 @@ expect blend-order 0 "1" -- "$supervisor" plan --megatron-args "$work/blend.args
   { echo "FAIL blend-order: $(tr -d '\n' <"$work/blend-order.out") is not megatron-core's 10210121010";
     fails=$((fails + 1)); }
 
-# Refusals: exit 1, nothing written.
+# Refusals: nothing written; exit 2 for a rule of the config, 1 for a missing dataset.
 printf -- '--data-path 0 %s 1 %s\n' "$work/web" "$work/code" >"$work/zero.args"
-expect zero-weight 1 "data.blend[0].weight: 0 is not a finite weight > 0" -- \
+expect zero-weight 2 "data.blend[0].weight: 0 is not a finite weight > 0" -- \
   "$supervisor" run --megatron-args "$work/zero.args" --set logging.run_dir="$work/never-1"
 printf -- '--data-path 1 %s 1 %s\n' "$work/web" "$work/missing" >"$work/missing.args"
 expect missing 1 "$work/missing.idx" -- \
   "$supervisor" run --megatron-args "$work/missing.args" --set logging.run_dir="$work/never-2"
 printf -- '--data-path 1 %s 1 %s\n' "$work/web" "$work/web" >"$work/twice.args"
-expect twice 1 "is listed twice in data.blend" -- \
+expect twice 2 "is listed twice in data.blend" -- \
   "$supervisor" run --megatron-args "$work/twice.args" --set logging.run_dir="$work/never-3"
 printf -- '--data-path %s %s\n' "$work/web" "$work/code" >"$work/unweighted.args"
-expect unweighted 1 "2 prefixes without weights" -- \
+expect unweighted 2 "2 prefixes without weights" -- \
   "$supervisor" run --megatron-args "$work/unweighted.args" --set logging.run_dir="$work/never-4"
 for d in never-1 never-2 never-3 never-4; do
   [ -e "$work/$d" ] && { echo "FAIL $d: a refused start wrote $work/$d"; fails=$((fails + 1)); }

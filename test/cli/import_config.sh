@@ -49,7 +49,7 @@ grep -qxF "#   data { tokenizer: BYTES }  (troupe's default: IDs 0-256)" "$work/
 sed -e 's/"head_dim": 24/"head_dim": 7/' "$work/tiny/config.json" >"$work/odd.json"
 "$supervisor" import-config "$work/odd.json" >"$work/odd.out" 2>&1
 rc=$?
-[ $rc -eq 1 ] && grep -qF "$work/odd.json: model.head_dim: 7 is odd" "$work/odd.out" ||
+[ $rc -eq 2 ] && grep -qF "$work/odd.json: model.head_dim: 7 is odd" "$work/odd.out" ||
   { fail "odd head_dim: exit $rc"; cat "$work/odd.out"; }
 
 if [ $fails -ne 0 ]; then

@@ -3,8 +3,8 @@
 # physical replicas, replayed on one (supervisor replay's default) and on its own
 # placement, bitwise both times; supervisor plan and the startup block name the
 # placement; bad placements are refused with one error naming the field and the numbers,
-# nothing written (exit 1, as every config error of supervisor run; 2 is a malformed
-# command line).
+# nothing written (exit 2, as every config rule of supervisor run and a malformed command
+# line; docs/runtime.md, "Refused at the start").
 # Usage: placement.sh SUPERVISOR WORKDIR
 set -uo pipefail
 supervisor=$1
@@ -32,14 +32,14 @@ expect plan 0 "placement" -- "$supervisor" plan --set parallel.data=4 --set para
 grep -qF "4 logical replicas on 1 physical one" "$work/plan.out" ||
   { echo "FAIL plan: the placement is not named"; fails=$((fails + 1)); }
 
-# Refusals: exit 1, nothing written.
-expect not-dividing 1 "parallel.physical_replicas: 3 does not divide parallel.data = 4" -- \
+# Refusals: exit 2, nothing written.
+expect not-dividing 2 "parallel.physical_replicas: 3 does not divide parallel.data = 4" -- \
   "$supervisor" run "${small[@]}" --set parallel.physical_replicas=3 --set logging.run_dir="$work/never-1"
-expect replicated 1 "needs parallel.distributed_optimizer" -- \
+expect replicated 2 "needs parallel.distributed_optimizer" -- \
   "$supervisor" run "${small[@]}" --set parallel.physical_replicas=2 --set parallel.distributed_optimizer=false \
   --set logging.run_dir="$work/never-2"
 # The checkpoint of logical DP4 x PP2 offered to a placement of logical DP2 x PP2.
-expect other-layout 1 "written under the logical layout data 4 x pipeline 2 x tensor 1" -- \
+expect other-layout 2 "written under the logical layout data 4 x pipeline 2 x tensor 1" -- \
   "$supervisor" run --set parallel.data=2 --set parallel.pipeline=2 --set batch.global_batch_size=16 \
   --set training.train_samples=96 --set lr_schedule.warmup_samples=16 --set logging.tensorboard=false \
   --set parallel.physical_replicas=1 --set checkpoint.dir="$work/run/checkpoints" --set checkpoint.load=latest \

@@ -66,16 +66,16 @@ expect final-save 1 "the newest complete checkpoint is $work/e/checkpoints/step_
 # a delay that is not a number of seconds, or out of bounds, is refused.
 expect inject-delay 0 "injected delay of 0.050 s at step 2 during checkpoint_write" -- \
   "$supervisor" run "${small[@]}" --set logging.run_dir="$work/n" --inject coordinator@2:checkpoint_write:delay:0.05
-expect inject-delay-word 1 "--inject coordinator@2:checkpoint_write:delay:soon: delay 'soon' is not a number of seconds" -- \
+expect inject-delay-word 2 "--inject coordinator@2:checkpoint_write:delay:soon: delay 'soon' is not a number of seconds" -- \
   "$supervisor" run "${small[@]}" --set logging.run_dir="$work/n2" --inject coordinator@2:checkpoint_write:delay:soon
-expect inject-delay-zero 1 "faults.fault[0].delay_s: must be more than 0 and at most 60 (seconds the actor sleeps), got 0" -- \
+expect inject-delay-zero 2 "faults.fault[0].delay_s: must be more than 0 and at most 60 (seconds the actor sleeps), got 0" -- \
   "$supervisor" run "${small[@]}" --set logging.run_dir="$work/n3" --inject coordinator@2:checkpoint_write:delay:0
 
 # Where a regular file is expected: a directory, a device or /proc/self/mem (size 0, and
 # unreadable) as the config; a device as the secret; `latest` linked to /dev/zero.
-expect config-dir 1 "config file is a directory, not a regular file" -- "$supervisor" run "$work"
-expect plan-dir 1 "config file is a directory, not a regular file" -- "$supervisor" plan "$work"
-expect plan-proc-mem 1 "/proc/self/mem: cannot read the config file" -- "$supervisor" plan /proc/self/mem
+expect config-dir 2 "config file is a directory, not a regular file" -- "$supervisor" run "$work"
+expect plan-dir 2 "config file is a directory, not a regular file" -- "$supervisor" plan "$work"
+expect plan-proc-mem 2 "/proc/self/mem: cannot read the config file" -- "$supervisor" plan /proc/self/mem
 expect secret-dev-zero 1 "/dev/zero: secret file is a character device" -- \
   timeout 20 "$supervisor" worker --connect 127.0.0.1:9 --secret-file /dev/zero
 cp -r "$work/a" "$work/h"
@@ -90,10 +90,14 @@ expect run-no-value 2 "supervisor run: the required argument for option '--injec
   "$supervisor" run --inject
 expect run-two-configs 2 "supervisor run: too many positional options" -- "$supervisor" run a.textproto b.textproto
 expect run-help 0 "usage: supervisor run [CONFIG]" -- "$supervisor" run --help
-expect run-listen-local 1 "--listen 127.0.0.1:0: the config has no cluster.workers" -- \
+expect run-listen-local 2 "--listen 127.0.0.1:0: the config has no cluster.workers" -- \
   "$supervisor" run --quiet --listen 127.0.0.1:0 --set logging.run_dir="$work/m"
 expect worker-bogus 2 "supervisor worker: unrecognised option '--bogus' (see supervisor worker --help)" -- \
   "$supervisor" worker --connect 127.0.0.1:9 --bogus
+expect worker-bad-address 2 "supervisor worker: --connect 127.0.0.1:port: bad port (expected ADDR:PORT" -- \
+  "$supervisor" worker --connect 127.0.0.1:port
+expect run-bad-address 2 "supervisor run: --listen nowhere: no ADDR:PORT" -- \
+  "$supervisor" run --quiet --listen nowhere --set cluster.workers=2 --set logging.run_dir="$work/m2"
 expect worker-no-connect 2 "supervisor worker: --connect ADDR:PORT is required (see supervisor worker --help)" -- \
   "$supervisor" worker
 expect worker-slots-word 2 "supervisor worker: the argument ('x') for option '--slots' is invalid" -- \
@@ -111,9 +115,9 @@ expect too-many-ranks 1 "ranks in one process" -- "$supervisor" run --quiet --se
   --set parallel.pipeline=32 --set model.layers=32 --set batch.global_batch_size=128 --set training.eval_samples=0 \
   --set training.eval_interval=0 --set logging.run_dir="$work/j"
 
-expect huge-threads 1 "device.threads" -- "$supervisor" run --quiet --set device.threads=2147483647 \
+expect huge-threads 2 "device.threads" -- "$supervisor" run --quiet --set device.threads=2147483647 \
   --set logging.run_dir="$work/k"
-expect huge-eval 1 "samples of the validation split" -- "$supervisor" run --quiet --set training.eval_samples=4000000 \
+expect huge-eval 2 "samples of the validation split" -- "$supervisor" run --quiet --set training.eval_samples=4000000 \
   --set logging.run_dir="$work/l"
 
 # SIGTERM while the coordinator hangs (not watched, so it stays hung): a second SIGTERM
