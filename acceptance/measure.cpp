@@ -108,7 +108,7 @@ std::vector<RankMemory> measure_step_memory(const Config& c) {
   for (const auto& r : ranks) {
     workers.push_back(std::make_unique<engine::StageWorker>(c, r, plan.ranks[size_t(topo.index(r))]));
     optim_devices.push_back(std::make_unique<kernels::cpu::CpuDevice>(engine::threads_per_stage(c, topo)));
-    shards.push_back(std::make_unique<engine::OptimizerShard>(c, *optim_devices.back(),
+    shards.push_back(std::make_unique<engine::OptimizerShard>(optim::AdamWHyper::from_config(c), *optim_devices.back(),
                                                               workers.back()->model().registry(),
                                                               workers.back()->shard_range(),
                                                               distributed || r.dp == 0));

@@ -5,7 +5,6 @@
 
 #include "actors/message_types.h"
 #include "actors/peers.h"
-#include "config/derived.h"
 #include "data/batch_source.h"
 #include "engine/topology.h"
 
@@ -67,10 +66,10 @@ void pump(Self* self) {
 // reads its contiguous block, in microbatches of micro_batch_size rows.
 void produce_eval(Self* self, const msg::RunStep& rs) {
   auto& st = self->state;
-  const Config& c = *st.args.config;
-  const int32_t mbs = c.batch().micro_batch_size();
+  const data::InputSpec& in = st.args.config->input;
+  const int32_t mbs = in.batch.micro_batch_size();
   const int64_t per_replica = int64_t(rs.microbatches) * mbs;
-  const int64_t total = per_replica * c.parallel().data();
+  const int64_t total = per_replica * in.data_parallel;
   std::vector<int64_t> ids(static_cast<size_t>(total));
   for (int64_t i = 0; i < total; ++i) ids[size_t(i)] = st.valid->sample_at(i);
   // The loss of the pass is normalised by the whole validation set's tokens.
@@ -91,17 +90,18 @@ loader_actor::behavior_type loader_impl(Self* self, LoaderArgs args) {
   auto& st = self->state;
   st.args = std::move(args);
   exit_on_exception(self, engine::loader_path(st.args.dp));
-  const Config& c = *st.args.config;
-  st.train = data::BatchSource::open(c, data::Split::Train, st.args.skip_samples);
-  if (c.training().eval_samples() > 0) st.valid = data::BatchSource::open(c, data::Split::Valid);
-  st.microbatches = int32_t(config::microbatches_per_replica(c));
-  st.global_batch = c.batch().global_batch_size();
-  st.prefetch = std::max(1, c.data().prefetch_microbatches());
+  const LoaderConfig& c = *st.args.config;
+  st.train = data::BatchSource::open(c.input, data::Split::Train, st.args.skip_samples);
+  // The validation split skips nothing: the skip list is the train split's.
+  if (c.evaluates) st.valid = data::BatchSource::open(c.input, data::Split::Valid, {});
+  st.microbatches = int32_t(c.input.microbatches_per_replica());
+  st.global_batch = c.input.batch.global_batch_size();
+  st.prefetch = std::max(1, c.input.data.prefetch_microbatches());
   return {
       [self](wire_atom, const Registry& registry) {
         auto& s = self->state;
         const Peers peers(registry);
-        const auto t = engine::Topology::logical(*s.args.config);
+        const auto& t = s.args.config->layout;
         s.coordinator = peers.coordinator();
         s.stages.clear();
         for (int32_t p = 0; p < t.pp; ++p)
@@ -129,6 +129,11 @@ loader_actor::behavior_type loader_impl(Self* self, LoaderArgs args) {
 }
 
 }  // namespace
+
+std::shared_ptr<const LoaderConfig> LoaderConfig::of(const Config& c) {
+  return std::make_shared<const LoaderConfig>(
+      LoaderConfig{data::InputSpec::of(c), c.training().eval_samples() > 0, engine::Topology::logical(c)});
+}
 
 loader_actor spawn_loader(caf::event_based_actor* parent, LoaderArgs args) {
   return parent->spawn(loader_impl, std::move(args));

@@ -22,15 +22,25 @@
 
 #include <caf/all.hpp>
 
-#include "engine/faults.h"
 #include "actors/actor_interfaces.h"
+#include "data/batch_source.h"
+#include "engine/faults.h"
+#include "engine/topology.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {
 
+// What a loader reads of the configuration, cut once per run (LoaderConfig::of) and
+// shared by every loader of it.
+struct LoaderConfig {
+  data::InputSpec input;    // the datasets and the batch's shape (data::BatchSource::open)
+  bool evaluates = false;   // training.eval_samples > 0: the validation split is opened
+  engine::Topology layout;  // the logical layout: the stages (pp x tp) a replica feeds
+  static std::shared_ptr<const LoaderConfig> of(const Config& c);
+};
+
 struct LoaderArgs {
-  // The run's one Config, shared by every actor of the run (never copied per actor).
-  std::shared_ptr<const Config> config;
+  std::shared_ptr<const LoaderConfig> config;
   int32_t dp = 0;
   std::shared_ptr<engine::FaultPlan> faults;
   std::vector<int64_t> skip_samples;  // the run state's (engine/run_state.h): the train split skips them

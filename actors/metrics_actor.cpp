@@ -64,13 +64,13 @@ void write_once(Self* self, Write&& write) {
 // the step-time rate excludes checkpoint waits and evaluation, so the calendar
 // efficiency is applied to it once; the wall-clock rate already includes every
 // loss, so it is not applied again.
-std::string calendar_lines(const Config& c, const metrics::RunSummary& r) {
+std::string calendar_lines(const MetricsArgs& a, const metrics::RunSummary& r) {
   const double step_rate = metrics::tokens_per_second(r);
   const double real_tokens = double(r.input_tokens - r.padding_tokens);
   const double wall_rate = r.elapsed_s > 0 ? real_tokens / r.elapsed_s : 0;
   if (step_rate <= 0) return {};
-  const auto plan = sched::token_plan(c);
-  const double eff = c.logging().calendar_efficiency();
+  const auto& plan = a.tokens;
+  const double eff = a.calendar_efficiency;
   const auto at_step = sched::calendar(double(plan.budget), step_rate, eff);
   const auto at_wall = sched::calendar(double(plan.budget), wall_rate, 1.0);
   return fmt::format(
@@ -138,15 +138,15 @@ void write_failed(Self* self, const std::string& why) {
   st.args.inbox->set_blocked(why);
   if (!st.blocked) {
     spdlog::error("metrics: {}; the run's records wait in memory until they can be written (at most {})", why,
-                  st.args.config->logging().max_unwritten_records());
+                  st.args.max_unwritten_records);
     self->delayed_send(self, kRetryWrite, drain_atom::value);
   }
   st.blocked = true;
-  if (!st.stop_asked && int64_t(waiting) >= st.args.config->logging().max_unwritten_records() && st.args.directory) {
+  if (!st.stop_asked && int64_t(waiting) >= st.args.max_unwritten_records && st.args.directory) {
     st.stop_asked = true;
     const auto error = fmt::format("{} record(s) of the run could not be written (logging.max_unwritten_records = {}): "
                                    "{}",
-                                   waiting, st.args.config->logging().max_unwritten_records(), why);
+                                   waiting, st.args.max_unwritten_records, why);
     if (auto c = st.args.directory->get(engine::coordinator_path()))
       caf::anon_send(typed_handle<coordinator_actor>(c), storage_failed_atom::value, error);
   }
@@ -204,10 +204,7 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
   st.jsonl = std::make_unique<metrics::JsonlLog>(st.args.layout.metrics);
   if (st.args.tensorboard) st.events = std::make_unique<metrics::EventFileWriter>(st.args.layout.events, unix_now());
   st.bar = st.args.console && st.args.progress_bar && metrics::is_terminal(stdout);
-  const auto& lc = st.args.config->logging();
-  st.detector = std::make_unique<metrics::SpikeDetector>(
-      metrics::SpikeOptions{lc.spike_window(), lc.spike_min_history(), lc.spike_mad_k(), lc.spike_loss_min_jump(),
-                            lc.spike_grad_norm_min_jump()});
+  st.detector = std::make_unique<metrics::SpikeDetector>(st.args.spikes);
   metrics::load_spike_history(st.args.layout.spikes, *st.detector);
   st.spikes = std::make_unique<metrics::JsonlLog>(st.args.layout.spikes);
   st.records = caf::message_handler{
@@ -285,7 +282,7 @@ metrics_actor::behavior_type metrics_impl(Self* self, MetricsArgs args) {
         auto& s = self->state;
         r.spikes = s.spike_count;
         const auto report = metrics::straggler_report(s.timings);
-        const std::string calendar = calendar_lines(*s.args.config, r);
+        const std::string calendar = calendar_lines(s.args, r);
         write_once(self, [&] { s.jsonl->summary(r); });
         if (s.events) write_once(self, [&] { s.events->sync(); });
         if (s.bar) std::fputs("\r\033[2K", stdout);

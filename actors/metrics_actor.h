@@ -27,10 +27,10 @@
 #include "engine/faults.h"
 #include "engine/step_close.h"
 #include "actors/actor_interfaces.h"
-#include "messages/config.pb.h"
 #include "messages/runtime.h"
 #include "metrics/run_dir.h"
 #include "metrics/spike_detector.h"
+#include "sched/planner.h"
 
 namespace troupe::actors {
 
@@ -51,7 +51,11 @@ struct MetricsArgs {
   int32_t log_interval = 1;  // print every n-th step line
   int64_t total_steps = 0;
   std::shared_ptr<engine::FaultPlan> faults;
-  std::shared_ptr<const Config> config;  // the run's: spike options, token budget and calendar efficiency
+  // What the metrics actor reads of the configuration besides the above.
+  metrics::SpikeOptions spikes;        // logging.spike_window, _min_history, _mad_k, _*_min_jump
+  int64_t max_unwritten_records = 0;   // logging.max_unwritten_records
+  sched::TokenPlan tokens;             // the calendar line's token budget (sched::token_plan)
+  double calendar_efficiency = 1;      // logging.calendar_efficiency
   std::shared_ptr<MetricsInbox> inbox;  // the run's records, shared by every incarnation
   // Where the coordinator is found: told when records pile up unwritten (a full disk).
   std::shared_ptr<Directory> directory;

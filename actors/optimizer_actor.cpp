@@ -27,7 +27,6 @@ struct OptimizerState {
   OptimizerArgs args;
   std::string path;
   std::shared_ptr<kernels::Device> device;  // usually shared with the stage (engine/rank_device.h)
-  std::unique_ptr<model::ParameterRegistry> registry;
   std::unique_ptr<engine::OptimizerShard> shard;
   coordinator_actor coordinator;
   stage_actor stage;
@@ -72,7 +71,7 @@ void deliver_snapshot(Self* self, msg::ShardSnapshot snap, int64_t waited_ms) {
   const std::chrono::milliseconds waited(waited_ms);
   auto& st = self->state;
   const auto path = engine::writer_path(st.args.rank);
-  const std::chrono::duration<double> limit(st.args.config->supervision().step_watchdog_s());
+  const std::chrono::duration<double> limit(st.args.config->step_watchdog_s);
   if (auto writer = st.args.directory ? st.args.directory->get(path) : caf::actor{}) {
     if (waited_ms > 0)
       spdlog::info("{}: checkpoint of step {}: {} is back after {} ms", st.path, snap.step, path, waited_ms);
@@ -96,7 +95,7 @@ void deliver_snapshot(Self* self, msg::ShardSnapshot snap, int64_t waited_ms) {
 void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
   auto& st = self->state;
   const auto& r = st.args.rank;
-  if (engine::writes_shard(*st.args.config, r)) {
+  if (engine::writes_shard(st.args.config->distributed, r)) {
     if (!st.stage_params)
       throw std::logic_error(st.path + ": snapshot requested before any step ran");
     if (st.state_step != cmd.step)
@@ -151,23 +150,21 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
   st.path = engine::optim_path(args.rank);
   st.args = std::move(args);
   exit_on_exception(self, st.path);
-  const Config& c = *st.args.config;
+  const OptimizerConfig& c = *st.args.config;
   const auto& r = st.args.rank;
-  const int dp = c.parallel().data();
-  st.device = st.args.device ? st.args.device : engine::make_rank_device(c, engine::Topology::logical(c), r);
-  // The same registry (layer range and tensor-parallel slice) as the rank's stage.
-  st.registry = std::make_unique<model::ParameterRegistry>(engine::stage_registry(c, r));
+  if (!st.args.device || !st.args.registry) throw std::logic_error(st.path + ": spawned without a device or a registry");
+  st.device = st.args.device;
+  const model::ParameterRegistry& registry = *st.args.registry;
   // The flat range this rank owns; must match engine::StageWorker::shard_range.
-  const bool distributed = c.parallel().distributed_optimizer();
-  model::FlatRange range{0, st.registry->total()};
-  if (distributed) {
-    const auto chunk = comm::chunk_range(size_t(st.registry->total()), dp, r.dp);
+  model::FlatRange range{0, registry.total()};
+  if (c.distributed) {
+    const auto chunk = comm::chunk_range(size_t(registry.total()), c.data_parallel, r.dp);
     range = {int64_t(chunk.begin), int64_t(chunk.end)};
   }
-  st.shard = std::make_unique<engine::OptimizerShard>(c, *st.device, *st.registry, range,
-                                                      /*counts_in_norm=*/distributed || r.dp == 0);
+  st.shard = std::make_unique<engine::OptimizerShard>(c.adamw, *st.device, registry, range,
+                                                      /*counts_in_norm=*/c.distributed || r.dp == 0);
   if (st.args.resume) {
-    engine::restore_shard(*st.args.resume, *st.registry, *st.shard);
+    engine::restore_shard(*st.args.resume, registry, *st.shard);
     st.state_step = st.args.resume->step();
   }
   return {
@@ -261,6 +258,13 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
 }
 
 }  // namespace
+
+std::shared_ptr<const OptimizerConfig> OptimizerConfig::of(const Config& c) {
+  return std::make_shared<const OptimizerConfig>(OptimizerConfig{optim::AdamWHyper::from_config(c),
+                                                                 c.parallel().distributed_optimizer(),
+                                                                 c.parallel().data(),
+                                                                 c.supervision().step_watchdog_s()});
+}
 
 optimizer_actor spawn_optimizer(caf::event_based_actor* parent, OptimizerArgs args) {
   return parent->spawn<caf::detached>(optimizer_impl, std::move(args));

@@ -21,24 +21,38 @@
 
 #include <caf/all.hpp>
 
+#include "actors/actor_interfaces.h"
 #include "actors/directory.h"
 #include "ckpt/reader.h"
 #include "engine/faults.h"
 #include "engine/topology.h"
 #include "kernels/device.h"
-#include "actors/actor_interfaces.h"
 #include "messages/config.pb.h"
+#include "model/param_registry.h"
+#include "optim/adamw.h"
 
 namespace troupe::actors {
 
+// What an optimizer shard reads of the configuration, cut once per run
+// (OptimizerConfig::of) and shared by every shard of it.
+struct OptimizerConfig {
+  optim::AdamWHyper adamw;     // optimizer.beta1, beta2, eps, weight_decay
+  bool distributed = true;     // parallel.distributed_optimizer: replica d owns 1/DP of the range
+  int32_t data_parallel = 1;   // parallel.data (logical replicas)
+  double step_watchdog_s = 0;  // supervision.step_watchdog_s: how long a missing writer is waited for
+  static std::shared_ptr<const OptimizerConfig> of(const Config& c);
+};
+
 struct OptimizerArgs {
-  // The run's one Config, shared by every actor of the run (never copied per actor).
-  std::shared_ptr<const Config> config;
+  std::shared_ptr<const OptimizerConfig> config;
+  // The rank's parameters: the layer range and tensor-parallel slice of its stage
+  // (engine::stage_registry), cut by whoever spawns the shard.
+  std::shared_ptr<const model::ParameterRegistry> registry;
   engine::Rank rank;
   std::shared_ptr<engine::FaultPlan> faults;
   std::shared_ptr<const ckpt::Checkpoint> resume;  // moments and step counter from here
   std::shared_ptr<Directory> directory;             // finds its checkpoint writer
-  // The rank's device, shared with its stage (null: one of its own).
+  // The rank's device, shared with its stage (engine/rank_device.h).
   std::shared_ptr<kernels::Device> device;
   // A physical rank hosting several logical ones: the hosted optimizer shards share its
   // device and take its device_turn across each computation (engine/hosted_stage.h).

@@ -38,6 +38,7 @@
 #include "kernels/cpu/gemm.h"
 #include "metrics/run_dir.h"
 #include "model/param_registry.h"
+#include "sched/planner.h"
 #include "sched/schedule_verifier.h"
 #include "util/sigpipe.h"
 
@@ -424,7 +425,12 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   margs.log_interval = c.logging().log_interval();
   margs.total_steps = config::full_updates(c);
   margs.faults = faults;
-  margs.config = shared_config;
+  const auto& lc = c.logging();
+  margs.spikes = {lc.spike_window(), lc.spike_min_history(), lc.spike_mad_k(), lc.spike_loss_min_jump(),
+                  lc.spike_grad_norm_min_jump()};
+  margs.max_unwritten_records = lc.max_unwritten_records();
+  margs.tokens = sched::token_plan(c);
+  margs.calendar_efficiency = lc.calendar_efficiency();
   margs.inbox = inbox;
   margs.directory = directory;
 

@@ -15,7 +15,9 @@
 #include "actors/stage_actor.h"
 #include "actors/unix_time.h"
 #include "actors/writer_actor.h"
+#include "engine/checkpointing.h"
 #include "engine/rank_device.h"
+#include "engine/stage_worker.h"
 #include "engine/topology.h"
 
 namespace troupe::actors {
@@ -128,11 +130,13 @@ SupervisorSpec training_group_spec(GroupArgs args) {
     p.fired = faults->fired_indices();
     return p;
   };
+  // Each part receives its piece of the Config, cut here once per group.
+  const auto loader_config = LoaderConfig::of(c);
   for (int32_t d = 0; d < topo.dp; ++d) {
     ChildSpec child{engine::loader_path(d), Restart::Permanent,
-                    [config, d, skip, faults = args.faults, cluster, placement](caf::event_based_actor* self, int) {
+                    [loader_config, d, skip, faults = args.faults, cluster, placement](caf::event_based_actor* self, int) {
                       if (cluster) return place_on_worker(self, *cluster, placement("loader", {d, 0, 0}, 0, 0));
-                      return untyped_handle(spawn_loader(self, LoaderArgs{config, d, faults, *skip}));
+                      return untyped_handle(spawn_loader(self, LoaderArgs{loader_config, d, faults, *skip}));
                     }};
     child.restart_alone = true;
     spec.children.push_back(std::move(child));
@@ -146,16 +150,20 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   };
   // Logical ranks hosted by one physical rank (Topology::hosts_several) get its round-0
   // rank's communicators and shared stage (engine/hosted_stage.h).
-  for (const auto& r : topo.all_ranks())
+  const auto optimizer_config = OptimizerConfig::of(c);
+  for (const auto& r : topo.all_ranks()) {
+    const auto registry = std::make_shared<const model::ParameterRegistry>(engine::stage_registry(c, r));
     spec.children.push_back(
         {engine::optim_path(r), Restart::Permanent,
-         [config, r, topo, comms, faults = args.faults, resume, dir = args.directory, cluster, placement, device_of](
-             caf::event_based_actor* self, int incarnation) {
+         [optimizer_config, registry, r, topo, comms, faults = args.faults, resume, dir = args.directory, cluster,
+          placement, device_of](caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("optim", r, 0, incarnation));
            auto hosted = comms->current()->ranks[size_t(topo.index(topo.host_of(r)))].hosted;
-           return untyped_handle(spawn_optimizer(
-               self, OptimizerArgs{config, r, faults, resume->current(), dir, device_of(r, incarnation), std::move(hosted)}));
+           return untyped_handle(spawn_optimizer(self, OptimizerArgs{optimizer_config, registry, r, faults,
+                                                                     resume->current(), dir, device_of(r, incarnation),
+                                                                     std::move(hosted)}));
          }});
+  }
   for (const auto& r : topo.all_ranks())
     spec.children.push_back(
         {engine::stage_path(r), Restart::Permanent,
@@ -241,8 +249,10 @@ SupervisorSpec writer_group_spec(std::shared_ptr<const Config> config, std::shar
   spec.directory = directory;
   for (const auto& r : engine::Topology::logical(c).all_ranks()) {
     if (!engine::writes_shard(c, r)) continue;
+    // The writer's piece of the Config (in cluster mode the worker cuts its own).
+    const auto layout = cluster ? nullptr : std::make_shared<const ckpt::FlatLayout>(engine::shard_layout(c, r));
     spec.children.push_back({engine::writer_path(r), Restart::Permanent,
-                             [config, r, faults, directory, copies, cluster](caf::event_based_actor* self, int) {
+                             [layout, r, faults, directory, copies, cluster](caf::event_based_actor* self, int) {
                                if (cluster) {
                                  PlaceActor p;
                                  p.kind = "writer";
@@ -250,7 +260,7 @@ SupervisorSpec writer_group_spec(std::shared_ptr<const Config> config, std::shar
                                  p.fired = faults->fired_indices();
                                  return place_on_worker(self, *cluster, std::move(p));
                                }
-                               return untyped_handle(spawn_writer(self, WriterArgs{config, r, faults, directory, copies}));
+                               return untyped_handle(spawn_writer(self, WriterArgs{layout, r, faults, directory, copies}));
                              }});
   }
   spec.on_failure = [directory, book, faults](const std::string& path, const std::string& reason) {

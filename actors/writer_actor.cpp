@@ -83,7 +83,7 @@ writer_actor::behavior_type writer_impl(Self* self, WriterArgs args) {
         const auto file = engine::shard_file_name(state->rank);
         try {
           if (fail_write) throw ckpt::CheckpointError("injected FAIL_WRITE");
-          const auto record = engine::write_shard(*w.args.config, *state, s.partial_dir, file, w.path);
+          const auto record = engine::write_shard(*w.args.layout, *state, s.partial_dir, file, w.path);
           if (w.args.copies) w.args.copies->keep(file, {s.step, w.path, state, record});
           if (damage) {
             const auto target = s.partial_dir + "/" + file;

@@ -17,18 +17,19 @@
 
 #include <caf/all.hpp>
 
+#include "actors/actor_interfaces.h"
 #include "actors/directory.h"
+#include "ckpt/flat_layout.h"
 #include "engine/faults.h"
 #include "engine/shard_copies.h"
 #include "engine/topology.h"
-#include "actors/actor_interfaces.h"
-#include "messages/config.pb.h"
 
 namespace troupe::actors {
 
 struct WriterArgs {
-  // The run's one Config, shared by every actor of the run (never copied per actor).
-  std::shared_ptr<const Config> config;
+  // The writer's piece of the Config: the flat layout of its rank's parameters, which
+  // its shard files follow (engine::shard_layout).
+  std::shared_ptr<const ckpt::FlatLayout> layout;
   engine::Rank rank;
   std::shared_ptr<engine::FaultPlan> faults;
   std::shared_ptr<Directory> directory;  // finds the coordinator

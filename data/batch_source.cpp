@@ -6,7 +6,6 @@
 #include <stdexcept>
 #include <utility>
 
-#include "config/derived.h"
 #include "data/blend.h"
 #include "data/dataset_tokenizer.h"
 #include "data/default_corpus.h"
@@ -96,14 +95,26 @@ std::vector<SourceSpec> sources_of(const DataConfig& d, Split split) {
 
 }  // namespace
 
+InputSpec InputSpec::of(const Config& c) {
+  return {c.data(), c.batch(), c.parallel().data(), c.model().vocab_size(), c.training().seed()};
+}
+
+int64_t InputSpec::microbatches_per_replica() const {
+  return batch.global_batch_size() / (int64_t(batch.micro_batch_size()) * data_parallel);
+}
+
 BatchSource BatchSource::open(const Config& cfg, Split split) {
   return open(cfg, split, std::span<const int64_t>(cfg.data().skip_samples().data(),
                                                    size_t(cfg.data().skip_samples_size())));
 }
 
 BatchSource BatchSource::open(const Config& cfg, Split split, std::span<const int64_t> skip_samples) {
-  const auto& b = cfg.batch();
-  const int64_t mbs = b.micro_batch_size(), dp = cfg.parallel().data(), G = b.global_batch_size();
+  return open(InputSpec::of(cfg), split, skip_samples);
+}
+
+BatchSource BatchSource::open(const InputSpec& in, Split split, std::span<const int64_t> skip_samples) {
+  const auto& b = in.batch;
+  const int64_t mbs = b.micro_batch_size(), dp = in.data_parallel, G = b.global_batch_size();
   if (mbs <= 0 || dp <= 0 || G <= 0 || G % (mbs * dp) != 0) {
     throw DataError("batch.global_batch_size " + std::to_string(G) +
                     " must be a positive multiple of batch.micro_batch_size (" + std::to_string(mbs) +
@@ -112,13 +123,13 @@ BatchSource BatchSource::open(const Config& cfg, Split split, std::span<const in
   if (b.seq_length() <= 0) {
     throw DataError("batch.seq_length " + std::to_string(b.seq_length()) + " must be positive");
   }
-  const auto& d = cfg.data();
+  const auto& d = in.data;
   if (d.prefix().empty() && d.blend().empty() && d.tokenizer() != DataConfig::BYTES) {
     throw DataError("data.tokenizer is not BYTES but data.prefix is empty: the embedded default corpus "
                     "is byte-tokenized; set data.prefix to a dataset prepared with that tokenizer");
   }
 
-  const int64_t vocab = cfg.model().vocab_size();
+  const int64_t vocab = in.vocab_size;
   std::optional<HfTokenizerSummary> hf;
   if (d.tokenizer() == DataConfig::HF_JSON) {
     hf = read_hf_tokenizer_summary(d.tokenizer_file(), d.eod_id() >= 0 ? std::optional<int32_t>(d.eod_id()) : std::nullopt);
@@ -153,7 +164,7 @@ BatchSource BatchSource::open(const Config& cfg, Split split, std::span<const in
     x.settings.split_weights = spec.split_weights;
     x.settings.seq_length = b.seq_length();
     x.settings.pad_to_boundary = d.pad_to_boundary();
-    x.settings.seed = cfg.training().seed();
+    x.settings.seed = in.seed;
     const auto ranges = split_documents(x.settings.split_weights, x.data.sequences());
     if (ranges[size_t(split)].size() == 0) {
       throw DataError("the " + std::string(split_name(split)) + " split of " + prefix + " has no documents (split \"" +
@@ -204,7 +215,7 @@ BatchSource BatchSource::open(const Config& cfg, Split split, std::span<const in
   s->global_batch = G;
   s->micro_batch = mbs;
   s->replicas = dp;
-  s->microbatches = config::microbatches_per_replica(cfg);
+  s->microbatches = in.microbatches_per_replica();
   // Padding input/target IDs are never learned; EOD keeps them inside the vocabulary:
   // 256 for the byte tokenizer, data.eod_id for a dataset tokenized elsewhere, the
   // file's EOD for a tokenizer.json, the last ID (GPT-2's <|endoftext|>) otherwise.

@@ -45,6 +45,19 @@
 
 namespace troupe::data {
 
+// What the batch source reads of the configuration: a loader holds this piece, not the
+// whole Config (InputSpec::of cuts it once per run).
+struct InputSpec {
+  DataConfig data;             // the datasets or blend, split, tokenizer, prefetch, skip list
+  BatchConfig batch;           // micro and global batch, sequence length
+  int64_t data_parallel = 1;   // parallel.data: the logical replicas a global batch is split over
+  int64_t vocab_size = 0;      // model.vocab_size: every token ID must be below it
+  uint64_t seed = 0;           // training.seed: keys the epoch permutations
+  static InputSpec of(const Config& c);
+  // Microbatches each replica reads per update: G / (micro_batch_size x parallel.data).
+  int64_t microbatches_per_replica() const;
+};
+
 class BatchSource {
  public:
   // Opens the dataset cfg.data names (cfg.data.prefix; empty = the embedded default,
@@ -55,6 +68,8 @@ class BatchSource {
   // The train split skips cfg.data.skip_samples; a running run passes its run state's
   // list instead (engine/run_state.h: those plus the resumed checkpoint's and each
   // rollback's), checked the same way.
+  static BatchSource open(const InputSpec& in, Split split, std::span<const int64_t> skip_samples);
+  // The same, from the whole Config (InputSpec::of(cfg)).
   static BatchSource open(const Config& cfg, Split split = Split::Train);
   static BatchSource open(const Config& cfg, Split split, std::span<const int64_t> skip_samples);
 

@@ -142,7 +142,8 @@ void ResumeSource::heal_latest() {
       continue;
     }
     try {
-      const ShardFile rewritten = write_shard(*config_, *copy->state, dir, check.file, copy->writer);
+      const ShardFile rewritten =
+          write_shard(shard_layout(*config_, copy->state->rank), *copy->state, dir, check.file, copy->writer);
       if (rewritten.size_bytes() != listed->size_bytes() || rewritten.crc32c() != listed->crc32c())
         throw ckpt::CheckpointError(fmt::format("the rewrite has {} bytes, CRC-32C {:#010x}; the manifest says {} "
                                                 "bytes, {:#010x}",
@@ -256,7 +257,8 @@ void restore_shard(const ckpt::Checkpoint& ck, const model::ParameterRegistry& r
   a.set_steps(ck.manifest().successful_updates());
 }
 
-bool writes_shard(const Config& c, const Rank& r) { return c.parallel().distributed_optimizer() || r.dp == 0; }
+bool writes_shard(bool distributed_optimizer, const Rank& r) { return distributed_optimizer || r.dp == 0; }
+bool writes_shard(const Config& c, const Rank& r) { return writes_shard(c.parallel().distributed_optimizer(), r); }
 
 std::string shard_file_name(const Rank& r) { return fmt::format("dp{}_pp{}_tp{}.shard", r.dp, r.pp, r.tp); }
 
@@ -286,10 +288,10 @@ bool same_directory(const DirectoryIdentity& then, const DirectoryIdentity& now)
   return then.generation == 0 || now.generation == 0 || then.generation == now.generation;
 }
 
-ShardFile write_shard(const Config& c, const ShardState& s, const std::string& dir, const std::string& file,
-                            const std::string& writer) {
-  const model::ParameterRegistry reg = stage_registry(c, s.rank);
-  const auto layout = ckpt::flat_layout(reg);
+ckpt::FlatLayout shard_layout(const Config& c, const Rank& r) { return ckpt::flat_layout(stage_registry(c, r)); }
+
+ShardFile write_shard(const ckpt::FlatLayout& layout, const ShardState& s, const std::string& dir,
+                      const std::string& file, const std::string& writer) {
   ckpt::ShardWriter w(dir, file, writer);
   // The buffers hold the range only: shift so that buffer[range.begin] is element 0.
   const auto put = [&](ckpt::TensorKind kind, const std::vector<float>& values) {

@@ -120,10 +120,15 @@ struct ShardState {
 };
 // Whether this rank writes a shard (all ranks with the distributed optimizer,
 // data-parallel rank 0 without).
+bool writes_shard(bool distributed_optimizer, const Rank& r);
 bool writes_shard(const Config& c, const Rank& r);
-// Writes `s` as shard file `file` into `dir` (the checkpoint's .partial directory).
-ShardFile write_shard(const Config& c, const ShardState& s, const std::string& dir,
-                            const std::string& file, const std::string& writer);
+// The flat layout of rank r's parameters, which a shard file of that rank follows:
+// the checkpoint writer's piece of the Config.
+ckpt::FlatLayout shard_layout(const Config& c, const Rank& r);
+// Writes `s` (a state of the rank `layout` is of) as shard file `file` into `dir` (the
+// checkpoint's .partial directory).
+ShardFile write_shard(const ckpt::FlatLayout& layout, const ShardState& s, const std::string& dir,
+                      const std::string& file, const std::string& writer);
 std::string shard_file_name(const Rank& r);  // "dp0_pp1_tp0.shard"
 
 // Which directory a path names now. A save's partial directory is recreated when the

@@ -5,14 +5,14 @@
 
 namespace troupe::engine {
 
-OptimizerShard::OptimizerShard(const Config& c, kernels::Device& device,
+OptimizerShard::OptimizerShard(optim::AdamWHyper hyper, kernels::Device& device,
                                const model::ParameterRegistry& reg, model::FlatRange range,
                                bool counts_in_norm)
     : device_(device),
       counts_in_norm_(counts_in_norm),
       // The update and weight sums over the elements the norm counts (none when this
       // shard counts in no norm): each parameter once across replicas and stages.
-      adamw_(device, optim::AdamWHyper::from_config(c), reg.decay_spans(), range,
+      adamw_(device, hyper, reg.decay_spans(), range,
              counts_in_norm ? optim::parts_within(reg.norm_ranges(), range) : std::vector<model::FlatRange>{}) {
   if (counts_in_norm_) norm_parts_ = optim::parts_within(reg.norm_ranges(), range);
   // The norm parts cut at tensor boundaries and joined again per layer: summed apart

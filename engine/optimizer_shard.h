@@ -17,7 +17,7 @@ class OptimizerShard {
   // range: the elements this shard owns; counts_in_norm: whether its gradients are
   // part of the global norm (false for the replicas of an unsharded optimizer, whose
   // rank 0 counts for all of them).
-  OptimizerShard(const Config& c, kernels::Device& device, const model::ParameterRegistry& reg,
+  OptimizerShard(optim::AdamWHyper hyper, kernels::Device& device, const model::ParameterRegistry& reg,
                  model::FlatRange range, bool counts_in_norm);
 
   // Sum of squares of the gradients this shard counts in the global norm (grads

@@ -19,9 +19,11 @@
 #include "ckpt/reader.h"
 #include "comm/gloo_groups.h"
 #include "comm/ordered_reduction.h"
+#include "engine/checkpointing.h"
 #include "engine/cluster_device_groups.h"
 #include "engine/hosted_stage.h"
 #include "engine/rank_device.h"
+#include "engine/stage_worker.h"
 
 namespace troupe::actors {
 namespace {
@@ -153,6 +155,9 @@ struct HostState {
   // With physical replicas hosting several logical ones: what the stages and optimizer
   // shards of one start (incarnation) of a physical rank share, by (host index, incarnation).
   std::map<std::pair<int32_t, int>, std::weak_ptr<engine::HostedStage>> hosted_stages;
+  // The loaders' and optimizer shards' pieces of the Config, cut once.
+  std::shared_ptr<const LoaderConfig> loader_config;
+  std::shared_ptr<const OptimizerConfig> optimizer_config;
 };
 
 using Self = caf::stateful_actor<HostState>;
@@ -225,14 +230,19 @@ caf::actor place(Self* self, const PlaceActor& p) {
     placed = untyped_handle(spawn_stage(self, std::move(s)));
   } else if (p.kind == "optim") {
     // A hosted rank's shard takes its physical rank's device turn (engine/hosted_stage.h).
-    placed = untyped_handle(spawn_optimizer(self, OptimizerArgs{config, r, a.faults, checkpoint(self, p.resume_dir),
-                                                                st.directory, devices(self, topo).get(r, p.incarnation),
-                                                                hosted_stage(self, topo, r, p.incarnation)}));
+    if (!st.optimizer_config) st.optimizer_config = OptimizerConfig::of(c);
+    auto registry = std::make_shared<const model::ParameterRegistry>(engine::stage_registry(c, r));
+    placed = untyped_handle(spawn_optimizer(
+        self, OptimizerArgs{st.optimizer_config, std::move(registry), r, a.faults, checkpoint(self, p.resume_dir),
+                            st.directory, devices(self, topo).get(r, p.incarnation),
+                            hosted_stage(self, topo, r, p.incarnation)}));
   } else if (p.kind == "writer") {
-    placed = untyped_handle(spawn_writer(self, WriterArgs{config, r, a.faults, st.directory}));
+    placed = untyped_handle(spawn_writer(self, WriterArgs{std::make_shared<const ckpt::FlatLayout>(engine::shard_layout(c, r)), r,
+                                                          a.faults, st.directory}));
     st.directory->put(engine::writer_path(r), placed);
   } else if (p.kind == "loader") {
-    placed = untyped_handle(spawn_loader(self, LoaderArgs{config, r.dp, a.faults, p.skip_samples}));
+    if (!st.loader_config) st.loader_config = LoaderConfig::of(c);
+    placed = untyped_handle(spawn_loader(self, LoaderArgs{st.loader_config, r.dp, a.faults, p.skip_samples}));
   } else {
     throw std::invalid_argument(fmt::format("unknown actor kind '{}'", p.kind));
   }

@@ -23,6 +23,7 @@
 #include "actors/optimizer_actor.h"
 #include "ckpt/commit.h"
 #include "engine/checkpointing.h"
+#include "engine/rank_device.h"
 #include "engine/stage_worker.h"
 #include "optim/grad_clip.h"
 #include "test/actors/parity_check.h"
@@ -107,10 +108,13 @@ TEST_CASE("an optimizer shard told to decide applies its own decision and waits 
   caf::actor_system sys{cfg};
   caf::scoped_actor coordinator{sys}, stage{sys};
   auto directory = std::make_shared<actors::Directory>();
+  const auto registry = std::make_shared<const model::ParameterRegistry>(engine::stage_registry(c, rank));
+  const auto device = engine::make_rank_device(c, engine::Topology::logical(c), rank);
   auto parent = sys.spawn([&](caf::event_based_actor* self) -> caf::behavior {
     return {[=](actors::start_atom) {
       return actors::untyped_handle(
-          actors::spawn_optimizer(self, actors::OptimizerArgs{std::make_shared<const Config>(c), rank, nullptr, nullptr, directory, nullptr}));
+          actors::spawn_optimizer(self, actors::OptimizerArgs{actors::OptimizerConfig::of(c), registry, rank, nullptr,
+                                                                  nullptr, directory, device}));
     }};
   });
   caf::actor optimizer;
