@@ -55,7 +55,8 @@
 namespace troupe::actors {
 
 struct CoordinatorArgs {
-  // The run's one Config, shared by every actor of the run (never copied per actor).
+  // The run's one Config, whole: every manifest records it, and the step driver, the
+  // update decision and the checkpoint budget read their parts of it.
   std::shared_ptr<const Config> config;
   engine::Topology topo;  // the group's logical layout on its placement: its ranks, every manifest's placement
   std::vector<int64_t> skip_samples;  // the run state's (engine/run_state.h): the data order, every manifest's list

@@ -11,13 +11,11 @@
 #include "actors/peers.h"
 #include "actors/send_when_done.h"
 #include "actors/unix_time.h"
-#include "config/derived.h"
 #include "engine/checkpointing.h"
 #include "engine/pipeline_transport.h"
 #include "engine/stage_worker.h"
 #include "engine/state_snapshot.h"
 #include "sched/pipeline_schedule.h"
-#include "sched/schedule_verifier.h"
 
 namespace troupe::actors {
 namespace {
@@ -478,12 +476,11 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
   st.topo = args.topo;
   st.args = std::move(args);
   exit_on_exception(self, st.path);
-  const Config& c = *st.args.config;
+  const engine::StageSpec& spec = *st.args.spec;
   if (st.args.connect_comms) st.args.comms = st.args.connect_comms();
-  st.worker = std::make_shared<engine::StageWorker>(c, st.args.rank, st.args.comms, st.args.device);
+  st.worker = std::make_shared<engine::StageWorker>(spec, st.args.comms, st.args.device);
   st.transport.emplace(st.path, st.worker, st.args.comms.pipeline_prev, st.args.comms.pipeline_next);
-  st.beat_period = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(c.supervision().heartbeat_interval_s()));
+  st.beat_period = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.heartbeat_interval_s));
   st.hosted = st.worker->hosted();
   st.round = st.topo.round_of(st.args.rank);
   st.rounds = st.topo.hosted();
@@ -492,14 +489,14 @@ stage_actor::behavior_type stage_impl(Self* self, StageArgs args) {
     // A shared stage's weights are loaded once, by the hosted rank that made it.
     if (st.worker->made_model()) engine::restore_stage(*st.args.resume, st.worker->model());
     st.last_finished_step = st.args.resume->step();
-  } else if (!c.training().init_from().empty() && st.worker->made_model()) {
+  } else if (!spec.init_from.empty() && st.worker->made_model()) {
     // A fresh start from a Hugging Face model: this rank maps the files and reads
     // only its own boxes of them (run_training checked the directory before).
-    engine::init_stage_from_hf(engine::open_init_from(c), st.worker->model());
+    engine::init_stage_from_hf(engine::open_init_from(spec.init_from, spec.model.model), st.worker->model());
   }
   // The same verified lists run_training checked before starting the actors
   // (sched/schedule_verifier.h): this stage walks exactly its own.
-  st.schedule = sched::verified_pipeline_schedule(c);
+  st.schedule = *spec.schedule;
   st.train_ops = st.schedule.ops[size_t(st.args.rank.pp)];
   st.last_of_chunk.assign(st.train_ops.size(), false);
   const auto finishing = st.worker->split_backward() ? sched::OpKind::Weight : sched::OpKind::Backward;

@@ -33,16 +33,17 @@
 
 #include "ckpt/reader.h"
 #include "engine/faults.h"
+#include "engine/stage_worker.h"
 #include "engine/topology.h"
 #include "kernels/device.h"
 #include "actors/actor_interfaces.h"
-#include "messages/config.pb.h"
 
 namespace troupe::actors {
 
 struct StageArgs {
-  // The run's one Config, shared by every actor of the run (never copied per actor).
-  std::shared_ptr<const Config> config;
+  // The stage's piece of the Config (engine::StageSpec::of: its model spec, layers,
+  // activation slots, the verified schedule, ...).
+  std::shared_ptr<const engine::StageSpec> spec;
   engine::Rank rank;
   engine::Topology topo;  // the group's logical layout on its placement (engine::RunState::topology)
   engine::RankComms comms;
@@ -52,7 +53,7 @@ struct StageArgs {
   // Cluster mode: connects this rank's communicators (blocking, on the stage's own
   // thread as it starts) instead of using `comms`.
   std::function<engine::RankComms()> connect_comms;
-  // The rank's device, shared with its optimizer shard (null: one of its own).
+  // The rank's device, shared with its optimizer shard (engine/rank_device.h).
   std::shared_ptr<kernels::Device> device;
 };
 

@@ -19,6 +19,7 @@
 #include "engine/rank_device.h"
 #include "engine/stage_worker.h"
 #include "engine/topology.h"
+#include "sched/schedule_verifier.h"
 
 namespace troupe::actors {
 void watch_for_hangs(ChildSpec& child, const SupervisionConfig& s) {
@@ -152,7 +153,8 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   // rank's communicators and shared stage (engine/hosted_stage.h).
   const auto optimizer_config = OptimizerConfig::of(c);
   for (const auto& r : topo.all_ranks()) {
-    const auto registry = std::make_shared<const model::ParameterRegistry>(engine::stage_registry(c, r));
+    const auto registry =
+        cluster ? nullptr : std::make_shared<const model::ParameterRegistry>(engine::stage_registry(c, r));
     spec.children.push_back(
         {engine::optim_path(r), Restart::Permanent,
          [optimizer_config, registry, r, topo, comms, faults = args.faults, resume, dir = args.directory, cluster,
@@ -164,16 +166,23 @@ SupervisorSpec training_group_spec(GroupArgs args) {
                                                                      std::move(hosted)}));
          }});
   }
-  for (const auto& r : topo.all_ranks())
+  // (In cluster mode the worker that hosts an actor cuts its piece.)
+  const auto schedule =
+      cluster ? nullptr : std::make_shared<const sched::PipelineSchedule>(sched::verified_pipeline_schedule(c));
+  for (const auto& r : topo.all_ranks()) {
+    const auto stage_spec =
+        cluster ? nullptr : std::make_shared<const engine::StageSpec>(engine::StageSpec::of(c, r, schedule));
     spec.children.push_back(
         {engine::stage_path(r), Restart::Permanent,
-         [config, r, topo, comms, resume, faults = args.faults, cluster, cluster_comms, placement, device_of](
+         [stage_spec, r, topo, comms, resume, faults = args.faults, cluster, cluster_comms, placement, device_of](
              caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("stage", r, cluster_comms->current(), incarnation));
            auto plan = comms->current();
-           return untyped_handle(spawn_stage(self, StageArgs{config, r, topo, plan->ranks[size_t(topo.index(topo.host_of(r)))], faults,
+           return untyped_handle(spawn_stage(self, StageArgs{stage_spec, r, topo,
+                                                             plan->ranks[size_t(topo.index(topo.host_of(r)))], faults,
                                                              resume->current(), {}, device_of(r, incarnation)}));
          }});
+  }
   ChildSpec coordinator{engine::coordinator_path(), Restart::Permanent,
                         [config, placed_now, skip, faults = args.faults, dir = args.directory, book = args.book, resume,
                          inbox = args.metrics, client = args.client](caf::event_based_actor* self, int) {

@@ -27,7 +27,9 @@
 namespace troupe::actors {
 
 struct GroupArgs {
-  std::shared_ptr<const Config> config;  // the run's one Config, shared by every actor of the group
+  // The run's one Config: the group cuts each actor's piece from it (docs/runtime.md);
+  // the coordinator holds it whole.
+  std::shared_ptr<const Config> config;
   engine::RunState run_state;  // the skip list for the loaders and the manifests, where the group resumes
   std::shared_ptr<engine::FaultPlan> faults;
   std::shared_ptr<Directory> directory;

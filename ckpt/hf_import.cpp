@@ -112,7 +112,7 @@ std::vector<std::string> hf_config_mismatches(const ModelConfig& hf, const Model
   return out;
 }
 
-HfModel HfModel::open(const std::string& dir, const Config& run) {
+HfModel HfModel::open(const std::string& dir, const ModelConfig& run) {
   if (!fs::is_directory(dir)) throw CheckpointError(dir + ": not a directory (a Hugging Face model directory)");
   const std::string config_path = dir + "/config.json";
   if (!fs::exists(config_path)) throw CheckpointError(config_path + ": missing (a Hugging Face model directory has one)");
@@ -122,12 +122,12 @@ HfModel HfModel::open(const std::string& dir, const Config& run) {
   } catch (const config::ConfigError& e) {
     throw CheckpointError(e.what());
   }
-  if (const auto diff = hf_config_mismatches(hf, run.model()); !diff.empty()) {
+  if (const auto diff = hf_config_mismatches(hf, run); !diff.empty()) {
     std::string msg = config_path + ": the Hugging Face model does not match the run's model section:";
     for (const auto& line : diff) msg += "\n  " + line;
     throw CheckpointError(msg);
   }
-  const bool llama = run.model().architecture() == ModelConfig::LLAMA;  // Hugging Face's Llama names
+  const bool llama = run.architecture() == ModelConfig::LLAMA;  // Hugging Face's Llama names
   const char* family = llama ? "Llama" : "GPT-2";
 
   HfModel m;
@@ -136,8 +136,10 @@ HfModel HfModel::open(const std::string& dir, const Config& run) {
   m.file_names_ = weight_files(dir, &weight_map);
   for (const auto& name : m.file_names_) m.files_.push_back(SafetensorsView::open(dir + "/" + name));
 
-  // What the run needs: the whole model's tensors, vocabulary tables unpadded.
-  const model::ParameterRegistry whole(run, model::StageRange::whole(run));
+  // What the run needs: the whole model's tensors, vocabulary tables unpadded (the
+  // registry's shapes only: the seed plays no part).
+  const model::ParameterRegistry whole(model::ModelSpec(run, /*seed=*/0, run.vocab_size()),
+                                       model::StageRange{0, run.layers()});
   std::map<std::string, Shape> needed;
   for (const auto& t : whole.tensors()) {
     Shape s = t.global_shape;
@@ -168,7 +170,7 @@ HfModel HfModel::open(const std::string& dir, const Config& run) {
         }
         throw CheckpointError(fmt::format("{}: tensor {} is not a parameter of the run's {} (model.tied_embeddings {}); "
                                           "refusing to drop it",
-                                          view.path(), e.name, family, bool_text(run.model().tied_embeddings())));
+                                          view.path(), e.name, family, bool_text(run.tied_embeddings())));
       }
       if (m.params_.count(name))
         throw CheckpointError(fmt::format("{}: tensor {} is stored twice (also in {}, under another spelling)",

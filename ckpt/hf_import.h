@@ -42,7 +42,9 @@ std::vector<std::string> hf_config_mismatches(const ModelConfig& hf, const Model
 
 class HfModel {
  public:
-  static HfModel open(const std::string& dir, const Config& run);
+  // `run`: the run's model section, which config.json must match.
+  static HfModel open(const std::string& dir, const ModelConfig& run);
+  static HfModel open(const std::string& dir, const Config& run) { return open(dir, run.model()); }
 
   const std::string& dir() const { return dir_; }
   // The weight files read ("model.safetensors" or the index's shards), in name order.

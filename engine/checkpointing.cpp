@@ -232,13 +232,15 @@ void init_stage_from_hf(const ckpt::HfModel& hf, model::GptStage& stage) {
   stage.device().copy_from_host(stage.params(), host.data(), host.size() * sizeof(float));
 }
 
-ckpt::HfModel open_init_from(const Config& c) {
+ckpt::HfModel open_init_from(const std::string& dir, const ModelConfig& model) {
   try {
-    return ckpt::HfModel::open(c.training().init_from(), c);
+    return ckpt::HfModel::open(dir, model);
   } catch (const ckpt::CheckpointError& e) {
     throw ckpt::CheckpointError(std::string("training.init_from: ") + e.what());
   }
 }
+
+ckpt::HfModel open_init_from(const Config& c) { return open_init_from(c.training().init_from(), c.model()); }
 
 void restore_shard(const ckpt::Checkpoint& ck, const model::ParameterRegistry& reg, OptimizerShard& shard) {
   const auto layout = reading_layout(ck, reg);

@@ -108,6 +108,7 @@ void restore_stage(const ckpt::Checkpoint& ck, model::GptStage& stage);
 void init_stage_from_hf(const ckpt::HfModel& hf, model::GptStage& stage);
 // The model of training.init_from opened and checked against the run (HfModel::open),
 // errors prefixed "training.init_from: ". Run before any actor starts.
+ckpt::HfModel open_init_from(const std::string& dir, const ModelConfig& model);
 ckpt::HfModel open_init_from(const Config& c);
 // The shard's moments for its range, and its step counter (successful updates).
 void restore_shard(const ckpt::Checkpoint& ck, const model::ParameterRegistry& reg, OptimizerShard& shard);

@@ -36,31 +36,52 @@ model::ParameterRegistry stage_registry(const Config& c, const Rank& r) {
   return model::ParameterRegistry(c, stage_layers(c, r), tensor_slice(c, r));
 }
 
+StageSpec StageSpec::of(const Config& c, const Rank& r, std::shared_ptr<const sched::PipelineSchedule> schedule) {
+  // The slots are counted on the schedule as built: the verified lists are the same
+  // ones (a mutation under test is refused before any stage starts).
+  return {r,
+          model::ModelSpec(c),
+          stage_layers(c, r),
+          model::StageShape::from_config(c),
+          sched::stage_activations(c, r.pp, sched::build_pipeline_schedule(c)),
+          Topology::logical(c),
+          c.parallel().distributed_optimizer(),
+          c.parallel().sequence_parallel(),
+          c.supervision().heartbeat_interval_s(),
+          c.training().init_from(),
+          std::move(schedule)};
+}
+
 StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::shared_ptr<kernels::Device> device)
-    : rank_(rank),
+    : StageWorker(StageSpec::of(c, rank, nullptr), std::move(comms),
+                  device ? std::move(device) : make_rank_device(c, Topology::logical(c), rank)) {}
+
+StageWorker::StageWorker(const StageSpec& spec, RankComms comms, std::shared_ptr<kernels::Device> device)
+    : rank_(spec.rank),
       comms_(std::move(comms)),
-      distributed_(c.parallel().distributed_optimizer()),
-      width_(c.model().width()),
-      device_(device ? std::move(device) : make_rank_device(c, Topology::logical(c), rank)) {
+      distributed_(spec.distributed_optimizer),
+      width_(spec.model.model.width()),
+      device_(std::move(device)) {
+  if (!device_) throw std::invalid_argument("stage " + rank_text(rank_) + ": no device");
+  const Topology& topo = spec.layout;
   model::TensorParallel tp;
-  if (c.parallel().tensor() > 1) {
-    if (!comms_.tensor_parallel || comms_.tensor_parallel->size() != c.parallel().tensor() ||
-        comms_.tensor_parallel->rank() != rank.tp)
-      throw std::invalid_argument("stage tp" + std::to_string(rank.tp) + ": the tensor-parallel communicator is not "
-                                  "rank " + std::to_string(rank.tp) + " of parallel.tensor = " +
-                                  std::to_string(c.parallel().tensor()));
+  if (topo.tp > 1) {
+    if (!comms_.tensor_parallel || comms_.tensor_parallel->size() != topo.tp ||
+        comms_.tensor_parallel->rank() != rank_.tp)
+      throw std::invalid_argument("stage tp" + std::to_string(rank_.tp) + ": the tensor-parallel communicator is not "
+                                  "rank " + std::to_string(rank_.tp) + " of parallel.tensor = " +
+                                  std::to_string(topo.tp));
     tp.group = comms_.tensor_parallel;
-    tp.sequence_parallel = c.parallel().sequence_parallel();
+    tp.sequence_parallel = spec.sequence_parallel;
   }
   // This stage's slots per chunk, as the planner's ledger counts them (only this stage:
   // under interleaving each stage's count is a happens-before analysis of the op lists).
-  const auto plan = sched::stage_activations(c, rank.pp, sched::build_pipeline_schedule(c));
+  const auto& plan = spec.activations;
   const auto make = [&] {
-    return std::make_unique<model::GptStage>(c, stage_layers(c, rank), *device_,
+    return std::make_unique<model::GptStage>(spec.model, spec.layers, *device_,
                                              std::vector<int>(plan.chunk_slots.begin(), plan.chunk_slots.end()),
-                                             model::StageShape::from_config(c), std::move(tp));
+                                             spec.shape, std::move(tp));
   };
-  const auto topo = Topology::logical(c);
   if (hosted())
     model_ = shared_model(comms_, device_, make, made_model_);
   else
@@ -69,7 +90,7 @@ StageWorker::StageWorker(const Config& c, Rank rank, RankComms comms, std::share
   const size_t n = size_t(model_->param_count());
   if (hosted()) {
     // Logical replica d owns chunk d of the logical layout's, whatever hosts it.
-    const auto chunk = comm::chunk_range(n, topo.dp, rank.dp);
+    const auto chunk = comm::chunk_range(n, topo.dp, rank_.dp);
     shard_ = {int64_t(chunk.begin), int64_t(chunk.end)};
   } else if (distributed_) {
     const auto chunk = comm::chunk_range(n, comms_.data_parallel->size(), comms_.data_parallel->rank());

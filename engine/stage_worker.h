@@ -47,6 +47,8 @@
 #include "kernels/device.h"
 #include "messages/runtime.h"
 #include "model/gpt_stage.h"
+#include "sched/activation_memory.h"
+#include "sched/pipeline_schedule.h"
 
 namespace troupe::engine {
 
@@ -77,10 +79,31 @@ struct LossReadback {
   std::vector<msg::SegmentLoss> segments(int mb, const data::Microbatch& batch) const;
 };
 
+// What one stage rank reads of the configuration (StageSpec::of): the stage actor and
+// its StageWorker receive this piece, not the Config; the model gets `model` alone.
+struct StageSpec {
+  Rank rank;
+  model::ModelSpec model;                // the model's piece (model/model_spec.h)
+  model::StageLayers layers;             // the rank's layers, or its chunks (stage_layers)
+  model::StageShape shape;               // the batch's activation capacity (micro batch, seq)
+  sched::StageActivations activations;   // the stage's slots per chunk, as the planner's ledger counts them
+  Topology layout;                       // the logical layout
+  bool distributed_optimizer = true;     // parallel.distributed_optimizer
+  bool sequence_parallel = false;        // parallel.sequence_parallel
+  double heartbeat_interval_s = 0;       // supervision.heartbeat_interval_s
+  std::string init_from;                 // training.init_from (empty: the seed's weights)
+  // The verified op lists of every stage (sched::verified_pipeline_schedule), one copy
+  // shared by the run's stages.
+  std::shared_ptr<const sched::PipelineSchedule> schedule;
+  static StageSpec of(const Config& c, const Rank& r, std::shared_ptr<const sched::PipelineSchedule> schedule);
+};
+
 class StageWorker {
  public:
-  // `device`: the rank's device (engine/rank_device.h), shared with its optimizer
-  // shard; null: a device of its own (make_rank_device).
+  // `device`: the rank's device (engine/rank_device.h), shared with its optimizer shard.
+  StageWorker(const StageSpec& spec, RankComms comms, std::shared_ptr<kernels::Device> device);
+  // The same from a whole Config (tests, the acceptance ladder's measurement); null
+  // `device`: a device of its own (make_rank_device).
   StageWorker(const Config& c, Rank rank, RankComms comms, std::shared_ptr<kernels::Device> device = nullptr);
 
   const Rank& rank() const { return rank_; }

@@ -24,6 +24,7 @@
 #include "engine/hosted_stage.h"
 #include "engine/rank_device.h"
 #include "engine/stage_worker.h"
+#include "sched/schedule_verifier.h"
 
 namespace troupe::actors {
 namespace {
@@ -155,9 +156,11 @@ struct HostState {
   // With physical replicas hosting several logical ones: what the stages and optimizer
   // shards of one start (incarnation) of a physical rank share, by (host index, incarnation).
   std::map<std::pair<int32_t, int>, std::weak_ptr<engine::HostedStage>> hosted_stages;
-  // The loaders' and optimizer shards' pieces of the Config, cut once.
+  // What the pieces of the Config the hosted actors receive share, made once: the
+  // loaders' and optimizer shards' pieces, the stages' verified schedule.
   std::shared_ptr<const LoaderConfig> loader_config;
   std::shared_ptr<const OptimizerConfig> optimizer_config;
+  std::shared_ptr<const sched::PipelineSchedule> schedule;
 };
 
 using Self = caf::stateful_actor<HostState>;
@@ -209,9 +212,8 @@ std::shared_ptr<engine::HostedStage> hosted_stage(Self* self, const engine::Topo
 caf::actor place(Self* self, const PlaceActor& p) {
   auto& st = self->state;
   const auto& a = *st.args;
+  // The worker's one Config (received when it joined): each hosted actor gets its piece.
   const Config& c = a.config;
-  // The worker's one Config (received when it joined), shared by what it hosts.
-  const std::shared_ptr<const Config> config(st.args, &a.config);
   a.faults->mark_fired(p.fired);
   const engine::Rank& r = p.rank;
   // The group's logical layout on the placement its start runs on.
@@ -224,7 +226,10 @@ caf::actor place(Self* self, const PlaceActor& p) {
   caf::actor placed;
   if (p.kind == "stage") {
     const auto device = devices(self, topo).get(r, p.incarnation);
-    StageArgs s{config, r, topo, {}, a.faults, checkpoint(self, p.resume_dir), {}, device};
+    if (!st.schedule)
+      st.schedule = std::make_shared<const sched::PipelineSchedule>(sched::verified_pipeline_schedule(c));
+    StageArgs s{std::make_shared<const engine::StageSpec>(engine::StageSpec::of(c, r, st.schedule)), r, topo, {},
+                a.faults, checkpoint(self, p.resume_dir), {}, device};
     s.connect_comms = [comms = generation(self, p.generation, topo), r, device,
                        hosted = hosted_stage(self, topo, r, p.incarnation)] { return comms->connect(r, device, hosted); };
     placed = untyped_handle(spawn_stage(self, std::move(s)));

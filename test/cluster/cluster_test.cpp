@@ -28,6 +28,7 @@
 #include "test/actors/parity_check.h"
 #include "test/cluster/cluster_harness.h"
 #include "test/cluster/worker_launcher.h"
+#include "test/support/tiny_runtime_config.h"
 
 using namespace troupe;
 using namespace troupe::cluster_harness;
@@ -70,6 +71,22 @@ TEST_CASE("logical DP4 x PP2 on 2 physical replicas placed BY_STAGE: hosted stag
   c.mutable_cluster()->set_placement(ClusterConfig::BY_STAGE);
   Config unplaced = local_of(c);
   unplaced.mutable_parallel()->set_physical_replicas(4);
+  const auto want = testing::run(unplaced);
+  check_matches(run_cluster(c, 2), want);
+}
+
+TEST_CASE("logical DP2 x TP2 x PP2 (a Llama, sequence parallel) on 1 physical replica placed BY_STAGE: each worker "
+          "hosts a stage's tensor-parallel pair for both replicas, bitwise the in-process run on 2") {
+  // Worker 0 holds stage 0's two tensor-parallel ranks, worker 1 stage 1's; each computes
+  // logical replicas 0 and 1 in turn, its TP group inside the process, the activations
+  // and the ordered reduction's shards over Gloo.
+  Config c = testing::as_llama(tiny("dp2tp2pp2on1", 2, 2, 2));
+  c.mutable_parallel()->set_tensor(2);
+  c.mutable_parallel()->set_sequence_parallel(true);
+  c.mutable_parallel()->set_physical_replicas(1);
+  c.mutable_cluster()->set_placement(ClusterConfig::BY_STAGE);
+  Config unplaced = local_of(c);
+  unplaced.mutable_parallel()->set_physical_replicas(2);
   const auto want = testing::run(unplaced);
   check_matches(run_cluster(c, 2), want);
 }
