@@ -340,6 +340,19 @@ void roll_back(Self* self) {
   if (st.client) self->send(st.client, finished_atom::value, st.args.book->outcome());
 }
 
+// The group's end for a regroup (engine::RegroupRequested): this step is saved; the
+// runtime starts the next group from it on the larger placement.
+void regroup(Self* self) {
+  auto& st = self->state;
+  const int64_t step = st.driver->last_saved_step();
+  spdlog::info("step {} saved: the training group ends to continue on a larger placement (now {} physical "
+               "replica(s))",
+               step, st.topo.physical_replicas());
+  auto outcome = st.args.book->outcome();
+  outcome.status = "regroup";
+  if (st.client) self->send(st.client, finished_atom::value, std::move(outcome));
+}
+
 // A final save failed twice: the run ends as failed, naming it and the newest complete
 // checkpoint.
 void finish_final_save_failed(Self* self, const engine::FinishRunFinalSaveFailed& a) {
@@ -391,8 +404,14 @@ void carry_out(Self* self, const engine::StepAction& action) {
         } else if constexpr (std::is_same_v<A, engine::FinishRun>) {
           if (a.status == "rollback")
             roll_back(self);
+          else if (a.status == "regroup")
+            regroup(self);
           else
             finish_run(self, a.status, a.error);
+        } else if constexpr (std::is_same_v<A, engine::RegroupDropped>) {
+          spdlog::warn("step {}: the checkpoint a regroup needs failed; the run goes on on {} physical replica(s)",
+                       a.step, st.topo.physical_replicas());
+          event(self, "regroup_dropped", a.step, {{"physical_replicas", int64_t(st.topo.physical_replicas())}});
         } else if constexpr (std::is_same_v<A, engine::FinishRunFailed>) {
           finish_failed(self, a);
         } else if constexpr (std::is_same_v<A, engine::FinishRunFinalSaveFailed>) {
@@ -460,6 +479,7 @@ void finish_train_step(Self* self) {
   to_metrics(self, caf::make_message(engine::step_extras(ledger, r, st.topo, st.microbatches,
                                                          st.args.config->batch().micro_batch_size(), *st.data)));
   st.ledger.reset();
+  if (st.args.larger_placement_ready && st.args.larger_placement_ready()) feed(self, engine::RegroupRequested{});
   feed(self, engine::TrainStepClosed{r.step, st.pos.consumed_samples});
 }
 

@@ -37,6 +37,7 @@
 // (actors/actor_interfaces.h).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,11 @@ struct CoordinatorArgs {
   std::shared_ptr<MetricsInbox> metrics;           // records for the metrics actor
   std::shared_ptr<const ckpt::Checkpoint> resume;  // null: from the initial weights
   caf::actor client;                               // receives finished_atom + RunOutcome
+  // Cluster mode: whether a larger placement is ready (a worker joined while the run is
+  // placed on fewer physical replicas than configured), asked at each step's close; the
+  // group then ends with a checkpoint of that step and the status "regroup" (the runtime
+  // starts the next group on the larger placement). Null: never.
+  std::function<bool()> larger_placement_ready;
 };
 
 coordinator_actor spawn_coordinator(caf::event_based_actor* parent, CoordinatorArgs args);

@@ -36,6 +36,7 @@
 #include "engine/storage_space.h"
 #include "engine/topology.h"
 #include "kernels/cpu/gemm.h"
+#include "metrics/json.h"
 #include "metrics/run_dir.h"
 #include "model/param_registry.h"
 #include "sched/planner.h"
@@ -512,22 +513,24 @@ RunResult run_training(const Config& given, const RunOptions& options) {
                  caf::make_message(startup_record(c, state, options.config_source, run_dir.layout.root, first_checkpoint.get())));
 
     // The training group of each timeline: one, or one more after each rollback
-    // (logging.on_spike ROLLBACK). The exit report of a group stopped for a rollback
-    // is told apart by its generation: the rollbacks before it (the run state's count).
+    // (logging.on_spike ROLLBACK) and after each regroup (cluster mode: the run grows
+    // back onto a worker that joined). The exit report of a group stopped for either is
+    // told apart by its generation (the groups started before it).
+    int64_t generation = 0;
     auto start_group = [&] {
-      // In cluster mode the placement may have shrunk since the run started (a lost
-      // worker without a spare): the cluster holds the current one.
+      // In cluster mode the placement may have changed since the run started (a lost
+      // worker without a spare, a worker that joined after that): the cluster holds it.
       if (cluster) state.physical_replicas = cluster->placed().physical_replicas();
       GroupArgs g{shared_config, state, faults, directory, book, resume, inbox, client_handle, {}, cluster,
                   root ? root->comms() : nullptr};
-      g.on_exit = [client_handle, generation = state.rollbacks](const SupervisorReport& r) {
+      g.on_exit = [client_handle, generation](const SupervisorReport& r) {
         caf::anon_send(client_handle, group_exit_atom::value, generation, r);
       };
       group = spawn_supervisor(sys, training_group_spec(std::move(g)));
     };
     start_group();
-    for (bool rolled_back = true; rolled_back;) {
-      rolled_back = false;
+    for (;;) {
+      std::string ended_for;  // "rollback" or "regroup": another group follows
       bool running = true;
       // A supervisor gave up (or its start failed): the run ends as failed with its report.
       auto fail_with = [&](SupervisorReport r) {
@@ -538,12 +541,14 @@ RunResult run_training(const Config& given, const RunOptions& options) {
       };
       client->receive_while([&] { return running; })(
           [&](finished_atom, RunOutcome& o) {
-            rolled_back = o.status == "rollback";
-            if (!rolled_back) result.outcome = std::move(o);
+            if (o.status == "rollback" || o.status == "regroup")
+              ended_for = o.status;
+            else
+              result.outcome = std::move(o);
             running = false;
           },
           [&](group_exit_atom, int64_t from, SupervisorReport& r) {
-            if (from != state.rollbacks) return;  // the group stopped for a rollback
+            if (from != generation) return;  // a group stopped for a rollback or a regroup
             fail_with(std::move(r));
           },
           [&](tree_exit_atom, SupervisorReport& r) {
@@ -556,16 +561,37 @@ RunResult run_training(const Config& given, const RunOptions& options) {
             result.outcome.error = fmt::format("the run did not finish within {} s", options.timeout.count());
             running = false;
           });
-      if (!rolled_back) break;
-      // The coordinator moved the checkpoint root back (engine/rollback.h): the next
-      // group starts from the checkpoint kept, skipping the spike's samples. A stop
-      // asked meanwhile is seen by the new group's first decision.
-      const auto rollback = book->take_rollback();
+      if (ended_for.empty()) break;
       client->send(group, shutdown_atom::value);
       client->wait_for(group);
-      state.roll_back(rollback->request, rollback->done);
-      data::BatchSource::open(c, data::Split::Train, state.skip_samples);  // the grown list checked against the split
-      resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
+      ++generation;
+      // Across processes the stopped group's communicators are abandoned: the next group
+      // connects a fresh generation (its placement may differ).
+      if (root) root->comms()->abort("the training group ended for a " + ended_for);
+      if (ended_for == "rollback") {
+        // The coordinator moved the checkpoint root back (engine/rollback.h): the next
+        // group starts from the checkpoint kept, skipping the spike's samples. A stop
+        // asked meanwhile is seen by the new group's first decision.
+        const auto rollback = book->take_rollback();
+        state.roll_back(rollback->request, rollback->done);
+        data::BatchSource::open(c, data::Split::Train, state.skip_samples);  // the grown list checked against the split
+        resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
+      } else {
+        // A regroup: the coordinator saved the step the group ended at; the next group
+        // resumes from that checkpoint on the larger placement (or on the same one when
+        // the worker that made it fit is gone again), computing no step twice.
+        const int32_t from = cluster->placed().physical_replicas();  // a shrink may have lowered it since
+        const auto to = cluster->grow();
+        const auto saved = book->outcome().steps.empty() ? int64_t(0) : book->outcome().steps.back().step;
+        post_metrics(*inbox, *directory,
+                     caf::make_message(event_atom::value, std::string("grow"), saved, unix_now(),
+                                       metrics::Json{{"from_physical_replicas", from},
+                                                     {"physical_replicas", to.value_or(from)},
+                                                     {"resume_step", saved}}
+                                           .dump()));
+        state.resume_from = "latest";
+        resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
+      }
       if (copies) resume->heal_from(copies, shared_config);
       start_group();
     }

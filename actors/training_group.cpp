@@ -185,10 +185,11 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   }
   ChildSpec coordinator{engine::coordinator_path(), Restart::Permanent,
                         [config, placed_now, skip, faults = args.faults, dir = args.directory, book = args.book, resume,
-                         inbox = args.metrics, client = args.client](caf::event_based_actor* self, int) {
-                          return untyped_handle(spawn_coordinator(
-                              self, CoordinatorArgs{config, placed_now(), *skip, faults, dir, book, inbox, resume->current(),
-                                                    client}));
+                         inbox = args.metrics, client = args.client, cluster](caf::event_based_actor* self, int) {
+                          CoordinatorArgs a{config, placed_now(), *skip, faults, dir, book, inbox, resume->current(),
+                                            client, {}};
+                          if (cluster) a.larger_placement_ready = [cluster] { return cluster->grow_target().has_value(); };
+                          return untyped_handle(spawn_coordinator(self, std::move(a)));
                         }};
   watch_for_hangs(coordinator, c.supervision());
   spec.children.push_back(std::move(coordinator));
@@ -281,14 +282,14 @@ SupervisorSpec writer_group_spec(std::shared_ptr<const Config> config, std::shar
   };
   if (cluster) {
     add_cluster_hooks(spec, cluster);
-    // A shrink moves ranks to other workers: their writers follow (an optimizer shard
-    // finds its writer in its own process's directory).
-    cluster->on_shrink([directory, ranks = engine::Topology::logical(c).all_ranks()](const std::vector<int32_t>& moved) {
+    // A shrink or a grow moves ranks to other workers: their writers follow (an
+    // optimizer shard finds its writer in its own process's directory).
+    cluster->on_move([directory, ranks = engine::Topology::logical(c).all_ranks()](const std::vector<int32_t>& moved) {
       const auto writers = directory->get(engine::writers_supervisor_path());
       if (!writers) return;
       for (const int32_t i : moved)
         caf::anon_send(writers, relocate_atom::value, engine::writer_path(ranks[size_t(i)]),
-                       std::string("its rank moved to another worker (a shrink)"));
+                       std::string("its rank moved to another worker (a shrink or a grow)"));
     });
   }
   return spec;

@@ -83,6 +83,7 @@ std::string describe(const StepAction& a) {
                                x.error);
           },
           [](const FinishRun& x) { return fmt::format("FinishRun {}{}", x.status, x.error.empty() ? "" : ": " + x.error); },
+          [](const RegroupDropped& x) { return fmt::format("RegroupDropped {}", x.step); },
           [](const FinishRunFailed& x) { return fmt::format("FinishRunFailed: {}", x.error); },
           [](const FinishRunFinalSaveFailed& x) {
             return fmt::format("FinishRunFinalSaveFailed {} after {}: {}{}", x.step, x.attempts, x.error,
@@ -195,6 +196,29 @@ void StepDriver::advance(Actions& out) {
       finish_or_wait_for_save(out);
     return;
   }
+  // 1b. A regroup (RegroupRequested; not on the last step, which ends the run anyway):
+  //     this step's checkpoint, then the end of this group with "regroup". A save in
+  //     flight ends first; when this step's own save fails the request is dropped.
+  if (regroup_ && !issued && step_ < cfg_.total_steps) {
+    if (save_) {
+      phase_ = Phase::WaitingForSave;
+      return;
+    }
+    if (step_ == last_saved_step_) {
+      finish_status_ = "regroup";
+      finish_error_ = fmt::format("step {} saved: the run continues on another placement", step_);
+      finish_or_wait_for_save(out);
+      return;
+    }
+    if (regroup_save_step_ != step_) {
+      regroup_save_step_ = step_;
+      save_checked_step_ = step_;
+      begin_save(/*final=*/false, out);
+      return;
+    }
+    regroup_ = false;
+    out.push_back(RegroupDropped{step_});
+  }
   // 2. The step's checkpoint, decided once per step.
   if (save_checked_step_ != step_) {
     // With max_lag_steps 0 no save may start once step n+1 went out ahead: only a
@@ -254,7 +278,7 @@ void StepDriver::advance(Actions& out) {
 // over ahead runs from n's end exactly, however late the actor's thread gets here.
 void StepDriver::run_ahead(int64_t n, double decided_at, Actions& out) {
   const bool no_lag = cfg_.max_lag_steps <= 0;
-  if (stop_signal_ || !fatal_error_.empty() || n >= cfg_.total_steps || eval_due(n) || held_by_save(n + 1) ||
+  if (stop_signal_ || regroup_ || !fatal_error_.empty() || n >= cfg_.total_steps || eval_due(n) || held_by_save(n + 1) ||
       (no_lag && save_due(n)) || issued_step_ != n)
     return;
   issued_step_ = n + 1;
@@ -405,6 +429,12 @@ void StepDriver::on_event(const EvalClosed&, Actions& out) {
 
 // Acted on at the next decision (advance, run_ahead).
 void StepDriver::on_event(const StopRequested& e, Actions&) { stop_signal_ = e.signal; }
+
+void StepDriver::on_event(const RegroupRequested&, Actions& out) {
+  if (regroup_) return;
+  regroup_ = true;
+  if (phase_ == Phase::BetweenSteps) advance(out);
+}
 
 void StepDriver::on_event(const msg::SnapshotTaken& t, Actions& out) {
   if (!save_ || save_->step != t.step) return;

@@ -97,6 +97,12 @@ struct EvalClosed {};
 struct StopRequested {
   int signal = 0;
 };
+// A larger placement is ready (cluster mode: a worker joined while the run is placed on
+// fewer physical replicas than configured; docs/cluster.md, "Growing back"). At the next
+// step boundary the step is saved and the group ends with FinishRun "regroup"; the next
+// group resumes from that checkpoint on the larger placement, so no step is computed
+// twice. A save of that step that fails drops the request (the run goes on where it is).
+struct RegroupRequested {};
 // Outcomes of BeginSave and CommitSave, fed back by the actor.
 struct SaveOpened {
   uint64_t attempt = 0;  // the save's id in its SnapshotCommands
@@ -118,9 +124,9 @@ struct StorageFailed {
   std::string error;
 };
 
-using StepEvent = std::variant<GroupWired, UpdateDecided, TrainStepClosed, EvalClosed, StopRequested, msg::SnapshotTaken,
-                               msg::ShardWritten, SaveOpened, SaveNotOpened, SaveCommitted, CommitFailed, WriterDown, Tick,
-                               StorageFailed>;
+using StepEvent = std::variant<GroupWired, UpdateDecided, TrainStepClosed, EvalClosed, StopRequested, RegroupRequested,
+                               msg::SnapshotTaken, msg::ShardWritten, SaveOpened, SaveNotOpened, SaveCommitted,
+                               CommitFailed, WriterDown, Tick, StorageFailed>;
 
 // ---- actions --------------------------------------------------------------------
 
@@ -185,6 +191,11 @@ struct SaveFailed {
 struct FinishRun {
   std::string status, error;
 };
+// The save a regroup began at `step` failed: the request is dropped, the run goes on
+// on its placement.
+struct RegroupDropped {
+  int64_t step = 0;
+};
 // The run cannot go on writing what it must keep (max_failed_saves interval saves failed
 // in a row, or StorageFailed): it ends as failed, `error` saying why; the actor adds the
 // newest complete checkpoint and the space a checkpoint needs.
@@ -201,7 +212,7 @@ struct FinishRunFinalSaveFailed {
 
 using StepAction = std::variant<OpenTrainStep, OpenEval, SendUpdate, SendRunStepAhead, BeginSave, RetryFinalSave,
                                 ReplaceWriters, SaveWaitsForWriters, SaveDeferred, KeepShard, CommitSave, SaveFailed, FinishRun,
-                                FinishRunFailed, FinishRunFinalSaveFailed>;
+                                RegroupDropped, FinishRunFailed, FinishRunFinalSaveFailed>;
 
 // One line naming an action and its values ("SendUpdate 3"), for tests and debugging.
 std::string describe(const StepAction& a);
@@ -260,6 +271,7 @@ class StepDriver {
   void on_event(const TrainStepClosed& e, Actions& out);
   void on_event(const EvalClosed&, Actions& out);
   void on_event(const StopRequested& e, Actions& out);
+  void on_event(const RegroupRequested&, Actions& out);
   void on_event(const msg::SnapshotTaken& t, Actions& out);
   void on_event(const msg::ShardWritten& w, Actions& out);
   void on_event(const SaveOpened& e, Actions& out);
@@ -303,6 +315,8 @@ class StepDriver {
   bool issued_shard_decides_ = false;
   int64_t evals_run_ = 0;
   int64_t rollback_step_ = -1;  // the step whose close ends the run as "rollback" (-1: none)
+  bool regroup_ = false;         // RegroupRequested, not yet acted on or dropped
+  int64_t regroup_save_step_ = -1;  // the step whose save the regroup began (-1: none)
   int64_t last_eval_step_ = -1;
 
   // Checkpoints.

@@ -35,7 +35,8 @@ Cluster::Cluster(const Config& c, const engine::Topology& placed)
       topo_(placed),
       placement_(engine::placement_of(c, placed)),
       expected_spares_(c.cluster().spares()),
-      position_worker_(size_t(placement_.workers()), -1) {}
+      position_worker_(size_t(placement_.workers()), -1),
+      configured_physical_(placed.physical_replicas()) {}
 
 engine::Topology Cluster::placed() const {
   std::lock_guard lock(mu_);
@@ -170,76 +171,133 @@ void Cluster::lost(const caf::node_id& node, const std::string& error) {
   }
 }
 
-std::variant<int32_t, std::string> Cluster::shrink_locked() {
+// Why the logical layout may not be placed on another number of physical replicas, or
+// "" (hosting runs on the CPU with the distributed optimizer; EXPLICIT lists the
+// configured workers' ranks).
+std::string Cluster::why_fixed_locked() const {
   const auto& k = config_.cluster();
-  if (k.on_no_spare() == ClusterConfig::STOP) return std::string("cluster.on_no_spare is STOP");
   if (config_.device().type() != DeviceConfig::CPU)
-    return std::string("physical replicas hosting several logical ones run on the CPU device only so far");
+    return "physical replicas hosting several logical ones run on the CPU device only so far";
   if (!config_.parallel().distributed_optimizer())
-    return std::string("physical replicas hosting several logical ones need parallel.distributed_optimizer");
-  if (k.placement() == ClusterConfig::EXPLICIT)
-    return std::string("cluster.placement EXPLICIT lists the ranks of the configured workers only");
+    return "physical replicas hosting several logical ones need parallel.distributed_optimizer";
+  if (k.placement() == ClusterConfig::EXPLICIT) return "cluster.placement EXPLICIT lists the ranks of the configured workers only";
+  return "";
+}
+
+std::optional<Cluster::Fit> Cluster::fit_locked(int32_t physical) const {
   // The live workers, most slots first: the largest blocks of ranks go to them.
   std::vector<size_t> live;
   for (size_t i = 0; i < workers_.size(); ++i)
     if (workers_[i].role != WorkerRecord::Role::Quarantined) live.push_back(i);
   std::stable_sort(live.begin(), live.end(), [&](size_t a, size_t b) { return workers_[a].slots > workers_[b].slots; });
+  if (physical < 1 || topo_.dp % physical != 0) return std::nullopt;
+  Fit f;
+  f.placed = topo_.placed_on(physical);
+  const int32_t active = std::min<int32_t>(int32_t(live.size()), f.placed.physical_layout().ranks());
+  if (active < 1) return std::nullopt;
+  f.placement = engine::placement_of(config_, f.placed, active);
+  std::vector<size_t> positions(static_cast<size_t>(active));
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = i;
+  std::stable_sort(positions.begin(), positions.end(), [&](size_t a, size_t b) {
+    return f.placement.ranks_of[a].size() > f.placement.ranks_of[b].size();
+  });
+  for (size_t i = 0; i < positions.size(); ++i) {
+    if (int32_t(f.placement.ranks_of[positions[i]].size()) > workers_[live[i]].slots) return std::nullopt;
+    f.worker_of_position.push_back({positions[i], live[i]});
+  }
+  f.live = std::move(live);
+  return f;
+}
+
+std::string Cluster::apply_locked(const Fit& f) {
+  const auto host_worker = [&](size_t index) {  // the worker record hosting logical rank `index`, or -1
+    const int32_t position = placement_.worker_of[index];
+    return position < 0 ? -1 : position_worker_[size_t(position)];
+  };
+  std::vector<int32_t> before(placement_.worker_of.size());
+  for (size_t i = 0; i < before.size(); ++i) before[i] = host_worker(i);
+  topo_ = f.placed;
+  placement_ = f.placement;
+  position_worker_.assign(size_t(f.placement.workers()), -1);
+  // The live workers stand for the new active workers, the others are spares.
+  for (const size_t i : f.live) {
+    workers_[i].role = WorkerRecord::Role::Spare;
+    workers_[i].position = -1;
+  }
+  std::string on;
+  for (const auto& [position, worker] : f.worker_of_position) {
+    auto& w = workers_[worker];
+    w.role = WorkerRecord::Role::Active;
+    w.position = int32_t(position);
+    position_worker_[position] = int32_t(worker);
+    on += fmt::format("{}{} (ranks {})", on.empty() ? "" : ", ", describe(w), rank_list(f.placement.ranks_of[position]));
+  }
+  std::vector<int32_t> moved;
+  for (size_t i = 0; i < before.size(); ++i)
+    if (host_worker(i) != before[i]) moved.push_back(int32_t(i));
+  if (on_move_) on_move_(moved);
+  return on;
+}
+
+std::variant<int32_t, std::string> Cluster::shrink_locked() {
+  const auto& k = config_.cluster();
+  if (k.on_no_spare() == ClusterConfig::STOP) return std::string("cluster.on_no_spare is STOP");
+  if (const auto why = why_fixed_locked(); !why.empty()) return why;
   // The most physical replicas below the current count that divide the logical ones,
   // that the live workers hold, and that are not below the floor.
   for (int32_t physical = topo_.physical_replicas() - 1; physical >= k.min_physical_replicas(); --physical) {
-    if (topo_.dp % physical != 0) continue;
-    const auto placed = topo_.placed_on(physical);
-    const int32_t active = std::min<int32_t>(int32_t(live.size()), placed.physical_layout().ranks());
-    if (active < 1) break;
-    const auto p = engine::placement_of(config_, placed, active);
-    std::vector<size_t> positions(static_cast<size_t>(active));
-    for (size_t i = 0; i < positions.size(); ++i) positions[i] = i;
-    std::stable_sort(positions.begin(), positions.end(),
-                     [&](size_t a, size_t b) { return p.ranks_of[a].size() > p.ranks_of[b].size(); });
-    bool fits = true;
-    for (size_t i = 0; i < positions.size(); ++i)
-      fits = fits && int32_t(p.ranks_of[positions[i]].size()) <= workers_[live[i]].slots;
-    if (!fits) continue;
-    // Taken: the live workers stand for the new active workers, the others are spares.
+    const auto fit = fit_locked(physical);
+    if (!fit) continue;
     const int32_t from = topo_.physical_replicas();
-    const auto host_worker = [&](size_t index) {  // the worker record hosting logical rank `index`, or -1
-      const int32_t position = placement_.worker_of[index];
-      return position < 0 ? -1 : position_worker_[size_t(position)];
-    };
-    std::vector<int32_t> before(placement_.worker_of.size());
-    for (size_t i = 0; i < before.size(); ++i) before[i] = host_worker(i);
-    topo_ = placed;
-    placement_ = p;
-    position_worker_.assign(size_t(active), -1);
-    for (const size_t i : live) {
-      workers_[i].role = WorkerRecord::Role::Spare;
-      workers_[i].position = -1;
-    }
-    std::string on;
-    for (size_t i = 0; i < positions.size(); ++i) {
-      auto& w = workers_[live[i]];
-      w.role = WorkerRecord::Role::Active;
-      w.position = int32_t(positions[i]);
-      position_worker_[positions[i]] = int32_t(live[i]);
-      on += fmt::format("{}{} (ranks {})", on.empty() ? "" : ", ", describe(w), rank_list(p.ranks_of[positions[i]]));
-    }
+    const auto on = apply_locked(*fit);
     spdlog::warn("cluster: no spare left: the logical layout (data {}) shrinks from {} to {} physical replica(s) "
                  "on {}; the training group restarts on it from the newest checkpoint, with the same numbers",
                  topo_.dp, from, physical, on);
-    std::vector<int32_t> moved;
-    for (size_t i = 0; i < before.size(); ++i)
-      if (host_worker(i) != before[i]) moved.push_back(int32_t(i));
-    if (on_shrink_) on_shrink_(moved);
     return physical;
   }
+  int32_t live = 0;
+  for (const auto& w : workers_) live += w.role != WorkerRecord::Role::Quarantined;
   return fmt::format("no placement on fewer than {} physical replicas (dividing parallel.data = {}, at least "
                      "cluster.min_physical_replicas = {}) fits the {} live worker(s)",
-                     topo_.physical_replicas(), topo_.dp, k.min_physical_replicas(), live.size());
+                     topo_.physical_replicas(), topo_.dp, k.min_physical_replicas(), live);
 }
 
-void Cluster::on_shrink(std::function<void(const std::vector<int32_t>&)> f) {
+std::optional<int32_t> Cluster::grow_target_locked() const {
+  if (exhausted_ || topo_.physical_replicas() >= configured_physical_ || !why_fixed_locked().empty()) return std::nullopt;
+  bool spare = false;
+  for (const auto& w : workers_) spare = spare || w.role == WorkerRecord::Role::Spare;
+  if (!spare) return std::nullopt;
+  for (int32_t physical = configured_physical_; physical > topo_.physical_replicas(); --physical)
+    if (fit_locked(physical)) return physical;
+  return std::nullopt;
+}
+
+std::optional<int32_t> Cluster::grow_target() const {
   std::lock_guard lock(mu_);
-  on_shrink_ = std::move(f);
+  return grow_target_locked();
+}
+
+std::optional<int32_t> Cluster::grow() {
+  std::lock_guard lock(mu_);
+  const auto target = grow_target_locked();
+  if (!target) return std::nullopt;
+  const int32_t from = topo_.physical_replicas();
+  const auto on = apply_locked(*fit_locked(*target));
+  spdlog::warn("cluster: the logical layout (data {}) grows from {} to {} physical replica(s) on {}; the training "
+               "group continues on it from the checkpoint of the step it ended at, with the same numbers",
+               topo_.dp, from, *target, on);
+  grown_.push_back({unix_now(), from, *target});
+  return target;
+}
+
+std::vector<Cluster::Growth> Cluster::growths() const {
+  std::lock_guard lock(mu_);
+  return grown_;
+}
+
+void Cluster::on_move(std::function<void(const std::vector<int32_t>&)> f) {
+  std::lock_guard lock(mu_);
+  on_move_ = std::move(f);
 }
 
 std::optional<std::string> Cluster::exhausted() const {

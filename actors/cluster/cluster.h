@@ -92,10 +92,24 @@ class Cluster {
   void lost(const caf::node_id& node, const std::string& error);
   // Set once an active worker has no process and no spare can take it.
   std::optional<std::string> exhausted() const;
-  // Called after a shrink (under the cluster's lock: send messages, do not call back)
-  // with the logical rank indices whose hosting worker process changed, so that what
-  // lives outside the training group (the checkpoint writers) follows its rank.
-  void on_shrink(std::function<void(const std::vector<int32_t>& moved)> f);
+  // Called after a shrink or a grow (under the cluster's lock: send messages, do not
+  // call back) with the logical rank indices whose hosting worker process changed, so
+  // that what lives outside the training group (the checkpoint writers) follows its rank.
+  void on_move(std::function<void(const std::vector<int32_t>& moved)> f);
+
+  // Growing back (docs/cluster.md): the most physical replicas, above the current count
+  // and at most the placement the run started on, that divide parallel.data and that
+  // the live workers hold, when a spare (a worker that joined after a shrink, or one the
+  // shrink left over) makes one fit; nullopt otherwise.
+  std::optional<int32_t> grow_target() const;
+  // Places the logical layout on grow_target() (the training group is between starts:
+  // the next start reads placed()); returns it, or nullopt when it no longer fits.
+  std::optional<int32_t> grow();
+  struct Growth {
+    double unix_time = 0;
+    int32_t from = 0, to = 0;  // physical replicas
+  };
+  std::vector<Growth> growths() const;
 
   std::vector<caf::actor> live_agents() const;
   std::vector<WorkerRecord> workers() const;
@@ -109,6 +123,21 @@ class Cluster {
   // placement the live workers hold and returns its physical replicas, or why none
   // (locked).
   std::variant<int32_t, std::string> shrink_locked();
+  std::optional<int32_t> grow_target_locked() const;
+  // Why the run's placement may not change ("" when it may).
+  std::string why_fixed_locked() const;
+  // The logical layout on `physical` replicas over the live workers, most slots taking
+  // the largest blocks: which worker record stands for which active position.
+  struct Fit {
+    engine::Topology placed;
+    engine::Placement placement;
+    std::vector<std::pair<size_t, size_t>> worker_of_position;  // (position, index into workers_)
+    std::vector<size_t> live;                                    // the live workers' indices
+  };
+  std::optional<Fit> fit_locked(int32_t physical) const;
+  // Takes `f`: the workers it names become the active ones, the other live ones spares;
+  // tells on_move which ranks changed process. Returns the new placement in words.
+  std::string apply_locked(const Fit& f);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -120,7 +149,9 @@ class Cluster {
   std::vector<int32_t> position_worker_;  // position -> index into workers_, -1 vacant
   std::vector<QuarantineRecord> quarantine_;
   std::optional<std::string> exhausted_;
-  std::function<void(const std::vector<int32_t>&)> on_shrink_;
+  std::function<void(const std::vector<int32_t>&)> on_move_;
+  int32_t configured_physical_ = 0;  // the placement the run started on: a grow goes back toward it
+  std::vector<Growth> grown_;
   const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
 };
 

@@ -242,8 +242,9 @@ caf::actor place(Self* self, const PlaceActor& p) {
                             st.directory, devices(self, topo).get(r, p.incarnation),
                             hosted_stage(self, topo, r, p.incarnation)}));
   } else if (p.kind == "writer") {
-    placed = untyped_handle(spawn_writer(self, WriterArgs{std::make_shared<const ckpt::FlatLayout>(engine::shard_layout(c, r)), r,
-                                                          a.faults, st.directory}));
+    // No copies kept in memory on a worker (engine/shard_copies.h: one process only).
+    auto layout = std::make_shared<const ckpt::FlatLayout>(engine::shard_layout(c, r));
+    placed = untyped_handle(spawn_writer(self, WriterArgs{std::move(layout), r, a.faults, st.directory, nullptr}));
     st.directory->put(engine::writer_path(r), placed);
   } else if (p.kind == "loader") {
     if (!st.loader_config) st.loader_config = LoaderConfig::of(c);

@@ -197,7 +197,7 @@ TEST_CASE("a snapshot waits for its writer's restart; a writer that stays away f
     return {[=](actors::start_atom) {
       return actors::untyped_handle(
           actors::spawn_optimizer(self, actors::OptimizerArgs{actors::OptimizerConfig::of(c), registry, rank, nullptr,
-                                                                  nullptr, directory, device}));
+                                                                  nullptr, directory, device, nullptr}));
     }};
   });
   caf::actor optimizer;

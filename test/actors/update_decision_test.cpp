@@ -114,7 +114,7 @@ TEST_CASE("an optimizer shard told to decide applies its own decision and waits 
     return {[=](actors::start_atom) {
       return actors::untyped_handle(
           actors::spawn_optimizer(self, actors::OptimizerArgs{actors::OptimizerConfig::of(c), registry, rank, nullptr,
-                                                                  nullptr, directory, device}));
+                                                                  nullptr, directory, device, nullptr}));
     }};
   });
   caf::actor optimizer;

@@ -15,8 +15,11 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <thread>
 
 #include "actors/runtime.h"
 #include "actors/cluster/worker_process.h"
@@ -266,11 +269,89 @@ TEST_CASE("a lost worker with no spare: logical DP4 x PP2 on 4 workers shrinks t
   CHECK(latest.checkpoint->manifest().topology().physical_replicas() == q.shrunk_to);
 }
 
+// Growing back (docs/cluster.md): after the shrink above, a worker that joins makes the
+// run grow back to its configured placement at the next step boundary, from a
+// checkpoint of that step (no step computed twice). The worker of replica 1 is killed in
+// step 3; a third worker is started once the shrunk group has recovered; the
+// coordinator sleeps 10 s at step 4's checkpoint (an injected delay) so that it has
+// joined before the steps run out.
+TEST_CASE("a worker that joins after a shrink: the run grows back to 2 physical replicas, bitwise the fault-free run") {
+  Config c = tiny("grow-dp2", 2, 1, 2, 0);
+  c.mutable_training()->set_train_samples(64);  // 8 steps
+  c.mutable_checkpoint()->set_interval_steps(2);
+  c.mutable_checkpoint()->set_max_lag_steps(0);
+  *c.mutable_faults()->add_fault() = fault("optim/dp1/pp0/tp0", 3, Fault::REDUCE, Fault::KILL_PROCESS);
+  Fault slow = fault("coordinator", 4, Fault::CHECKPOINT_WRITE, Fault::DELAY);
+  slow.set_delay_s(10);
+  *c.mutable_faults()->add_fault() = slow;
+  const auto want = testing::run(local_of(c));  // no faults, one process
+
+  const auto metrics_path = fs::path(c.logging().run_dir()) / "metrics.jsonl";
+  const auto has_line = [&](const std::string& type) {
+    std::ifstream in(metrics_path);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"type\":\"" + type + "\"") != std::string::npos) return true;
+    return false;
+  };
+  std::thread joiner;
+  std::atomic<pid_t> late{0};
+  const auto log = fs::absolute(c.logging().run_dir() + "-worker-late.log").string();
+  auto run = run_cluster(c, 2, true, [&](uint16_t port, ClusterRun&) {
+    joiner = std::thread([&, port] {
+      // Once the shrunk group has completed a step (its recovery line), a third worker joins.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!has_line("recovery") && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      late = testing::launch_process(TROUPE_SUPERVISOR_BIN,
+                                     testing::worker_args(port, write_secret("secret", kSecretText)), log);
+    });
+  });
+  joiner.join();
+  const int late_status = late ? testing::reap_process(late, std::chrono::seconds(20)) : -1;
+  check_matches(run, want);
+  REQUIRE(run.result.quarantine.size() == 1);
+  CHECK(run.result.quarantine[0].shrunk_to == 1);
+  CHECK(run.result.restarts == 1);  // the grow is a planned regroup, not a restart
+  // The grow line: from 1 to 2 physical replicas, resuming at the step it saved; the
+  // checkpoints after it were written by 2 physical replicas again.
+  std::vector<metrics::Json> grows;
+  {
+    std::ifstream in(metrics_path);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"type\":\"grow\"") != std::string::npos) grows.push_back(metrics::Json::parse(line));
+  }
+  REQUIRE(grows.size() == 1);
+  CHECK(grows[0].at("from_physical_replicas").get<int64_t>() == 1);
+  CHECK(grows[0].at("physical_replicas").get<int64_t>() == 2);
+  const int64_t resumed = grows[0].at("resume_step").get<int64_t>();
+  CHECK(resumed >= 4);
+  CHECK(resumed < int64_t(want.outcome.steps.size()));
+  const auto at_grow = ckpt::open_step(engine::checkpoint_root(c), resumed);
+  CHECK(at_grow.manifest().topology().physical_replicas() == 1);  // saved by the shrunk group
+  const auto latest = ckpt::load_latest(engine::checkpoint_root(c));
+  REQUIRE(latest.checkpoint.has_value());
+  CHECK(latest.checkpoint->step() == int64_t(want.outcome.steps.size()));
+  CHECK(latest.checkpoint->manifest().topology().physical_replicas() == 2);
+  // From the step the grow saved on, every step ran once: the grow computed none twice.
+  std::map<int64_t, int> step_lines;
+  {
+    std::ifstream in(metrics_path);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"type\":\"step\"") != std::string::npos)
+        ++step_lines[metrics::Json::parse(line).at("step").get<int64_t>()];
+  }
+  for (int64_t step = resumed; step <= int64_t(want.outcome.steps.size()); ++step) {
+    CAPTURE(step);
+    CHECK(step_lines[step] == 1);
+  }
+  CHECK(WIFEXITED(late_status));
+}
+
 TEST_CASE("a lost worker with no spare and no placement above cluster.min_physical_replicas: the run stops") {
   Config c = tiny("shrink-floor", 2, 1, 2, 0);
   c.mutable_cluster()->set_min_physical_replicas(2);
   c.mutable_checkpoint()->set_interval_steps(1);
-  *c.mutable_faults()->add_fault() = fault("optim/dp1/pp0/tp0", 2, Fault::REDUCE, Fault::KILL_PROCESS);
+  *c.mutable_faults()->add_fault() = fault("optim/dp1/pp0/tp0", 3, Fault::REDUCE, Fault::KILL_PROCESS);
   const auto run = run_cluster(c, 2, /*collect_state=*/false);
   INFO(run.logs());
   CHECK(run.result.outcome.status == "failed");

@@ -275,6 +275,75 @@ TEST_CASE("step driver: a stop ends the run after the current step; a step alrea
   }
 }
 
+TEST_CASE("step driver: a regroup saves the step it is asked at, then ends the group's run with \"regroup\"") {
+  SUBCASE("asked during step 2: nothing goes out ahead; step 2 is saved, then the end") {
+    Drive d(six_steps());
+    d.on(GroupWired{});
+    d.plain_step(1);
+    CHECK(d.on(RegroupRequested{}).empty());  // acted on at the step's close
+    CHECK(d.decided(2) == Lines{"SendUpdate 2"});
+    CHECK(d.closed(2) == Lines{"BeginSave 2"});
+    d.on(SaveOpened{5});
+    d.copied(2, 0);
+    CHECK(d.copied(2, 1).empty());  // no step 3: the save ends first
+    CHECK(d.phase() == Phase::WaitingForSave);
+    d.written(0, 5);
+    d.written(1, 5);
+    CHECK(d.on(SaveCommitted{}) == Lines{"FinishRun regroup: step 2 saved: the run continues on another placement"});
+    CHECK(d.phase() == Phase::Finished);
+  }
+  SUBCASE("asked after step 2 went out ahead: step 2 runs first") {
+    Drive d(six_steps());
+    d.on(GroupWired{});
+    d.decided(1);
+    d.on(RegroupRequested{});
+    CHECK(d.closed(1) == Lines{"OpenTrainStep 2 (went out ahead)"});
+    CHECK(d.decided(2) == Lines{"SendUpdate 2"});
+    CHECK(d.closed(2) == Lines{"BeginSave 2"});
+  }
+  SUBCASE("at a step whose interval save is in flight: that save is the regroup's") {
+    auto c = six_steps();
+    c.interval_steps = 2;
+    c.max_lag_steps = 0;
+    Drive d(c);
+    d.on(GroupWired{});
+    d.plain_step(1);
+    d.decided(2);
+    CHECK(d.closed(2) == Lines{"BeginSave 2"});
+    CHECK(d.on(RegroupRequested{}).empty());
+    d.on(SaveOpened{6});
+    d.copied(2, 0);
+    d.copied(2, 1);
+    d.written(0, 6);
+    d.written(1, 6);
+    CHECK(d.on(SaveCommitted{}) == Lines{"FinishRun regroup: step 2 saved: the run continues on another placement"});
+  }
+  SUBCASE("the regroup's save fails: the request is dropped and training goes on") {
+    Drive d(six_steps());
+    d.on(GroupWired{});
+    d.plain_step(1);
+    d.on(RegroupRequested{});
+    d.decided(2);
+    CHECK(d.closed(2) == Lines{"BeginSave 2"});
+    d.on(SaveOpened{5});
+    d.copied(2, 0);
+    d.copied(2, 1);
+    CHECK(d.written(1, 5, false, "disk full") ==
+          Lines{"SaveFailed 2: " + kWriter1 + ": disk full", "RegroupDropped 2",
+                "OpenTrainStep 3 RunStep train 3 consumed 16 microbatches 2"});
+    d.plain_step(3);
+    CHECK(d.phase() == Phase::Training);  // step 4 open: no regroup any more
+  }
+  SUBCASE("asked in the last step: the run ends as it would") {
+    Drive d(six_steps());
+    d.on(GroupWired{});
+    for (int64_t s = 1; s <= 5; ++s) d.plain_step(s);
+    d.on(RegroupRequested{});
+    d.decided(6);
+    CHECK(d.closed(6) == Lines{"FinishRun completed"});
+  }
+}
+
 TEST_CASE("step driver: a checkpoint lags training by max_lag_steps; the step past that waits for it") {
   auto c = six_steps();
   c.interval_steps = 2;
