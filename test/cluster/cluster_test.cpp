@@ -16,8 +16,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <thread>
 
@@ -345,6 +347,18 @@ TEST_CASE("a worker that joins after a shrink: the run grows back to 2 physical 
     CHECK(step_lines[step] == 1);
   }
   CHECK(WIFEXITED(late_status));
+  // supervisor inspect --placements tells the same history.
+  const auto history = fs::path(c.logging().run_dir()) / "placements.txt";
+  const std::string cmd = std::string(TROUPE_SUPERVISOR_BIN) + " inspect " + c.logging().run_dir() +
+                          " --placements > " + history.string() + " 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream in(history);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CAPTURE(text);
+  CHECK(text.find("start       2 physical replicas") != std::string::npos);
+  CHECK(text.find("restart 1 after a failure: on 1 physical replica\n") != std::string::npos);
+  CHECK(text.find("grew from 1 to 2 onto a worker that joined (resumed at step " + std::to_string(resumed) + ")") !=
+        std::string::npos);
 }
 
 TEST_CASE("a lost worker with no spare and no placement above cluster.min_physical_replicas: the run stops") {
