@@ -483,7 +483,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   // The newest shard of each writer, kept in memory (one process only: in cluster mode
   // the writers run on the workers): a group start after a failure heals a damaged file.
   const auto copies = cluster ? nullptr : std::make_shared<engine::ShardCopies>();
-  if (copies) resume->heal_from(copies, shared_config);
+  if (copies) resume->heal_from(copies);
   auto writers_spec = writer_group_spec(shared_config, faults, directory, book, copies, cluster);
   writers_spec.on_exit = tree_exit;
   auto writers_sup = spawn_supervisor(sys, std::move(writers_spec));
@@ -531,6 +531,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
     start_group();
     for (;;) {
       std::string ended_for;  // "rollback" or "regroup": another group follows
+      int64_t ended_at = 0;   // the group's last finished step
       bool running = true;
       // A supervisor gave up (or its start failed): the run ends as failed with its report.
       auto fail_with = [&](SupervisorReport r) {
@@ -541,9 +542,10 @@ RunResult run_training(const Config& given, const RunOptions& options) {
       };
       client->receive_while([&] { return running; })(
           [&](finished_atom, RunOutcome& o) {
-            if (o.status == "rollback" || o.status == "regroup")
+            if (o.status == "rollback" || o.status == "regroup") {
               ended_for = o.status;
-            else
+              ended_at = o.steps.empty() ? 0 : o.steps.back().step;
+            } else
               result.outcome = std::move(o);
             running = false;
           },
@@ -582,17 +584,16 @@ RunResult run_training(const Config& given, const RunOptions& options) {
         // the worker that made it fit is gone again), computing no step twice.
         const int32_t from = cluster->placed().physical_replicas();  // a shrink may have lowered it since
         const auto to = cluster->grow();
-        const auto saved = book->outcome().steps.empty() ? int64_t(0) : book->outcome().steps.back().step;
         post_metrics(*inbox, *directory,
-                     caf::make_message(event_atom::value, std::string("grow"), saved, unix_now(),
+                     caf::make_message(event_atom::value, std::string("grow"), ended_at, unix_now(),
                                        metrics::Json{{"from_physical_replicas", from},
                                                      {"physical_replicas", to.value_or(from)},
-                                                     {"resume_step", saved}}
+                                                     {"resume_step", ended_at}}
                                            .dump()));
         state.resume_from = "latest";
         resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
       }
-      if (copies) resume->heal_from(copies, shared_config);
+      if (copies) resume->heal_from(copies);
       start_group();
     }
     // A hung metrics actor is replaced meanwhile, and counted below. Records that could

@@ -84,7 +84,7 @@ writer_actor::behavior_type writer_impl(Self* self, WriterArgs args) {
         try {
           if (fail_write) throw ckpt::CheckpointError("injected FAIL_WRITE");
           const auto record = engine::write_shard(*w.args.layout, *state, s.partial_dir, file, w.path);
-          if (w.args.copies) w.args.copies->keep(file, {s.step, w.path, state, record});
+          if (w.args.copies) w.args.copies->keep(file, {s.step, w.path, state, record, w.args.layout});
           if (damage) {
             const auto target = s.partial_dir + "/" + file;
             if (damage->kind() == Fault::CORRUPT_SHARD)

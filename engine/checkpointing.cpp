@@ -103,10 +103,9 @@ std::string set_aside_earlier_checkpoints(const Config& c) {
 
 ResumeSource::ResumeSource(const Config& c, std::string load) : root_(checkpoint_root(c)), load_(std::move(load)) {}
 
-void ResumeSource::heal_from(std::shared_ptr<const ShardCopies> copies, std::shared_ptr<const Config> config) {
+void ResumeSource::heal_from(std::shared_ptr<const ShardCopies> copies) {
   std::lock_guard lock(mu_);
   copies_ = std::move(copies);
-  config_ = std::move(config);
 }
 
 void ResumeSource::heal_latest() {
@@ -142,8 +141,7 @@ void ResumeSource::heal_latest() {
       continue;
     }
     try {
-      const ShardFile rewritten =
-          write_shard(shard_layout(*config_, copy->state->rank), *copy->state, dir, check.file, copy->writer);
+      const ShardFile rewritten = write_shard(*copy->layout, *copy->state, dir, check.file, copy->writer);
       if (rewritten.size_bytes() != listed->size_bytes() || rewritten.crc32c() != listed->crc32c())
         throw ckpt::CheckpointError(fmt::format("the rewrite has {} bytes, CRC-32C {:#010x}; the manifest says {} "
                                                 "bytes, {:#010x}",

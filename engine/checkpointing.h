@@ -66,7 +66,7 @@ class ResumeSource {
   // when the rewrite matches the manifest's size and CRC-32C; said on the console and in
   // report(). Without copies (or without a matching one) the damaged checkpoint is
   // skipped as before.
-  void heal_from(std::shared_ptr<const ShardCopies> copies, std::shared_ptr<const Config> config);
+  void heal_from(std::shared_ptr<const ShardCopies> copies);
 
   // The checkpoint of the group's current start (null: fresh). Loaded once per start.
   // Throws CheckpointError when checkpoint.load names a checkpoint that does not load,
@@ -83,7 +83,6 @@ class ResumeSource {
 
   mutable std::mutex mu_;
   std::shared_ptr<const ShardCopies> copies_;
-  std::shared_ptr<const Config> config_;
   std::string root_, load_;
   bool stale_ = true, failed_before_ = false;
   std::shared_ptr<const ckpt::Checkpoint> ckpt_;

@@ -30,6 +30,7 @@ class ShardCopies {
     std::string writer;  // the writer's path, as the file names it
     std::shared_ptr<const ShardState> state;
     ShardFile record;  // what the writer's write produced: size and CRC-32C
+    std::shared_ptr<const ckpt::FlatLayout> layout;  // the writer's: how `state` is written again
   };
 
   // The shard `file` of checkpoint `step`, just written from `state`.

@@ -185,12 +185,12 @@ std::string Cluster::why_fixed_locked() const {
 }
 
 std::optional<Cluster::Fit> Cluster::fit_locked(int32_t physical) const {
+  if (physical < 1 || topo_.dp % physical != 0) return std::nullopt;
   // The live workers, most slots first: the largest blocks of ranks go to them.
   std::vector<size_t> live;
   for (size_t i = 0; i < workers_.size(); ++i)
     if (workers_[i].role != WorkerRecord::Role::Quarantined) live.push_back(i);
   std::stable_sort(live.begin(), live.end(), [&](size_t a, size_t b) { return workers_[a].slots > workers_[b].slots; });
-  if (physical < 1 || topo_.dp % physical != 0) return std::nullopt;
   Fit f;
   f.placed = topo_.placed_on(physical);
   const int32_t active = std::min<int32_t>(int32_t(live.size()), f.placed.physical_layout().ranks());
@@ -262,37 +262,33 @@ std::variant<int32_t, std::string> Cluster::shrink_locked() {
                      topo_.physical_replicas(), topo_.dp, k.min_physical_replicas(), live);
 }
 
-std::optional<int32_t> Cluster::grow_target_locked() const {
+std::optional<Cluster::Fit> Cluster::grow_fit_locked() const {
   if (exhausted_ || topo_.physical_replicas() >= configured_physical_ || !why_fixed_locked().empty()) return std::nullopt;
   bool spare = false;
   for (const auto& w : workers_) spare = spare || w.role == WorkerRecord::Role::Spare;
   if (!spare) return std::nullopt;
   for (int32_t physical = configured_physical_; physical > topo_.physical_replicas(); --physical)
-    if (fit_locked(physical)) return physical;
+    if (auto fit = fit_locked(physical)) return fit;
   return std::nullopt;
 }
 
 std::optional<int32_t> Cluster::grow_target() const {
   std::lock_guard lock(mu_);
-  return grow_target_locked();
+  const auto fit = grow_fit_locked();
+  if (!fit) return std::nullopt;
+  return fit->placed.physical_replicas();
 }
 
 std::optional<int32_t> Cluster::grow() {
   std::lock_guard lock(mu_);
-  const auto target = grow_target_locked();
-  if (!target) return std::nullopt;
+  const auto fit = grow_fit_locked();
+  if (!fit) return std::nullopt;
   const int32_t from = topo_.physical_replicas();
-  const auto on = apply_locked(*fit_locked(*target));
+  const auto on = apply_locked(*fit);
   spdlog::warn("cluster: the logical layout (data {}) grows from {} to {} physical replica(s) on {}; the training "
                "group continues on it from the checkpoint of the step it ended at, with the same numbers",
-               topo_.dp, from, *target, on);
-  grown_.push_back({unix_now(), from, *target});
-  return target;
-}
-
-std::vector<Cluster::Growth> Cluster::growths() const {
-  std::lock_guard lock(mu_);
-  return grown_;
+               topo_.dp, from, topo_.physical_replicas(), on);
+  return topo_.physical_replicas();
 }
 
 void Cluster::on_move(std::function<void(const std::vector<int32_t>&)> f) {

@@ -105,11 +105,6 @@ class Cluster {
   // Places the logical layout on grow_target() (the training group is between starts:
   // the next start reads placed()); returns it, or nullopt when it no longer fits.
   std::optional<int32_t> grow();
-  struct Growth {
-    double unix_time = 0;
-    int32_t from = 0, to = 0;  // physical replicas
-  };
-  std::vector<Growth> growths() const;
 
   std::vector<caf::actor> live_agents() const;
   std::vector<WorkerRecord> workers() const;
@@ -123,7 +118,6 @@ class Cluster {
   // placement the live workers hold and returns its physical replicas, or why none
   // (locked).
   std::variant<int32_t, std::string> shrink_locked();
-  std::optional<int32_t> grow_target_locked() const;
   // Why the run's placement may not change ("" when it may).
   std::string why_fixed_locked() const;
   // The logical layout on `physical` replicas over the live workers, most slots taking
@@ -135,6 +129,8 @@ class Cluster {
     std::vector<size_t> live;                                    // the live workers' indices
   };
   std::optional<Fit> fit_locked(int32_t physical) const;
+  // The fit of grow_target(), or nullopt.
+  std::optional<Fit> grow_fit_locked() const;
   // Takes `f`: the workers it names become the active ones, the other live ones spares;
   // tells on_move which ranks changed process. Returns the new placement in words.
   std::string apply_locked(const Fit& f);
@@ -151,7 +147,6 @@ class Cluster {
   std::optional<std::string> exhausted_;
   std::function<void(const std::vector<int32_t>&)> on_move_;
   int32_t configured_physical_ = 0;  // the placement the run started on: a grow goes back toward it
-  std::vector<Growth> grown_;
   const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
 };
 
