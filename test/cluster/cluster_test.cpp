@@ -326,7 +326,9 @@ TEST_CASE("a worker that joins after a shrink: the run grows back to 2 physical 
   CHECK(grows[0].at("from_physical_replicas").get<int64_t>() == 1);
   CHECK(grows[0].at("physical_replicas").get<int64_t>() == 2);
   const int64_t resumed = grows[0].at("resume_step").get<int64_t>();
-  CHECK(resumed >= 4);
+  // Not before the shrunk group's first step (3, whose recovery line starts the joiner);
+  // which step after it depends on when the worker joined.
+  CHECK(resumed >= 3);
   CHECK(resumed < int64_t(want.outcome.steps.size()));
   const auto at_grow = ckpt::open_step(engine::checkpoint_root(c), resumed);
   CHECK(at_grow.manifest().topology().physical_replicas() == 1);  // saved by the shrunk group
