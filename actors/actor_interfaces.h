@@ -46,6 +46,10 @@ using metrics_actor = caf::typed_actor<caf::reacts_to<drain_atom>,              
 // A checkpoint writer (actors/writer_actor.h): its optimizer shard's copy to write.
 using writer_actor = caf::typed_actor<caf::reacts_to<msg::ShardSnapshot>>;
 
+// The state mirror's keeper of this process (actors/mirror_keeper.h): an optimizer
+// shard's state after an update.
+using mirror_keeper_actor = caf::typed_actor<caf::reacts_to<msg::MirrorSnapshot>>;
+
 // A data loader (actors/loader_actor.h).
 using loader_actor = caf::typed_actor<
     caf::replies_to<wire_atom, Registry>::with<wired_atom>,  // the coordinator wires the group
@@ -78,6 +82,7 @@ using optimizer_actor = caf::typed_actor<
     caf::reacts_to<msg::SnapshotCommand>,                    // the coordinator: copy for a save
     caf::reacts_to<snapshot_landed_atom, int64_t>,           // its device's when_done: the copies landed
     caf::reacts_to<deliver_atom, msg::ShardSnapshot, int64_t>,  // itself: a writer being restarted
+    caf::reacts_to<mirror_landed_atom, int64_t>,             // its device's when_done: the mirror's copies landed
     caf::replies_to<snapshot_atom>::with<engine::OptimSnapshot>>;  // tests: a copy of its moments
 
 // The coordinator (actors/coordinator_actor.h).
@@ -87,6 +92,7 @@ using coordinator_actor = caf::typed_actor<
     caf::reacts_to<msg::LossReport>, caf::reacts_to<msg::ReplicaCounts>, caf::reacts_to<msg::NormPartial>,
     caf::reacts_to<msg::StageDone>, caf::reacts_to<msg::Heartbeat>,      // a step's reports
     caf::reacts_to<msg::SnapshotTaken>, caf::reacts_to<msg::ShardWritten>,  // a save's reports
+    caf::reacts_to<msg::MirrorKept>,                // the mirror keeper: a shard of a step held in memory
     caf::reacts_to<writer_down_atom, std::string>,  // the writers' supervisor: a writer died
     caf::reacts_to<storage_failed_atom, std::string>,  // the metrics actor: records cannot be written
     caf::reacts_to<tick_atom>,                      // itself: the watchdog and the save deadline

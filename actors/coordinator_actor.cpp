@@ -112,6 +112,12 @@ struct CoordinatorState {
   std::vector<std::variant<msg::LossReport, msg::NormPartial, msg::StageDone>> early_reports;
 
   std::optional<SaveInFlight> save;
+  // The state mirror's steps being gathered (args.mirror set).
+  std::optional<engine::MirrorAssembly> mirror;
+  // The step the shards were last asked to mirror, until it is filed: one mirrored step
+  // in flight at a time, so that no copy piles up behind a slow keeper.
+  std::optional<int64_t> mirror_asked;
+  int64_t started_at = 0;  // the step this group resumed after (0: a fresh start)
 
   // Liveness.
   Clock::time_point last_progress = Clock::now();
@@ -154,6 +160,17 @@ std::string newest_checkpoint(const CoordinatorState& st) {
   } catch (const ckpt::CheckpointError&) {
   }
   return {};
+}
+
+// Whether the shards mirror step `step`'s state (the state mirror on, and no mirrored
+// step in flight: a copy that never came, its keeper restarting, is given up after
+// kMirrorGiveUpSteps steps).
+constexpr int64_t kMirrorGiveUpSteps = 4;
+bool ask_mirror(CoordinatorState& st, int64_t step) {
+  if (!st.mirror) return false;
+  if (st.mirror_asked && step - *st.mirror_asked < kMirrorGiveUpSteps) return false;
+  st.mirror_asked = step;
+  return true;
 }
 
 // ---- the driver's actions as messages ------------------------------------------
@@ -375,7 +392,7 @@ void carry_out(Self* self, const engine::StepAction& action) {
           open_eval(self, a);
         } else if constexpr (std::is_same_v<A, engine::SendUpdate>) {
           // A shard deciding the step's update has decided the same already (and is applying it).
-          const msg::UpdateCommand cmd{a.step, st.lr, st.decision->factor, st.decision->skip};
+          const msg::UpdateCommand cmd{a.step, st.lr, st.decision->factor, st.decision->skip, ask_mirror(st, a.step)};
           if (st.decided_by_shard.erase(a.step) == 0)
             for (const auto& o : st.optimizers) self->send(o, cmd);
         } else if constexpr (std::is_same_v<A, engine::SendRunStepAhead>) {
@@ -441,6 +458,15 @@ void feed(Self* self, const engine::StepEvent& e) {
 // not open yet (kept in early_reports until it is).
 bool ahead_of_ledger(const CoordinatorState& st, int64_t step) { return st.driver->report_is_early(step); }
 
+// A step of the state mirror whose shards and position are all in: its manifest filed.
+void file_mirror(Self* self, std::optional<engine::MirrorAssembly::Complete> done) {
+  auto& st = self->state;
+  if (!done) return;
+  if (st.mirror_asked && *st.mirror_asked <= done->step) st.mirror_asked.reset();
+  st.args.mirror->file(engine::make_manifest(*st.args.config, st.topo, st.args.skip_samples, done->position,
+                                             std::move(done->shards)));
+}
+
 void finish_train_step(Self* self) {
   auto& st = self->state;
   auto& ledger = *st.ledger;
@@ -462,14 +488,19 @@ void finish_train_step(Self* self) {
   }
   r = st.args.book->add_step(r, ledger.sample_ids(), ledger.timings());
   if (auto rec = st.args.book->first_step_done()) {
-    spdlog::info("recovered: step {} done after restart {} on {} physical replica(s); {:.3f} s from the failure: "
-                 "detection {:.3f} s, restart {:.3f} s, reload {:.3f} s, re-warm {:.3f} s",
-                 r.step, st.args.book->restarts(), st.topo.physical_replicas(), rec->total_s(), rec->detection_s,
-                 rec->restart_s, rec->reload_s, rec->rewarm_s);
+    // Where the group resumed: a checkpoint directory, the state mirror in memory
+    // (engine/state_mirror.h), or nothing (a fresh start).
+    const std::string from = st.args.resume ? st.args.resume->dir() : std::string("the initial weights");
+    spdlog::info("recovered: step {} done after restart {} on {} physical replica(s), resumed after step {} from {}; "
+                 "{:.3f} s from the failure: detection {:.3f} s, restart {:.3f} s, reload {:.3f} s, re-warm {:.3f} s",
+                 r.step, st.args.book->restarts(), st.topo.physical_replicas(), st.started_at, from, rec->total_s(),
+                 rec->detection_s, rec->restart_s, rec->reload_s, rec->rewarm_s);
     // The placement the group came back on (smaller after a shrink, docs/cluster.md).
     event(self, "recovery", r.step,
           {{"restarts", st.args.book->restarts()},
            {"physical_replicas", int64_t(st.topo.physical_replicas())},
+           {"resume_step", st.started_at},
+           {"resumed_from", from},
            {"detection_s", rec->detection_s},
            {"restart_s", rec->restart_s},
            {"reload_s", rec->reload_s},
@@ -479,6 +510,7 @@ void finish_train_step(Self* self) {
   to_metrics(self, caf::make_message(engine::step_extras(ledger, r, st.topo, st.microbatches,
                                                          st.args.config->batch().micro_batch_size(), *st.data)));
   st.ledger.reset();
+  if (st.mirror) file_mirror(self, st.mirror->closed(r.step, st.pos));
   if (st.args.larger_placement_ready && st.args.larger_placement_ready()) feed(self, engine::RegroupRequested{});
   feed(self, engine::TrainStepClosed{r.step, st.pos.consumed_samples});
 }
@@ -640,6 +672,7 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
   }
   if (st.args.resume) st.pos = engine::position_of(st.args.resume->manifest());
   st.pos.datasets = engine::blend_position(*st.data, st.pos);
+  st.started_at = st.pos.step;
   // A restarted group redoes the steps after its checkpoint: TensorBoard's marker.
   if (st.args.book->resume_from(st.pos.step) > 0 || !st.args.book->rollbacks().empty())
     to_metrics(self, caf::make_message(restart_marker_atom::value, st.pos.step, unix_now()));
@@ -651,6 +684,11 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
   start.now = steady_now();
   st.driver.emplace(engine::step_driver_config(c), start);
   st.guard.emplace(c);
+  if (st.args.mirror) {
+    size_t shards = 0;
+    for (const auto& r : st.topo.all_ranks()) shards += engine::writes_shard(c, r) ? 1 : 0;
+    st.mirror.emplace(shards);
+  }
   if (st.guard->active()) {
     // The windows of the timeline this group resumes: metrics.jsonl (steps of earlier
     // processes) with this process's own steps after it, so a record still on its way
@@ -708,6 +746,16 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
       },
       [self](const msg::SnapshotTaken& t) { feed(self, t); },
       [self](const msg::ShardWritten& w) { feed(self, w); },
+      [self](const msg::MirrorKept& k) {
+        auto& s = self->state;
+        // Steps up to this group's start are filed already (or of a timeline left).
+        if (!s.mirror || k.timeline != s.args.mirror_timeline || k.step <= s.started_at) return;
+        ShardFile record;
+        if (!record.ParseFromString(k.record))
+          throw std::runtime_error("the state mirror's record of " + engine::shard_file_name(k.rank) + " at step " +
+                                   std::to_string(k.step) + " does not parse");
+        file_mirror(self, s.mirror->kept(k.step, std::move(record)));
+      },
       [self](writer_down_atom, const std::string& path) { feed(self, engine::WriterDown{path}); },
       [self](storage_failed_atom, const std::string& error) { feed(self, engine::StorageFailed{error}); },
       [self, tick](tick_atom) {

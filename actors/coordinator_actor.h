@@ -51,6 +51,7 @@
 #include "actors/actor_interfaces.h"
 #include "ckpt/reader.h"
 #include "engine/faults.h"
+#include "engine/state_mirror.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {
@@ -72,6 +73,11 @@ struct CoordinatorArgs {
   // group then ends with a checkpoint of that step and the status "regroup" (the runtime
   // starts the next group on the larger placement). Null: never.
   std::function<bool()> larger_placement_ready;
+  // The state mirror (engine/state_mirror.h), when supervision.state_mirror is on: each
+  // step whose every shard the keepers hold (msg::MirrorKept of `mirror_timeline`) is
+  // filed here with its manifest. Null: off.
+  std::shared_ptr<engine::MirrorBook> mirror;
+  int64_t mirror_timeline = 0;
 };
 
 coordinator_actor spawn_coordinator(caf::event_based_actor* parent, CoordinatorArgs args);

@@ -14,6 +14,7 @@
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::GradShardReady)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ShardApplied)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::ShardSnapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::msg::MirrorSnapshot)
 
 namespace troupe::actors {
 
@@ -67,6 +68,8 @@ using turn_atom = caf::atom_constant<caf::atom("turn")>;
 using reduced_atom = caf::atom_constant<caf::atom("reduced")>;
 // optimizer -> itself, from its device's when_done: a snapshot's host copies landed.
 using snapshot_landed_atom = caf::atom_constant<caf::atom("snaplanded")>;
+// optimizer -> itself, from its device's when_done: the state mirror's copies landed.
+using mirror_landed_atom = caf::atom_constant<caf::atom("mirlanded")>;
 
 }  // namespace troupe::actors
 

@@ -43,6 +43,10 @@ struct OptimizerState {
   // Snapshots whose copies are on their way to the host, oldest first: each goes to the
   // writer when its snapshot_landed_atom arrives.
   std::deque<msg::ShardSnapshot> landing;
+  // The state mirror's copies of the last mirrored step (reused as `snapshot` is), and
+  // the mirrored steps whose copies are on their way to the host, oldest first.
+  std::shared_ptr<float> mirror_copy[3];
+  std::deque<msg::MirrorSnapshot> mirror_landing;
 };
 
 using Self = optimizer_actor::stateful_base<OptimizerState>;
@@ -88,6 +92,39 @@ void deliver_snapshot(Self* self, msg::ShardSnapshot snap, int64_t waited_ms) {
   }
 }
 
+// The host copies of the shard's state for a snapshot (weights, m, v), issued on the
+// device after everything before: `copies` are reused when nothing else holds them.
+void copy_state(OptimizerState& st, std::shared_ptr<float> (&copies)[3]) {
+  const auto range = st.shard->range();
+  const auto n = size_t(range.end - range.begin);
+  const auto& a = st.shard->adamw();
+  const float* sources[3] = {st.stage_params + range.begin, a.m(), a.v()};  // device memory
+  for (int i = 0; i < 3; ++i) {
+    auto& copy = copies[i];
+    // use_count 1: neither the writer nor a landing snapshot holds it any more. (n is
+    // the same every time: a shard's range never changes.)
+    if (!copy || copy.use_count() != 1) {
+      auto block = st.device->allocate_host(std::max<size_t>(1, n) * sizeof(float));
+      copy = {block, static_cast<float*>(block.get())};
+    }
+    st.device->copy_to_host_async(copy.get(), sources[i], n * sizeof(float));
+  }
+}
+
+// The state mirror: the shard's state after step `step`'s update, for the process's
+// mirror keeper once the copies have landed, when the coordinator asked for this step
+// (`asked`; a shard deciding its own update, the run's only one, asks itself whenever
+// its previous copy is through).
+void mirror_state(Self* self, int64_t step, bool asked) {
+  auto& st = self->state;
+  if (!asked || !st.args.mirror_timeline || !engine::writes_shard(st.args.config->distributed, st.args.rank)) return;
+  copy_state(st, st.mirror_copy);
+  const auto range = st.shard->range();
+  st.mirror_landing.push_back(msg::MirrorSnapshot{step, *st.args.mirror_timeline, st.args.rank, range.begin,
+                                                  range.end, st.mirror_copy[0], st.mirror_copy[1], st.mirror_copy[2]});
+  send_when_done(*st.device, optimizer_actor{self}, mirror_landed_atom::value, step);
+}
+
 // Copies the shard's state for the checkpoint of `step` and hands it to its writer once
 // the copies have landed (on a GPU from the device's completion callback: this thread
 // does not wait). Training may go on at once: the copies are issued on the device before
@@ -102,19 +139,7 @@ void take_snapshot(Self* self, const msg::SnapshotCommand& cmd) {
       throw std::logic_error(st.path + ": snapshot of step " + std::to_string(cmd.step) +
                              " requested, but the shard's state is that of step " + std::to_string(st.state_step));
     const auto range = st.shard->range();
-    const auto n = size_t(range.end - range.begin);
-    const auto& a = st.shard->adamw();
-    const float* sources[3] = {st.stage_params + range.begin, a.m(), a.v()};  // device memory
-    for (int i = 0; i < 3; ++i) {
-      auto& copy = st.snapshot[i];
-      // use_count 1: neither the writer nor a landing snapshot holds it any more. (n is
-      // the same every time: a shard's range never changes.)
-      if (!copy || copy.use_count() != 1) {
-        auto block = st.device->allocate_host(std::max<size_t>(1, n) * sizeof(float));
-        copy = {block, static_cast<float*>(block.get())};
-      }
-      st.device->copy_to_host_async(copy.get(), sources[i], n * sizeof(float));
-    }
+    copy_state(st, st.snapshot);
     st.landing.push_back(msg::ShardSnapshot{cmd.step, cmd.partial_dir, cmd.partial_dir_inode,
                                             cmd.partial_dir_generation, cmd.attempt, r, range.begin,
                                             range.end, st.snapshot[0], st.snapshot[1], st.snapshot[2]});
@@ -136,6 +161,7 @@ void apply_update(Self* self, const msg::UpdateCommand& u) {
   }
   s.pending.reset();
   s.state_step = u.step;
+  mirror_state(self, u.step, u.mirror);
   // Once the update is done on the device (the stage gets nothing else from here),
   // with its sums for the update-to-weight ratio (0 for a dropped update).
   s.device->when_done([to = s.stage, sums = s.shard->update_readback(), u] {
@@ -232,7 +258,10 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
                                  " came back without the step's gradients");
         const auto rule = s.pending->update;
         const auto d = optim::decide(sum_squares, rule.clip_grad);
-        apply_update(self, msg::UpdateCommand{step, rule.lr, d.factor, d.skip});
+        // Its own mirror: when the previous copy is through (nothing else asks it).
+        bool mirror_free = s.mirror_landing.empty();
+        for (const auto& copy : s.mirror_copy) mirror_free = mirror_free && (!copy || copy.use_count() == 1);
+        apply_update(self, msg::UpdateCommand{step, rule.lr, d.factor, d.skip, mirror_free});
       },
       [self](const msg::SnapshotCommand& cmd) { take_snapshot(self, cmd); },
       [self](snapshot_landed_atom, int64_t step) {
@@ -246,6 +275,17 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
       },
       [self](deliver_atom, msg::ShardSnapshot& snap, int64_t waited_ms) {
         deliver_snapshot(self, std::move(snap), waited_ms);
+      },
+      [self](mirror_landed_atom, int64_t step) {
+        auto& s = self->state;
+        if (s.mirror_landing.empty() || s.mirror_landing.front().step != step)
+          throw std::logic_error(s.path + ": the state mirror's copies of step " + std::to_string(step) +
+                                 " landed, but no such copy is on its way");
+        auto snap = std::move(s.mirror_landing.front());
+        s.mirror_landing.pop_front();
+        const auto keeper = s.args.directory ? s.args.directory->get(engine::mirror_keeper_path()) : caf::actor{};
+        if (!keeper) return;  // being restarted: this step is not mirrored (the coordinator asks again later)
+        self->send(typed_handle<mirror_keeper_actor>(keeper), std::move(snap));
       },
       [self](snapshot_atom) {
         auto& s = self->state;

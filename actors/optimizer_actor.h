@@ -13,11 +13,17 @@
 // being restarted (absent from the directory) is waited for up to the step watchdog;
 // past it the shard's write is reported failed (ShardWritten) and the next save retries.
 //
+// With the state mirror on (supervision.state_mirror, engine/state_mirror.h) it also
+// copies that state after every update and sends it to its process's mirror keeper
+// (MirrorSnapshot); while the previous copy is still on its way the step is not
+// mirrored (the mirror lags by a step; no copy piles up).
+//
 // Messages in: wire_atom + Registry, GradShardReady, UpdateCommand, SnapshotCommand,
 // snapshot_atom (-> OptimSnapshot): optimizer_actor (actors/actor_interfaces.h).
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include <caf/all.hpp>
 
@@ -57,6 +63,8 @@ struct OptimizerArgs {
   // A physical rank hosting several logical ones: the hosted optimizer shards share its
   // device and take its device_turn across each computation (engine/hosted_stage.h).
   std::shared_ptr<engine::HostedStage> hosted;
+  // The state mirror's timeline (engine::MirrorStore::timeline) when it is on; none: off.
+  std::optional<int64_t> mirror_timeline;
 };
 
 optimizer_actor spawn_optimizer(caf::event_based_actor* parent, OptimizerArgs args);

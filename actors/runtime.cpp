@@ -19,6 +19,7 @@
 
 #include "actors/message_types.h"
 #include "actors/metrics_actor.h"
+#include "actors/mirror_keeper.h"
 #include "actors/scheduler_config.h"
 #include "actors/training_group.h"
 #include "actors/unix_time.h"
@@ -486,6 +487,16 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   if (copies) resume->heal_from(copies);
   auto writers_spec = writer_group_spec(shared_config, faults, directory, book, copies, cluster);
   writers_spec.on_exit = tree_exit;
+  // The state mirror (supervision.state_mirror; one process): every step's optimizer
+  // state in memory, kept by an actor beside the writers; a group start after a failure
+  // resumes from it when it is newer than the newest checkpoint on disk.
+  const auto mirror = !cluster && sv.state_mirror() == SupervisionConfig::STATE_MIRROR_ON
+                          ? std::make_shared<engine::MirrorBook>(std::make_shared<engine::MirrorStore>())
+                          : nullptr;
+  if (mirror) {
+    resume->mirror_from(mirror);
+    writers_spec.children.push_back(mirror_keeper_child(shared_config, mirror->store(), directory));
+  }
   auto writers_sup = spawn_supervisor(sys, std::move(writers_spec));
   directory->put(engine::writers_supervisor_path(), writers_sup);
   caf::actor group;
@@ -522,7 +533,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
       // worker without a spare, a worker that joined after that): the cluster holds it.
       if (cluster) state.physical_replicas = cluster->placed().physical_replicas();
       GroupArgs g{shared_config, state, faults, directory, book, resume, inbox, client_handle, {}, cluster,
-                  root ? root->comms() : nullptr};
+                  root ? root->comms() : nullptr, mirror};
       g.on_exit = [client_handle, generation](const SupervisorReport& r) {
         caf::anon_send(client_handle, group_exit_atom::value, generation, r);
       };
@@ -578,6 +589,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
         state.roll_back(rollback->request, rollback->done);
         data::BatchSource::open(c, data::Split::Train, state.skip_samples);  // the grown list checked against the split
         resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
+        if (mirror) mirror->clear();  // its steps are of the timeline left
       } else {
         // A regroup: the coordinator saved the step the group ended at; the next group
         // resumes from that checkpoint on the larger placement (or on the same one when
@@ -594,6 +606,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
         resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
       }
       if (copies) resume->heal_from(copies);
+      if (mirror) resume->mirror_from(mirror);
       start_group();
     }
     // A hung metrics actor is replaced meanwhile, and counted below. Records that could

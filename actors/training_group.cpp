@@ -152,18 +152,21 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   // Logical ranks hosted by one physical rank (Topology::hosts_several) get its round-0
   // rank's communicators and shared stage (engine/hosted_stage.h).
   const auto optimizer_config = OptimizerConfig::of(c);
+  // The state mirror's timeline, fixed for this group (a rollback starts another group).
+  const auto mirror = args.mirror;
+  const auto mirror_timeline = mirror ? std::optional<int64_t>(mirror->store()->timeline()) : std::nullopt;
   for (const auto& r : topo.all_ranks()) {
     const auto registry =
         cluster ? nullptr : std::make_shared<const model::ParameterRegistry>(engine::stage_registry(c, r));
     spec.children.push_back(
         {engine::optim_path(r), Restart::Permanent,
          [optimizer_config, registry, r, topo, comms, faults = args.faults, resume, dir = args.directory, cluster,
-          placement, device_of](caf::event_based_actor* self, int incarnation) {
+          placement, device_of, mirror_timeline](caf::event_based_actor* self, int incarnation) {
            if (cluster) return place_on_worker(self, *cluster, placement("optim", r, 0, incarnation));
            auto hosted = comms->current()->ranks[size_t(topo.index(topo.host_of(r)))].hosted;
            return untyped_handle(spawn_optimizer(self, OptimizerArgs{optimizer_config, registry, r, faults,
                                                                      resume->current(), dir, device_of(r, incarnation),
-                                                                     std::move(hosted)}));
+                                                                     std::move(hosted), mirror_timeline}));
          }});
   }
   // (In cluster mode the worker that hosts an actor cuts its piece.)
@@ -185,9 +188,10 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   }
   ChildSpec coordinator{engine::coordinator_path(), Restart::Permanent,
                         [config, placed_now, skip, faults = args.faults, dir = args.directory, book = args.book, resume,
-                         inbox = args.metrics, client = args.client, cluster](caf::event_based_actor* self, int) {
+                         inbox = args.metrics, client = args.client, cluster, mirror,
+                         mirror_timeline](caf::event_based_actor* self, int) {
                           CoordinatorArgs a{config, placed_now(), *skip, faults, dir, book, inbox, resume->current(),
-                                            client, {}};
+                                            client, {}, mirror, mirror_timeline.value_or(0)};
                           if (cluster) a.larger_placement_ready = [cluster] { return cluster->grow_target().has_value(); };
                           return untyped_handle(spawn_coordinator(self, std::move(a)));
                         }};
@@ -209,7 +213,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
       self->send(coordinator->second, wire_atom::value, all);
   };
   spec.on_failure = [comms, cluster_comms, resume, faults = args.faults, book = args.book, dir = args.directory,
-                     inbox = args.metrics](const std::string& path, const std::string& reason) {
+                     inbox = args.metrics, mirror](const std::string& path, const std::string& reason) {
     auto f = alone_failure(path, reason, book->max_step_reached());
     if (!is_loader(path)) {
       f.action = "restart";
@@ -220,7 +224,8 @@ SupervisorSpec training_group_spec(GroupArgs args) {
       spdlog::warn("{} failed: {}; restarting it alone", path, reason);
       book->failure(f, /*group_restart=*/false);
     } else {
-      spdlog::error("{} failed: {}; the training group restarts from the latest checkpoint", path, reason);
+      spdlog::error("{} failed: {}; the training group restarts from the {}", path, reason,
+                    mirror ? "state mirror or the latest checkpoint, whichever is newer" : "latest checkpoint");
       if (cluster_comms)
         cluster_comms->abort(path + " failed: " + reason);
       else

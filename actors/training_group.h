@@ -22,6 +22,7 @@
 #include "engine/checkpointing.h"
 #include "engine/faults.h"
 #include "engine/run_state.h"
+#include "engine/state_mirror.h"
 #include "messages/config.pb.h"
 
 namespace troupe::actors {
@@ -44,6 +45,10 @@ struct GroupArgs {
   // `comms->current()`; null in one process.
   std::shared_ptr<Cluster> cluster;
   std::shared_ptr<ClusterComms> cluster_comms;
+  // The state mirror (engine/state_mirror.h), when supervision.state_mirror is on: the
+  // optimizer shards send their state after every update to the process's keeper, the
+  // coordinator files each complete step here. Null: off.
+  std::shared_ptr<engine::MirrorBook> mirror;
 };
 
 SupervisorSpec training_group_spec(GroupArgs args);

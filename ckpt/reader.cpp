@@ -27,24 +27,25 @@ std::string hex32(uint32_t v) {
 
 
 // Verifies one mapped shard against its manifest record; returns the problem or "".
-std::string check_shard(const ShardFile& record, const util::MappedFile& file, ShardCheck& check) {
-  check.actual_size = file.size();
-  if (file.size() != record.size_bytes()) {
+std::string check_shard(const ShardFile& record, const char* bytes, uint64_t size, const std::string& path,
+                        ShardCheck& check) {
+  check.actual_size = size;
+  if (size != record.size_bytes()) {
     int lost = 0;
     for (const auto& p : record.piece())
-      if (p.byte_offset() + piece_bytes(p) > file.size()) ++lost;
-    return "size " + std::to_string(file.size()) + " bytes, manifest says " +
+      if (p.byte_offset() + piece_bytes(p) > size) ++lost;
+    return "size " + std::to_string(size) + " bytes, manifest says " +
            std::to_string(record.size_bytes()) +
            (lost ? " (" + std::to_string(lost) + " of " + std::to_string(record.piece_size()) +
                        " pieces reach past the end)"
                  : "");
   }
-  check.actual_crc = util::crc32c(file.data(), file.size());
+  check.actual_crc = util::crc32c(bytes, size);
   if (check.actual_crc != record.crc32c()) {
     std::string damaged;
     int n = 0;
     for (const auto& p : record.piece()) {
-      if (util::crc32c(file.chars() + p.byte_offset(), piece_bytes(p)) == p.crc32c()) continue;
+      if (util::crc32c(bytes + p.byte_offset(), piece_bytes(p)) == p.crc32c()) continue;
       if (n++ < 4) damaged += (n > 1 ? ", " : "") + tensor_label(p.name(), p.kind());
     }
     if (n > 4) damaged += ", ... (" + std::to_string(n) + " pieces)";
@@ -52,7 +53,7 @@ std::string check_shard(const ShardFile& record, const util::MappedFile& file, S
            (n ? "; damaged data of " + damaged : "; damage outside piece data (header/table)");
   }
   try {
-    ShardTable table = read_shard_table(file.chars(), file.size(), file.path());
+    ShardTable table = read_shard_table(bytes, size, path);
     ShardTable expected;
     *expected.mutable_piece() = record.piece();
     if (!google::protobuf::util::MessageDifferencer::Equals(table, expected))
@@ -65,22 +66,35 @@ std::string check_shard(const ShardFile& record, const util::MappedFile& file, S
 
 }  // namespace
 
+void Checkpoint::index_manifest() {
+  const int n = manifest_.shard_size();
+  checks_.resize(n);
+  files_.resize(n);
+  for (int s = 0; s < n; ++s) {
+    const ShardFile& record = manifest_.shard(s);
+    for (int p = 0; p < record.piece_size(); ++p) {
+      auto& entry = index_[Key(record.piece(p).name(), int(record.piece(p).kind()))];
+      entry.shape = piece_shape(record.piece(p));  // check_manifest: all pieces agree
+      entry.refs.push_back({s, p});
+    }
+    checks_[s].file = record.file();
+  }
+}
+
+void Checkpoint::enforce(Verify verify) const {
+  if (verify != Verify::kStrict || !damaged()) return;
+  std::string msg = dir_ + ": damaged checkpoint:";
+  for (const auto& line : damage()) msg += "\n  " + line;
+  throw CheckpointError(msg);
+}
+
 Checkpoint Checkpoint::open(const std::string& dir, Verify verify) {
   Checkpoint c;
   c.dir_ = dir;
   c.manifest_ = read_manifest(dir);
-  const int n = c.manifest_.shard_size();
-  c.checks_.resize(n);
-  c.files_.resize(n);
-  for (int s = 0; s < n; ++s) {
-    const ShardFile& record = c.manifest_.shard(s);
-    for (int p = 0; p < record.piece_size(); ++p) {
-      auto& entry = c.index_[Key(record.piece(p).name(), int(record.piece(p).kind()))];
-      entry.shape = piece_shape(record.piece(p));  // check_manifest: all pieces agree
-      entry.refs.push_back({s, p});
-    }
+  c.index_manifest();
+  for (int s = 0; s < c.manifest_.shard_size(); ++s) {
     ShardCheck& check = c.checks_[s];
-    check.file = record.file();
     const std::string path = c.shard_path(s);
     if (!std::filesystem::exists(path)) {
       check.problem = "missing (listed in the manifest)";
@@ -88,19 +102,42 @@ Checkpoint Checkpoint::open(const std::string& dir, Verify verify) {
     }
     check.present = true;
     try {
-      c.files_[s] = std::make_unique<util::MappedFile>(util::MappedFile::open(path, "shard file", /*sequential=*/true));
-      check.problem = check_shard(record, *c.files_[s], check);
+      auto file = std::make_shared<util::MappedFile>(util::MappedFile::open(path, "shard file", /*sequential=*/true));
+      c.files_[s] = {file, file->chars(), file->size()};
+      check.problem = check_shard(c.manifest_.shard(s), file->chars(), file->size(), path, check);
     } catch (const util::FileError& e) {
       check.problem = e.what();
     } catch (const CheckpointError& e) {
       check.problem = e.what();
     }
   }
-  if (verify == Verify::kStrict && c.damaged()) {
-    std::string msg = dir + ": damaged checkpoint:";
-    for (const auto& line : c.damage()) msg += "\n  " + line;
-    throw CheckpointError(msg);
+  c.enforce(verify);
+  return c;
+}
+
+Checkpoint Checkpoint::from_memory(std::string label, CheckpointManifest manifest,
+                                   const std::map<std::string, std::shared_ptr<const std::string>>& shards,
+                                   Verify verify) {
+  Checkpoint c;
+  c.dir_ = std::move(label);
+  c.manifest_ = std::move(manifest);
+  c.index_manifest();
+  for (int s = 0; s < c.manifest_.shard_size(); ++s) {
+    ShardCheck& check = c.checks_[s];
+    const auto it = shards.find(check.file);
+    if (it == shards.end() || !it->second) {
+      check.problem = "missing (listed in the manifest, not held in memory)";
+      continue;
+    }
+    check.present = true;
+    c.files_[s] = {it->second, it->second->data(), it->second->size()};
+    try {
+      check.problem = check_shard(c.manifest_.shard(s), it->second->data(), it->second->size(), c.shard_path(s), check);
+    } catch (const CheckpointError& e) {
+      check.problem = e.what();
+    }
   }
+  c.enforce(verify);
   return c;
 }
 
@@ -150,7 +187,7 @@ const Shape& Checkpoint::shape(const std::string& name, TensorKind kind) const {
 
 const float* Checkpoint::piece_data(const PieceRef& ref) const {
   const auto& p = manifest_.shard(ref.shard).piece(ref.piece);
-  return reinterpret_cast<const float*>(files_[ref.shard]->chars() + p.byte_offset());
+  return reinterpret_cast<const float*>(files_[ref.shard].data + p.byte_offset());
 }
 
 std::vector<float> Checkpoint::read(const std::string& name, TensorKind kind) const {

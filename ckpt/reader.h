@@ -53,6 +53,13 @@ class Checkpoint {
   // verifies size, whole-file CRC-32C and that the shard's own piece table equals
   // the manifest's. Manifest problems always throw.
   static Checkpoint open(const std::string& dir, Verify verify = Verify::kStrict);
+  // A checkpoint held in memory (engine/state_mirror.h): `manifest` and the bytes of each
+  // of its shard files by file name, verified as open() verifies files (size, CRC-32C,
+  // piece table). `label` names it where a directory would ("mirror of step 12").
+  // Nothing touches the disk.
+  static Checkpoint from_memory(std::string label, CheckpointManifest manifest,
+                                const std::map<std::string, std::shared_ptr<const std::string>>& shards,
+                                Verify verify = Verify::kStrict);
 
   const std::string& dir() const { return dir_; }
   const CheckpointManifest& manifest() const { return manifest_; }
@@ -92,10 +99,21 @@ class Checkpoint {
   const float* piece_data(const PieceRef& ref) const;
   std::string shard_path(int shard) const;
 
+  // A shard's bytes: a mapped file or a string in memory (`owner` keeps either alive).
+  struct ShardBytes {
+    std::shared_ptr<const void> owner;  // null for a missing shard
+    const char* data = nullptr;
+    uint64_t size = 0;
+  };
+  // Indexes the manifest's pieces and sizes checks_ and files_.
+  void index_manifest();
+  // Throws under kStrict when any shard is damaged.
+  void enforce(Verify verify) const;
+
   std::string dir_;
   CheckpointManifest manifest_;
   std::vector<ShardCheck> checks_;
-  std::vector<std::unique_ptr<util::MappedFile>> files_;  // null for missing shards
+  std::vector<ShardBytes> files_;
   std::map<Key, Entry> index_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "ckpt/crc32c_combine.h"
 #include "ckpt/error.h"
 #include "ckpt/format.h"
 #include "util/crc32c.h"
@@ -46,14 +47,37 @@ ShardWriter::ShardWriter(std::string dir, std::string file, std::string writer, 
   record_.set_file(file);
   if (!writer.empty()) record_.set_writer(writer);
   out_ = std::make_unique<OutputFile>(dir_ + "/" + file + ".tmp");
+  write_header();
+}
+
+ShardWriter::ShardWriter(std::string* bytes, std::string file, std::string writer)
+    : dir_("(memory)"), memory_(bytes) {
+  check_shard_file_name(file);
+  record_.set_file(file);
+  if (!writer.empty()) record_.set_writer(writer);
+  memory_->clear();
+  write_header();
+}
+
+void ShardWriter::write_header() {
   char header[kShardHeaderBytes] = {};
   std::memcpy(header, kShardMagic.data(), kShardMagic.size());
   put_u32(header + 8, kFormatVersion);
-  out_->write(header, sizeof header);
+  emit(header, sizeof header);
 }
 
+void ShardWriter::emit(const void* bytes, size_t n, uint32_t crc_of_bytes) {
+  if (out_) return out_->write(bytes, n, crc_of_bytes);
+  memory_crc_ = crc32c_combine(memory_crc_, crc_of_bytes, n);
+  memory_->append(static_cast<const char*>(bytes), n);
+}
+
+void ShardWriter::emit(const void* bytes, size_t n) { emit(bytes, n, util::crc32c(bytes, n)); }
+
+uint64_t ShardWriter::emitted() const { return out_ ? out_->size() : memory_->size(); }
+
 void ShardWriter::add(const PieceSpec& spec, std::span<const float> data) {
-  if (!out_) throw CheckpointError(dir_ + "/" + file() + ": add() after finish()");
+  if (finished_) throw CheckpointError(dir_ + "/" + file() + ": add() after finish()");
   const std::string what = dir_ + "/" + file() + ": piece " + tensor_label(spec.name, spec.kind);
   if (spec.name.empty()) throw CheckpointError(dir_ + "/" + file() + ": piece without a name");
   check_region(spec.global_shape, spec.region, what);
@@ -61,29 +85,36 @@ void ShardWriter::add(const PieceSpec& spec, std::span<const float> data) {
     throw CheckpointError(what + ": " + std::to_string(data.size()) +
                           " values given for a region of " +
                           std::to_string(spec.region.elements()) + " elements");
-  out_->pad_to(kPieceAlignment);
+  static const char zeros[kPieceAlignment] = {};
+  if (const uint64_t over = emitted() % kPieceAlignment) emit(zeros, size_t(kPieceAlignment - over));
   TensorPiece* piece = record_.add_piece();
   set_piece_geometry(*piece, spec.name, spec.kind, spec.global_shape, spec.region);
-  piece->set_byte_offset(out_->size());
+  piece->set_byte_offset(emitted());
   // One pass over the data: the piece's CRC also extends the file's.
   const uint32_t crc = util::crc32c(data.data(), data.size_bytes());
   piece->set_crc32c(crc);
-  out_->write(data.data(), data.size_bytes(), crc);
+  emit(data.data(), data.size_bytes(), crc);
 }
 
 ShardFile ShardWriter::finish() {
-  if (!out_) throw CheckpointError(dir_ + "/" + file() + ": finish() called twice");
+  if (finished_) throw CheckpointError(dir_ + "/" + file() + ": finish() called twice");
+  finished_ = true;
   ShardTable table;
   *table.mutable_piece() = record_.piece();
   const std::string bytes = table.SerializeAsString();
-  const uint64_t table_offset = out_->size();
-  out_->write(bytes.data(), bytes.size());
+  const uint64_t table_offset = emitted();
+  emit(bytes.data(), bytes.size());
   char footer[kShardFooterBytes] = {};
   put_u64(footer, table_offset);
   put_u64(footer + 8, bytes.size());
   put_u32(footer + 16, util::crc32c(bytes.data(), bytes.size()));
   std::memcpy(footer + 24, kShardEndMagic.data(), kShardEndMagic.size());
-  out_->write(footer, sizeof footer);
+  emit(footer, sizeof footer);
+  if (memory_) {
+    record_.set_size_bytes(memory_->size());
+    record_.set_crc32c(memory_crc_);
+    return record_;
+  }
   out_->sync();
   out_->close();
   record_.set_size_bytes(out_->size());

@@ -35,6 +35,10 @@ class ShardWriter {
  public:
   // `file` is a bare file name (no '/'); `writer` names who writes it in reports.
   ShardWriter(std::string dir, std::string file, std::string writer = "", CommitHook hook = {});
+  // In memory: the shard file's bytes are appended to `*bytes` (which must outlive the
+  // writer) instead of a file, bit for bit what the file would hold; finish() returns the
+  // same record and touches no disk (engine/state_mirror.h).
+  ShardWriter(std::string* bytes, std::string file, std::string writer = "");
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
@@ -47,10 +51,19 @@ class ShardWriter {
   const std::string& file() const { return record_.file(); }
 
  private:
+  // Appends to the file or to memory_, whichever this writer writes.
+  void emit(const void* bytes, size_t n, uint32_t crc_of_bytes);
+  void emit(const void* bytes, size_t n);
+  uint64_t emitted() const;
+  void write_header();
+
   std::string dir_;
   CommitHook hook_;
   ShardFile record_;
   std::unique_ptr<OutputFile> out_;
+  std::string* memory_ = nullptr;
+  uint32_t memory_crc_ = 0;
+  bool finished_ = false;
 };
 
 // Rejects file names that could escape the checkpoint directory or collide with

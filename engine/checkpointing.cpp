@@ -20,6 +20,7 @@
 #include "ckpt/shard_writer.h"
 #include "config/error.h"
 #include "engine/shard_copies.h"
+#include "engine/state_mirror.h"
 #include "engine/stage_worker.h"
 #include "util/durable_file.h"
 
@@ -108,6 +109,31 @@ void ResumeSource::heal_from(std::shared_ptr<const ShardCopies> copies) {
   copies_ = std::move(copies);
 }
 
+void ResumeSource::mirror_from(std::shared_ptr<const MirrorBook> mirror) {
+  std::lock_guard lock(mu_);
+  mirror_ = std::move(mirror);
+}
+
+bool ResumeSource::resume_from_mirror() {
+  const auto newest = mirror_->newest();
+  if (!newest) return false;
+  std::optional<int64_t> on_disk;
+  try {
+    if (std::filesystem::exists(root_)) on_disk = ckpt::read_latest(root_);
+  } catch (const ckpt::CheckpointError&) {
+    // An unreadable `latest`: the mirror is newer than anything it could name.
+  }
+  if (on_disk && *on_disk > newest->step()) return false;
+  try {
+    ckpt_ = mirror_->open_newest();
+  } catch (const ckpt::CheckpointError& e) {
+    // The error names the mirror ("memory: the state mirror of step N: damaged ...").
+    report_.push_back(fmt::format("{}; reading the newest checkpoint on disk instead", e.what()));
+    return false;
+  }
+  return true;
+}
+
 void ResumeSource::heal_latest() {
   std::optional<int64_t> step;
   try {
@@ -166,6 +192,11 @@ std::shared_ptr<const ckpt::Checkpoint> ResumeSource::current() {
   if (!failed_before_ && load_.empty()) return ckpt_;  // a fresh start
   if (!failed_before_ && load_ != "latest") {
     ckpt_ = std::make_shared<const ckpt::Checkpoint>(ckpt::open_checkpoint_path(load_, &report_));
+  } else if (failed_before_ && mirror_ && resume_from_mirror()) {
+    spdlog::info("checkpoint: resuming from the state mirror of step {} in memory ({} shards verified; no "
+                 "checkpoint read)",
+                 ckpt_->step(), ckpt_->manifest().shard_size());
+    return ckpt_;
   } else if (std::filesystem::exists(root_)) {
     if (copies_) heal_latest();
     auto outcome = ckpt::load_latest(root_);
@@ -290,9 +321,7 @@ bool same_directory(const DirectoryIdentity& then, const DirectoryIdentity& now)
 
 ckpt::FlatLayout shard_layout(const Config& c, const Rank& r) { return ckpt::flat_layout(stage_registry(c, r)); }
 
-ShardFile write_shard(const ckpt::FlatLayout& layout, const ShardState& s, const std::string& dir,
-                      const std::string& file, const std::string& writer) {
-  ckpt::ShardWriter w(dir, file, writer);
+void add_shard_pieces(ckpt::ShardWriter& w, const ckpt::FlatLayout& layout, const ShardState& s) {
   // The buffers hold the range only: shift so that buffer[range.begin] is element 0.
   const auto put = [&](ckpt::TensorKind kind, const std::vector<float>& values) {
     for (const auto& p : ckpt::flat_range_pieces(layout, kind, s.range.begin, s.range.end))
@@ -302,6 +331,12 @@ ShardFile write_shard(const ckpt::FlatLayout& layout, const ShardState& s, const
   put(TensorPiece::PARAM, s.params);
   put(TensorPiece::EXP_AVG, s.exp_avg);
   put(TensorPiece::EXP_AVG_SQ, s.exp_avg_sq);
+}
+
+ShardFile write_shard(const ckpt::FlatLayout& layout, const ShardState& s, const std::string& dir,
+                      const std::string& file, const std::string& writer) {
+  ckpt::ShardWriter w(dir, file, writer);
+  add_shard_pieces(w, layout, s);
   return w.finish();
 }
 

@@ -20,6 +20,7 @@
 #include "ckpt/flat_layout.h"
 #include "ckpt/hf_import.h"
 #include "ckpt/reader.h"
+#include "ckpt/shard_writer.h"
 #include "engine/optimizer_shard.h"
 #include "engine/topology.h"
 #include "messages/checkpoint.pb.h"
@@ -54,6 +55,7 @@ std::string set_aside_earlier_checkpoints(const Config& c);
 void check_resume_layout(const Config& c, const Topology& placed, const ckpt::Checkpoint& ck);
 
 class ShardCopies;  // engine/shard_copies.h
+class MirrorBook;   // engine/state_mirror.h
 
 class ResumeSource {
  public:
@@ -67,6 +69,11 @@ class ResumeSource {
   // report(). Without copies (or without a matching one) the damaged checkpoint is
   // skipped as before.
   void heal_from(std::shared_ptr<const ShardCopies> copies);
+  // A start after a failure resumes from the state mirror's newest complete step when it
+  // is at least as new as the newest checkpoint on disk (`latest`) and verifies (size,
+  // CRC-32C and piece table of every shard in memory): no checkpoint is read. A mirror
+  // that does not verify is reported and the disk is read as without it.
+  void mirror_from(std::shared_ptr<const MirrorBook> mirror);
 
   // The checkpoint of the group's current start (null: fresh). Loaded once per start.
   // Throws CheckpointError when checkpoint.load names a checkpoint that does not load,
@@ -80,9 +87,12 @@ class ResumeSource {
   // Rewrites the damaged shard files of the checkpoint `latest` names from copies_
   // (locked; report_ receives what was done).
   void heal_latest();
+  // The mirror's newest step as ckpt_, when it serves (locked); false: read the disk.
+  bool resume_from_mirror();
 
   mutable std::mutex mu_;
   std::shared_ptr<const ShardCopies> copies_;
+  std::shared_ptr<const MirrorBook> mirror_;
   std::string root_, load_;
   bool stale_ = true, failed_before_ = false;
   std::shared_ptr<const ckpt::Checkpoint> ckpt_;
@@ -130,6 +140,9 @@ ckpt::FlatLayout shard_layout(const Config& c, const Rank& r);
 ShardFile write_shard(const ckpt::FlatLayout& layout, const ShardState& s, const std::string& dir,
                       const std::string& file, const std::string& writer);
 std::string shard_file_name(const Rank& r);  // "dp0_pp1_tp0.shard"
+// The pieces of `s` added to `w` in the order every shard file holds them (write_shard,
+// and the state mirror's in-memory shards, engine/state_mirror.h).
+void add_shard_pieces(ckpt::ShardWriter& w, const ckpt::FlatLayout& layout, const ShardState& s);
 
 // Which directory a path names now. A save's partial directory is recreated when the
 // same step is saved again after a restart, and ext4 hands the new one the old one's

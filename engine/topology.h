@@ -83,6 +83,8 @@ inline const char* metrics_path() { return "metrics"; }
 // The writers' supervisor, in the directory so that the coordinator can have a hung
 // writer replaced (actors/supervision.h, abandon_atom). Not an actor that faults target.
 inline const char* writers_supervisor_path() { return "writers"; }
+// The state mirror's keeper of a process (actors/mirror_keeper.h), beside the writers.
+inline const char* mirror_keeper_path() { return "mirror"; }
 
 // Every actor path the topology has (for validating fault injection targets).
 std::vector<std::string> all_paths(const Topology& t);

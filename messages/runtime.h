@@ -189,6 +189,10 @@ struct UpdateCommand {
   double lr = 0;
   double clip_factor = 1;  // gradients are multiplied by this first
   bool skip = false;       // non-finite norm (or a spike dropped by logging.on_spike): touch nothing
+  // The state mirror (engine/state_mirror.h): copy the state after this update for the
+  // process's mirror keeper. The coordinator asks every shard for the same steps, one
+  // mirrored step in flight at a time, so that each step it asks for can be complete.
+  bool mirror = false;
 };
 
 // The sums behind a step's update-to-weight norm ratio, over the elements an optimizer
@@ -300,6 +304,25 @@ struct ShardWritten {
   double seconds = 0;
   int64_t bytes = 0;
   uint64_t attempt = 0;  // the SnapshotCommand's: a late report of a given-up save is ignored
+};
+
+// The state mirror (engine/state_mirror.h, supervision.state_mirror).
+// optimizer shard -> its process's mirror keeper, after every update: the shard's state
+// after step `step`, in host memory (as ShardSnapshot's copies). In-process only.
+struct MirrorSnapshot {
+  int64_t step = 0;
+  int64_t timeline = 0;  // the mirror's timeline (MirrorStore::timeline): a rollback starts another
+  Rank rank;
+  int64_t range_begin = 0, range_end = 0;
+  std::shared_ptr<const float> params, exp_avg, exp_avg_sq;
+};
+
+// mirror keeper -> coordinator: the shard of `rank` at `step` is held in memory.
+struct MirrorKept {
+  int64_t step = 0;
+  int64_t timeline = 0;
+  Rank rank;
+  std::string record;  // a serialized ckpt::ShardFile (the mirror manifest's entry)
 };
 
 }  // namespace troupe::msg

@@ -20,6 +20,7 @@ void add_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<msg::SnapshotCommand>("troupe::msg::SnapshotCommand");
   cfg.add_message_type<msg::SnapshotTaken>("troupe::msg::SnapshotTaken");
   cfg.add_message_type<msg::ShardWritten>("troupe::msg::ShardWritten");
+  cfg.add_message_type<msg::MirrorKept>("troupe::msg::MirrorKept");
   cfg.add_message_type<engine::StageSnapshot>("troupe::engine::StageSnapshot");
   cfg.add_message_type<engine::OptimSnapshot>("troupe::engine::OptimSnapshot");
   // wire_atom + Registry: the coordinator wires members in every process.

@@ -230,7 +230,7 @@ typename Inspector::result_type inspect(Inspector& f, NormPartial& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, UpdateCommand& x) {
-  return f(caf::meta::type_name("troupe::msg::UpdateCommand"), x.step, x.lr, x.clip_factor, x.skip);
+  return f(caf::meta::type_name("troupe::msg::UpdateCommand"), x.step, x.lr, x.clip_factor, x.skip, x.mirror);
 }
 
 template <class Inspector>
@@ -284,6 +284,11 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShardWritten& x) {
   return f(caf::meta::type_name("troupe::msg::ShardWritten"), x.step, x.rank, x.ok, x.error, x.record,
            x.seconds, x.bytes, x.attempt);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, MirrorKept& x) {
+  return f(caf::meta::type_name("troupe::msg::MirrorKept"), x.step, x.timeline, x.rank, x.record);
 }
 
 }  // namespace troupe::msg

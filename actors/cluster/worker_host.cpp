@@ -240,7 +240,7 @@ caf::actor place(Self* self, const PlaceActor& p) {
     placed = untyped_handle(spawn_optimizer(
         self, OptimizerArgs{st.optimizer_config, std::move(registry), r, a.faults, checkpoint(self, p.resume_dir),
                             st.directory, devices(self, topo).get(r, p.incarnation),
-                            hosted_stage(self, topo, r, p.incarnation)}));
+                            hosted_stage(self, topo, r, p.incarnation), /*mirror_timeline=*/std::nullopt}));
   } else if (p.kind == "writer") {
     // No copies kept in memory on a worker (engine/shard_copies.h: one process only).
     auto layout = std::make_shared<const ckpt::FlatLayout>(engine::shard_layout(c, r));

@@ -22,10 +22,13 @@
 #include "actors/supervision.h"
 #include "ckpt/commit.h"
 #include "ckpt/reader.h"
+#include "config/validate.h"
 #include "engine/checkpointing.h"
 #include "engine/rank_device.h"
 #include "engine/stage_worker.h"
 #include "metrics/json.h"
+#include "metrics/jsonl_log.h"
+#include "metrics/run_dir.h"
 #include "test/actors/parity_check.h"
 #include "test/actors/recovery_harness.h"
 #include "test/support/tiny_runtime_config.h"
@@ -307,6 +310,50 @@ TEST_CASE("a damaged checkpoint with none older to fall back to: healed from mem
   // step 5 closed); a start without a checkpoint would repeat steps 1-5.
   CHECK(r.recomputed_steps <= 1);
   CHECK_NOTHROW(ckpt::open_step(engine::checkpoint_root(c), 4));
+}
+
+TEST_CASE("with the state mirror on, a group restart resumes from memory: no checkpoint read, bitwise") {
+  // No periodic checkpoint: without the mirror the restarted group would start from the
+  // initial weights and compute steps 1-4 again.
+  Config c = base("mirror");
+  c.mutable_checkpoint()->set_interval_steps(0);
+  c.mutable_supervision()->set_state_mirror(SupervisionConfig::STATE_MIRROR_ON);
+  *c.mutable_faults()->add_fault() = fault("stage/dp1/pp0/tp0", 5, Fault::FORWARD);
+  const auto r = run(c);
+  REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
+  check_identical_to_clean(r);
+  CHECK(r.restarts == 1);
+  // The recovery line names where the group resumed: the mirror of a step after the
+  // start (the newest whose every shard was held when step 5 failed: 4, or an earlier
+  // one when the keeper had not caught up).
+  const auto lines = metrics::read_jsonl(metrics::run_dir_layout(c.logging().run_dir()).metrics).objects;
+  int recoveries = 0;
+  for (const auto& j : lines) {
+    if (j.value("type", "") != "recovery") continue;
+    ++recoveries;
+    const int64_t resumed = j.at("resume_step").get<int64_t>();
+    CHECK(resumed >= 1);
+    CHECK(resumed <= 4);
+    CHECK(j.at("resumed_from").get<std::string>() == "memory: the state mirror of step " + std::to_string(resumed));
+    // Only the steps after the mirrored one again (at most 4 - resumed: steps up to 4
+    // had closed when step 5 failed).
+    CHECK(r.recomputed_steps <= 4 - resumed);
+  }
+  CHECK(recoveries == 1);
+  // Nothing on disk before the failure: the only checkpoint is the final one.
+  const auto outcome = ckpt::load_latest(engine::checkpoint_root(c));
+  REQUIRE(outcome.checkpoint);
+  CHECK(outcome.checkpoint->step() == 6);
+}
+
+TEST_CASE("the state mirror is refused in cluster mode, naming the field") {
+  Config c = base("mirror-cluster");
+  c.mutable_supervision()->set_state_mirror(SupervisionConfig::STATE_MIRROR_ON);
+  c.mutable_cluster()->set_workers(2);
+  const auto v = config::violations(c);
+  const auto it = std::find_if(v.begin(), v.end(), [](const auto& x) { return x.field == "supervision.state_mirror"; });
+  REQUIRE(it != v.end());
+  CHECK(it->rule.find("one process only") != std::string::npos);
 }
 
 TEST_CASE("a Llama with dropout and full recomputation recovers bitwise after a stage is killed") {

@@ -1,0 +1,120 @@
+#include "engine/state_mirror.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "ckpt/error.h"
+#include "ckpt/shard_writer.h"
+
+namespace troupe::engine {
+
+SerializedShard serialize_shard(const ckpt::FlatLayout& layout, const ShardState& s, const std::string& file,
+                                const std::string& writer) {
+  auto bytes = std::make_shared<std::string>();
+  ckpt::ShardWriter w(bytes.get(), file, writer);
+  add_shard_pieces(w, layout, s);
+  SerializedShard out;
+  out.record = w.finish();
+  out.bytes = std::move(bytes);
+  return out;
+}
+
+int64_t MirrorStore::timeline() const {
+  std::lock_guard lock(mu_);
+  return timeline_;
+}
+
+bool MirrorStore::keep(int64_t timeline, int64_t step, const std::string& file,
+                       std::shared_ptr<const std::string> bytes) {
+  std::lock_guard lock(mu_);
+  if (timeline != timeline_) return false;
+  auto& steps = by_file_[file];
+  steps[step] = std::move(bytes);
+  while (steps.size() > kStepsPerFile) steps.erase(steps.begin());
+  return true;
+}
+
+std::shared_ptr<const std::string> MirrorStore::find(int64_t step, const std::string& file) const {
+  std::lock_guard lock(mu_);
+  const auto f = by_file_.find(file);
+  if (f == by_file_.end()) return nullptr;
+  const auto s = f->second.find(step);
+  return s == f->second.end() ? nullptr : s->second;
+}
+
+void MirrorStore::forget_before(int64_t step) {
+  std::lock_guard lock(mu_);
+  for (auto& [file, steps] : by_file_) steps.erase(steps.begin(), steps.lower_bound(step));
+}
+
+void MirrorStore::clear() {
+  std::lock_guard lock(mu_);
+  by_file_.clear();
+  ++timeline_;
+}
+
+int64_t MirrorStore::bytes_held() const {
+  std::lock_guard lock(mu_);
+  int64_t n = 0;
+  for (const auto& [file, steps] : by_file_)
+    for (const auto& [step, bytes] : steps) n += bytes ? int64_t(bytes->size()) : 0;
+  return n;
+}
+
+std::optional<MirrorAssembly::Complete> MirrorAssembly::closed(int64_t step, const TrainingPosition& position) {
+  if (step <= completed_) return std::nullopt;
+  pending_[step].position = position;
+  return take_if_complete(step);
+}
+
+std::optional<MirrorAssembly::Complete> MirrorAssembly::kept(int64_t step, ShardFile record) {
+  if (step <= completed_) return std::nullopt;
+  auto name = record.file();
+  pending_[step].shards[name] = std::move(record);
+  return take_if_complete(step);
+}
+
+std::optional<MirrorAssembly::Complete> MirrorAssembly::take_if_complete(int64_t step) {
+  auto& p = pending_.at(step);
+  if (!p.position || p.shards.size() < shards_) return std::nullopt;
+  Complete done{step, *p.position, {}};
+  for (auto& [file, record] : p.shards) done.shards.push_back(std::move(record));
+  completed_ = step;
+  // Older steps can no longer be the newest complete one.
+  pending_.erase(pending_.begin(), pending_.upper_bound(step));
+  return done;
+}
+
+void MirrorBook::file(CheckpointManifest manifest) {
+  std::lock_guard lock(mu_);
+  if (newest_ && newest_->step() >= manifest.step()) return;
+  const int64_t step = manifest.step();
+  newest_ = std::move(manifest);
+  store_->forget_before(step);
+}
+
+std::optional<CheckpointManifest> MirrorBook::newest() const {
+  std::lock_guard lock(mu_);
+  return newest_;
+}
+
+std::shared_ptr<const ckpt::Checkpoint> MirrorBook::open_newest() const {
+  std::lock_guard lock(mu_);
+  if (!newest_) throw ckpt::CheckpointError("the state mirror holds no complete step");
+  std::map<std::string, std::shared_ptr<const std::string>> bytes;
+  for (const auto& shard : newest_->shard())
+    if (auto b = store_->find(newest_->step(), shard.file())) bytes[shard.file()] = std::move(b);
+  return std::make_shared<const ckpt::Checkpoint>(
+      ckpt::Checkpoint::from_memory(mirror_label(newest_->step()), *newest_, bytes));
+}
+
+void MirrorBook::clear() {
+  std::lock_guard lock(mu_);
+  newest_.reset();
+  store_->clear();
+}
+
+std::string mirror_label(int64_t step) { return fmt::format("memory: the state mirror of step {}", step); }
+
+}  // namespace troupe::engine

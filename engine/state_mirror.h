@@ -1,0 +1,122 @@
+// The state mirror (docs/checkpoints.md, "The state mirror"; supervision.state_mirror):
+// a checkpoint of every step, held in memory outside the training group, so that a group
+// restart resumes from the newest mirrored step instead of the newest checkpoint on disk.
+//
+// After each update every optimizer shard that writes a checkpoint shard hands a copy of
+// its state (parameters and both Adam moments of its range) to the process's mirror
+// keeper (actors/mirror_keeper.h), which serializes it as the bytes its shard file would
+// hold (CRC-32C and piece table included) into the MirrorStore and reports the shard's
+// record to the coordinator. Once the coordinator has every shard's record of a step and
+// that step's position (MirrorAssembly), it files the step's manifest in the MirrorBook.
+// A later start of the group (engine::ResumeSource) opens the newest filed manifest over
+// the stored bytes (ckpt::Checkpoint::from_memory: verified as a checkpoint on disk is)
+// when it is newer than the newest checkpoint on disk.
+//
+// Both outlive every training group of the run; a rollback past a spike clears them (its
+// steps are of the timeline the run leaves).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/checkpointing.h"
+#include "messages/checkpoint.pb.h"
+
+namespace troupe::engine {
+
+// `s` as the bytes of shard file `file` (bit for bit what write_shard writes), and the
+// record a manifest lists for it.
+struct SerializedShard {
+  ShardFile record;
+  std::shared_ptr<const std::string> bytes;
+};
+SerializedShard serialize_shard(const ckpt::FlatLayout& layout, const ShardState& s, const std::string& file,
+                                const std::string& writer);
+
+// One process's mirrored shard files, by file name and step. A file keeps every step
+// from the newest complete mirror's on (the coordinator's completion is told through
+// MirrorBook, or forget_before), at most kStepsPerFile: the newest step of one file may
+// be kept before another file's previous step arrives. Thread-safe.
+//
+// The timeline: clear() (a rollback) starts another, and what a shard of the timeline
+// left behind sends later (a copy still on its way) is not kept.
+class MirrorStore {
+ public:
+  static constexpr size_t kStepsPerFile = 4;
+
+  int64_t timeline() const;
+  // False (nothing kept) when `timeline` is not the current one.
+  bool keep(int64_t timeline, int64_t step, const std::string& file, std::shared_ptr<const std::string> bytes);
+  // The bytes of `file` at `step`, or null.
+  std::shared_ptr<const std::string> find(int64_t step, const std::string& file) const;
+  // Drops every step below `step` (a complete mirror of `step` exists).
+  void forget_before(int64_t step);
+  void clear();
+  // Bytes held, over every file and step.
+  int64_t bytes_held() const;
+
+ private:
+  mutable std::mutex mu_;
+  int64_t timeline_ = 0;
+  std::map<std::string, std::map<int64_t, std::shared_ptr<const std::string>>> by_file_;
+};
+
+// The coordinator's side: the records of each step's mirrored shards and the position at
+// the step's close, in whichever order they come; a step is complete with both.
+class MirrorAssembly {
+ public:
+  struct Complete {
+    int64_t step = 0;
+    TrainingPosition position;
+    std::vector<ShardFile> shards;  // sorted by file name
+  };
+  // `shards`: how many shard files one step has (the ranks that write a shard).
+  explicit MirrorAssembly(size_t shards) : shards_(shards) {}
+
+  std::optional<Complete> closed(int64_t step, const TrainingPosition& position);
+  std::optional<Complete> kept(int64_t step, ShardFile record);
+
+ private:
+  struct Pending {
+    std::optional<TrainingPosition> position;
+    std::map<std::string, ShardFile> shards;
+  };
+  std::optional<Complete> take_if_complete(int64_t step);
+
+  size_t shards_;
+  int64_t completed_ = -1;
+  std::map<int64_t, Pending> pending_;
+};
+
+// The newest complete mirror's manifest, and the store its bytes are in (one process).
+// Thread-safe.
+class MirrorBook {
+ public:
+  explicit MirrorBook(std::shared_ptr<MirrorStore> store) : store_(std::move(store)) {}
+
+  // A step whose every shard is held: kept when newer than the one kept; the store
+  // forgets older steps.
+  void file(CheckpointManifest manifest);
+  std::optional<CheckpointManifest> newest() const;
+  // The newest mirror opened from the store as a checkpoint (verified: size, CRC-32C and
+  // piece table of every shard). Throws CheckpointError saying what is missing or damaged.
+  std::shared_ptr<const ckpt::Checkpoint> open_newest() const;
+  // A rollback: the mirrored steps are of the timeline the run leaves.
+  void clear();
+  const std::shared_ptr<MirrorStore>& store() const { return store_; }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<MirrorStore> store_;
+  std::optional<CheckpointManifest> newest_;
+};
+
+// How a mirror's manifest names it where a directory would: "memory: the state mirror of step 12".
+std::string mirror_label(int64_t step);
+
+}  // namespace troupe::engine
