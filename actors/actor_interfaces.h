@@ -33,6 +33,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/cluster/cluster_protocol.h"
 #include "actors/message_types.h"
 #include "actors/metrics_inbox.h"
 
@@ -47,8 +48,11 @@ using metrics_actor = caf::typed_actor<caf::reacts_to<drain_atom>,              
 using writer_actor = caf::typed_actor<caf::reacts_to<msg::ShardSnapshot>>;
 
 // The state mirror's keeper of this process (actors/mirror_keeper.h): an optimizer
-// shard's state after an update.
-using mirror_keeper_actor = caf::typed_actor<caf::reacts_to<msg::MirrorSnapshot>>;
+// shard's state after an update; in cluster mode, through the worker's host, its buddy,
+// a buddy's copy to hold, and a fetch of a held shard (actors/cluster/cluster_protocol.h).
+using mirror_keeper_actor = caf::typed_actor<caf::reacts_to<msg::MirrorSnapshot>, caf::reacts_to<MirrorBuddy>,
+                                             caf::replies_to<MirrorCopy>::with<mirror_held_atom>,
+                                             caf::replies_to<MirrorFetch>::with<std::string>>;
 
 // A data loader (actors/loader_actor.h).
 using loader_actor = caf::typed_actor<

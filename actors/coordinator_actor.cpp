@@ -464,7 +464,8 @@ void file_mirror(Self* self, std::optional<engine::MirrorAssembly::Complete> don
   if (!done) return;
   if (st.mirror_asked && *st.mirror_asked <= done->step) st.mirror_asked.reset();
   st.args.mirror->file(engine::make_manifest(*st.args.config, st.topo, st.args.skip_samples, done->position,
-                                             std::move(done->shards)));
+                                             std::move(done->shards)),
+                       std::move(done->holders));
 }
 
 void finish_train_step(Self* self) {
@@ -754,7 +755,7 @@ coordinator_actor::behavior_type coordinator_impl(Self* self, CoordinatorArgs ar
         if (!record.ParseFromString(k.record))
           throw std::runtime_error("the state mirror's record of " + engine::shard_file_name(k.rank) + " at step " +
                                    std::to_string(k.step) + " does not parse");
-        file_mirror(self, s.mirror->kept(k.step, std::move(record)));
+        file_mirror(self, s.mirror->kept(k.step, std::move(record), {k.rank, k.holders}));
       },
       [self](writer_down_atom, const std::string& path) { feed(self, engine::WriterDown{path}); },
       [self](storage_failed_atom, const std::string& error) { feed(self, engine::StorageFailed{error}); },

@@ -70,6 +70,8 @@ using reduced_atom = caf::atom_constant<caf::atom("reduced")>;
 using snapshot_landed_atom = caf::atom_constant<caf::atom("snaplanded")>;
 // optimizer -> itself, from its device's when_done: the state mirror's copies landed.
 using mirror_landed_atom = caf::atom_constant<caf::atom("mirlanded")>;
+// a worker's mirror keeper -> the keeper that sent it a MirrorCopy: the copy is held.
+using mirror_held_atom = caf::atom_constant<caf::atom("mirheld")>;
 
 }  // namespace troupe::actors
 

@@ -9,7 +9,13 @@
 // shard of it is in. Runs detached, at normal priority: a mirror that lags gives an
 // older step to resume from.
 //
-// Messages in: MirrorSnapshot (mirror_keeper_actor, actors/actor_interfaces.h).
+// In cluster mode every worker has one (spawned by its host, actors/cluster/worker_host.h)
+// that also sends each shard's bytes to its buddy's keeper (MirrorCopy), holds its buddy's
+// copies, and hands out what it holds to a worker placing a rank restarted from the
+// mirror (MirrorFetch).
+//
+// Messages in: MirrorSnapshot, MirrorBuddy, MirrorCopy, MirrorFetch (mirror_keeper_actor,
+// actors/actor_interfaces.h).
 #pragma once
 
 #include <functional>
@@ -32,6 +38,10 @@ struct MirrorKeeperArgs {
   std::function<ckpt::FlatLayout(const engine::Rank&)> layout_of;
   std::shared_ptr<engine::MirrorStore> store;
   std::shared_ptr<Directory> directory;  // finds the coordinator
+  // Cluster mode: this worker's id (0: one process). After keeping a shard the keeper
+  // sends a copy to its buddy (MirrorBuddy, from the supervisor at each start of the
+  // training group: the next active worker) and reports the workers that hold it.
+  int32_t worker_id = 0;
 };
 
 mirror_keeper_actor spawn_mirror_keeper(caf::event_based_actor* parent, MirrorKeeperArgs args);

@@ -487,16 +487,25 @@ RunResult run_training(const Config& given, const RunOptions& options) {
   if (copies) resume->heal_from(copies);
   auto writers_spec = writer_group_spec(shared_config, faults, directory, book, copies, cluster);
   writers_spec.on_exit = tree_exit;
-  // The state mirror (supervision.state_mirror; one process): every step's optimizer
-  // state in memory, kept by an actor beside the writers; a group start after a failure
-  // resumes from it when it is newer than the newest checkpoint on disk.
-  const auto mirror = !cluster && sv.state_mirror() == SupervisionConfig::STATE_MIRROR_ON
-                          ? std::make_shared<engine::MirrorBook>(std::make_shared<engine::MirrorStore>())
-                          : nullptr;
-  if (mirror) {
-    resume->mirror_from(mirror);
-    writers_spec.children.push_back(mirror_keeper_child(shared_config, mirror->store(), directory));
-  }
+  // The state mirror (supervision.state_mirror): every step's optimizer state in memory,
+  // kept by an actor beside the writers (in cluster mode by one on each worker, with a
+  // copy on its buddy); a group start after a failure resumes from it when it is at least
+  // as new as the newest checkpoint on disk.
+  const auto mirror = engine::state_mirror_on(c) ? std::make_shared<engine::MirrorBook>(
+                                                       cluster ? nullptr : std::make_shared<engine::MirrorStore>())
+                                                 : nullptr;
+  auto attach_mirror = [&] {
+    if (!mirror) return;
+    if (cluster)
+      resume->mirror_from(mirror, [weak = std::weak_ptr<Cluster>(cluster)](int32_t worker) {
+        const auto c = weak.lock();
+        return c && c->live_agent(worker);
+      });
+    else
+      resume->mirror_from(mirror);
+  };
+  attach_mirror();
+  if (mirror && !cluster) writers_spec.children.push_back(mirror_keeper_child(shared_config, mirror->store(), directory));
   auto writers_sup = spawn_supervisor(sys, std::move(writers_spec));
   directory->put(engine::writers_supervisor_path(), writers_sup);
   caf::actor group;
@@ -606,7 +615,7 @@ RunResult run_training(const Config& given, const RunOptions& options) {
         resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
       }
       if (copies) resume->heal_from(copies);
-      if (mirror) resume->mirror_from(mirror);
+      attach_mirror();
       start_group();
     }
     // A hung metrics actor is replaced meanwhile, and counted below. Records that could

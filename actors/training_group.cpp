@@ -126,8 +126,21 @@ SupervisorSpec training_group_spec(GroupArgs args) {
     p.physical_replicas = cluster->placed().physical_replicas();
     p.generation = generation;
     p.incarnation = incarnation;
-    if (kind == "loader") p.skip_samples = *skip;
-    else if (auto ck = resume->current()) p.resume_dir = ck->dir();
+    if (kind == "loader") {
+      p.skip_samples = *skip;
+    } else if (auto ck = resume->current()) {
+      if (const auto m = resume->mirror_start()) {
+        // From the state mirror: the workers fetch the shards from the live holders.
+        p.mirror_step = m->step;
+        p.mirror_manifest = m->manifest.SerializeAsString();
+        for (const auto& [rank, worker] : m->sources) {
+          p.mirror_ranks.push_back(rank);
+          p.mirror_hosts.push_back(cluster->live_agent(worker));
+        }
+      } else {
+        p.resume_dir = ck->dir();
+      }
+    }
     p.fired = faults->fired_indices();
     return p;
   };
@@ -154,7 +167,7 @@ SupervisorSpec training_group_spec(GroupArgs args) {
   const auto optimizer_config = OptimizerConfig::of(c);
   // The state mirror's timeline, fixed for this group (a rollback starts another group).
   const auto mirror = args.mirror;
-  const auto mirror_timeline = mirror ? std::optional<int64_t>(mirror->store()->timeline()) : std::nullopt;
+  const auto mirror_timeline = mirror ? std::optional<int64_t>(mirror->timeline()) : std::nullopt;
   for (const auto& r : topo.all_ranks()) {
     const auto registry =
         cluster ? nullptr : std::make_shared<const model::ParameterRegistry>(engine::stage_registry(c, r));
@@ -200,13 +213,17 @@ SupervisorSpec training_group_spec(GroupArgs args) {
 
   // The whole group up (a first start or a restart): the coordinator wires it. A
   // loader restarted alone rejoins through the coordinator.
-  spec.on_start = [cluster](caf::event_based_actor* self, const Registry& all,
-                            const std::vector<std::string>& started) {
+  spec.on_start = [cluster, mirror](caf::event_based_actor* self, const Registry& all,
+                                    const std::vector<std::string>& started) {
     auto coordinator = all.find(engine::coordinator_path());
     if (started.empty() || coordinator == all.end()) return;
-    // Writers on the workers report to the coordinator: tell them the new one.
-    if (cluster && std::find(started.begin(), started.end(), engine::coordinator_path()) != started.end())
+    // Writers and mirror keepers on the workers report to the coordinator: tell them the
+    // new one; the keepers also get their buddies on this start's placement.
+    if (cluster && std::find(started.begin(), started.end(), engine::coordinator_path()) != started.end()) {
       for (const auto& agent : cluster->live_agents()) self->send(agent, PeerHandles{coordinator->second});
+      if (mirror)
+        for (const auto& b : cluster->mirror_buddies()) self->send(b.host, b.buddy);
+    }
     if (started.size() == 1 && is_loader(started[0]))
       self->send(coordinator->second, rejoin_atom::value, started[0], all.at(started[0]), all);
     else

@@ -662,13 +662,6 @@ void check_relations(const Config& c, Checker& k) {
                        sv.heartbeat_interval_s()),
            {"supervision.heartbeat_interval_s"});
 
-  if (sv.state_mirror() == SupervisionConfig::STATE_MIRROR_ON && c.cluster().workers() > 0)
-    k.fail("supervision.state_mirror",
-           fmt::format("ON is built for one process only (cluster.workers = {}): across worker processes a group "
-                       "restart reads the newest checkpoint on disk; set it to STATE_MIRROR_OFF",
-                       c.cluster().workers()),
-           {"cluster.workers"});
-
   for (int i = 0; i < c.faults().fault_size(); ++i) {
     const auto& f = c.faults().fault(i);
     if (f.step() > full_updates(c))

@@ -109,9 +109,15 @@ void ResumeSource::heal_from(std::shared_ptr<const ShardCopies> copies) {
   copies_ = std::move(copies);
 }
 
-void ResumeSource::mirror_from(std::shared_ptr<const MirrorBook> mirror) {
+void ResumeSource::mirror_from(std::shared_ptr<const MirrorBook> mirror, std::function<bool(int32_t)> alive) {
   std::lock_guard lock(mu_);
   mirror_ = std::move(mirror);
+  alive_ = std::move(alive);
+}
+
+std::shared_ptr<const ResumeSource::MirrorStart> ResumeSource::mirror_start() const {
+  std::lock_guard lock(mu_);
+  return mirror_start_;
 }
 
 bool ResumeSource::resume_from_mirror() {
@@ -124,6 +130,32 @@ bool ResumeSource::resume_from_mirror() {
     // An unreadable `latest`: the mirror is newer than anything it could name.
   }
   if (on_disk && *on_disk > newest->step()) return false;
+  if (alive_) {
+    // Cluster mode: every shard needs a live holder; the workers fetch the bytes.
+    auto start = std::make_shared<MirrorStart>();
+    start->step = newest->step();
+    start->manifest = *newest;
+    const auto holders = mirror_->holders();
+    for (const auto& shard : newest->shard()) {
+      const auto it = holders.find(shard.file());
+      std::optional<int32_t> live;
+      if (it != holders.end())
+        for (const int32_t w : it->second.workers)
+          if (!live && alive_(w)) live = w;
+      if (!live) {
+        report_.push_back(fmt::format("{}: no live worker holds {} any more; reading the newest checkpoint on disk "
+                                      "instead",
+                                      mirror_label(newest->step()), shard.file()));
+        return false;
+      }
+      start->sources.emplace_back(it->second.rank, *live);
+    }
+    // The supervisor reads only the position: a checkpoint of the manifest alone.
+    ckpt_ = std::make_shared<const ckpt::Checkpoint>(ckpt::Checkpoint::from_memory(
+        mirror_label(newest->step()), *newest, {}, ckpt::Checkpoint::Verify::kReport));
+    mirror_start_ = std::move(start);
+    return true;
+  }
   try {
     ckpt_ = mirror_->open_newest();
   } catch (const ckpt::CheckpointError& e) {
@@ -188,14 +220,20 @@ std::shared_ptr<const ckpt::Checkpoint> ResumeSource::current() {
   if (!stale_) return ckpt_;
   stale_ = false;
   ckpt_.reset();
+  mirror_start_.reset();
   report_.clear();
   if (!failed_before_ && load_.empty()) return ckpt_;  // a fresh start
   if (!failed_before_ && load_ != "latest") {
     ckpt_ = std::make_shared<const ckpt::Checkpoint>(ckpt::open_checkpoint_path(load_, &report_));
   } else if (failed_before_ && mirror_ && resume_from_mirror()) {
-    spdlog::info("checkpoint: resuming from the state mirror of step {} in memory ({} shards verified; no "
-                 "checkpoint read)",
-                 ckpt_->step(), ckpt_->manifest().shard_size());
+    if (mirror_start_)
+      spdlog::info("checkpoint: resuming from the state mirror of step {} held by the workers ({} shards; no "
+                   "checkpoint read)",
+                   ckpt_->step(), ckpt_->manifest().shard_size());
+    else
+      spdlog::info("checkpoint: resuming from the state mirror of step {} in memory ({} shards verified; no "
+                   "checkpoint read)",
+                   ckpt_->step(), ckpt_->manifest().shard_size());
     return ckpt_;
   } else if (std::filesystem::exists(root_)) {
     if (copies_) heal_latest();

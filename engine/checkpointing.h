@@ -11,6 +11,7 @@
 // a replicated optimizer, data-parallel rank 0 writes the whole stage.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -73,7 +74,19 @@ class ResumeSource {
   // is at least as new as the newest checkpoint on disk (`latest`) and verifies (size,
   // CRC-32C and piece table of every shard in memory): no checkpoint is read. A mirror
   // that does not verify is reported and the disk is read as without it.
-  void mirror_from(std::shared_ptr<const MirrorBook> mirror);
+  // Cluster mode (the book has no store: the bytes are on the workers): the mirror
+  // serves when every shard of it has a holder that `alive` says is still alive; the
+  // start's checkpoint is then the mirror's manifest alone (the supervisor reads only
+  // its position) and mirror_start() says where each shard is.
+  void mirror_from(std::shared_ptr<const MirrorBook> mirror, std::function<bool(int32_t worker)> alive = {});
+  // Cluster mode: the holders of the current start's mirror (null when it is not from
+  // the mirror): for each shard, its rank and a live worker that holds it.
+  struct MirrorStart {
+    int64_t step = 0;
+    CheckpointManifest manifest;
+    std::vector<std::pair<Rank, int32_t>> sources;
+  };
+  std::shared_ptr<const MirrorStart> mirror_start() const;
 
   // The checkpoint of the group's current start (null: fresh). Loaded once per start.
   // Throws CheckpointError when checkpoint.load names a checkpoint that does not load,
@@ -93,6 +106,8 @@ class ResumeSource {
   mutable std::mutex mu_;
   std::shared_ptr<const ShardCopies> copies_;
   std::shared_ptr<const MirrorBook> mirror_;
+  std::function<bool(int32_t)> alive_;
+  std::shared_ptr<const MirrorStart> mirror_start_;
   std::string root_, load_;
   bool stale_ = true, failed_before_ = false;
   std::shared_ptr<const ckpt::Checkpoint> ckpt_;

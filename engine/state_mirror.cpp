@@ -68,17 +68,19 @@ std::optional<MirrorAssembly::Complete> MirrorAssembly::closed(int64_t step, con
   return take_if_complete(step);
 }
 
-std::optional<MirrorAssembly::Complete> MirrorAssembly::kept(int64_t step, ShardFile record) {
+std::optional<MirrorAssembly::Complete> MirrorAssembly::kept(int64_t step, ShardFile record, MirrorHolders holders) {
   if (step <= completed_) return std::nullopt;
   auto name = record.file();
-  pending_[step].shards[name] = std::move(record);
+  auto& p = pending_[step];
+  p.shards[name] = std::move(record);
+  if (!holders.workers.empty()) p.holders[name] = std::move(holders);
   return take_if_complete(step);
 }
 
 std::optional<MirrorAssembly::Complete> MirrorAssembly::take_if_complete(int64_t step) {
   auto& p = pending_.at(step);
   if (!p.position || p.shards.size() < shards_) return std::nullopt;
-  Complete done{step, *p.position, {}};
+  Complete done{step, *p.position, {}, std::move(p.holders)};
   for (auto& [file, record] : p.shards) done.shards.push_back(std::move(record));
   completed_ = step;
   // Older steps can no longer be the newest complete one.
@@ -86,12 +88,18 @@ std::optional<MirrorAssembly::Complete> MirrorAssembly::take_if_complete(int64_t
   return done;
 }
 
-void MirrorBook::file(CheckpointManifest manifest) {
+void MirrorBook::file(CheckpointManifest manifest, MirrorHolderMap holders) {
   std::lock_guard lock(mu_);
   if (newest_ && newest_->step() >= manifest.step()) return;
   const int64_t step = manifest.step();
   newest_ = std::move(manifest);
-  store_->forget_before(step);
+  holders_ = std::move(holders);
+  if (store_) store_->forget_before(step);
+}
+
+MirrorHolderMap MirrorBook::holders() const {
+  std::lock_guard lock(mu_);
+  return holders_;
 }
 
 std::optional<CheckpointManifest> MirrorBook::newest() const {
@@ -102,6 +110,7 @@ std::optional<CheckpointManifest> MirrorBook::newest() const {
 std::shared_ptr<const ckpt::Checkpoint> MirrorBook::open_newest() const {
   std::lock_guard lock(mu_);
   if (!newest_) throw ckpt::CheckpointError("the state mirror holds no complete step");
+  if (!store_) throw std::logic_error("MirrorBook::open_newest: the bytes are on the workers (cluster mode)");
   std::map<std::string, std::shared_ptr<const std::string>> bytes;
   for (const auto& shard : newest_->shard())
     if (auto b = store_->find(newest_->step(), shard.file())) bytes[shard.file()] = std::move(b);
@@ -112,7 +121,12 @@ std::shared_ptr<const ckpt::Checkpoint> MirrorBook::open_newest() const {
 void MirrorBook::clear() {
   std::lock_guard lock(mu_);
   newest_.reset();
-  store_->clear();
+  holders_.clear();
+  if (store_) store_->clear();
+}
+
+bool state_mirror_on(const Config& c) {
+  return c.supervision().state_mirror() == SupervisionConfig::STATE_MIRROR_ON;
 }
 
 std::string mirror_label(int64_t step) { return fmt::format("memory: the state mirror of step {}", step); }

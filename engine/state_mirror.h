@@ -66,6 +66,14 @@ class MirrorStore {
   std::map<std::string, std::map<int64_t, std::shared_ptr<const std::string>>> by_file_;
 };
 
+// Cluster mode: which workers hold one shard file of a mirrored step (in one process
+// the MirrorStore does), and the rank whose shard it is.
+struct MirrorHolders {
+  Rank rank;
+  std::vector<int32_t> workers;
+};
+using MirrorHolderMap = std::map<std::string, MirrorHolders>;  // by shard file name
+
 // The coordinator's side: the records of each step's mirrored shards and the position at
 // the step's close, in whichever order they come; a step is complete with both.
 class MirrorAssembly {
@@ -74,17 +82,19 @@ class MirrorAssembly {
     int64_t step = 0;
     TrainingPosition position;
     std::vector<ShardFile> shards;  // sorted by file name
+    MirrorHolderMap holders;        // cluster mode
   };
   // `shards`: how many shard files one step has (the ranks that write a shard).
   explicit MirrorAssembly(size_t shards) : shards_(shards) {}
 
   std::optional<Complete> closed(int64_t step, const TrainingPosition& position);
-  std::optional<Complete> kept(int64_t step, ShardFile record);
+  std::optional<Complete> kept(int64_t step, ShardFile record, MirrorHolders holders = {});
 
  private:
   struct Pending {
     std::optional<TrainingPosition> position;
     std::map<std::string, ShardFile> shards;
+    MirrorHolderMap holders;
   };
   std::optional<Complete> take_if_complete(int64_t step);
 
@@ -93,7 +103,8 @@ class MirrorAssembly {
   std::map<int64_t, Pending> pending_;
 };
 
-// The newest complete mirror's manifest, and the store its bytes are in (one process).
+// The newest complete mirror's manifest, and where its bytes are: the store of this
+// process (one process), or the workers `holders` names (cluster mode, no store).
 // Thread-safe.
 class MirrorBook {
  public:
@@ -101,9 +112,13 @@ class MirrorBook {
 
   // A step whose every shard is held: kept when newer than the one kept; the store
   // forgets older steps.
-  void file(CheckpointManifest manifest);
+  void file(CheckpointManifest manifest, MirrorHolderMap holders = {});
   std::optional<CheckpointManifest> newest() const;
-  // The newest mirror opened from the store as a checkpoint (verified: size, CRC-32C and
+  MirrorHolderMap holders() const;  // of the newest
+  // The store's timeline (MirrorStore::timeline); 0 in cluster mode, which has no
+  // rollback (logging.on_spike ROLLBACK is refused there).
+  int64_t timeline() const { return store_ ? store_->timeline() : 0; }
+  // The newest mirror opened from the store (one process) as a checkpoint (verified: size, CRC-32C and
   // piece table of every shard). Throws CheckpointError saying what is missing or damaged.
   std::shared_ptr<const ckpt::Checkpoint> open_newest() const;
   // A rollback: the mirrored steps are of the timeline the run leaves.
@@ -114,7 +129,11 @@ class MirrorBook {
   mutable std::mutex mu_;
   std::shared_ptr<MirrorStore> store_;
   std::optional<CheckpointManifest> newest_;
+  MirrorHolderMap holders_;
 };
+
+// Whether supervision.state_mirror puts the mirror on for this run.
+bool state_mirror_on(const Config& c);
 
 // How a mirror's manifest names it where a directory would: "memory: the state mirror of step 12".
 std::string mirror_label(int64_t step);

@@ -323,6 +323,9 @@ struct MirrorKept {
   int64_t timeline = 0;
   Rank rank;
   std::string record;  // a serialized ckpt::ShardFile (the mirror manifest's entry)
+  // Cluster mode: the workers whose memory holds the bytes (the keeper's own, and its
+  // buddy's once it acknowledged its copy); empty in one process.
+  std::vector<int32_t> holders;
 };
 
 }  // namespace troupe::msg

@@ -309,6 +309,26 @@ std::vector<caf::actor> Cluster::live_agents() const {
   return out;
 }
 
+caf::actor Cluster::live_agent(int32_t worker_id) const {
+  std::lock_guard lock(mu_);
+  for (const auto& w : workers_)
+    if (w.id == worker_id && w.role != WorkerRecord::Role::Quarantined) return w.agent;
+  return {};
+}
+
+std::vector<Cluster::Buddy> Cluster::mirror_buddies() const {
+  std::lock_guard lock(mu_);
+  std::vector<const WorkerRecord*> active;
+  for (const int32_t i : position_worker_)
+    if (i >= 0 && workers_[size_t(i)].role == WorkerRecord::Role::Active) active.push_back(&workers_[size_t(i)]);
+  std::vector<Buddy> out;
+  for (size_t k = 0; k < active.size(); ++k) {
+    const auto* next = active[(k + 1) % active.size()];
+    out.push_back({active[k]->agent, next == active[k] ? MirrorBuddy{} : MirrorBuddy{next->id, next->agent}});
+  }
+  return out;
+}
+
 std::vector<WorkerRecord> Cluster::workers() const {
   std::lock_guard lock(mu_);
   return workers_;

@@ -107,6 +107,15 @@ class Cluster {
   std::optional<int32_t> grow();
 
   std::vector<caf::actor> live_agents() const;
+  // The host actor of worker `id` while it is alive (active or spare); null otherwise.
+  caf::actor live_agent(int32_t worker_id) const;
+  // The state mirror's buddies (engine/state_mirror.h): each active worker, in position
+  // order, with the next one's id and host (the last's is the first's; none with one).
+  struct Buddy {
+    caf::actor host;
+    MirrorBuddy buddy;
+  };
+  std::vector<Buddy> mirror_buddies() const;
   std::vector<WorkerRecord> workers() const;
   std::vector<QuarantineRecord> quarantine() const;
   // "worker 2 (host, pid 123)"

@@ -10,6 +10,10 @@
 //   AbortComms                      fail every communicator of a generation (a peer died)
 //   PeerHandles                     the current coordinator (writers report to it)
 //   LeaveRun                        the run is over: stop hosting and exit
+// The state mirror (engine/state_mirror.h; each through a worker's host to its keeper):
+//   MirrorBuddy                     supervisor -> host: where its keeper sends its copies
+//   MirrorCopy      -> mirror_held  keeper -> the buddy's host: a shard's bytes to hold
+//   MirrorFetch     -> std::string  a host placing a restarted rank -> a holder's host
 // Reports (worker -> registrar):
 //   FaultFired      -> bool         an injected fault fired on the worker (acknowledged
 //                                   before a KILL_PROCESS fault kills the process)
@@ -28,7 +32,7 @@
 namespace troupe::actors {
 
 // Bumped whenever a message below or a training message changes shape.
-inline constexpr int32_t kClusterProtocolVersion = 5;
+inline constexpr int32_t kClusterProtocolVersion = 6;
 
 struct JoinRequest {
   std::string ticket;    // from the gate's verdict: what this connection proved
@@ -56,6 +60,30 @@ struct PlaceActor {
   // The training group's placement (engine::RunState::physical_replicas): with the
   // config's logical layout, which stage hosts which logical ranks and the groups it joins.
   int32_t physical_replicas = 0;
+  // A start from the state mirror (engine/state_mirror.h) instead of `resume_dir`: its
+  // step (-1: none), manifest (serialized), and for each of its shards the rank that
+  // wrote it and the host of a live worker that holds its bytes.
+  int64_t mirror_step = -1;
+  std::string mirror_manifest;
+  std::vector<Rank> mirror_ranks;
+  std::vector<caf::actor> mirror_hosts;
+};
+
+struct MirrorBuddy {
+  int32_t worker_id = 0;  // 0: none (one active worker)
+  caf::actor host;
+};
+
+struct MirrorCopy {
+  int64_t step = 0;
+  int64_t timeline = 0;
+  std::string file;
+  std::string bytes;
+};
+
+struct MirrorFetch {
+  int64_t step = 0;
+  std::string file;
 };
 
 struct AbortComms {
@@ -113,7 +141,20 @@ typename Inspector::result_type inspect(Inspector& f, Welcome& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PlaceActor& x) {
   return f(caf::meta::type_name("troupe::actors::PlaceActor"), x.kind, x.rank, x.generation,
-           x.incarnation, x.resume_dir, x.fired, x.skip_samples, x.physical_replicas);
+           x.incarnation, x.resume_dir, x.fired, x.skip_samples, x.physical_replicas, x.mirror_step,
+           x.mirror_manifest, x.mirror_ranks, x.mirror_hosts);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, MirrorBuddy& x) {
+  return f(caf::meta::type_name("troupe::actors::MirrorBuddy"), x.worker_id, x.host);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, MirrorCopy& x) {
+  return f(caf::meta::type_name("troupe::actors::MirrorCopy"), x.step, x.timeline, x.file, x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, MirrorFetch& x) {
+  return f(caf::meta::type_name("troupe::actors::MirrorFetch"), x.step, x.file);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, AbortComms& x) {

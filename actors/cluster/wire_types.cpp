@@ -30,6 +30,9 @@ void add_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<actors::Welcome>("troupe::actors::Welcome");
   cfg.add_message_type<actors::PlaceActor>("troupe::actors::PlaceActor");
   cfg.add_message_type<actors::AbortComms>("troupe::actors::AbortComms");
+  cfg.add_message_type<actors::MirrorBuddy>("troupe::actors::MirrorBuddy");
+  cfg.add_message_type<actors::MirrorCopy>("troupe::actors::MirrorCopy");
+  cfg.add_message_type<actors::MirrorFetch>("troupe::actors::MirrorFetch");
   cfg.add_message_type<actors::PeerHandles>("troupe::actors::PeerHandles");
   cfg.add_message_type<actors::LeaveRun>("troupe::actors::LeaveRun");
   cfg.add_message_type<actors::FaultFired>("troupe::actors::FaultFired");

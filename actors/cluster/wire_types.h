@@ -288,7 +288,7 @@ typename Inspector::result_type inspect(Inspector& f, ShardWritten& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, MirrorKept& x) {
-  return f(caf::meta::type_name("troupe::msg::MirrorKept"), x.step, x.timeline, x.rank, x.record);
+  return f(caf::meta::type_name("troupe::msg::MirrorKept"), x.step, x.timeline, x.rank, x.record, x.holders);
 }
 
 }  // namespace troupe::msg

@@ -13,6 +13,7 @@
 #include "actors/directory.h"
 #include "actors/loader_actor.h"
 #include "actors/message_types.h"
+#include "actors/mirror_keeper.h"
 #include "actors/optimizer_actor.h"
 #include "actors/stage_actor.h"
 #include "actors/writer_actor.h"
@@ -24,6 +25,7 @@
 #include "engine/hosted_stage.h"
 #include "engine/rank_device.h"
 #include "engine/stage_worker.h"
+#include "engine/state_mirror.h"
 #include "sched/schedule_verifier.h"
 
 namespace troupe::actors {
@@ -161,6 +163,10 @@ struct HostState {
   std::shared_ptr<const LoaderConfig> loader_config;
   std::shared_ptr<const OptimizerConfig> optimizer_config;
   std::shared_ptr<const sched::PipelineSchedule> schedule;
+  // The state mirror (supervision.state_mirror, engine/state_mirror.h): this worker's
+  // keeper and what it holds, for the whole run (every start of the training group).
+  std::shared_ptr<engine::MirrorStore> mirror_store;
+  mirror_keeper_actor keeper;
 };
 
 using Self = caf::stateful_actor<HostState>;
@@ -209,7 +215,9 @@ std::shared_ptr<engine::HostedStage> hosted_stage(Self* self, const engine::Topo
   return h;
 }
 
-caf::actor place(Self* self, const PlaceActor& p) {
+// `resume`: the checkpoint a stage or optimizer shard starts from (PlaceActor::resume_dir
+// opened, or the state mirror's shards fetched: place_from_mirror).
+caf::actor place(Self* self, const PlaceActor& p, std::shared_ptr<const ckpt::Checkpoint> resume) {
   auto& st = self->state;
   const auto& a = *st.args;
   // The worker's one Config (received when it joined): each hosted actor gets its piece.
@@ -229,7 +237,7 @@ caf::actor place(Self* self, const PlaceActor& p) {
     if (!st.schedule)
       st.schedule = std::make_shared<const sched::PipelineSchedule>(sched::verified_pipeline_schedule(c));
     StageArgs s{std::make_shared<const engine::StageSpec>(engine::StageSpec::of(c, r, st.schedule)), r, topo, {},
-                a.faults, checkpoint(self, p.resume_dir), {}, device};
+                a.faults, resume, {}, device};
     s.connect_comms = [comms = generation(self, p.generation, topo), r, device,
                        hosted = hosted_stage(self, topo, r, p.incarnation)] { return comms->connect(r, device, hosted); };
     placed = untyped_handle(spawn_stage(self, std::move(s)));
@@ -238,9 +246,10 @@ caf::actor place(Self* self, const PlaceActor& p) {
     if (!st.optimizer_config) st.optimizer_config = OptimizerConfig::of(c);
     auto registry = std::make_shared<const model::ParameterRegistry>(engine::stage_registry(c, r));
     placed = untyped_handle(spawn_optimizer(
-        self, OptimizerArgs{st.optimizer_config, std::move(registry), r, a.faults, checkpoint(self, p.resume_dir),
-                            st.directory, devices(self, topo).get(r, p.incarnation),
-                            hosted_stage(self, topo, r, p.incarnation), /*mirror_timeline=*/std::nullopt}));
+        self, OptimizerArgs{st.optimizer_config, std::move(registry), r, a.faults, resume, st.directory,
+                            devices(self, topo).get(r, p.incarnation), hosted_stage(self, topo, r, p.incarnation),
+                            // Cluster mode has one mirror timeline (no rollback there).
+                            st.keeper ? std::optional<int64_t>(0) : std::nullopt}));
   } else if (p.kind == "writer") {
     // No copies kept in memory on a worker (engine/shard_copies.h: one process only).
     auto layout = std::make_shared<const ckpt::FlatLayout>(engine::shard_layout(c, r));
@@ -258,6 +267,74 @@ caf::actor place(Self* self, const PlaceActor& p) {
   return placed;
 }
 
+// A stage or optimizer shard of a start from the state mirror: the shards of its
+// pipeline stage and tensor-parallel slice (every data-parallel rank's, which together
+// hold the stage's parameters) are taken from this worker's keeper or fetched from the
+// live workers that hold them, opened as a checkpoint in memory (verified: size, CRC-32C,
+// piece table) and the actor placed from it. Answers through `rp`.
+void place_from_mirror(Self* self, PlaceActor p, caf::typed_response_promise<caf::actor> rp) {
+  auto& st = self->state;
+  CheckpointManifest whole;
+  if (!whole.ParseFromString(p.mirror_manifest)) {
+    rp.deliver(caf::make_error(caf::sec::runtime_error, std::string("the state mirror's manifest does not parse")));
+    return;
+  }
+  // The manifest of the shards this rank reads: the checkpoint in memory is verified whole.
+  CheckpointManifest needed = whole;
+  needed.clear_shard();
+  struct Fetch {
+    std::map<std::string, std::shared_ptr<const std::string>> bytes;
+    size_t left = 0;
+    bool failed = false;
+  };
+  auto fetch = std::make_shared<Fetch>();
+  std::vector<std::pair<std::string, caf::actor>> remote;
+  for (size_t i = 0; i < p.mirror_ranks.size() && i < p.mirror_hosts.size(); ++i) {
+    const auto& r = p.mirror_ranks[i];
+    if (r.pp != p.rank.pp || r.tp != p.rank.tp) continue;
+    const auto file = engine::shard_file_name(r);
+    for (const auto& shard : whole.shard())
+      if (shard.file() == file) *needed.add_shard() = shard;
+    if (auto held = st.mirror_store ? st.mirror_store->find(p.mirror_step, file) : nullptr)
+      fetch->bytes[file] = std::move(held);
+    else
+      remote.emplace_back(file, p.mirror_hosts[i]);
+  }
+  auto finish = [self, p, needed, fetch, rp]() mutable {
+    std::shared_ptr<const ckpt::Checkpoint> ck;
+    try {
+      ck = std::make_shared<const ckpt::Checkpoint>(
+          ckpt::Checkpoint::from_memory(engine::mirror_label(p.mirror_step), needed, fetch->bytes));
+      rp.deliver(place(self, p, ck));
+    } catch (const std::exception& e) {
+      spdlog::error("{}: cannot place {} for rank {} from the state mirror: {}", self->state.name, p.kind,
+                    engine::rank_text(p.rank), e.what());
+      rp.deliver(caf::make_error(caf::sec::runtime_error, std::string(e.what())));
+    }
+  };
+  fetch->left = remote.size();
+  if (remote.empty()) return finish();
+  for (const auto& [file, host] : remote) {
+    if (!host) {
+      fetch->failed = true;
+      rp.deliver(caf::make_error(caf::sec::runtime_error, "the worker holding " + file + " is gone"));
+      return;
+    }
+    self->request(host, std::chrono::seconds(60), MirrorFetch{p.mirror_step, file})
+        .then(
+            [fetch, file = file, finish](std::string& bytes) mutable {
+              if (fetch->failed) return;
+              fetch->bytes[file] = std::make_shared<const std::string>(std::move(bytes));
+              if (--fetch->left == 0) finish();
+            },
+            [self, fetch, file = file, rp](caf::error& e) mutable {
+              if (std::exchange(fetch->failed, true)) return;
+              rp.deliver(caf::make_error(caf::sec::runtime_error, "fetching " + file + " of the state mirror: " +
+                                                                      self->system().render(e)));
+            });
+  }
+}
+
 // Ends every actor still hosted here (communicators first, so none waits in a collective).
 void stop_hosted(Self* self, const std::string& why) {
   auto& st = self->state;
@@ -271,8 +348,13 @@ void stop_hosted(Self* self, const std::string& why) {
 caf::behavior configured(Self* self) {
   return {
       [self](const PlaceActor& p) -> caf::result<caf::actor> {
+        if (p.mirror_step >= 0 && (p.kind == "stage" || p.kind == "optim")) {
+          auto rp = self->make_response_promise<caf::actor>();
+          place_from_mirror(self, p, rp);
+          return rp;
+        }
         try {
-          return place(self, p);
+          return place(self, p, checkpoint(self, p.resume_dir));
         } catch (const std::exception& e) {
           spdlog::error("{}: cannot place {} for rank {}: {}", self->state.name, p.kind, engine::rank_text(p.rank),
                         e.what());
@@ -285,9 +367,22 @@ caf::behavior configured(Self* self) {
         st.args->faults->release_hangs();
       },
       [self](const PeerHandles& h) { self->state.directory->put(engine::coordinator_path(), h.coordinator); },
+      // The state mirror, to this worker's keeper.
+      [self](const MirrorBuddy& b) {
+        if (self->state.keeper) self->send(self->state.keeper, b);
+      },
+      [self](MirrorCopy& c) -> caf::result<mirror_held_atom> {
+        if (!self->state.keeper) return caf::make_error(caf::sec::runtime_error, std::string("no state mirror here"));
+        return self->delegate(self->state.keeper, std::move(c));
+      },
+      [self](MirrorFetch& f) -> caf::result<std::string> {
+        if (!self->state.keeper) return caf::make_error(caf::sec::runtime_error, std::string("no state mirror here"));
+        return self->delegate(self->state.keeper, std::move(f));
+      },
       [self](const LeaveRun& l) {
         spdlog::info("{}: the supervisor ends the run ({})", self->state.name, l.why);
         stop_hosted(self, "the run is over");
+        if (self->state.keeper) self->send_exit(self->state.keeper, caf::exit_reason::kill);
         self->quit();
       },
   };
@@ -309,6 +404,15 @@ caf::behavior host_impl(Self* self) {
         st.args = c.args;
         st.name = fmt::format("worker {}", st.args->worker_id);
         self->monitor(st.args->registrar);
+        if (engine::state_mirror_on(st.args->config)) {
+          // Linked: it ends with this host, whatever ends it.
+          st.mirror_store = std::make_shared<engine::MirrorStore>();
+          MirrorKeeperArgs k{[args = st.args](const engine::Rank& r) { return engine::shard_layout(args->config, r); },
+                             st.mirror_store, st.directory, st.args->worker_id};
+          st.keeper = spawn_mirror_keeper(self, std::move(k));
+          self->link_to(st.keeper);
+          st.directory->put(engine::mirror_keeper_path(), untyped_handle(st.keeper));
+        }
         self->set_default_handler(caf::print_and_drop);
         self->become(configured(self));
       },

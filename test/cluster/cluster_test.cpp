@@ -271,6 +271,42 @@ TEST_CASE("a lost worker with no spare: logical DP4 x PP2 on 4 workers shrinks t
   CHECK(latest.checkpoint->manifest().topology().physical_replicas() == q.shrunk_to);
 }
 
+// The state mirror across workers (docs/checkpoints.md, "The state mirror"): no
+// checkpoint before the loss, so without the mirror the shrunk group would start from
+// the initial weights; with it, it resumes from the newest step whose every shard a
+// live worker holds (the lost worker's on its buddy), fetched over the network.
+TEST_CASE("a lost worker with no spare and the state mirror on: DP4 x PP2 shrinks and resumes from the survivors' "
+          "memory, bitwise") {
+  Config c = tiny("mirror-shrink", 4, 2, 4, 0);
+  c.mutable_training()->set_train_samples(48);  // 6 updates
+  c.mutable_supervision()->set_state_mirror(SupervisionConfig::STATE_MIRROR_ON);
+  // The worker of replica 2 (ranks 4 and 5) kills itself in a backward of step 4.
+  *c.mutable_faults()->add_fault() = fault("stage/dp2/pp1/tp0", 4, Fault::BACKWARD, Fault::KILL_PROCESS);
+  const auto want = testing::run(local_of(c));
+  const auto run = run_cluster(c, 4);
+  check_matches(run, want);
+  REQUIRE(run.result.quarantine.size() == 1);
+  CHECK(run.result.quarantine[0].replaced_by == -1);
+  CHECK(run.result.quarantine[0].shrunk_to >= 1);
+  // The recovery line: resumed from the mirror of a step after the start (at most 3:
+  // step 4 failed), which only the steps after it follow again.
+  int recoveries = 0;
+  std::ifstream in(fs::path(c.logging().run_dir()) / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"type\":\"recovery\"") == std::string::npos) continue;
+    ++recoveries;
+    const auto j = metrics::Json::parse(line);
+    const int64_t resumed = j.at("resume_step").get<int64_t>();
+    CHECK(resumed >= 1);
+    CHECK(resumed <= 3);
+    CHECK(j.at("resumed_from").get<std::string>() == "memory: the state mirror of step " + std::to_string(resumed));
+    CHECK(run.result.recomputed_steps <= 3 - resumed);
+  }
+  CHECK(recoveries == 1);
+  // No checkpoint was ever written (no interval, no save on exit): nothing was read.
+  CHECK(!fs::exists(fs::path(engine::checkpoint_root(c)) / "latest"));
+}
+
 // Growing back (docs/cluster.md): after the shrink above, a worker that joins makes the
 // run grow back to its configured placement at the next step boundary, from a
 // checkpoint of that step (no step computed twice). The worker of replica 1 is killed in
