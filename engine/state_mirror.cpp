@@ -6,6 +6,7 @@
 
 #include "ckpt/error.h"
 #include "ckpt/shard_writer.h"
+#include "config/derived.h"
 
 namespace troupe::engine {
 
@@ -126,7 +127,13 @@ void MirrorBook::clear() {
 }
 
 bool state_mirror_on(const Config& c) {
-  return c.supervision().state_mirror() == SupervisionConfig::STATE_MIRROR_ON;
+  switch (c.supervision().state_mirror()) {
+    case SupervisionConfig::STATE_MIRROR_ON: return true;
+    case SupervisionConfig::STATE_MIRROR_OFF: return false;
+    case SupervisionConfig::STATE_MIRROR_AUTO: break;
+  }
+  // A buddy on another worker exists with more than one physical replica.
+  return c.cluster().workers() > 1 && config::physical_replicas(c) > 1;
 }
 
 std::string mirror_label(int64_t step) { return fmt::format("memory: the state mirror of step {}", step); }

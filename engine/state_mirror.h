@@ -132,7 +132,8 @@ class MirrorBook {
   MirrorHolderMap holders_;
 };
 
-// Whether supervision.state_mirror puts the mirror on for this run.
+// Whether supervision.state_mirror puts the mirror on for this run (AUTO: in cluster mode
+// with more than one physical replica, where a buddy on another worker exists).
 bool state_mirror_on(const Config& c);
 
 // How a mirror's manifest names it where a directory would: "memory: the state mirror of step 12".

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <numeric>
+#include <set>
 
 #include "ckpt/commit.h"
 #include "ckpt/error.h"
@@ -228,4 +229,51 @@ TEST_CASE("a start after a failure takes the mirror when it is at least as new a
   mirror(3);
   resume.invalidate();
   CHECK(resume.current()->step() == 4);
+}
+
+TEST_CASE("cluster mode: the mirror serves when every shard has a live holder; a shard and its buddy lost: the disk") {
+  Config c = mirror_config("holders");
+  c.mutable_checkpoint()->set_load("latest");
+  auto book = std::make_shared<engine::MirrorBook>(nullptr);  // the bytes are on the workers
+  const engine::Topology topo = engine::Topology::logical(c);
+  std::vector<ShardFile> records;
+  engine::MirrorHolderMap holders;
+  for (int32_t d = 0; d < 2; ++d) {
+    const engine::Rank r{d, 0, 0};
+    auto shard = engine::serialize_shard(engine::shard_layout(c, r), state_of(c, r, 5.0f), engine::shard_file_name(r),
+                                         engine::writer_path(r));
+    records.push_back(shard.record);
+    // Worker 1 holds rank 0's shard and its buddy 2 a copy; worker 2 holds rank 1's, worker 1 the copy.
+    holders[shard.record.file()] = {r, d == 0 ? std::vector<int32_t>{1, 2} : std::vector<int32_t>{2, 1}};
+  }
+  engine::TrainingPosition pos;
+  pos.step = 5;
+  pos.successful_updates = 5;
+  pos.consumed_samples = 40;
+  book->file(engine::make_manifest(c, topo, {}, pos, records), holders);
+  std::set<int32_t> alive{1, 2};
+  engine::ResumeSource resume(c, "latest");
+  resume.mirror_from(book, [&](int32_t w) { return alive.count(w) > 0; });
+  CHECK(resume.current() == nullptr);  // the first start: nothing on disk, a fresh start
+  CHECK(resume.mirror_start() == nullptr);
+  // Worker 2 lost: its shard is on worker 1 (its buddy), and worker 1's own is there too.
+  alive.erase(2);
+  resume.invalidate();
+  REQUIRE(resume.current());
+  CHECK(resume.current()->step() == 5);
+  CHECK(resume.current()->dir() == "memory: the state mirror of step 5");
+  const auto start = resume.mirror_start();
+  REQUIRE(start);
+  CHECK(start->step == 5);
+  REQUIRE(start->sources.size() == 2);
+  CHECK(start->sources[0].second == 1);
+  CHECK(start->sources[1].second == 1);
+  // Both lost: no live holder; the disk (none here: a fresh start), said in the report.
+  alive.clear();
+  resume.invalidate();
+  CHECK(resume.current() == nullptr);
+  CHECK(resume.mirror_start() == nullptr);
+  const auto report = resume.report();
+  REQUIRE(!report.empty());
+  CHECK(report.front().find("no live worker holds") != std::string::npos);
 }
