@@ -17,6 +17,8 @@
 //    measured in the same run. Goal: at most 1.2x a normal step.
 // 4. Recovery on the default config: a stage killed mid-run; time from the fault to
 //    the first new step, split into detection, restart, reload and re-warm.
+// 5. The state mirror's cost per step (tiny, small, GPT-2 124M's shape): off against on,
+//    alternated (--pairs, default 5).
 //
 // Usage: runtime_bench [--steps N] [--warmup W] [--threads T] [--run-dir DIR] [--only PART]
 //                      [--model tiny|small] [--pairs N] [--tiny-steps N]  (the overhead part: one
@@ -41,6 +43,7 @@
 #include "data/batch_source.h"
 #include "kernels/cpu/cpu_device.h"
 #include "engine/reference_trainer.h"
+#include "engine/stage_worker.h"
 #include "sched/pipeline_schedule.h"
 #include "bench/stats.h"
 
@@ -278,6 +281,60 @@ void pipeline_idle(const Options& o) {
   std::printf("\n");
 }
 
+// The state mirror's cost (supervision.state_mirror, docs/checkpoints.md): DP1 x PP1 in
+// one process, the same run with the mirror off and on, alternated; per run the median
+// time from one step's first op to the next's (stage_step_periods). The bytes a step
+// mirrors are the shard's payload: parameters and both Adam moments in fp32, 12 bytes a
+// parameter (the shard file's header and piece table add under 1 KB).
+void mirror_cost(const Options& o) {
+  const int pairs = o.pairs > 0 ? o.pairs : 5;
+  std::printf("## The state mirror's cost per step: DP1 x PP1, one process, %d threads, %d pairs (off, on) "
+              "alternated\n\n",
+              o.threads, pairs);
+  std::printf("| model | parameters | bytes mirrored a step | off (ms/step, median of runs) | on (ms/step) | on / off, "
+              "median of pairs [min - max] |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const std::string name : {"tiny", "small", "gpt2-124m"}) {
+    Options oo = o;
+    Config base;
+    if (name == "gpt2-124m") {
+      // GPT-2 124M's layers, width and vocabulary; sequences of 128 (a step of 1,024 on
+      // 2 cores takes seconds: the mirror's cost does not depend on the sequence).
+      base = model_config("small", o);
+      auto* m = base.mutable_model();
+      m->set_layers(12);
+      m->set_heads(12);
+      m->set_width(768);
+      m->set_vocab_size(50257);
+      m->set_max_positions(1024);
+      oo.steps = std::max(o.warmup + 5, 10);
+      base.mutable_training()->set_train_samples(int64_t(oo.steps) * 8);
+    } else {
+      base = model_config(name, o);
+    }
+    const int64_t params = engine::stage_registry(base, {0, 0, 0}).total();
+    std::vector<double> off, on, ratios;
+    for (int p = 0; p < pairs; ++p) {
+      double period[2] = {0, 0};
+      for (const bool mirror : {false, true}) {
+        Config c = base;
+        c.mutable_supervision()->set_state_mirror(mirror ? SupervisionConfig::STATE_MIRROR_ON
+                                                         : SupervisionConfig::STATE_MIRROR_OFF);
+        c.mutable_logging()->set_run_dir(o.run_dir + "/mirror-" + name);
+        std::filesystem::remove_all(c.logging().run_dir());
+        period[mirror] = median(stage_step_periods(run_actors(c), oo));
+      }
+      off.push_back(period[0]);
+      on.push_back(period[1]);
+      ratios.push_back(period[1] / period[0]);
+    }
+    std::printf("| %s | %.2f M | %.1f MB | %.2f | %.2f | %.3f [%.3f - %.3f] |\n", name.c_str(), params / 1e6,
+                12.0 * double(params) / 1e6, 1e3 * median(off), 1e3 * median(on), median(ratios),
+                *std::min_element(ratios.begin(), ratios.end()), *std::max_element(ratios.begin(), ratios.end()));
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+}
+
 // Writes `bytes` in 4 MiB blocks + fsync into `dir`; returns MB/s.
 double disk_write_rate(const std::string& dir, int64_t bytes) {
   const std::string path = dir + "/disk-probe.tmp";
@@ -396,7 +453,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: runtime_bench [--steps N] [--warmup W] [--threads T] [--run-dir DIR] "
-                   "[--only overhead|pipeline|checkpoint|recovery] [--model tiny|small] [--pairs N] [--tiny-steps N]\n");
+                   "[--only overhead|pipeline|checkpoint|recovery|mirror] [--model tiny|small] [--pairs N] [--tiny-steps N]\n");
       return 2;
     }
   }
@@ -413,5 +470,6 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "pipeline") pipeline_idle(o);
   if (only.empty() || only == "checkpoint") checkpoint_overhead(o);
   if (only.empty() || only == "recovery") recovery(o);
+  if (only.empty() || only == "mirror") mirror_cost(o);
   return 0;
 }
