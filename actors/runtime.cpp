@@ -613,6 +613,9 @@ RunResult run_training(const Config& given, const RunOptions& options) {
                                            .dump()));
         state.resume_from = "latest";
         resume = std::make_shared<engine::ResumeSource>(c, state.resume_from);
+        // With the state mirror holding that step too, the workers take its shards from
+        // the holders' memory (the joined worker over the network) instead of the disk.
+        if (mirror) resume->invalidate();
       }
       if (copies) resume->heal_from(copies);
       attach_mirror();

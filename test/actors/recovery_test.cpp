@@ -22,7 +22,6 @@
 #include "actors/supervision.h"
 #include "ckpt/commit.h"
 #include "ckpt/reader.h"
-#include "config/validate.h"
 #include "engine/checkpointing.h"
 #include "engine/rank_device.h"
 #include "engine/stage_worker.h"
@@ -317,6 +316,7 @@ TEST_CASE("with the state mirror on, a group restart resumes from memory: no che
   // initial weights and compute steps 1-4 again.
   Config c = base("mirror");
   c.mutable_checkpoint()->set_interval_steps(0);
+  // AUTO is off in one process: asked for.
   c.mutable_supervision()->set_state_mirror(SupervisionConfig::STATE_MIRROR_ON);
   *c.mutable_faults()->add_fault() = fault("stage/dp1/pp0/tp0", 5, Fault::FORWARD);
   const auto r = run(c);
@@ -344,16 +344,6 @@ TEST_CASE("with the state mirror on, a group restart resumes from memory: no che
   const auto outcome = ckpt::load_latest(engine::checkpoint_root(c));
   REQUIRE(outcome.checkpoint);
   CHECK(outcome.checkpoint->step() == 6);
-}
-
-TEST_CASE("the state mirror is refused in cluster mode, naming the field") {
-  Config c = base("mirror-cluster");
-  c.mutable_supervision()->set_state_mirror(SupervisionConfig::STATE_MIRROR_ON);
-  c.mutable_cluster()->set_workers(2);
-  const auto v = config::violations(c);
-  const auto it = std::find_if(v.begin(), v.end(), [](const auto& x) { return x.field == "supervision.state_mirror"; });
-  REQUIRE(it != v.end());
-  CHECK(it->rule.find("one process only") != std::string::npos);
 }
 
 TEST_CASE("a Llama with dropout and full recomputation recovers bitwise after a stage is killed") {
