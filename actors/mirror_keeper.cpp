@@ -2,6 +2,9 @@
 
 #include <map>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -30,7 +33,12 @@ void report(Self* self, const msg::MirrorSnapshot& s, const ShardFile& record, s
     self->send(coordinator, msg::MirrorKept{s.step, s.timeline, s.rank, record.SerializeAsString(), std::move(holders)});
 }
 
+// The keeper thread's nice value: below the compute threads (0), above the writers (19).
+// A keeper short of CPU makes the mirror older, never wrong.
+constexpr int kKeeperNice = 10;
+
 mirror_keeper_actor::behavior_type keeper_impl(Self* self, MirrorKeeperArgs args) {
+  ::setpriority(PRIO_PROCESS, ::gettid(), kKeeperNice);  // best effort
   self->state.args = std::move(args);
   exit_on_exception(self, engine::mirror_keeper_path());
   return {
@@ -39,11 +47,9 @@ mirror_keeper_actor::behavior_type keeper_impl(Self* self, MirrorKeeperArgs args
         const auto file = engine::shard_file_name(s.rank);
         auto& layout = st.layouts[file];
         if (!layout) layout = std::make_shared<const ckpt::FlatLayout>(st.args.layout_of(s.rank));
-        const auto n = size_t(s.range_end - s.range_begin);
-        const auto values = [n](const std::shared_ptr<const float>& p) { return std::vector<float>(p.get(), p.get() + n); };
-        const engine::ShardState state{s.rank, {s.range_begin, s.range_end}, values(s.params), values(s.exp_avg),
-                                       values(s.exp_avg_sq)};
-        auto shard = engine::serialize_shard(*layout, state, file, engine::writer_path(s.rank));
+        auto shard = engine::serialize_shard(*layout, {s.range_begin, s.range_end}, s.params.get(), s.exp_avg.get(),
+                                             s.exp_avg_sq.get(), file, engine::writer_path(s.rank),
+                                             st.args.store->buffer(file));
         if (!st.args.store->keep(s.timeline, s.step, file, shard.bytes)) return;  // a timeline left behind
         const int32_t me = st.args.worker_id;
         if (me == 0) return report(self, s, shard.record, {});  // one process: the store is the supervisor's

@@ -359,16 +359,20 @@ bool same_directory(const DirectoryIdentity& then, const DirectoryIdentity& now)
 
 ckpt::FlatLayout shard_layout(const Config& c, const Rank& r) { return ckpt::flat_layout(stage_registry(c, r)); }
 
-void add_shard_pieces(ckpt::ShardWriter& w, const ckpt::FlatLayout& layout, const ShardState& s) {
+void add_shard_pieces(ckpt::ShardWriter& w, const ckpt::FlatLayout& layout, const model::FlatRange& range,
+                      const float* params, const float* exp_avg, const float* exp_avg_sq) {
   // The buffers hold the range only: shift so that buffer[range.begin] is element 0.
-  const auto put = [&](ckpt::TensorKind kind, const std::vector<float>& values) {
-    for (const auto& p : ckpt::flat_range_pieces(layout, kind, s.range.begin, s.range.end))
-      w.add(p.spec, std::span<const float>(values.data() + (p.buffer_offset - s.range.begin),
-                                           size_t(p.spec.region.elements())));
+  const auto put = [&](ckpt::TensorKind kind, const float* values) {
+    for (const auto& p : ckpt::flat_range_pieces(layout, kind, range.begin, range.end))
+      w.add(p.spec, std::span<const float>(values + (p.buffer_offset - range.begin), size_t(p.spec.region.elements())));
   };
-  put(TensorPiece::PARAM, s.params);
-  put(TensorPiece::EXP_AVG, s.exp_avg);
-  put(TensorPiece::EXP_AVG_SQ, s.exp_avg_sq);
+  put(TensorPiece::PARAM, params);
+  put(TensorPiece::EXP_AVG, exp_avg);
+  put(TensorPiece::EXP_AVG_SQ, exp_avg_sq);
+}
+
+void add_shard_pieces(ckpt::ShardWriter& w, const ckpt::FlatLayout& layout, const ShardState& s) {
+  add_shard_pieces(w, layout, s.range, s.params.data(), s.exp_avg.data(), s.exp_avg_sq.data());
 }
 
 ShardFile write_shard(const ckpt::FlatLayout& layout, const ShardState& s, const std::string& dir,

@@ -158,6 +158,9 @@ std::string shard_file_name(const Rank& r);  // "dp0_pp1_tp0.shard"
 // The pieces of `s` added to `w` in the order every shard file holds them (write_shard,
 // and the state mirror's in-memory shards, engine/state_mirror.h).
 void add_shard_pieces(ckpt::ShardWriter& w, const ckpt::FlatLayout& layout, const ShardState& s);
+// The same from the three buffers of `range` (range.end - range.begin values each).
+void add_shard_pieces(ckpt::ShardWriter& w, const ckpt::FlatLayout& layout, const model::FlatRange& range,
+                      const float* params, const float* exp_avg, const float* exp_avg_sq);
 
 // Which directory a path names now. A save's partial directory is recreated when the
 // same step is saved again after a restart, and ext4 hands the new one the old one's

@@ -10,15 +10,23 @@
 
 namespace troupe::engine {
 
-SerializedShard serialize_shard(const ckpt::FlatLayout& layout, const ShardState& s, const std::string& file,
-                                const std::string& writer) {
-  auto bytes = std::make_shared<std::string>();
+SerializedShard serialize_shard(const ckpt::FlatLayout& layout, const model::FlatRange& range, const float* params,
+                                const float* exp_avg, const float* exp_avg_sq, const std::string& file,
+                                const std::string& writer, std::shared_ptr<std::string> into) {
+  auto bytes = into ? std::move(into) : std::make_shared<std::string>();
+  // The payload (3 buffers) plus the header, padding and piece table: one allocation.
+  bytes->reserve(size_t(range.end - range.begin) * 3 * sizeof(float) + (size_t(1) << 16));
   ckpt::ShardWriter w(bytes.get(), file, writer);
-  add_shard_pieces(w, layout, s);
+  add_shard_pieces(w, layout, range, params, exp_avg, exp_avg_sq);
   SerializedShard out;
   out.record = w.finish();
   out.bytes = std::move(bytes);
   return out;
+}
+
+SerializedShard serialize_shard(const ckpt::FlatLayout& layout, const ShardState& s, const std::string& file,
+                                const std::string& writer) {
+  return serialize_shard(layout, s.range, s.params.data(), s.exp_avg.data(), s.exp_avg_sq.data(), file, writer);
 }
 
 int64_t MirrorStore::timeline() const {
@@ -26,13 +34,33 @@ int64_t MirrorStore::timeline() const {
   return timeline_;
 }
 
+std::shared_ptr<std::string> MirrorStore::buffer(const std::string& file) {
+  std::lock_guard lock(mu_);
+  const auto it = spare_.find(file);
+  if (it == spare_.end() || !it->second) return std::make_shared<std::string>();
+  auto out = std::move(it->second);
+  spare_.erase(it);
+  out->clear();  // keeps its capacity
+  return out;
+}
+
+void MirrorStore::release_locked(const std::string& file, std::shared_ptr<const std::string> bytes) {
+  // use_count 1: this store was the last holder (no fetch, no checkpoint in memory reads it).
+  if (bytes && bytes.use_count() == 1 && !spare_.count(file))
+    spare_[file] = std::const_pointer_cast<std::string>(std::move(bytes));
+}
+
 bool MirrorStore::keep(int64_t timeline, int64_t step, const std::string& file,
                        std::shared_ptr<const std::string> bytes) {
   std::lock_guard lock(mu_);
   if (timeline != timeline_) return false;
   auto& steps = by_file_[file];
+  if (auto old = steps.find(step); old != steps.end()) release_locked(file, std::move(old->second));
   steps[step] = std::move(bytes);
-  while (steps.size() > kStepsPerFile) steps.erase(steps.begin());
+  while (steps.size() > kStepsPerFile) {
+    release_locked(file, std::move(steps.begin()->second));
+    steps.erase(steps.begin());
+  }
   return true;
 }
 
@@ -46,12 +74,17 @@ std::shared_ptr<const std::string> MirrorStore::find(int64_t step, const std::st
 
 void MirrorStore::forget_before(int64_t step) {
   std::lock_guard lock(mu_);
-  for (auto& [file, steps] : by_file_) steps.erase(steps.begin(), steps.lower_bound(step));
+  for (auto& [file, steps] : by_file_) {
+    const auto end = steps.lower_bound(step);
+    for (auto it = steps.begin(); it != end; ++it) release_locked(file, std::move(it->second));
+    steps.erase(steps.begin(), end);
+  }
 }
 
 void MirrorStore::clear() {
   std::lock_guard lock(mu_);
   by_file_.clear();
+  spare_.clear();
   ++timeline_;
 }
 

@@ -37,6 +37,11 @@ struct SerializedShard {
 };
 SerializedShard serialize_shard(const ckpt::FlatLayout& layout, const ShardState& s, const std::string& file,
                                 const std::string& writer);
+// The same from the three buffers of `range` (range.end - range.begin values each),
+// read once: the bytes are the one copy made.
+SerializedShard serialize_shard(const ckpt::FlatLayout& layout, const model::FlatRange& range, const float* params,
+                                const float* exp_avg, const float* exp_avg_sq, const std::string& file,
+                                const std::string& writer, std::shared_ptr<std::string> into = nullptr);
 
 // One process's mirrored shard files, by file name and step. A file keeps every step
 // from the newest complete mirror's on (the coordinator's completion is told through
@@ -50,6 +55,11 @@ class MirrorStore {
   static constexpr size_t kStepsPerFile = 4;
 
   int64_t timeline() const;
+  // An empty string to serialize the next shard of `file` into: one this store let go of
+  // (a forgotten step's, held by nobody else) when there is one, so that its memory is
+  // reused (fresh pages cost a page fault each: a third of the mirror's time on the
+  // small model), else a new one.
+  std::shared_ptr<std::string> buffer(const std::string& file);
   // False (nothing kept) when `timeline` is not the current one.
   bool keep(int64_t timeline, int64_t step, const std::string& file, std::shared_ptr<const std::string> bytes);
   // The bytes of `file` at `step`, or null.
@@ -62,8 +72,12 @@ class MirrorStore {
 
  private:
   mutable std::mutex mu_;
+  // Drops a step's bytes, keeping them for buffer() when nothing else holds them (locked).
+  void release_locked(const std::string& file, std::shared_ptr<const std::string> bytes);
+
   int64_t timeline_ = 0;
   std::map<std::string, std::map<int64_t, std::shared_ptr<const std::string>>> by_file_;
+  std::map<std::string, std::shared_ptr<std::string>> spare_;  // at most one per file
 };
 
 // Cluster mode: which workers hold one shard file of a mirrored step (in one process
