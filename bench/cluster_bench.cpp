@@ -173,13 +173,24 @@ struct RecoveryTimes {
   std::vector<double> detection, restart, reload, rewarm, total, recomputed, after_step_s, before_step_s;
 };
 
+// How a run gets over a worker's death: a spare takes the lost ranks, or the run shrinks
+// onto the survivor; either resumes from the state mirror in memory (on by default with
+// two physical replicas) or, with the mirror off, from the newest checkpoint on disk.
+enum class Recovery { SpareMirror, ShrinkMirror, ShrinkCheckpoint };
+
 // One run of DP2 whose worker hosting replica 1 SIGKILLs itself in `kill_step`'s backward,
 // its figures appended to `t`: with a spare (workers 2 + 1) it takes the lost ranks,
 // without one (workers 2 + 0) the run shrinks to 1 physical replica on the survivor
 // (cluster.on_no_spare SHRINK).
-void measure_recovery(const Options& o, bool spare, int64_t kill_step, RecoveryTimes& t) {
-  Config c = dp2_config(o, spare ? "recovery-spare" : "recovery-shrink", 2, spare ? 1 : 0);
-  c.mutable_checkpoint()->set_interval_steps(3);
+void measure_recovery(const Options& o, Recovery kind, int64_t kill_step, RecoveryTimes& t) {
+  const bool spare = kind == Recovery::SpareMirror;
+  const char* name = spare ? "recovery-spare" : kind == Recovery::ShrinkMirror ? "recovery-shrink" : "recovery-restart";
+  Config c = dp2_config(o, name, 2, spare ? 1 : 0);
+  // A checkpoint every 8 steps and the kill in step 16's backward (--steps 20): the
+  // newest checkpoint is step 8's, so a restart from disk computes steps 9-15 again.
+  c.mutable_checkpoint()->set_interval_steps(8);
+  c.mutable_supervision()->set_state_mirror(kind == Recovery::ShrinkCheckpoint ? SupervisionConfig::STATE_MIRROR_OFF
+                                                                                : SupervisionConfig::STATE_MIRROR_ON);
   auto* f = c.mutable_faults()->add_fault();
   f->set_actor("stage/dp1/pp0/tp0");
   f->set_step(kill_step);
@@ -203,13 +214,11 @@ void measure_recovery(const Options& o, bool spare, int64_t kill_step, RecoveryT
   t.rewarm.push_back(x.rewarm_s);
   t.total.push_back(x.total_s());
   t.recomputed.push_back(double(r.recomputed_steps));
-  // Step times before the kill (up to the checkpoint the run resumes from: the steps
-  // after it are computed again, and their records are the recomputed ones) and after
-  // the first resumed step (which is re-warm).
-  const int64_t resumed_from = (kill_step - 1) / c.checkpoint().interval_steps() * c.checkpoint().interval_steps();
+  // Step times before the kill (the steps never computed again) and after the first
+  // resumed step (which is re-warm).
   std::vector<double> before, after;
   for (const auto& step : r.outcome.steps) {
-    if (step.step > o.warmup && step.step <= resumed_from) before.push_back(step.step_time_s);
+    if (step.step > o.warmup && step.step < kill_step && !step.recomputed) before.push_back(step.step_time_s);
     if (step.step > kill_step + 1) after.push_back(step.step_time_s);
   }
   t.before_step_s.push_back(median(before));
@@ -217,36 +226,47 @@ void measure_recovery(const Options& o, bool spare, int64_t kill_step, RecoveryT
 }
 
 void recovery(const Options& o) {
-  const int64_t kill_step = std::max(4, o.steps / 2);
-  // Alternated in one run of the bench, so that both see the same machine.
-  RecoveryTimes spare, shrink;
+  const int64_t kill_step = std::max(10, o.steps - 4);
+  // Alternated in one run of the bench, so that all three see the same machine.
+  RecoveryTimes spare, shrink, restart;
   for (int rep = 0; rep < o.reps; ++rep) {
-    measure_recovery(o, true, kill_step, spare);
-    measure_recovery(o, false, kill_step, shrink);
+    measure_recovery(o, Recovery::SpareMirror, kill_step, spare);
+    measure_recovery(o, Recovery::ShrinkMirror, kill_step, shrink);
+    measure_recovery(o, Recovery::ShrinkCheckpoint, kill_step, restart);
   }
-  std::printf("## Worker death to the first resumed step: DP2 on 2 workers, with a spare and without (shrink)\n\n");
-  std::printf("The worker hosting replica 1 SIGKILLs itself in step %lld's backward; checkpoint every 3 steps;\n",
+  std::printf("## Worker death to the first resumed step: DP2 on 2 workers, with a spare and without (shrink),\n");
+  std::printf("## from the state mirror in memory and from the checkpoint on disk\n\n");
+  std::printf("The worker hosting replica 1 SIGKILLs itself in step %lld's backward; checkpoint every 8 steps;\n",
               static_cast<long long>(kill_step));
   std::printf("heartbeat 0.2 s, connection timeout 2 s. With a spare (2 workers + 1) it takes the lost ranks;\n");
   std::printf("without one (2 + 0) the run shrinks to 1 physical replica computing both logical ones on the\n");
-  std::printf("survivor (cluster.on_no_spare SHRINK). Medians of %d runs of each, alternated.\n\n", o.reps);
-  std::printf("| phase | spare takeover (s) | shrink (s) |\n| --- | ---: | ---: |\n");
-  std::printf("| detection (SIGKILL -> the supervisor sees the failure) | %.4f | %.4f |\n", median(spare.detection),
-              median(shrink.detection));
-  std::printf("| restart (old group stopped, ranks placed again, actors placed) | %.4f | %.4f |\n",
-              median(spare.restart), median(shrink.restart));
-  std::printf("| reload (members built, checkpoint loaded, communicators rebuilt, wired) | %.4f | %.4f |\n",
-              median(spare.reload), median(shrink.reload));
-  std::printf("| re-warm (first step after the restart) | %.4f | %.4f |\n", median(spare.rewarm),
-              median(shrink.rewarm));
-  std::printf("| worker death to first resumed step | %.4f | %.4f |\n", median(spare.total), median(shrink.total));
-  std::printf("| steps computed again (since the checkpoint) | %.0f | %.0f |\n", median(spare.recomputed),
-              median(shrink.recomputed));
-  std::printf("| step time before the kill, DP2 on 2 workers (ms) | %.1f | %.1f |\n", 1e3 * median(spare.before_step_s),
-              1e3 * median(shrink.before_step_s));
-  std::printf("| step time after the recovery: spare 2 workers, shrink 1 (ms) | %.1f | %.1f |\n\n",
-              1e3 * median(spare.after_step_s),
-              1e3 * median(shrink.after_step_s));
+  std::printf("survivor (cluster.on_no_spare SHRINK); the state mirror on (the default here) or off\n");
+  std::printf("(supervision.state_mirror). Medians of %d runs of each, alternated.\n\n", o.reps);
+  std::printf("| phase | spare, mirror (s) | shrink, mirror (s) | shrink, checkpoint (s) |\n| --- | ---: | ---: | ---: |\n");
+  auto row = [](const char* what, const std::vector<double>& a, const std::vector<double>& b,
+                const std::vector<double>& c, double scale, const char* fmt) {
+    std::printf("| %s | ", what);
+    std::printf(fmt, scale * median(a));
+    std::printf(" | ");
+    std::printf(fmt, scale * median(b));
+    std::printf(" | ");
+    std::printf(fmt, scale * median(c));
+    std::printf(" |\n");
+  };
+  row("detection (SIGKILL -> the supervisor sees the failure)", spare.detection, shrink.detection, restart.detection, 1,
+      "%.4f");
+  row("restart (old group stopped, ranks placed again, actors placed)", spare.restart, shrink.restart, restart.restart,
+      1, "%.4f");
+  row("reload (members built, state fetched or loaded, communicators rebuilt, wired)", spare.reload, shrink.reload,
+      restart.reload, 1, "%.4f");
+  row("re-warm (first step after the restart)", spare.rewarm, shrink.rewarm, restart.rewarm, 1, "%.4f");
+  row("worker death to first resumed step", spare.total, shrink.total, restart.total, 1, "%.4f");
+  row("steps computed again (lost to the failure)", spare.recomputed, shrink.recomputed, restart.recomputed, 1, "%.0f");
+  row("step time before the kill, DP2 on 2 workers (ms)", spare.before_step_s, shrink.before_step_s,
+      restart.before_step_s, 1e3, "%.1f");
+  row("step time after the recovery: spare 2 workers, shrink 1 (ms)", spare.after_step_s, shrink.after_step_s,
+      restart.after_step_s, 1e3, "%.1f");
+  std::printf("\n");
 }
 
 int64_t peak_rss_bytes() {

@@ -5,6 +5,7 @@
 
 #include "actors/unix_time.h"
 #include "engine/cluster_device_groups.h"
+#include "engine/state_mirror.h"
 
 namespace troupe::actors {
 namespace {
@@ -251,8 +252,11 @@ std::variant<int32_t, std::string> Cluster::shrink_locked() {
     const int32_t from = topo_.physical_replicas();
     const auto on = apply_locked(*fit);
     spdlog::warn("cluster: no spare left: the logical layout (data {}) shrinks from {} to {} physical replica(s) "
-                 "on {}; the training group restarts on it from the newest checkpoint, with the same numbers",
-                 topo_.dp, from, physical, on);
+                 "on {}; the training group restarts on it from the {}, with the same numbers",
+                 topo_.dp, from, physical, on,
+                 engine::state_mirror_on(config_) ? "state mirror in the survivors' memory or the newest checkpoint, "
+                                                    "whichever is newer"
+                                                  : "newest checkpoint");
     return physical;
   }
   int32_t live = 0;
