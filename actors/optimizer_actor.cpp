@@ -92,6 +92,17 @@ void deliver_snapshot(Self* self, msg::ShardSnapshot snap, int64_t waited_ms) {
   }
 }
 
+// The oldest copy on its way to the host, which is step `step`'s (copies land in the
+// order they were issued); `what` names them in the error when it is not.
+template <class Snapshot>
+Snapshot take_landed(std::deque<Snapshot>& landing, int64_t step, const std::string& what) {
+  if (landing.empty() || landing.front().step != step)
+    throw std::logic_error(what + " of step " + std::to_string(step) + " landed, but no such copy is on its way");
+  auto snap = std::move(landing.front());
+  landing.pop_front();
+  return snap;
+}
+
 // The host copies of the shard's state for a snapshot (weights, m, v), issued on the
 // device after everything before: `copies` are reused when nothing else holds them.
 void copy_state(OptimizerState& st, std::shared_ptr<float> (&copies)[3]) {
@@ -266,23 +277,14 @@ optimizer_actor::behavior_type optimizer_impl(Self* self, OptimizerArgs args) {
       [self](const msg::SnapshotCommand& cmd) { take_snapshot(self, cmd); },
       [self](snapshot_landed_atom, int64_t step) {
         auto& s = self->state;
-        if (s.landing.empty() || s.landing.front().step != step)
-          throw std::logic_error(s.path + ": the host copies of the step " + std::to_string(step) +
-                                 " snapshot landed, but no such snapshot is on its way");
-        auto snap = std::move(s.landing.front());
-        s.landing.pop_front();
-        deliver_snapshot(self, std::move(snap), 0);
+        deliver_snapshot(self, take_landed(s.landing, step, s.path + ": the host copies of a save's snapshot"), 0);
       },
       [self](deliver_atom, msg::ShardSnapshot& snap, int64_t waited_ms) {
         deliver_snapshot(self, std::move(snap), waited_ms);
       },
       [self](mirror_landed_atom, int64_t step) {
         auto& s = self->state;
-        if (s.mirror_landing.empty() || s.mirror_landing.front().step != step)
-          throw std::logic_error(s.path + ": the state mirror's copies of step " + std::to_string(step) +
-                                 " landed, but no such copy is on its way");
-        auto snap = std::move(s.mirror_landing.front());
-        s.mirror_landing.pop_front();
+        auto snap = take_landed(s.mirror_landing, step, s.path + ": the state mirror's copies");
         const auto keeper = s.args.directory ? s.args.directory->get(engine::mirror_keeper_path()) : caf::actor{};
         if (!keeper) return;  // being restarted: this step is not mirrored (the coordinator asks again later)
         self->send(typed_handle<mirror_keeper_actor>(keeper), std::move(snap));

@@ -318,6 +318,12 @@ TEST_CASE("with the state mirror on, a group restart resumes from memory: no che
   c.mutable_checkpoint()->set_interval_steps(0);
   // AUTO is off in one process: asked for.
   c.mutable_supervision()->set_state_mirror(SupervisionConfig::STATE_MIRROR_ON);
+  // Replica 1's loader holds step 5's microbatches back for 2 s: the stages wait, and the
+  // mirror asked for by then completes in that window whatever else the machine runs (the
+  // keeper needs about a millisecond of CPU), so the failure finds a mirrored step.
+  auto hold = fault("loader/dp1", 5, Fault::FORWARD, Fault::DELAY);
+  hold.set_delay_s(2);
+  *c.mutable_faults()->add_fault() = hold;
   *c.mutable_faults()->add_fault() = fault("stage/dp1/pp0/tp0", 5, Fault::FORWARD);
   const auto r = run(c);
   REQUIRE_MESSAGE(r.outcome.status == "completed", r.outcome.error);
@@ -325,7 +331,7 @@ TEST_CASE("with the state mirror on, a group restart resumes from memory: no che
   CHECK(r.restarts == 1);
   // The recovery line names where the group resumed: the mirror of a step after the
   // start (the newest whose every shard was held when step 5 failed: 4, or an earlier
-  // one when the keeper had not caught up).
+  // one when the mirror of 4 was not asked for, another being in flight).
   const auto lines = metrics::read_jsonl(metrics::run_dir_layout(c.logging().run_dir()).metrics).objects;
   int recoveries = 0;
   for (const auto& j : lines) {

@@ -280,7 +280,12 @@ TEST_CASE("a lost worker with no spare and the state mirror on: DP4 x PP2 shrink
   Config c = tiny("mirror-shrink", 4, 2, 4, 0);
   c.mutable_training()->set_train_samples(48);  // 6 updates
   c.mutable_supervision()->set_state_mirror(SupervisionConfig::STATE_MIRROR_ON);
-  // The worker of replica 2 (ranks 4 and 5) kills itself in a backward of step 4.
+  // Replica 2's loader holds step 4's microbatches back for 2 s (the mirror asked for by
+  // then completes, buddy copy included, whatever else the machine runs); then the worker
+  // of replica 2 (ranks 4 and 5) kills itself in a backward of step 4.
+  auto hold = fault("loader/dp2", 4, Fault::FORWARD, Fault::DELAY);
+  hold.set_delay_s(2);
+  *c.mutable_faults()->add_fault() = hold;
   *c.mutable_faults()->add_fault() = fault("stage/dp2/pp1/tp0", 4, Fault::BACKWARD, Fault::KILL_PROCESS);
   const auto want = testing::run(local_of(c));
   const auto run = run_cluster(c, 4);
