@@ -6,8 +6,8 @@
 // (MirrorSnapshot). The keeper serializes it as the bytes of the shard file a save would
 // write, keeps them in the process's MirrorStore and tells the coordinator the shard's
 // record (MirrorKept), from which the coordinator files the step's manifest once every
-// shard of it is in. Runs detached, at normal priority: a mirror that lags gives an
-// older step to resume from.
+// shard of it is in. Runs detached, at nice 10 (below the compute threads): a mirror
+// that lags gives an older step to resume from.
 //
 // In cluster mode every worker has one (spawned by its host, actors/cluster/worker_host.h)
 // that also sends each shard's bytes to its buddy's keeper (MirrorCopy), holds its buddy's

@@ -416,7 +416,8 @@ caf::behavior supervisor_impl(Self* self, SupervisorSpec spec) {
           if (st.spec.children[i].path != path || !st.children[i].running) continue;
           spdlog::info("{}: starts again elsewhere: {}", path, reason);
           st.report.restarts[path] += 1;
-          stop_then(self, {i}, [self, i] {
+          stop_then(self, {i}, [self, i, path] {
+            if (self->state.spec.on_relocated) self->state.spec.on_relocated(path);
             if (!self->state.exiting) start_children(self, {i});
           });
           return;

@@ -89,6 +89,9 @@ struct SupervisorSpec {
   // A child exited abnormally (called before anything is stopped or restarted), e.g.
   // to abort the communicators it belonged to so that its peers do not wait for it.
   std::function<void(const std::string& path, const std::string& reason)> on_failure;
+  // A child stopped for relocate_atom (a planned move, not a failure), before it starts
+  // again elsewhere: whatever it was doing is lost (e.g. a checkpoint writer's shard).
+  std::function<void(const std::string& path)> on_relocated;
   // Called once, just before the supervisor exits (normally or after giving up).
   std::function<void(const SupervisorReport&)> on_exit;
   // When set, every running child is entered under its path (and removed when it stops).

@@ -304,6 +304,13 @@ SupervisorSpec writer_group_spec(std::shared_ptr<const Config> config, std::shar
   };
   if (cluster) {
     add_cluster_hooks(spec, cluster);
+    // A writer stopped for its move may have held a shard of the save in flight (one
+    // already restarted on the right worker after a failure, moved again): that save
+    // fails and the next one retries, as for a writer that died.
+    spec.on_relocated = [directory](const std::string& path) {
+      if (auto coordinator = directory->get(engine::coordinator_path()))
+        caf::anon_send(coordinator, writer_down_atom::value, path);
+    };
     // A shrink or a grow moves ranks to other workers: their writers follow (an
     // optimizer shard finds its writer in its own process's directory).
     cluster->on_move([directory, ranks = engine::Topology::logical(c).all_ranks()](const std::vector<int32_t>& moved) {
