@@ -226,14 +226,9 @@ std::shared_ptr<const ckpt::Checkpoint> ResumeSource::current() {
   if (!failed_before_ && load_ != "latest") {
     ckpt_ = std::make_shared<const ckpt::Checkpoint>(ckpt::open_checkpoint_path(load_, &report_));
   } else if (failed_before_ && mirror_ && resume_from_mirror()) {
-    if (mirror_start_)
-      spdlog::info("checkpoint: resuming from the state mirror of step {} held by the workers ({} shards; no "
-                   "checkpoint read)",
-                   ckpt_->step(), ckpt_->manifest().shard_size());
-    else
-      spdlog::info("checkpoint: resuming from the state mirror of step {} in memory ({} shards verified; no "
-                   "checkpoint read)",
-                   ckpt_->step(), ckpt_->manifest().shard_size());
+    spdlog::info("checkpoint: resuming from the state mirror of step {} {} ({} shards{}; no checkpoint read)",
+                 ckpt_->step(), mirror_start_ ? "held by the workers" : "in memory", ckpt_->manifest().shard_size(),
+                 mirror_start_ ? "" : " verified");
     return ckpt_;
   } else if (std::filesystem::exists(root_)) {
     if (copies_) heal_latest();

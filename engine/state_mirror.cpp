@@ -1,7 +1,5 @@
 #include "engine/state_mirror.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 
 #include "ckpt/error.h"

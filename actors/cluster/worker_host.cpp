@@ -288,13 +288,14 @@ void place_from_mirror(Self* self, PlaceActor p, caf::typed_response_promise<caf
     bool failed = false;
   };
   auto fetch = std::make_shared<Fetch>();
+  std::map<std::string, const ShardFile*> by_file;
+  for (const auto& shard : whole.shard()) by_file[shard.file()] = &shard;
   std::vector<std::pair<std::string, caf::actor>> remote;
   for (size_t i = 0; i < p.mirror_ranks.size() && i < p.mirror_hosts.size(); ++i) {
     const auto& r = p.mirror_ranks[i];
     if (r.pp != p.rank.pp || r.tp != p.rank.tp) continue;
     const auto file = engine::shard_file_name(r);
-    for (const auto& shard : whole.shard())
-      if (shard.file() == file) *needed.add_shard() = shard;
+    if (const auto it = by_file.find(file); it != by_file.end()) *needed.add_shard() = *it->second;
     if (auto held = st.mirror_store ? st.mirror_store->find(p.mirror_step, file) : nullptr)
       fetch->bytes[file] = std::move(held);
     else
